@@ -1,0 +1,3 @@
+from specguard.cli import main
+
+raise SystemExit(main())
