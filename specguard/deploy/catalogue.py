@@ -1,0 +1,210 @@
+"""The hazard catalogue (rules/hazards.toml): what each hazard says and the parameters its condition reads.
+
+The catalogue is data a fork can edit (messages, fixes, which methods count as non-causal drafts, which vLLM
+validation confirms a hazard); the condition of each code is code in hazards.py. A malformed catalogue is a
+UserError naming the file, the key and the problem.
+"""
+
+from __future__ import annotations
+
+import string
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specguard._toml import load_toml, parse_toml
+from specguard.errors import UserError
+
+BUILTIN_CATALOGUE = "hazards.toml"
+
+Severity = Literal["error", "warning", "info"]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Evidence(_Params):
+    """A validation in the served source that confirms the hazard: a string in a raise/assert or a warning."""
+
+    file: str = Field(description="path relative to the vllm/ package dir")
+    kind: Literal["raise", "warning"]
+    text: str = Field(min_length=8)
+
+
+class DraftPathParams(_Params):
+    """CFG101: a method whose speculator descends from `draft_path_class`, with `rules` findings on it."""
+
+    registry_file: str
+    registry_function: str
+    draft_path_class: str
+    rules: list[str] = Field(min_length=1)
+
+
+class InterleaveParams(_Params):
+    """CFG102: the backends whose metadata builder checks the KV-cache interleave size."""
+
+    backends: list[str] = Field(min_length=1)
+    registry_file: str
+    interleave_attribute_suffix: str
+
+
+class NonCausalDcpParams(_Params):
+    """CFG103: non-causal draft methods, the backends, and the builder attribute that declares support."""
+
+    methods: list[str] = Field(min_length=1)
+    backends: list[str] = Field(min_length=1)
+    registry_file: str
+    attribute: str
+
+
+class GroupMergeParams(_Params):
+    """CFG104: non-causal draft methods and the analyzer rules that show the any()-merge in the source."""
+
+    methods: list[str] = Field(min_length=1)
+    rules: list[str] = Field(min_length=1)
+
+
+class EvidenceParams(_Params):
+    """Hazards straight from vLLM's own config validation; `evidence` confirms the served source has it."""
+
+    evidence: Evidence
+
+
+class SourceEnumParams(_Params):
+    """A value that must name a member of an enum or Literal alias in the served source."""
+
+    file: str
+    symbol: str
+
+
+PARAMS: dict[str, type[_Params]] = {
+    "CFG101": DraftPathParams,
+    "CFG102": InterleaveParams,
+    "CFG103": NonCausalDcpParams,
+    "CFG104": GroupMergeParams,
+    "CFG105": EvidenceParams,
+    "CFG106": SourceEnumParams,
+    "CFG107": EvidenceParams,
+    "CFG108": EvidenceParams,
+    "CFG109": EvidenceParams,
+    "CFG110": EvidenceParams,
+    "CFG111": SourceEnumParams,
+    "CFG112": SourceEnumParams,
+    "CFG113": EvidenceParams,
+}
+
+
+class Hazard(BaseModel):
+    """One catalogue entry. `message` and `fix` are format strings over the facts the condition found."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str
+    title: str = Field(min_length=3)
+    severity: Severity
+    message: str = Field(min_length=10)
+    fix: str = Field(min_length=5)
+    params: _Params
+
+    @property
+    def needs_source(self) -> bool:
+        # Evidence hazards are config-only conditions the source can confirm; the rest are facts of the source.
+        return not isinstance(self.params, EvidenceParams)
+
+
+class Catalogue(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    origin: str
+    hazards: dict[str, Hazard]
+
+    def __getitem__(self, code: str) -> Hazard:
+        return self.hazards[code]
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=3)
+    severity: Severity
+    message: str = Field(min_length=10)
+    fix: str = Field(min_length=5)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def _problem(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors(include_url=False)[0]
+    key = ".".join(str(p) for p in err["loc"])
+    problem = {"extra_forbidden": "unknown key", "missing": "missing"}.get(err["type"], err["msg"])
+    return key, problem
+
+
+def _check_template(origin: str, code: str, field: str, text: str) -> None:
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:
+        raise UserError(f"{origin}: hazard '{code}.{field}': bad placeholder: {exc}") from None
+    for name in names:
+        if not name.isidentifier():
+            raise UserError(
+                f"{origin}: hazard '{code}.{field}': placeholder '{{{name}}}' is not a plain name"
+            )
+
+
+def parse_catalogue(raw: dict[str, Any], origin: str) -> Catalogue:
+    section = raw.get("hazards")
+    extra = sorted(set(raw) - {"hazards"})
+    if extra:
+        raise UserError(
+            f"{origin}: unknown top-level key '{extra[0]}' (expected only [hazards.CFGxxx] tables)"
+        )
+    if not isinstance(section, dict):
+        raise UserError(f"{origin}: missing [hazards.CFGxxx] tables")
+    hazards: dict[str, Hazard] = {}
+    for code, body in section.items():
+        if code not in PARAMS:
+            raise UserError(f"{origin}: hazard '{code}': unknown code (known: {', '.join(PARAMS)})")
+        if not isinstance(body, dict):
+            raise UserError(f"{origin}: hazard '{code}': expected a table")
+        try:
+            entry = _Entry.model_validate(body)
+            params = PARAMS[code].model_validate(entry.params)
+        except ValidationError as exc:
+            key, problem = _problem(exc)
+            where = key if key.startswith("params") or key in _Entry.model_fields else f"params.{key}"
+            raise UserError(f"{origin}: hazard '{code}.{where}': {problem}") from None
+        for field in ("message", "fix"):
+            _check_template(origin, code, field, getattr(entry, field))
+        hazards[code] = Hazard(
+            code=code,
+            title=entry.title,
+            severity=entry.severity,
+            message=entry.message,
+            fix=entry.fix,
+            params=params,
+        )
+    missing = [code for code in PARAMS if code not in hazards]
+    if missing:
+        raise UserError(f"{origin}: hazard '{missing[0]}' is missing from the catalogue")
+    return Catalogue(origin=origin, hazards=hazards)
+
+
+def _builtin_text() -> str:
+    try:
+        return resources.files("specguard._packs").joinpath(BUILTIN_CATALOGUE).read_text(encoding="utf-8")
+    except ModuleNotFoundError:  # a source checkout that was never installed
+        return (Path(__file__).resolve().parents[2] / "rules" / BUILTIN_CATALOGUE).read_text(encoding="utf-8")
+
+
+def load_catalogue(path: Path | None = None) -> Catalogue:
+    """The built-in catalogue, or the file at `path` (a fork's edited copy)."""
+    if path is None:
+        origin = f"built-in {BUILTIN_CATALOGUE}"
+        raw = parse_toml(_builtin_text(), origin=origin, what="hazard catalogue")
+    else:
+        origin = str(path)
+        raw = load_toml(path, what="hazard catalogue")
+    return parse_catalogue(raw, origin)

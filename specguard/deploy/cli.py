@@ -1,0 +1,131 @@
+"""Entry points for `specguard config` and `specguard doctor` (the top-level CLI dispatches here).
+
+Each owns its argparse and turns every UserError into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from specguard.errors import UserError
+
+CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR] [--format text|json]
+       specguard config [--vllm-source DIR] [--format text|json] [FILE.yaml] -- <vllm serve arguments>"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage as a UserError (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{self.prog}: {message}")
+
+
+def _config_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="specguard config",
+        usage=CONFIG_USAGE,
+        description=(
+            "Pre-flight a vLLM serving config against the hazards of the vLLM source it will run. "
+            "Exit 0: clean; 1: hazards found; 2: error."
+        ),
+    )
+    parser.add_argument("file", nargs="?", help="a config in the format `vllm serve --config FILE` reads")
+    parser.add_argument(
+        "--vllm-source",
+        metavar="DIR",
+        help="the vllm/ package dir to judge against (default: the vLLM installed in this environment)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--hazards", metavar="FILE", help="a hazard catalogue to use instead of the built-in one"
+    )
+    return parser
+
+
+def _run_config(argv: list[str]) -> int:
+    from specguard.deploy.catalogue import load_catalogue
+    from specguard.deploy.facts import open_source
+    from specguard.deploy.hazards import evaluate
+    from specguard.deploy.load import build, parse_argv, read_yaml
+    from specguard.deploy.report import to_json, to_text
+
+    if "--" in argv:
+        split = argv.index("--")
+        ours, serve_args = argv[:split], argv[split + 1 :]
+    else:
+        ours, serve_args = argv, None
+    args = _config_parser().parse_args(ours)
+    if args.file is None and serve_args is None:
+        raise UserError("specguard config: give a config FILE.yaml, or `--` followed by vllm serve arguments")
+
+    raw: dict = {}
+    origin = args.file or "vllm serve arguments"
+    if args.file is not None:
+        raw = read_yaml(args.file)
+    if serve_args is not None:
+        if args.file is not None:  # like `vllm serve --config FILE ARGS`: the arguments override the file
+            serve_args = ["--config", args.file, *serve_args]
+        raw = parse_argv(serve_args)
+
+    catalogue = load_catalogue(Path(args.hazards) if args.hazards else None)
+    facts = open_source(args.vllm_source)
+    cfg = build(raw, origin, known=(lambda: facts.engine_options) if facts else None)
+    judgement = evaluate(cfg, catalogue, facts)
+
+    if args.format == "json":
+        print(to_json(judgement))
+        if judgement.not_judged:
+            print(
+                f"specguard config: no vLLM source; not judged: {', '.join(judgement.not_judged)}",
+                file=sys.stderr,
+            )
+    else:
+        print(to_text(judgement, origin))
+    return 1 if judgement.findings else 0
+
+
+def config_main(argv: list[str]) -> int:
+    """`specguard config ...` (argv without the subcommand name)."""
+    try:
+        return _run_config(list(argv))
+    except UserError as exc:
+        print(f"specguard: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+
+
+def _doctor_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="specguard doctor",
+        description=(
+            "Print the environment as specguard sees it: vLLM, FlashInfer and torch versions, a summary of "
+            "`specguard check` on the installed vLLM, and which runtime-guard checks would install."
+        ),
+    )
+    parser.add_argument(
+        "--vllm-source",
+        metavar="DIR",
+        help="summarize `specguard check` on this vllm/ dir instead of the installed one",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    return parser
+
+
+def doctor_main(argv: list[str]) -> int:
+    """`specguard doctor ...` (argv without the subcommand name)."""
+    from specguard.deploy.doctor import diagnose, to_json, to_text
+
+    try:
+        args = _doctor_parser().parse_args(list(argv))
+        report = diagnose(args.vllm_source)
+    except UserError as exc:
+        print(f"specguard: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    print(to_json(report) if args.format == "json" else to_text(report))
+    return 0

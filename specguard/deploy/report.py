@@ -1,0 +1,36 @@
+"""Render a config judgement as text or JSON (a list of findings with code, severity, message, key, fix)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import Counter
+
+from specguard.deploy.hazards import Judgement
+
+
+def to_json(judgement: Judgement) -> str:
+    return json.dumps([f.as_dict() for f in judgement.findings], indent=2)
+
+
+def to_text(judgement: Judgement, origin: str) -> str:
+    lines: list[str] = []
+    if judgement.source:
+        lines.append(f"{origin}: judged against {judgement.source}")
+    for f in judgement.findings:
+        lines.append(f"{origin}: {f.code} {f.severity} [{f.key}]")
+        lines.extend(textwrap.wrap(f.message, 108, initial_indent="  ", subsequent_indent="  "))
+        lines.extend(textwrap.wrap(f"fix: {f.fix}", 108, initial_indent="  ", subsequent_indent="       "))
+    if judgement.not_judged:
+        lines.append(
+            f"{origin}: no vLLM source (pass --vllm-source DIR or install vllm); not judged: "
+            + ", ".join(judgement.not_judged)
+        )
+    counts = Counter(f.severity for f in judgement.findings)
+    if judgement.findings:
+        detail = ", ".join(f"{n} {sev}{'s' if n > 1 else ''}" for sev, n in sorted(counts.items()))
+        total = len(judgement.findings)
+        lines.append(f"{total} hazard{'s' if total > 1 else ''} ({detail})")
+    else:
+        lines.append("no hazards found")
+    return "\n".join(lines)
