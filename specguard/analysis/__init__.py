@@ -1,0 +1,1 @@
+"""The analysis pipeline: discover -> prefilter -> summarize (index) -> parse (libcst) -> rules."""

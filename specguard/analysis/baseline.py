@@ -1,0 +1,55 @@
+"""Baselines: record today's findings, report only new ones later, robust to lines moving.
+
+A finding is matched by (file, code, scope, the text of its line with whitespace squeezed), not by line number,
+and as a multiset, so two identical findings in one function need two baseline entries.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+from collections import Counter
+from pathlib import Path
+
+from specguard.analysis.findings import Finding
+from specguard.errors import UserError
+
+_VERSION = 1
+
+
+def _fingerprint(f: Finding) -> str:
+    text = " ".join(linecache.getline(f.path, f.line).split())
+    return json.dumps([Path(f.path).as_posix(), f.code, f.symbol or "", text])
+
+
+def write_baseline(path: Path, findings: list[Finding]) -> None:
+    entries = sorted(_fingerprint(f) for f in findings)
+    data = {"version": _VERSION, "findings": [json.loads(e) for e in entries]}
+    try:
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write baseline: {exc.strerror or exc}") from None
+
+
+def read_baseline(path: Path) -> Counter[str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != _VERSION or not isinstance(data.get("findings"), list):
+            raise ValueError("not a specguard baseline (expected {'version': 1, 'findings': [...]})")
+        return Counter(json.dumps(entry) for entry in data["findings"])
+    except FileNotFoundError:
+        raise UserError(f"{path}: baseline not found; create it with --write-baseline {path}") from None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise UserError(f"{path}: unreadable baseline: {exc}") from None
+
+
+def filter_baseline(findings: list[Finding], known: Counter[str]) -> list[Finding]:
+    remaining = Counter(known)
+    fresh = []
+    for f in findings:
+        key = _fingerprint(f)
+        if remaining[key] > 0:
+            remaining[key] -= 1
+        else:
+            fresh.append(f)
+    return fresh

@@ -1,0 +1,213 @@
+"""Small libcst helpers shared by the rules: names, scopes, calls and FULL-CUDA-graph guards."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+# Fields that hold only whitespace, comments or punctuation: never a name, call or assignment a rule looks for.
+_TRIVIA = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators",
+           "header", "footer", "newline", "colon", "equal", "dot", "star", "lbracket", "rbracket", "lbrace",
+           "rbrace", "operator", "asynchronous", "lines_after")
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def kids(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`kids(node)` without the trivia, read straight off the dataclass fields.
+
+    libcst computes `.children` with a visitor pass per node, which made walking a 1,000-line speculator module
+    several times per rule the slowest step of a run; this is an order of magnitude cheaper.
+    """
+    names = _FIELDS.get(type(node))
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(node) if not f.name.startswith(_TRIVIA))
+        _FIELDS[type(node)] = names
+    out: list[cst.CSTNode] = []
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+    return out
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+    """`a.b.c` for a Name/Attribute chain; None for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def last_name(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
+def is_self_call(call: cst.Call) -> bool:
+    """`self.x(...)`, `cls.x(...)` or `super().x(...)`: a call of a method on the class hierarchy."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    owner = func.value
+    if isinstance(owner, cst.Name):
+        return owner.value in ("self", "cls")
+    return isinstance(owner, cst.Call) and isinstance(owner.func, cst.Name) and owner.func.value == "super"
+
+
+def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def is_true(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+@dataclass(frozen=True)
+class Scope:
+    class_name: str | None
+    function: cst.FunctionDef
+
+    @property
+    def name(self) -> str:
+        return self.function.name.value
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.class_name}.{self.name}" if self.class_name else self.name
+
+
+def scopes(module: cst.Module) -> Iterator[Scope]:
+    """Module-level functions and the methods of module-level classes."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef):
+            yield Scope(None, stmt)
+        elif isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock):
+            for item in stmt.body.body:
+                if isinstance(item, cst.FunctionDef):
+                    yield Scope(stmt.name.value, item)
+
+
+def classes(module: cst.Module) -> Iterator[cst.ClassDef]:
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef):
+            yield stmt
+
+
+def has_decorator(func: cst.FunctionDef, name: str) -> bool:
+    return any(last_name(d.decorator) == name for d in func.decorators)
+
+
+# ---- guard-aware walk -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Event:
+    """A call, or an assignment of `value` to `targets`, in source order, and whether a FULL guard covers it."""
+
+    node: cst.CSTNode
+    guarded: bool
+    targets: tuple[str, ...] = ()
+    value: cst.BaseExpression | None = None
+
+
+def _mode_side(node: cst.BaseExpression, attribute: str) -> bool:
+    return isinstance(node, cst.Attribute) and node.attr.value == attribute
+
+
+def full_test(test: cst.BaseExpression, mode_attribute: str, full_mode: str) -> str | None:
+    """'eq' if `test` holds only under FULL mode, 'ne' if only outside it, None if it says nothing."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = full_test(test.expression, mode_attribute, full_mode)
+        return {"eq": "ne", "ne": "eq"}.get(inner or "")
+    if isinstance(test, cst.BooleanOperation):
+        left = full_test(test.left, mode_attribute, full_mode)
+        right = full_test(test.right, mode_attribute, full_mode)
+        if isinstance(test.operator, cst.And):
+            return "eq" if "eq" in (left, right) else None
+        return "ne" if left == right == "ne" else None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        sides = (test.left, target.comparator)
+        if any(_mode_side(s, mode_attribute) for s in sides) and any(_mode_side(s, full_mode) for s in sides):
+            if isinstance(target.operator, (cst.Equal, cst.Is)):
+                return "eq"
+            if isinstance(target.operator, (cst.NotEqual, cst.IsNot)):
+                return "ne"
+    return None
+
+
+def _target_names(target: cst.BaseExpression) -> tuple[str, ...]:
+    if isinstance(target, cst.Name):
+        return (target.value,)
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return tuple(n for el in target.elements for n in _target_names(el.value))
+    return ()
+
+
+class GuardWalk:
+    """Pre-order walk of a function body recording calls and assignments with their FULL-guard state."""
+
+    def __init__(self, mode_attribute: str, full_mode: str) -> None:
+        self.mode_attribute = mode_attribute
+        self.full_mode = full_mode
+        self.events: list[Event] = []
+
+    def run(self, node: cst.CSTNode) -> list[Event]:
+        self._walk(node, False)
+        return self.events
+
+    def _branches(self, test: cst.BaseExpression, body: cst.CSTNode, orelse: cst.CSTNode | None,
+                  guarded: bool) -> None:
+        kind = full_test(test, self.mode_attribute, self.full_mode)
+        self._walk(test, guarded)
+        self._walk(body, guarded or kind == "eq")
+        if orelse is not None:
+            self._walk(orelse, guarded or kind == "ne")
+
+    def _walk(self, node: cst.CSTNode, guarded: bool) -> None:
+        if isinstance(node, (cst.If, cst.IfExp)):
+            self._branches(node.test, node.body, node.orelse, guarded)
+            return
+        if isinstance(node, cst.Assign):
+            names = tuple(n for t in node.targets for n in _target_names(t.target))
+            self.events.append(Event(node, guarded, names, node.value))
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.NamedExpr)) and node.value is not None:
+            self.events.append(Event(node, guarded, _target_names(node.target), node.value))
+        elif isinstance(node, cst.Call):
+            self.events.append(Event(node, guarded))
+        for child in kids(node):
+            self._walk(child, guarded)
+
+
+def iter_nodes(node: cst.CSTNode, guarded: bool, walk: GuardWalk) -> Iterator[tuple[cst.CSTNode, bool]]:
+    """Every node under `node` with whether a FULL guard (an if/else-expression branch) covers it."""
+    if isinstance(node, (cst.If, cst.IfExp)):
+        kind = full_test(node.test, walk.mode_attribute, walk.full_mode)
+        yield from iter_nodes(node.test, guarded, walk)
+        yield from iter_nodes(node.body, guarded or kind == "eq", walk)
+        if node.orelse is not None:
+            yield from iter_nodes(node.orelse, guarded or kind == "ne", walk)
+        return
+    yield node, guarded
+    for child in kids(node):
+        yield from iter_nodes(child, guarded, walk)
+
+
+def walk_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
+    """Every call under `node`, nested functions included, in source order."""
+    if isinstance(node, cst.Call):
+        yield node
+    for child in kids(node):
+        yield from walk_calls(child)

@@ -1,0 +1,170 @@
+"""`specguard check` end to end: discover, prefilter, index, evaluate, suppress. Knows nothing about vLLM."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing import get_all_start_methods, get_context
+from pathlib import Path
+from typing import Any, TypeVar
+
+from specguard.analysis.cache import Cache
+from specguard.analysis.discover import discover
+from specguard.analysis.findings import Finding, source_error
+from specguard.analysis.index import FileFacts, ProjectIndex
+from specguard.analysis.modules import ModuleLocator
+from specguard.analysis.scan import FileScan, scan_file, stamp_of
+from specguard.analysis.summary import ModuleSummary
+from specguard.analysis.suppress import is_suppressed
+from specguard.packs import Pack, load_pack
+from specguard.rules import ALL_CODES
+from specguard.settings import Settings
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Below this much work a process pool costs more than it saves.
+_PARALLEL_MIN_FILES = 200
+_PARALLEL_MIN_CANDIDATES = 4
+
+
+@dataclass
+class CheckResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    files: int = 0
+    parsed: int = 0
+
+
+def _workers() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int) -> list[R]:
+    """fn(*job) for every job, on all cores when it pays; a worker crash (a native parser fault) isolates the
+    guilty job by rerunning each remaining one alone."""
+    if len(jobs) < min_jobs or _workers() == 1:
+        return [fn(*job) for job in jobs]
+    ctx = get_context("fork") if "fork" in get_all_start_methods() else get_context()
+    try:
+        with ProcessPoolExecutor(_workers(), mp_context=ctx) as pool:
+            chunk = max(1, len(jobs) // (_workers() * 4))
+            return list(pool.map(_apply, [(fn, job) for job in jobs], chunksize=chunk))
+    except BrokenProcessPool:
+        return [_isolated(fn, job, ctx) for job in jobs]
+
+
+def _apply(item: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
+    fn, job = item
+    return fn(*job)
+
+
+def _isolated(fn: Callable[..., R], job: tuple[Any, ...], ctx: Any) -> R:
+    try:
+        with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+            return pool.submit(fn, *job).result()
+    except BrokenProcessPool:
+        return _crashed(job)  # type: ignore[return-value]
+
+
+def _crashed(job: tuple[Any, ...]) -> Any:
+    path = job[0]
+    return [source_error(path, "the parser crashed on this file (pathologically deep nesting?)")]
+
+
+def _evaluate(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
+              mentions: frozenset[str]) -> list[Finding]:
+    from specguard.analysis.evaluate import evaluate_file  # libcst loads only when a file needs it
+
+    return evaluate_file(path, facts, pack, codes, mentions)
+
+
+def _result_key(scan: FileScan, facts: FileFacts, codes: frozenset[str]) -> str:
+    stable = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(facts).items()}
+    text = repr((scan.path, scan.digest, sorted(stable.items()), sorted(codes)))  # no set order: it varies
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True,
+                pack: Pack | None = None) -> CheckResult:
+    settings = settings or Settings()
+    pack = pack or load_pack(settings.rule_packs)
+    codes = frozenset(settings.enabled(ALL_CODES))
+    found = discover([Path(p) for p in paths], settings.exclude)
+    result = CheckResult(errors=list(found.errors), files=len(found.files))
+
+    cache_root = settings.cache_dir or settings.root / ".specguard_cache"
+    cache = Cache.at(cache_root, pack.fingerprint, settings.fingerprint()) if use_cache else Cache(None)
+    locator = ModuleLocator()
+
+    # Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change.
+    scans: dict[str, FileScan] = {}
+    todo = []
+    for path in map(str, found.files):
+        cached = cache.scans.get(path)
+        try:
+            if cached is not None and cached.stamp == stamp_of(Path(path)):
+                scans[path] = cached
+                continue
+        except OSError:
+            pass
+        todo.append((path, pack.needles))
+    for scan in _parallel(scan_file, todo, _PARALLEL_MIN_FILES):
+        scans[scan.path] = scan
+        if scan.stamp != (0, 0):
+            cache.put_scan(scan.path, scan)
+
+    borrowed: set[str] = set()
+
+    def load_summary(path: Path) -> ModuleSummary | None:
+        """A module without a pack name, read only because an ancestor class or the sink lives there."""
+        key = str(path)
+        cached = cache.scans.get(key)
+        if cached is None or cached.stamp != stamp_of(path):
+            cached = scan_file(key, (b"",))  # the empty needle is in every file: always summarized
+            cache.put_scan(key, cached)
+        borrowed.add(key)
+        return cached.summary
+
+    index = ProjectIndex(locator, load_summary)
+    for scan in scans.values():
+        if scan.summary is not None:
+            index.add(scan.summary)
+            locator.add(scan.summary.module, Path(scan.path), scan.root)
+
+    # Stage two: the files some enabled rule can match, evaluated (or taken from the cache).
+    jobs, keys, live_results = [], {}, set()
+    for path, scan in scans.items():
+        if scan.error is not None:
+            result.findings.append(source_error(path, scan.error, scan.error_line))
+            continue
+        if scan.summary is None:
+            continue
+        facts = index.facts(scan.summary, pack.speculators.bases, pack.kv_groups.spec_class_suffixes,
+                            pack.metadata.sink, pack.metadata.dcp_param or "")
+        key = _result_key(scan, facts, codes)
+        live_results.add(key)
+        if key in cache.results:
+            result.findings.extend(cache.results[key])
+        else:
+            keys[path] = key
+            jobs.append((path, facts, pack, codes, scan.mentions))
+    result.parsed = len(jobs)
+    for job, findings in zip(jobs, _parallel(_evaluate, jobs, _PARALLEL_MIN_CANDIDATES), strict=True):
+        cache.put_result(keys[job[0]], findings)
+        result.findings.extend(findings)
+    cache.save(set(scans) | borrowed, live_results)
+
+    result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
+    return result
+
+
+def _ignored(finding: Finding, settings: Settings) -> bool:
+    if finding.code != "SG000" and finding.code not in settings.enabled(ALL_CODES):
+        return True
+    return is_suppressed(finding, settings)

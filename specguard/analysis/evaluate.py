@@ -1,0 +1,56 @@
+"""Stage two, per candidate file: parse with libcst and run the enabled rules over it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from specguard.analysis.findings import Finding, source_error
+from specguard.analysis.index import FileFacts
+from specguard.analysis.source import decode, read_bytes
+from specguard.errors import SourceError
+from specguard.packs import Pack
+from specguard.rules import load_rule
+from specguard.rules.base import Diagnostic, RuleContext
+
+
+def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
+                    mentions: frozenset[str]) -> list[Finding]:
+    rules = [r for r in map(load_rule, sorted(codes)) if r.applies(facts, pack, mentions)]
+    if not rules:
+        return []  # no rule can match here: the file is never parsed with libcst
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        return [source_error(path, f"syntax error (libcst): {exc.message}", exc.raw_line)]
+    except RecursionError:
+        return [source_error(path, "cannot parse: expression nesting too deep")]
+    ctx = RuleContext(module, facts, pack, mentions)
+    found: list[tuple[str, Diagnostic]] = []
+    try:
+        for rule in rules:
+            found.extend((rule.code, d) for d in rule.check(ctx))
+    except RecursionError:
+        return [source_error(path, "cannot analyze: expression nesting too deep")]
+    if not found:
+        return []
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    results = []
+    for code, diag in found:
+        span = positions[diag.node]
+        results.append(Finding(path, span.start.line, span.start.column + 1, code, diag.message,
+                               span.end.line, span.end.column + 1, diag.symbol))
+    return results
+
+
+def evaluate_file(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
+                  mentions: frozenset[str]) -> list[Finding]:
+    if not any(load_rule(c).applies(facts, pack, mentions) for c in codes):
+        return []
+    try:
+        text = decode(read_bytes(Path(path)))
+    except SourceError as exc:
+        return [source_error(path, str(exc))]
+    return evaluate_source(text, path, facts, pack, codes, mentions)

@@ -1,0 +1,118 @@
+"""The project index: answers "is this class a speculator?" and "what does this name refer to?" across files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specguard.analysis.modules import ModuleLocator
+from specguard.analysis.summary import ModuleSummary
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What the rules of one file need to know about the rest of the project (and the cache key for it)."""
+
+    module: str
+    imports: tuple[tuple[str, str], ...]
+    local_names: frozenset[str]
+    speculator_classes: frozenset[str]
+    base_classes: frozenset[str]  # the configured speculator bases defined in this file
+    spec_classes: frozenset[str]  # KV-cache/attention spec classes defined in this file
+    sink_accepts_dcp: bool
+
+    @property
+    def is_speculator_module(self) -> bool:
+        return bool(self.speculator_classes)
+
+    def resolve(self, dotted: str) -> str:
+        imports = dict(self.imports)
+        head, _, rest = dotted.partition(".")
+        if head in imports:
+            target = imports[head]
+        elif head in self.local_names:
+            target = f"{self.module}.{head}" if self.module else head
+        else:
+            return dotted
+        return f"{target}.{rest}" if rest else target
+
+
+class ProjectIndex:
+    def __init__(self, locator: ModuleLocator, load: Callable[[Path], ModuleSummary | None]) -> None:
+        self._locator = locator
+        self._load = load
+        self._summaries: dict[str, ModuleSummary | None] = {}
+
+    def add(self, summary: ModuleSummary) -> None:
+        self._summaries[summary.module] = summary
+
+    def summary(self, module: str) -> ModuleSummary | None:
+        if module not in self._summaries:
+            path = self._locator.find(module)
+            self._summaries[module] = self._load(path) if path else None
+        return self._summaries[module]
+
+    def _lookup(self, qualified: str) -> tuple[ModuleSummary, str] | None:
+        """The module summary and name that a qualified name denotes, following re-exports."""
+        for _ in range(20):  # bound re-export chains
+            module, _, name = qualified.rpartition(".")
+            summary = self.summary(module) if module else None
+            if summary is None:
+                return None
+            if name in summary.classes or name in summary.functions:
+                return summary, name
+            if name not in summary.imports:
+                return None
+            qualified = summary.imports[name]
+        return None
+
+    def ancestors(self, summary: ModuleSummary, class_name: str) -> list[str]:
+        """Qualified names of every ancestor of a class, through any number of levels and modules."""
+        seen: list[str] = []
+        stack = [(summary, class_name)]
+        visited: set[tuple[str, str]] = set()
+        while stack:
+            mod, name = stack.pop()
+            if (mod.module, name) in visited or name not in mod.classes:
+                continue
+            visited.add((mod.module, name))
+            for base in mod.classes[name].bases:
+                qualified = mod.resolve(base)
+                seen.append(qualified)
+                found = self._lookup(qualified)
+                if found is not None:
+                    stack.append(found)
+        return seen
+
+    def function_params(self, summary: ModuleSummary, names: list[str]) -> list[tuple[str, ...]]:
+        """Parameter lists of the functions with these names that the module imports or defines."""
+        found = []
+        for local, qualified in [*summary.imports.items(), *((n, f"{summary.module}.{n}") for n in summary.functions)]:
+            if qualified.rpartition(".")[2] in names or local in names:
+                target = self._lookup(qualified)
+                if target is not None and target[1] in target[0].functions:
+                    found.append(target[0].functions[target[1]])
+        return found
+
+    def facts(self, summary: ModuleSummary, bases: list[str], spec_suffixes: list[str],
+              sink: list[str], dcp_param: str) -> FileFacts:
+        def last(q: str) -> str:
+            return q.rpartition(".")[2]
+
+        speculators, spec_classes = set(), set()
+        for name in summary.classes:
+            lineage = [last(a) for a in self.ancestors(summary, name)]
+            if any(a in bases for a in lineage) or name in bases:
+                speculators.add(name)
+            if any(n.endswith(tuple(spec_suffixes)) for n in [name, *lineage]):
+                spec_classes.add(name)
+        return FileFacts(
+            module=summary.module,
+            imports=tuple(sorted(summary.imports.items())),
+            local_names=frozenset([*summary.classes, *summary.functions]),
+            speculator_classes=frozenset(speculators),
+            base_classes=frozenset(n for n in summary.classes if n in bases),
+            spec_classes=frozenset(spec_classes),
+            sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, sink)),
+        )

@@ -1,0 +1,50 @@
+"""Stage one, per file: read it, apply the prefilter, and summarize the files that mention a pack name."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from specguard.analysis.modules import module_name
+from specguard.analysis.source import decode, parse_ast, read_bytes
+from specguard.analysis.summary import ModuleSummary, summarize
+from specguard.errors import SourceError
+
+
+@dataclass(frozen=True)
+class FileScan:
+    path: str
+    stamp: tuple[int, int]  # (size, mtime_ns): an unchanged stamp reuses this scan from the cache
+    mentions: frozenset[str] = frozenset()
+    digest: str = ""
+    summary: ModuleSummary | None = None
+    root: Path = Path()  # the folder holding the top package, where sibling modules are looked up
+    error: str | None = None
+    error_line: int = 1
+
+
+def stamp_of(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def scan_file(path: str, needles: tuple[bytes, ...]) -> FileScan:
+    p = Path(path)
+    try:
+        stamp = stamp_of(p)
+        data = read_bytes(p)
+        text = decode(data)  # also for files no rule can match: undecodable text could hide a name
+    except (SourceError, OSError) as exc:
+        return FileScan(path, (0, 0), error=str(exc))
+    mentions = frozenset(n.decode() for n in needles if n in data)
+    if not mentions:
+        return FileScan(path, stamp)
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    try:
+        tree = parse_ast(text, path)
+    except SourceError as exc:
+        line = int(str(exc).rpartition("(line ")[2].rstrip(")") or 1) if "(line " in str(exc) else 1
+        return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=line)
+    module, is_package, root = module_name(p)
+    return FileScan(path, stamp, mentions, digest, summarize(tree, module, is_package), root=root)

@@ -1,0 +1,42 @@
+"""Reading a file as Python source, with every way it can fail turned into a SourceError."""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+import warnings
+from pathlib import Path
+
+from specguard.errors import SourceError
+
+
+def read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+
+
+def decode(data: bytes) -> str:
+    """Source text, honouring a PEP 263 coding cookie; UTF-8 otherwise."""
+    if b"\x00" in data:
+        raise SourceError("file contains NUL bytes; not Python source")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc
+        raise SourceError(f"cannot decode file as Python source (not UTF-8?): {reason}") from None
+
+
+def parse_ast(text: str, filename: str) -> ast.Module:
+    """CPython's own parser: fast, and it refuses pathological nesting with an error instead of a crash."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like are not our findings
+            return ast.parse(text, filename=filename)
+    except SyntaxError as exc:
+        raise SourceError(f"syntax error: {exc.msg} (line {exc.lineno})") from None
+    except (RecursionError, MemoryError, ValueError) as exc:
+        raise SourceError(f"cannot parse: {type(exc).__name__}: expression nesting too deep") from None

@@ -1,0 +1,44 @@
+"""Suppressions: `# specguard: ignore[SG101]` or `# noqa: SG101` on the reported line, and per-file-ignores."""
+
+from __future__ import annotations
+
+import fnmatch
+import linecache
+import re
+from pathlib import Path
+
+from specguard.analysis.findings import Finding
+from specguard.settings import Settings
+
+# A bare `# noqa` belongs to other linters and does not silence specguard; a bare ignore does not either.
+_NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
+_IGNORE = re.compile(r"#\s*specguard:\s*ignore\[(?P<codes>[^\]]*)\]", re.IGNORECASE)
+
+
+def line_codes(line: str) -> set[str]:
+    codes: set[str] = set()
+    for pattern in (_NOQA, _IGNORE):
+        for match in pattern.finditer(line):
+            codes.update(c.upper() for c in re.split(r"[\s,]+", match.group("codes")) if c)
+    return codes
+
+
+def _per_file(finding: Finding, settings: Settings) -> bool:
+    path = Path(finding.path)
+    try:
+        rel = path.resolve().relative_to(settings.root.resolve()).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    for pattern, codes in settings.per_file_ignores.items():
+        matches = fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(path.name, pattern)
+        if matches and any(finding.code.startswith(c.upper()) for c in codes):
+            return True
+    return False
+
+
+def is_suppressed(finding: Finding, settings: Settings) -> bool:
+    if _per_file(finding, settings):
+        return True
+    if finding.code == "SG000":
+        return False
+    return finding.code in line_codes(linecache.getline(finding.path, finding.line))

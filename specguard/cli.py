@@ -1,0 +1,187 @@
+"""The command line: check, rules, explain, config, doctor. Errors become one line and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from specguard import __version__
+from specguard.errors import UserError
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specguard",
+        description="Keeps vLLM speculative decoding from breaking silently.",
+        epilog="Exit codes: 0 no findings, 1 findings, 2 error.",
+    )
+    parser.add_argument("--version", action="version", version=f"specguard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="analyze Python files for speculator metadata bugs")
+    check.add_argument("paths", nargs="*", type=Path, help="files or folders (default: .)")
+    check.add_argument("--vllm", action="store_true", help="also analyze the vLLM installed in this environment")
+    check.add_argument("--format", choices=["text", "json", "sarif", "github"], default="text")
+    check.add_argument("--config", type=Path, help="a pyproject.toml or TOML file to read settings from")
+    check.add_argument("--select", help="comma-separated codes or prefixes to run (default: all)")
+    check.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
+    check.add_argument("--extend-select", help="codes to run in addition to the selected ones")
+    check.add_argument("--rule-pack", action="append", type=Path, default=[], help="an extra rule pack (TOML)")
+    check.add_argument("--statistics", action="store_true", help="print the number of findings per rule")
+    check.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    check.add_argument("--cache-dir", type=Path, help="where to keep the cache (default: .specguard_cache)")
+    check.add_argument("--baseline", type=Path, help="ignore the findings recorded in this file")
+    check.add_argument("--write-baseline", type=Path, help="record the current findings in this file")
+    check.add_argument("--output", type=Path, help="write the report to this file instead of stdout")
+
+    sub.add_parser("rules", help="list the rules")
+    explain = sub.add_parser("explain", help="print a rule's documentation")
+    explain.add_argument("code", help="a rule code, e.g. SG103")
+    sub.add_parser("config", help="pre-flight a vLLM serving config (see `specguard config --help`)",
+                   add_help=False)
+    sub.add_parser("doctor", help="show the environment as specguard sees it", add_help=False)
+    return parser
+
+
+def _codes(value: str | None) -> list[str] | None:
+    return None if value is None else [c for c in (x.strip() for x in value.split(",")) if c]
+
+
+def _installed_vllm() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("--vllm: no vLLM is installed in this environment (pip install vllm, or pass its path)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
+    from specguard.analysis.engine import check_paths
+    from specguard.report import FORMATS
+    from specguard.settings import load_settings
+
+    paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
+    if args.vllm:
+        paths.append(_installed_vllm())
+    settings = load_settings(args.config, paths[0])
+    updates: dict = {}
+    for key in ("select", "ignore", "extend_select"):
+        if (value := _codes(getattr(args, key))) is not None:
+            updates[key] = value
+    if args.rule_pack:
+        updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
+    if args.cache_dir:
+        updates["cache_dir"] = args.cache_dir
+    if updates:
+        settings = settings.model_validate({**settings.model_dump(), **updates})
+    _reject_unknown_codes(settings)
+
+    result = check_paths(paths, settings, use_cache=not args.no_cache)
+    findings = result.findings
+    if args.write_baseline:
+        write_baseline(args.write_baseline, findings)
+    if args.baseline:
+        findings = filter_baseline(findings, read_baseline(args.baseline))
+
+    report = FORMATS[args.format](findings)
+    if args.statistics:
+        from specguard.report.text import statistics
+        from specguard.rules import ALL_CODES, load_rule
+
+        names = {"SG000": "source-error", **{c: load_rule(c).name for c in ALL_CODES}}
+        report = statistics(findings, names) if args.format == "text" else report
+    _emit(report, args.output)
+    for error in result.errors:
+        print(f"specguard: error: {error}", file=sys.stderr)
+    if result.errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _reject_unknown_codes(settings) -> None:  # type: ignore[no-untyped-def]
+    from specguard.rules import ALL_CODES
+
+    known = ["SG000", *ALL_CODES, "ALL"]
+    for selector in [*(settings.select or []), *settings.ignore, *settings.extend_select]:
+        if not any(code.startswith(selector) for code in known):
+            raise UserError(f"unknown rule selector '{selector}'; see `specguard rules`")
+
+
+def _emit(report: str, output: Path | None) -> None:
+    if output is None:
+        if report:
+            print(report)
+        return
+    try:
+        output.write_text(report + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{output}: cannot write report: {exc.strerror or exc}") from None
+
+
+def run_rules() -> int:
+    from specguard.rules import all_rules
+
+    print(f"{'code':<6}  {'name':<28}  summary")
+    print(f"{'SG000':<6}  {'source-error':<28}  a file that cannot be read, decoded or parsed")
+    for rule in all_rules().values():
+        print(f"{rule.code:<6}  {rule.name:<28}  {rule.summary.split('. ')[0].removeprefix('Flags ')}")
+    return EXIT_CLEAN
+
+
+def run_explain(code: str) -> int:
+    from specguard.rules import ALL_CODES, SOURCE_ERROR_DOCS, load_rule
+
+    code = code.upper()
+    if code == "SG000":
+        print(SOURCE_ERROR_DOCS)
+    elif code in ALL_CODES:
+        print(load_rule(code).docs())
+    else:
+        raise UserError(f"unknown rule '{code}'; known: SG000, {', '.join(ALL_CODES)}")
+    return EXIT_CLEAN
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # config and doctor own their argument parsing (config passes `vllm serve` arguments through after --).
+    if argv and argv[0] in ("config", "doctor"):
+        from specguard.deploy import cli as deploy_cli
+
+        return deploy_cli.config_main(argv[1:]) if argv[0] == "config" else deploy_cli.doctor_main(argv[1:])
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return run_check(args)
+        if args.command == "rules":
+            return run_rules()
+        if args.command == "explain":
+            return run_explain(args.code)
+        _parser().print_help()
+        return EXIT_ERROR
+    except UserError as exc:
+        print(f"specguard: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # an internal error still gets one line, never a traceback
+        print(f"specguard: internal error: {type(exc).__name__}: {exc} "
+              f"(please report it; rerun with SPECGUARD_DEBUG=1 for the traceback)", file=sys.stderr)
+        if _debug():
+            raise
+        return EXIT_ERROR
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("SPECGUARD_DEBUG", "") not in ("", "0")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The rules: one module each, named `sg<code>_<name>.py`, each defining `RULE`.
+
+Codes are read from the module names so that listing or selecting rules does not import libcst; a rule's
+module is imported only when a file needs it (which keeps a warm, fully cached run fast).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specguard.rules.base import Rule
+
+_MODULE = re.compile(r"^sg(\d{3})_\w+$")
+
+# SG000 is the engine's own: a file that could not be read, decoded or parsed.
+SOURCE_ERROR_DOCS = """# source-error (SG000)
+
+## What it does
+Reports a file that specguard could not analyze: it cannot be read, is not valid UTF-8 (or the encoding its
+coding cookie names), contains NUL bytes, does not parse, or nests expressions too deeply for the parser.
+
+## Why is this bad?
+A file specguard cannot read is a file it cannot vouch for. The other files of the run are still analyzed;
+fix the file or exclude it (`exclude` in [tool.specguard]).
+
+Syntax is checked only in files that mention a name from the rule packs: the prefilter never parses the others,
+so leave general syntax checking to your linter."""
+
+
+@cache
+def _modules() -> dict[str, str]:
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        if match := _MODULE.match(info.name):
+            found[f"SG{match.group(1)}"] = f"{__name__}.{info.name}"
+    return dict(sorted(found.items()))
+
+
+ALL_CODES: list[str] = list(_modules())
+
+
+def load_rule(code: str) -> Rule:
+    return importlib.import_module(_modules()[code]).RULE
+
+
+def all_rules() -> dict[str, Rule]:
+    return {code: load_rule(code) for code in ALL_CODES}
