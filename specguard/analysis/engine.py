@@ -145,8 +145,7 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
             continue
         if scan.summary is None:
             continue
-        facts = index.facts(scan.summary, pack.speculators.bases, pack.kv_groups.spec_class_suffixes,
-                            pack.metadata.sink, pack.metadata.dcp_param or "")
+        facts = index.facts(scan.summary, pack)
         key = _result_key(scan, facts, codes)
         live_results.add(key)
         if key in cache.results:
@@ -168,3 +167,28 @@ def _ignored(finding: Finding, settings: Settings) -> bool:
     if finding.code != "SG000" and finding.code not in settings.enabled(ALL_CODES):
         return True
     return is_suppressed(finding, settings)
+
+
+def check_source(text: str, path: str = "example.py", module: str = "example", *,
+                 pack: Pack | None = None, settings: Settings | None = None) -> list[Finding]:
+    """One in-memory module through the same index and rules, with nothing else in the project.
+
+    What the rules' own examples and the property tests run; a source error comes back as SG000.
+    """
+    from specguard.analysis.evaluate import evaluate_source
+    from specguard.analysis.source import parse_ast
+    from specguard.analysis.summary import summarize
+    from specguard.errors import SourceError
+
+    settings = settings or Settings()
+    pack = pack or load_pack(settings.rule_packs)
+    try:
+        summary = summarize(parse_ast(text, path), module, False)
+    except SourceError as exc:
+        return [source_error(path, str(exc))]
+    index = ProjectIndex(ModuleLocator(), lambda _: None)
+    index.add(summary)
+    facts = index.facts(summary, pack)
+    mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
+    codes = frozenset(settings.enabled(ALL_CODES))
+    return sorted(evaluate_source(text, path, facts, pack, codes, mentions))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.summary import ModuleSummary
+from specguard.packs import Pack
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,10 @@ class ProjectIndex:
                     found.append(target[0].functions[target[1]])
         return found
 
-    def facts(self, summary: ModuleSummary, bases: list[str], spec_suffixes: list[str],
-              sink: list[str], dcp_param: str) -> FileFacts:
+    def facts(self, summary: ModuleSummary, pack: Pack) -> FileFacts:
+        bases, spec_suffixes = pack.speculators.bases, tuple(pack.kv_groups.spec_class_suffixes)
+        sink, dcp_param = pack.metadata.sink, pack.metadata.dcp_param
+
         def last(q: str) -> str:
             return q.rpartition(".")[2]
 
@@ -105,7 +108,7 @@ class ProjectIndex:
             lineage = [last(a) for a in self.ancestors(summary, name)]
             if any(a in bases for a in lineage) or name in bases:
                 speculators.add(name)
-            if any(n.endswith(tuple(spec_suffixes)) for n in [name, *lineage]):
+            if any(n.endswith(spec_suffixes) for n in [name, *lineage]):
                 spec_classes.add(name)
         return FileFacts(
             module=summary.module,
