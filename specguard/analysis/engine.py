@@ -125,8 +125,9 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
         """A module without a pack name, read only because an ancestor class or the sink lives there."""
         key = str(path)
         cached = cache.scans.get(key)
-        if cached is None or cached.stamp != stamp_of(path):
-            cached = scan_file(key, (b"",))  # the empty needle is in every file: always summarized
+        # A prefiltered-out scan has no summary; read the file in full this once.
+        if cached is None or cached.summary is None or cached.stamp != stamp_of(path):
+            cached = scan_file(key, pack.needles, summarize_always=True)
             cache.put_scan(key, cached)
         borrowed.add(key)
         return cached.summary
@@ -143,7 +144,7 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
         if scan.error is not None:
             result.findings.append(source_error(path, scan.error, scan.error_line))
             continue
-        if scan.summary is None:
+        if scan.summary is None or not scan.mentions:
             continue
         facts = index.facts(scan.summary, pack)
         key = _result_key(scan, facts, codes)

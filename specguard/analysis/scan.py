@@ -29,7 +29,8 @@ def stamp_of(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def scan_file(path: str, needles: tuple[bytes, ...]) -> FileScan:
+def scan_file(path: str, needles: tuple[bytes, ...], summarize_always: bool = False) -> FileScan:
+    """Stage one for a file. `summarize_always` is for modules the index reads for an ancestor class."""
     p = Path(path)
     try:
         stamp = stamp_of(p)
@@ -38,7 +39,7 @@ def scan_file(path: str, needles: tuple[bytes, ...]) -> FileScan:
     except (SourceError, OSError) as exc:
         return FileScan(path, (0, 0), error=str(exc))
     mentions = frozenset(n.decode() for n in needles if n in data)
-    if not mentions:
+    if not mentions and not summarize_always:
         return FileScan(path, stamp)
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     try:

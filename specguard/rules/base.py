@@ -41,8 +41,15 @@ class RuleContext:
         return self.facts.resolve(name).rpartition(".")[2]
 
     def calls_function(self, call: cst.Call, names: list[str]) -> bool:
-        """A call of a module-level function (not a method on self) named in `names`."""
-        return not is_self_call(call) and self.callee(call) in names
+        """A call of a module-level function named in `names`: by its (imported, aliased) name or through an
+        imported module, never a method of some object (`self.builder.build_attn_metadata()`)."""
+        name = dotted(call.func)
+        if name is None or is_self_call(call):
+            return False
+        head = name.partition(".")[0]
+        if "." in name and head not in dict(self.facts.imports):
+            return False
+        return self.facts.resolve(name).rpartition(".")[2] in names
 
     def speculator_scope(self, class_name: str | None) -> bool:
         """Code that runs as part of a speculator: its methods, or functions of a module defining one."""
