@@ -7,6 +7,7 @@ UserError naming the file, the key and the problem.
 
 from __future__ import annotations
 
+import difflib
 import string
 from importlib import resources
 from pathlib import Path
@@ -34,13 +35,21 @@ class Evidence(_Params):
     text: str = Field(min_length=8)
 
 
-class DraftPathParams(_Params):
-    """CFG101: a method whose speculator descends from `draft_path_class`, with `rules` findings on it."""
+class SpeculatorParams(_Params):
+    """Where the served source maps a method to speculator classes, and the analyzer rules to look for."""
 
     registry_file: str
     registry_function: str
-    draft_path_class: str
+    # The config class whose predicates (`use_eagle()`) the registry's if/elif chain calls.
+    predicate_file: str
+    predicate_class: str
     rules: list[str] = Field(min_length=1)
+
+
+class DraftPathParams(SpeculatorParams):
+    """CFG101: a method whose speculator descends from `draft_path_class`, with `rules` findings on it."""
+
+    draft_path_class: str
 
 
 class InterleaveParams(_Params):
@@ -94,6 +103,7 @@ PARAMS: dict[str, type[_Params]] = {
     "CFG111": SourceEnumParams,
     "CFG112": SourceEnumParams,
     "CFG113": EvidenceParams,
+    "CFG114": SpeculatorParams,
 }
 
 
@@ -135,10 +145,16 @@ class _Entry(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-def _problem(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors(include_url=False)[0]
+def _problem(exc: ValidationError, fields: list[str]) -> tuple[str, str]:
+    """The key and problem to report; a misspelt key is reported as unknown (with a guess), not as missing."""
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     key = ".".join(str(p) for p in err["loc"])
     problem = {"extra_forbidden": "unknown key", "missing": "missing"}.get(err["type"], err["msg"])
+    if err["type"] == "extra_forbidden":
+        guess = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1)
+        if guess:
+            problem += f" (did you mean '{guess[0]}'?)"
     return key, problem
 
 
@@ -171,11 +187,14 @@ def parse_catalogue(raw: dict[str, Any], origin: str) -> Catalogue:
             raise UserError(f"{origin}: hazard '{code}': expected a table")
         try:
             entry = _Entry.model_validate(body)
+        except ValidationError as exc:
+            key, problem = _problem(exc, list(_Entry.model_fields))
+            raise UserError(f"{origin}: hazard '{code}.{key}': {problem}") from None
+        try:
             params = PARAMS[code].model_validate(entry.params)
         except ValidationError as exc:
-            key, problem = _problem(exc)
-            where = key if key.startswith("params") or key in _Entry.model_fields else f"params.{key}"
-            raise UserError(f"{origin}: hazard '{code}.{where}': {problem}") from None
+            key, problem = _problem(exc, list(PARAMS[code].model_fields))
+            raise UserError(f"{origin}: hazard '{code}.params.{key}': {problem}") from None
         for field in ("message", "fix"):
             _check_template(origin, code, field, getattr(entry, field))
         hazards[code] = Hazard(

@@ -81,10 +81,7 @@ def _runtime_checks() -> tuple[list[RuntimeCheck], str | None]:
 def diagnose(vllm_source: str | None = None) -> Report:
     packages = {label: _version(names) for label, names in PACKAGES.items()}
     root: Path | None
-    if vllm_source is not None:
-        root = SourceTree.open(vllm_source).root
-    else:
-        root = installed_vllm_dir()
+    root = SourceTree.open(vllm_source).root if vllm_source is not None else installed_vllm_dir()
     check = _check_summary(root) if root is not None else None
     runtime, note = _runtime_checks()
     return Report(

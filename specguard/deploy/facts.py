@@ -7,7 +7,7 @@ with libcst through SourceTree. Each fact is computed once per source.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +100,19 @@ class SourceFacts:
 
     # -- speculative methods and their speculator classes ---------------------------------------------------
 
-    def method_speculators(self, registry_file: str, function: str) -> dict[str, list[ClassInfo]]:
+    def method_speculators(
+        self,
+        registry_file: str,
+        function: str,
+        predicate_file: str | None = None,
+        predicate_class: str | None = None,
+    ) -> dict[str, list[ClassInfo]]:
         """method string -> the speculator classes the registry function may build for it.
 
         Read from the if/elif chain of e.g. `init_speculator`: a branch tested with `<x>.method == "m"` (or
-        `in (...)`) contributes every class it instantiates in a `return C(...)`. Branches tested by a predicate
-        (`use_eagle()`) name no method and are skipped.
+        `in (...)`) contributes every class it instantiates in a `return C(...)`. A branch tested by a predicate
+        (`speculative_config.use_eagle()`) is read through that method of `predicate_class`. A method an earlier
+        plain comparison already took is not given to later branches: the chain never reaches them for it.
         """
         key = (registry_file, function)
         if key in self._speculators:
@@ -121,9 +128,14 @@ class SourceFacts:
                 ),
                 None,
             )
+            predicates = self._predicates(predicate_file, predicate_class)
+            taken: set[str] = set()
             if func is not None:
                 for test, body in _branches(func.body):
-                    methods = _methods_tested(test)
+                    methods, exact = _branch_methods(test, predicates)
+                    methods = [m for m in methods if m not in taken]
+                    if exact:
+                        taken.update(methods)
                     if not methods:
                         continue
                     local = _local_imports(body, parsed.name, parsed.imports)
@@ -139,6 +151,16 @@ class SourceFacts:
                         )
         self._speculators[key] = result
         return result
+
+    def _predicates(self, relpath: str | None, cls_name: str | None) -> dict[str, cst.FunctionDef]:
+        """Methods of the config class the registry calls as predicates (`use_eagle`), by name."""
+        if relpath is None or cls_name is None:
+            return {}
+        parsed = self._module(relpath)
+        if parsed is None or cls_name not in parsed.classes:
+            return {}
+        body = parsed.classes[cls_name].node.body.body
+        return {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
 
     def ancestors(self, cls: ClassInfo) -> list[ClassInfo]:
         return self.tree.ancestors(cls)
@@ -295,17 +317,47 @@ def _branches(body: cst.BaseSuite) -> list[tuple[cst.BaseExpression, cst.BaseSui
     return out
 
 
-def _methods_tested(test: cst.BaseExpression) -> list[str]:
-    """`spec.method == "x"` / `spec.method in ("x", "y")` -> the method strings."""
+def _methods_tested(test: cst.BaseExpression, negated: bool = False) -> list[str]:
+    """`spec.method == "x"` / `spec.method in ("x", "y")` (and with `negated`, `!=` / `not in`) -> strings."""
+    ops: tuple[type, ...] = (cst.Equal, cst.In) + ((cst.NotEqual, cst.NotIn) if negated else ())
     methods: list[str] = []
     for comp in _comparisons(test):
         left = comp.left
         if not (isinstance(left, cst.Attribute) and left.attr.value == "method"):
             continue
         for target in comp.comparisons:
-            if isinstance(target.operator, (cst.Equal, cst.In)):
+            if isinstance(target.operator, ops):
                 methods.extend(literal_strings(target.comparator))
     return methods
+
+
+def _branch_methods(
+    test: cst.BaseExpression, predicates: dict[str, cst.FunctionDef]
+) -> tuple[list[str], bool]:
+    """The methods an if-test selects, and whether it selects exactly them (no other condition)."""
+    if isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute) and not test.args:
+        func = predicates.get(test.func.attr.value)
+        if func is None:
+            return [], False
+        stmts = [s for s in func.body.body if isinstance(s, cst.SimpleStatementLine)]
+        only_return = (
+            len(func.body.body) == 1 and len(stmts) == 1 and isinstance(stmts[0].body[0], cst.Return)
+        )
+        if only_return:
+            ret = stmts[0].body[0]
+            assert isinstance(ret, cst.Return)
+            if isinstance(ret.value, cst.Comparison):
+                return _methods_tested(ret.value), True
+        # A compound predicate (`method == "mtp" and <draft config>`) may or may not hold for its methods.
+        methods: list[str] = []
+
+        class _V(cst.CSTVisitor):
+            def visit_Comparison(self, node: cst.Comparison) -> None:
+                methods.extend(_methods_tested(node, negated=True))
+
+        func.body.visit(_V())
+        return list(dict.fromkeys(methods)), False
+    return _methods_tested(test), isinstance(test, cst.Comparison)
 
 
 def _comparisons(expr: cst.BaseExpression) -> list[cst.Comparison]:
@@ -430,9 +482,15 @@ def _joined(node: cst.CSTNode) -> list[str]:
 def open_source(path: str | Path | None) -> SourceFacts | None:
     """`--vllm-source DIR`, else the vLLM installed here (located, not imported), else None."""
     if path is not None:
-        return SourceFacts.open(path)
+        return _facts_for(SourceTree.open(path).root)
     installed = installed_vllm_dir()
-    return SourceFacts.open(installed) if installed is not None else None
+    return _facts_for(SourceTree.open(installed).root) if installed is not None else None
+
+
+@lru_cache(maxsize=4)
+def _facts_for(root: Path) -> SourceFacts:
+    # One SourceFacts per tree per process: a second config against the same source reuses its parses.
+    return SourceFacts(SourceTree(root))
 
 
 def installed_vllm_dir() -> Path | None:

@@ -20,9 +20,11 @@ from specguard.deploy.catalogue import (
     InterleaveParams,
     NonCausalDcpParams,
     SourceEnumParams,
+    SpeculatorParams,
 )
 from specguard.deploy.facts import SourceFacts, SourceFinding
 from specguard.deploy.model import ServingConfig
+from specguard.deploy.source import ClassInfo
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def _interleave(cfg: ServingConfig) -> tuple[int, str]:
 def _cfg101(cfg: ServingConfig, p: DraftPathParams, facts: SourceFacts | None) -> list[_Hit]:
     if cfg.method is None or cfg.data_parallel_size <= 1 or facts is None:
         return []
-    classes = facts.method_speculators(p.registry_file, p.registry_function).get(cfg.method, [])
+    classes = _speculators(cfg.method, p, facts)
     family = [c for c in classes if facts.descends_from(c, p.draft_path_class)]
     if not family:
         return []
@@ -93,6 +95,34 @@ def _cfg101(cfg: ServingConfig, p: DraftPathParams, facts: SourceFacts | None) -
                 "method": cfg.method,
                 "dp": cfg.data_parallel_size,
                 "speculators": ", ".join(c.name for c in family),
+                "findings": _where(hits),
+            },
+        )
+    ]
+
+
+def _speculators(method: str, p: SpeculatorParams, facts: SourceFacts) -> list[ClassInfo]:
+    registry = facts.method_speculators(
+        p.registry_file, p.registry_function, p.predicate_file, p.predicate_class
+    )
+    return registry.get(method, [])
+
+
+def _cfg114(cfg: ServingConfig, p: SpeculatorParams, facts: SourceFacts | None) -> list[_Hit]:
+    if cfg.method is None or cfg.decode_context_parallel_size <= 1 or facts is None:
+        return []
+    classes = _speculators(cfg.method, p, facts)
+    scope = list({(a.module, a.name): a for c in classes for a in facts.ancestors(c)}.values())
+    hits = facts.findings_in(scope, p.rules)
+    if not hits:
+        return []
+    return [
+        _Hit(
+            "decode-context-parallel-size",
+            {
+                "method": cfg.method,
+                "dcp": cfg.decode_context_parallel_size,
+                "speculators": ", ".join(c.name for c in classes),
                 "findings": _where(hits),
             },
         )
@@ -292,6 +322,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "CFG111": _cfg111,
     "CFG112": _cfg112,
     "CFG113": _cfg113,
+    "CFG114": _cfg114,
 }
 
 

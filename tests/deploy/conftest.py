@@ -1,0 +1,53 @@
+"""Fixtures for the config pre-flight tests: the real vLLM sources and a way to run the CLI in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specguard.deploy.catalogue import Catalogue, load_catalogue
+from specguard.deploy.cli import config_main
+from specguard.deploy.facts import SourceFacts, open_source
+
+VERSIONS = ("0.28.0", "0.33.0")
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "configs"
+
+
+def _source_dir(version: str) -> Path:
+    # TEMPORARY until tests/conftest.py provides vllm_source(version).
+    return Path("/tmp/vsrc") / version / "vllm"
+
+
+@pytest.fixture(scope="session")
+def source_dir() -> Callable[[str], Path]:
+    return _source_dir
+
+
+@pytest.fixture(scope="session")
+def facts() -> Callable[[str], SourceFacts]:
+    """SourceFacts per vLLM version, shared by the session (the same object the CLI would build)."""
+
+    def get(version: str) -> SourceFacts:
+        found = open_source(_source_dir(version))
+        assert found is not None
+        return found
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def catalogue() -> Catalogue:
+    return load_catalogue()
+
+
+@pytest.fixture
+def run_config(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    def run(*argv: str) -> tuple[int, str, str]:
+        rc = config_main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run

@@ -1,0 +1,217 @@
+"""`specguard config` and `specguard doctor` end to end: examples, formats, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specguard.deploy.cli import doctor_main
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "configs"
+
+# What each example must report on each source (the README shows these runs).
+EXPECTED = {
+    ("dflash-dp2.yaml", "0.28.0"): {"CFG101"},
+    ("dflash-dp2.yaml", "0.33.0"): set(),
+    ("dspark-dcp.yaml", "0.28.0"): {"CFG103", "CFG104", "CFG114"},
+    ("dspark-dcp.yaml", "0.33.0"): {"CFG102", "CFG104"},
+    ("clean.yaml", "0.28.0"): set(),
+    ("clean.yaml", "0.33.0"): set(),
+}
+
+
+@pytest.mark.parametrize(("example", "version"), sorted(EXPECTED))
+def test_examples_json(
+    example: str,
+    version: str,
+    run_config: Callable[..., tuple[int, str, str]],
+    source_dir: Callable[[str], Path],
+) -> None:
+    rc, out, err = run_config(
+        str(EXAMPLES / example), "--vllm-source", str(source_dir(version)), "--format", "json"
+    )
+    findings = json.loads(out)
+    assert {f["code"] for f in findings} == EXPECTED[(example, version)]
+    assert rc == (1 if findings else 0)
+    for f in findings:
+        assert set(f) == {"code", "severity", "message", "key", "fix"}
+    assert err == ""
+
+
+def test_text_output(
+    run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]
+) -> None:
+    path = EXAMPLES / "dflash-dp2.yaml"
+    rc, out, _ = run_config(str(path), "--vllm-source", str(source_dir("0.28.0")))
+    assert rc == 1
+    assert f"{path}: judged against vLLM 0.28.0" in out
+    assert f"{path}: CFG101 error [data-parallel-size]" in out
+    assert "fix: set data-parallel-size: 1" in out
+    assert out.rstrip().endswith("1 hazard (1 error)")
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
+def test_argv_and_yaml_give_the_same_findings(
+    version: str, run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]
+) -> None:
+    src = str(source_dir(version))
+    rc_yaml, out_yaml, _ = run_config(
+        str(EXAMPLES / "dspark-dcp.yaml"), "--vllm-source", src, "--format", "json"
+    )
+    rc_argv, out_argv, _ = run_config(
+        "--vllm-source",
+        src,
+        "--format",
+        "json",
+        "--",
+        "moonshotai/Kimi-K3",
+        "-tp",
+        "8",
+        "-dcp",
+        "8",
+        "--cp-kv-cache-interleave-size",
+        "16",
+        "--attention-backend",
+        "FLASHINFER_MLA",
+        "--speculative-config",
+        '{"method": "dspark", "model": "moonshotai/Kimi-K3-DSpark", "num_speculative_tokens": 7}',
+        "--compilation-config",
+        '{"cudagraph_mode": "FULL_AND_PIECEWISE"}',
+    )
+    assert rc_yaml == rc_argv == 1
+    assert json.loads(out_yaml) == json.loads(out_argv)
+
+
+def test_file_plus_arguments_override_the_file(
+    run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]
+) -> None:
+    rc, out, _ = run_config(
+        str(EXAMPLES / "dflash-dp2.yaml"),
+        "--vllm-source",
+        str(source_dir("0.28.0")),
+        "--format",
+        "json",
+        "--",
+        "--data-parallel-size",
+        "1",
+    )
+    assert (rc, json.loads(out)) == (0, [])
+
+
+def test_without_a_source_says_so(
+    run_config: Callable[..., tuple[int, str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import specguard.deploy.facts as facts_module
+
+    monkeypatch.setattr(facts_module, "installed_vllm_dir", lambda: None)
+    rc, out, _ = run_config(str(EXAMPLES / "dflash-dp2.yaml"))
+    assert rc == 0
+    assert "no vLLM source (pass --vllm-source DIR or install vllm); not judged: CFG101" in out
+    rc, out, err = run_config(str(EXAMPLES / "dflash-dp2.yaml"), "--format", "json")
+    assert (rc, json.loads(out)) == (0, [])
+    assert "not judged: CFG101" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["nope.yaml"], "nope.yaml: no such file"),
+        ([], "give a config FILE.yaml"),
+        (["--format", "xml", "x.yaml"], "argument --format: invalid choice"),
+        (
+            ["{examples}/clean.yaml", "--vllm-source", "/nonexistent/vllm"],
+            "--vllm-source /nonexistent/vllm: not a",
+        ),
+        (["{examples}/clean.yaml", "--vllm-source", "{examples}"], "not a vllm package directory"),
+        (
+            ["--", "--data-paralel-size", "2"],
+            "unknown option 'data-paralel-size'; did you mean 'data-parallel-size'?",
+        ),
+        (["--", "--data-parallel-size", "two"], "data-parallel-size: expected an integer, got 'two'"),
+        (
+            ["--", "--speculative-config", "{oops"],
+            "speculative-config: expected a mapping or a JSON object string",
+        ),
+        (["--", "m", "n"], "unexpected positional argument 'n'"),
+        (["--", "--config"], "--config needs a file"),
+        (["{examples}/clean.yaml", "--hazards", "/nonexistent.toml"], "hazard catalogue not found"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(
+    argv: list[str], expected: str, run_config: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    rc, out, err = run_config(*[a.replace("{examples}", str(EXAMPLES)) for a in argv])
+    assert rc == 2
+    assert out == ""
+    assert err.startswith("specguard: error: ")
+    assert err.count("\n") == 1, err
+    assert expected in err
+
+
+@pytest.mark.parametrize(("text", "expected"), [("a: [1\n", "invalid YAML"), ("- 1\n", "got a YAML list")])
+def test_bad_yaml_files(
+    text: str, expected: str, tmp_path: Path, run_config: Callable[..., tuple[int, str, str]]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    rc, _, err = run_config(str(path))
+    assert rc == 2 and expected in err and "Traceback" not in err
+
+
+def test_as_a_separate_process_no_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("data-parallel-size: two\n")
+    code = "import sys; from specguard.deploy.cli import config_main; sys.exit(config_main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    assert proc.stderr == f"specguard: error: {path}: data-parallel-size: expected an integer, got 'two'\n"
+
+
+def test_help_exits_0(run_config: Callable[..., tuple[int, str, str]]) -> None:
+    rc, out, _ = run_config("--help")
+    assert rc == 0 and "--vllm-source" in out
+
+
+# -- doctor ---------------------------------------------------------------------------------------------------
+
+
+def test_doctor_reports_versions_and_a_check_summary(
+    capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path]
+) -> None:
+    rc = doctor_main(["--vllm-source", str(source_dir("0.28.0")), "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert set(report["packages"]) == {"vllm", "flashinfer", "torch"}
+    assert report["check"]["findings"]["SG102"] >= 1
+    assert report["check"]["findings"]["SG201"] >= 1
+    assert report["vllm_dir"] == str(source_dir("0.28.0").resolve())
+
+
+def test_doctor_text(capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path]) -> None:
+    rc = doctor_main(["--vllm-source", str(source_dir("0.33.0"))])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "specguard check: " in out and "SG102" not in out
+    assert out.splitlines()[0].startswith("python ")
+
+
+def test_doctor_without_vllm(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import specguard.deploy.doctor as doctor
+
+    monkeypatch.setattr(doctor, "installed_vllm_dir", lambda: None)
+    monkeypatch.setattr(doctor, "_version", lambda names: None)
+    assert doctor_main([]) == 0
+    out = capsys.readouterr().out
+    assert "vllm        not installed" in out
+    assert "specguard check: skipped" in out
+
+
+def test_doctor_bad_source(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert doctor_main(["--vllm-source", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("specguard: error: --vllm-source")
