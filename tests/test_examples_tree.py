@@ -1,0 +1,23 @@
+"""The shipped examples/ tree shows every rule firing, once each (it is what the Quickstart runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specguard.analysis.engine import check_paths
+from specguard.rules import ALL_CODES
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_every_rule_fires_exactly_once_on_the_examples() -> None:
+    result = check_paths([EXAMPLES], use_cache=False)
+    assert result.errors == []
+    assert sorted(f.code for f in result.findings) == sorted(ALL_CODES)
+
+
+def test_each_finding_sits_under_the_comment_that_announces_it() -> None:
+    for finding in check_paths([EXAMPLES], use_cache=False).findings:
+        lines = Path(finding.path).read_text().splitlines()
+        before = "\n".join(lines[max(0, finding.line - 4): finding.line])
+        assert f"# {finding.code}:" in before, (finding.code, finding.path, finding.line)
