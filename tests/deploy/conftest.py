@@ -11,27 +11,19 @@ from specguard.deploy.catalogue import Catalogue, load_catalogue
 from specguard.deploy.cli import config_main
 from specguard.deploy.facts import SourceFacts, open_source
 
-VERSIONS = ("0.28.0", "0.33.0")
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples" / "configs"
 
-
-def _source_dir(version: str) -> Path:
-    # TEMPORARY until tests/conftest.py provides vllm_source(version).
-    return Path("/tmp/vsrc") / version / "vllm"
+@pytest.fixture(scope="session")
+def source_dir(vllm_source: Callable[[str], Path]) -> Callable[[str], Path]:
+    """The unpacked `vllm/` dir of a release: the same cached wheel sources as the analyzer tests."""
+    return vllm_source
 
 
 @pytest.fixture(scope="session")
-def source_dir() -> Callable[[str], Path]:
-    return _source_dir
-
-
-@pytest.fixture(scope="session")
-def facts() -> Callable[[str], SourceFacts]:
+def facts(source_dir: Callable[[str], Path]) -> Callable[[str], SourceFacts]:
     """SourceFacts per vLLM version, shared by the session (the same object the CLI would build)."""
 
     def get(version: str) -> SourceFacts:
-        found = open_source(_source_dir(version))
+        found = open_source(source_dir(version))
         assert found is not None
         return found
 
