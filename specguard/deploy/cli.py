@@ -6,6 +6,7 @@ Each owns its argparse and turns every UserError into one line on stderr and exi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -14,6 +15,15 @@ from specguard.errors import UserError
 
 CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR] [--format text|json]
        specguard config [--vllm-source DIR] [--format text|json] [FILE.yaml] -- <vllm serve arguments>"""
+
+
+def _emit(text: str) -> None:
+    """Print to stdout; a reader that went away (`| head`) is not an error worth a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,14 +86,14 @@ def _run_config(argv: list[str]) -> int:
     judgement = evaluate(cfg, catalogue, facts)
 
     if args.format == "json":
-        print(to_json(judgement))
+        _emit(to_json(judgement))
         if judgement.not_judged:
             print(
                 f"specguard config: no vLLM source; not judged: {', '.join(judgement.not_judged)}",
                 file=sys.stderr,
             )
     else:
-        print(to_text(judgement, origin))
+        _emit(to_text(judgement, origin))
     return 1 if judgement.findings else 0
 
 
@@ -127,5 +137,5 @@ def doctor_main(argv: list[str]) -> int:
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    print(to_json(report) if args.format == "json" else to_text(report))
+    _emit(to_json(report) if args.format == "json" else to_text(report))
     return 0

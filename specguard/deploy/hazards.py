@@ -210,11 +210,10 @@ def _cfg105(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) ->
     return [_Hit("decode-context-parallel-size", {"tp": tp, "dcp": dcp, "divisors": divisors})]
 
 
-def _accepted(value: str, accepted: list[str], limit: int = 8) -> str:
-    close = difflib.get_close_matches(value, accepted, n=limit, cutoff=0.5)
-    if close:
-        return ", ".join(close)
-    return ", ".join(accepted[:limit]) + (", ..." if len(accepted) > limit else "")
+def _accepted(value: str, accepted: list[str]) -> str:
+    """Close spellings first when the value looks like a typo; otherwise everything the source accepts."""
+    close = difflib.get_close_matches(value, accepted, n=3, cutoff=0.75)
+    return ", ".join(close) if close else ", ".join(accepted)
 
 
 def _enum_hit(value: str | None, key: str, p: SourceEnumParams, facts: SourceFacts | None) -> list[_Hit]:

@@ -19,8 +19,15 @@ def to_text(judgement: Judgement, origin: str) -> str:
         lines.append(f"{origin}: judged against {judgement.source}")
     for f in judgement.findings:
         lines.append(f"{origin}: {f.code} {f.severity} [{f.key}]")
-        lines.extend(textwrap.wrap(f.message, 108, initial_indent="  ", subsequent_indent="  "))
-        lines.extend(textwrap.wrap(f"fix: {f.fix}", 108, initial_indent="  ", subsequent_indent="       "))
+        # Paths contain hyphens; breaking there would make them uncopyable.
+        lines.extend(
+            textwrap.wrap(f.message, 108, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+        )
+        lines.extend(
+            textwrap.wrap(
+                f"fix: {f.fix}", 108, initial_indent="  ", subsequent_indent="       ", break_on_hyphens=False
+            )
+        )
     if judgement.not_judged:
         lines.append(
             f"{origin}: no vLLM source (pass --vllm-source DIR or install vllm); not judged: "
@@ -31,6 +38,8 @@ def to_text(judgement: Judgement, origin: str) -> str:
         detail = ", ".join(f"{n} {sev}{'s' if n > 1 else ''}" for sev, n in sorted(counts.items()))
         total = len(judgement.findings)
         lines.append(f"{total} hazard{'s' if total > 1 else ''} ({detail})")
+    elif judgement.not_judged:
+        lines.append("no hazards found among those judged")
     else:
         lines.append("no hazards found")
     return "\n".join(lines)
