@@ -112,9 +112,9 @@ def to_text(report: Report) -> str:
         c = report.check
         if c.findings:
             detail = ", ".join(f"{code} x{n}" for code, n in c.findings.items())
-            lines.append(
-                f"specguard check: {sum(c.findings.values())} findings in {c.files} files ({detail})"
-            )
+            total = sum(c.findings.values())
+            noun = "finding" if total == 1 else "findings"
+            lines.append(f"specguard check: {total} {noun} in {c.files} files ({detail})")
         else:
             lines.append(f"specguard check: no findings in {c.files} files")
         for err in c.errors:
