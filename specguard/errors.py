@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class SourceError(Exception):
     """A file under analysis cannot be read or parsed; reported as an SG000 finding, not a crash."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(message)
+        self.line = line

@@ -100,6 +100,11 @@ class Pack(BaseModel):
             names.append(self.mla.global_bound_param)
         return tuple(sorted({n.encode() for n in names if n}))
 
+    @cached_property
+    def prefilter_needles(self) -> tuple[bytes, ...]:
+        """The needles minus those containing another (`_build_attn_metadata` holds `build_attn_metadata`)."""
+        return tuple(n for n in self.needles if not any(o != n and o in n for o in self.needles))
+
 
 def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     merged = {k: dict(v) for k, v in base.items()}

@@ -45,7 +45,7 @@ def _workers() -> int:
     return max(1, min(cores, 8))
 
 
-def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int) -> list[R]:
+def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int, chunk: int = 0) -> list[R]:
     """fn(*job) for every job, on all cores when it pays; a worker crash (a native parser fault) isolates the
     guilty job by rerunning each remaining one alone."""
     if len(jobs) < min_jobs or _workers() == 1:
@@ -53,7 +53,7 @@ def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int) 
     ctx = get_context("fork") if "fork" in get_all_start_methods() else get_context()
     try:
         with ProcessPoolExecutor(_workers(), mp_context=ctx) as pool:
-            chunk = max(1, len(jobs) // (_workers() * 4))
+            chunk = chunk or max(1, len(jobs) // (_workers() * 4))
             return list(pool.map(_apply, [(fn, job) for job in jobs], chunksize=chunk))
     except BrokenProcessPool:
         return [_isolated(fn, job, ctx) for job in jobs]
@@ -113,7 +113,7 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
                 continue
         except OSError:
             pass
-        todo.append((path, pack.needles))
+        todo.append((path, pack.needles, pack.prefilter_needles))
     for scan in _parallel(scan_file, todo, _PARALLEL_MIN_FILES):
         scans[scan.path] = scan
         if scan.stamp != (0, 0):
@@ -155,7 +155,7 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
             keys[path] = key
             jobs.append((path, facts, pack, codes, scan.mentions))
     result.parsed = len(jobs)
-    for job, findings in zip(jobs, _parallel(_evaluate, jobs, _PARALLEL_MIN_CANDIDATES), strict=True):
+    for job, findings in zip(jobs, _parallel(_evaluate, jobs, _PARALLEL_MIN_CANDIDATES, chunk=1), strict=True):
         cache.put_result(keys[job[0]], findings)
         result.findings.extend(findings)
     cache.save(set(scans) | borrowed, live_results)
@@ -186,7 +186,7 @@ def check_source(text: str, path: str = "example.py", module: str = "example", *
     try:
         summary = summarize(parse_ast(text, path), module, False)
     except SourceError as exc:
-        return [source_error(path, str(exc))]
+        return [source_error(path, str(exc), exc.line)]
     index = ProjectIndex(ModuleLocator(), lambda _: None)
     index.add(summary)
     facts = index.facts(summary, pack)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts
+from specguard.analysis.positions import spans
 from specguard.analysis.source import decode, read_bytes
 from specguard.errors import SourceError
 from specguard.packs import Pack
@@ -36,13 +36,11 @@ def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: f
         return [source_error(path, "cannot analyze: expression nesting too deep")]
     if not found:
         return []
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    results = []
-    for code, diag in found:
-        span = positions[diag.node]
-        results.append(Finding(path, span.start.line, span.start.column + 1, code, diag.message,
-                               span.end.line, span.end.column + 1, diag.symbol))
-    return results
+    places = spans(module, [diag.node for _, diag in found])
+    return [
+        Finding(path, line, col, code, diag.message, end_line, end_col, diag.symbol)
+        for (code, diag), (line, col, end_line, end_col) in zip(found, places, strict=True)
+    ]
 
 
 def evaluate_file(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],

@@ -29,7 +29,8 @@ def stamp_of(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def scan_file(path: str, needles: tuple[bytes, ...], summarize_always: bool = False) -> FileScan:
+def scan_file(path: str, needles: tuple[bytes, ...], prefilter: tuple[bytes, ...] = (),
+              summarize_always: bool = False) -> FileScan:
     """Stage one for a file. `summarize_always` is for modules the index reads for an ancestor class."""
     p = Path(path)
     try:
@@ -38,14 +39,17 @@ def scan_file(path: str, needles: tuple[bytes, ...], summarize_always: bool = Fa
         text = decode(data)  # also for files no rule can match: undecodable text could hide a name
     except (SourceError, OSError) as exc:
         return FileScan(path, (0, 0), error=str(exc))
-    mentions = frozenset(n.decode() for n in needles if n in data)
+    # The first test uses the fewest needles; which names a file mentions is listed only for files that pass it.
+    if not any(n in data for n in (prefilter or needles)):
+        mentions: frozenset[str] = frozenset()
+    else:
+        mentions = frozenset(n.decode() for n in needles if n in data)
     if not mentions and not summarize_always:
         return FileScan(path, stamp)
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     try:
         tree = parse_ast(text, path)
     except SourceError as exc:
-        line = int(str(exc).rpartition("(line ")[2].rstrip(")") or 1) if "(line " in str(exc) else 1
-        return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=line)
+        return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=exc.line)
     module, is_package, root = module_name(p)
     return FileScan(path, stamp, mentions, digest, summarize(tree, module, is_package), root=root)

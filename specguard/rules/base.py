@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import dotted, is_self_call, last_name
+from specguard.analysis.cst_tools import dotted, is_self_call, last_name, walk_calls
 from specguard.analysis.index import FileFacts
 from specguard.packs import Pack
 
@@ -26,6 +26,13 @@ class RuleContext:
     facts: FileFacts
     pack: Pack
     mentions: frozenset[str] = field(default_factory=frozenset)
+    _calls: dict[int, list[cst.Call]] = field(default_factory=dict)
+
+    def calls_in(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """Every call in a function, in source order; several rules ask, so it is walked once."""
+        if id(function) not in self._calls:
+            self._calls[id(function)] = list(walk_calls(function))
+        return self._calls[id(function)]
 
     def callee(self, call: cst.Call) -> str | None:
         """Last component of the function a call reaches, after imports and aliases are resolved.

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import is_true, keyword, scopes, walk_calls
+from specguard.analysis.cst_tools import is_true, keyword, scopes
 from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
 
 
@@ -25,7 +25,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
     for scope in scopes(ctx.module):
         if not ctx.speculator_scope(scope.class_name) or in_shared_helper(scope.class_name, scope.name, ctx):
             continue
-        for call in walk_calls(scope.function):
+        for call in ctx.calls_in(scope.function):
             if ctx.calls_function(call, sink) and not is_capture_builder_call(call, ctx):
                 yield Diagnostic(
                     call,

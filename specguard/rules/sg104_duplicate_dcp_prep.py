@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specguard.analysis.cst_tools import scopes, walk_calls
+from specguard.analysis.cst_tools import scopes
 from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
 from specguard.rules.sg101_metadata_outside_helper import is_capture_builder_call
 
@@ -18,7 +18,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
                 continue
         elif cls not in ctx.facts.speculator_classes or cls in ctx.facts.base_classes:
             continue
-        calls = list(walk_calls(scope.function))
+        calls = ctx.calls_in(scope.function)
         if cls is None and any(ctx.calls_function(c, sink) and is_capture_builder_call(c, ctx) for c in calls):
             continue  # a capture-time builder prepares its own dummy batch
         for call in calls:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import keyword, kids, scopes, walk_calls
+from specguard.analysis.cst_tools import keyword, kids, scopes
 from specguard.rules.base import Diagnostic, Rule, RuleContext
 
 
@@ -31,7 +31,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
             continue
         params = _parameters(scope.function)
         prepared = False
-        for call in walk_calls(scope.function):
+        for call in ctx.calls_in(scope.function):
             if ctx.calls_function(call, ctx.pack.dcp.prepare):
                 prepared = True
             elif ctx.calls_function(call, ctx.pack.metadata.sink) and not prepared:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import dotted, keyword, kids, last_name, scopes, walk_calls
+from specguard.analysis.cst_tools import dotted, keyword, kids, last_name, scopes
 from specguard.rules.base import Diagnostic, Rule, RuleContext
 
 
@@ -91,7 +91,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
     mla = ctx.pack.mla
     bound = mla.global_bound_param or ""
     for scope in scopes(ctx.module):
-        entry_calls = [c for c in walk_calls(scope.function) if ctx.calls_function(c, mla.decode_entry)]
+        entry_calls = [c for c in ctx.calls_in(scope.function) if ctx.calls_function(c, mla.decode_entry)]
         for call in entry_calls:
             values = list(_bound_values(scope.function, call, bound))
             if not values:
