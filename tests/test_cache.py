@@ -1,0 +1,101 @@
+"""The per-file cache: reused only while content, cross-file facts, pack, settings and version are unchanged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from specguard.analysis.engine import check_paths
+from specguard.settings import Settings
+
+BASE = "class DraftModelSpeculator:\n    pass\n"
+LEAF = textwrap.dedent("""
+    from fork.base import Mid
+    from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+
+    class Leaf(Mid):
+        def propose(self):
+            return build_attn_metadata()
+""")
+
+
+def tree(tmp_path: Path, mid_base: str) -> Path:
+    (tmp_path / "fork").mkdir(exist_ok=True)
+    (tmp_path / "fork" / "__init__.py").write_text("")
+    (tmp_path / "fork" / "base.py").write_text(BASE + f"class Mid({mid_base}):\n    pass\n")
+    (tmp_path / "fork" / "leaf.py").write_text(LEAF)
+    return tmp_path
+
+
+def run(root: Path, **kw) -> list[str]:  # type: ignore[no-untyped-def]
+    settings = Settings(root=root, cache_dir=root / "cache", **kw)
+    return [f"{Path(f.path).name}:{f.line}:{f.code}" for f in check_paths([root / "fork"], settings).findings]
+
+
+def bump(path: Path, text: str) -> None:
+    """Rewrite a file and move its mtime, as an editor would (some filesystems have coarse mtimes)."""
+    st = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def test_warm_run_gives_the_same_findings(tmp_path: Path) -> None:
+    root = tree(tmp_path, "DraftModelSpeculator")
+    cold = run(root)
+    assert cold == ["leaf.py:7:SG101"]
+    assert run(root) == cold
+    assert any((root / "cache").rglob("results.pickle"))
+
+
+def test_editing_the_file_invalidates_it(tmp_path: Path) -> None:
+    root = tree(tmp_path, "DraftModelSpeculator")
+    run(root)
+    bump(root / "fork" / "leaf.py", LEAF.replace("return build_attn_metadata()", "x = 1\n        return build_attn_metadata()"))
+    assert run(root) == ["leaf.py:8:SG101"]
+
+
+def test_a_change_in_another_file_reaches_the_unchanged_one(tmp_path: Path) -> None:
+    """leaf.py does not change, but its class stops being a speculator when base.py changes Mid's base."""
+    root = tree(tmp_path, "DraftModelSpeculator")
+    assert run(root) == ["leaf.py:7:SG101"]
+    bump(root / "fork" / "base.py", BASE + "class Mid(object):\n    pass\n")
+    assert run(root) == []
+    bump(root / "fork" / "base.py", BASE + "class Mid(DraftModelSpeculator):\n    pass\n")
+    assert run(root) == ["leaf.py:7:SG101"]
+
+
+def test_settings_and_packs_get_their_own_cache(tmp_path: Path) -> None:
+    root = tree(tmp_path, "DraftModelSpeculator")
+    assert run(root) == ["leaf.py:7:SG101"]
+    assert run(root, ignore=["SG101"]) == []
+    pack = root / "pack.toml"
+    pack.write_text('[metadata]\nreplace = true\nsink = ["other_sink"]\n')
+    assert run(root, rule_packs=[pack]) == []
+    assert run(root) == ["leaf.py:7:SG101"]
+    assert len(list((root / "cache").glob("v*"))) == 3
+
+
+def test_a_corrupt_cache_is_only_a_slower_run(tmp_path: Path) -> None:
+    root = tree(tmp_path, "DraftModelSpeculator")
+    run(root)
+    for pickle in (root / "cache").rglob("*.pickle"):
+        pickle.write_bytes(b"not a pickle")
+    assert run(root) == ["leaf.py:7:SG101"]
+
+
+def test_warm_run_imports_neither_libcst_nor_the_runtime_stack(tmp_path: Path) -> None:
+    root = tree(tmp_path, "DraftModelSpeculator")
+    probe = textwrap.dedent(f"""
+        import sys
+        from specguard.cli import main
+        code = main(["check", "fork", "--cache-dir", "cache"])
+        heavy = sorted(m for m in ("libcst", "torch", "vllm", "flashinfer") if m in sys.modules)
+        print(code, heavy)
+    """)
+    cold = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True)
+    assert cold.stdout.splitlines()[-1] == "1 ['libcst']"  # the cold run parses leaf.py
+    warm = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True)
+    assert warm.stdout.splitlines()[-1] == "1 []"
