@@ -53,7 +53,8 @@ def test_warm_run_gives_the_same_findings(tmp_path: Path) -> None:
 def test_editing_the_file_invalidates_it(tmp_path: Path) -> None:
     root = tree(tmp_path, "DraftModelSpeculator")
     run(root)
-    bump(root / "fork" / "leaf.py", LEAF.replace("return build_attn_metadata()", "x = 1\n        return build_attn_metadata()"))
+    edited = LEAF.replace("return build_attn_metadata()", "x = 1\n        return build_attn_metadata()")
+    bump(root / "fork" / "leaf.py", edited)
     assert run(root) == ["leaf.py:8:SG101"]
 
 
@@ -88,7 +89,7 @@ def test_a_corrupt_cache_is_only_a_slower_run(tmp_path: Path) -> None:
 
 def test_warm_run_imports_neither_libcst_nor_the_runtime_stack(tmp_path: Path) -> None:
     root = tree(tmp_path, "DraftModelSpeculator")
-    probe = textwrap.dedent(f"""
+    probe = textwrap.dedent("""
         import sys
         from specguard.cli import main
         code = main(["check", "fork", "--cache-dir", "cache"])
