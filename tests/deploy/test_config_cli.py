@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,8 +16,8 @@ from specguard.deploy.cli import doctor_main
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "configs"
 
-# What each example must report on each source (the README shows these runs).
-EXPECTED = {
+# What each example must report on each source (docs/config.md shows these runs).
+EXAMPLE_OUTCOMES = {
     ("dflash-dp2.yaml", "0.28.0"): {"CFG101"},
     ("dflash-dp2.yaml", "0.33.0"): set(),
     ("dspark-dcp.yaml", "0.28.0"): {"CFG103", "CFG104", "CFG114"},
@@ -26,7 +27,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize(("example", "version"), sorted(EXPECTED))
+@pytest.mark.parametrize(("example", "version"), sorted(EXAMPLE_OUTCOMES))
 def test_examples_json(
     example: str,
     version: str,
@@ -37,7 +38,7 @@ def test_examples_json(
         str(EXAMPLES / example), "--vllm-source", str(source_dir(version)), "--format", "json"
     )
     findings = json.loads(out)
-    assert {f["code"] for f in findings} == EXPECTED[(example, version)]
+    assert {f["code"] for f in findings} == EXAMPLE_OUTCOMES[(example, version)]
     assert rc == (1 if findings else 0)
     for f in findings:
         assert set(f) == {"code", "severity", "message", "key", "fix"}
@@ -176,6 +177,15 @@ def test_as_a_separate_process_no_traceback(tmp_path: Path) -> None:
 def test_help_exits_0(run_config: Callable[..., tuple[int, str, str]]) -> None:
     rc, out, _ = run_config("--help")
     assert rc == 0 and "--vllm-source" in out
+
+
+def test_docs_example_table_matches_the_tested_outcomes() -> None:
+    doc = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
+    for (example, version), codes in EXAMPLE_OUTCOMES.items():
+        row = re.search(rf"^\| `{re.escape(example)}` \| (.*?) \| (.*?) \|$", doc, flags=re.MULTILINE)
+        assert row is not None, example
+        cell = row.group(1 if version == "0.28.0" else 2)
+        assert set(re.findall(r"CFG\d{3}", cell)) == codes, (example, version, cell)
 
 
 # -- doctor ---------------------------------------------------------------------------------------------------
