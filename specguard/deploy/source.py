@@ -6,6 +6,7 @@ handful of modules a hazard asks about are parsed, so a pre-flight stays cheap o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,41 @@ def base_name(expr: cst.BaseExpression) -> str | None:
     return _dotted(expr)
 
 
-class _Collector(cst.CSTVisitor):
+class _Collector:
+    """Top-level classes and `from x import y` of a module.
+
+    Walks module-level statements only (and the blocks of top-level `if`/`try`, where vLLM puts TYPE_CHECKING
+    and optional imports): a full CST visit of every function body costs more than the parse itself.
+    """
+
     def __init__(self, module_name: str, path: Path, is_package: bool) -> None:
         self.module_name = module_name
         self.path = path
         self.is_package = is_package
         self.classes: dict[str, ClassInfo] = {}
         self.imports: dict[str, tuple[str, str]] = {}
-        self._depth = 0
+
+    def collect(self, statements: Sequence[cst.CSTNode]) -> None:
+        for stmt in statements:
+            if isinstance(stmt, cst.ClassDef):
+                self._class(stmt)
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.ImportFrom):
+                        self._import_from(small)
+            elif isinstance(stmt, cst.If):
+                self.collect(stmt.body.body)
+                orelse: Any = stmt.orelse
+                while orelse is not None:
+                    self.collect(orelse.body.body)
+                    orelse = getattr(orelse, "orelse", None)
+            elif isinstance(stmt, cst.Try):
+                self.collect(stmt.body.body)
+                for handler in stmt.handlers:
+                    self.collect(handler.body.body)
+                for block in (stmt.orelse, stmt.finalbody):
+                    if block is not None:
+                        self.collect(block.body.body)
 
     def _absolute(self, node: cst.ImportFrom) -> str | None:
         level = len(node.relative)
@@ -76,7 +104,7 @@ class _Collector(cst.CSTVisitor):
             parts = parts[: len(parts) - (level - 1)]
         return ".".join([*parts, mod] if mod else parts)
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+    def _import_from(self, node: cst.ImportFrom) -> None:
         if isinstance(node.names, cst.ImportStar):
             return
         source = self._absolute(node)
@@ -86,46 +114,31 @@ class _Collector(cst.CSTVisitor):
             name = _dotted(alias.name)
             if name is None:
                 continue
-            local = (
-                alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
-            )
+            asname = alias.asname.name if alias.asname else None
+            local = asname.value if isinstance(asname, cst.Name) else name
             self.imports[local] = (source, name)
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        # Only top-level classes: nested classes are not what a registry or backend names.
-        if self._depth == 0:
-            attrs: dict[str, cst.BaseExpression] = {}
-            for stmt in node.body.body:
-                if not isinstance(stmt, cst.SimpleStatementLine):
-                    continue
-                for small in stmt.body:
-                    if isinstance(small, cst.AnnAssign) and small.value is not None:
-                        if isinstance(small.target, cst.Name):
-                            attrs[small.target.value] = small.value
-                    elif isinstance(small, cst.Assign):
-                        for target in small.targets:
-                            if isinstance(target.target, cst.Name):
-                                attrs[target.target.value] = small.value
-            self.classes[node.name.value] = ClassInfo(
-                name=node.name.value,
-                module=self.module_name,
-                path=self.path,
-                bases=tuple(arg.value for arg in node.bases),
-                attributes=attrs,
-                node=node,
-            )
-        self._depth += 1
-        return True
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._depth -= 1
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self._depth += 1
-        return True
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._depth -= 1
+    def _class(self, node: cst.ClassDef) -> None:
+        attrs: dict[str, cst.BaseExpression] = {}
+        for stmt in node.body.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if isinstance(small, cst.AnnAssign) and small.value is not None:
+                    if isinstance(small.target, cst.Name):
+                        attrs[small.target.value] = small.value
+                elif isinstance(small, cst.Assign):
+                    for target in small.targets:
+                        if isinstance(target.target, cst.Name):
+                            attrs[target.target.value] = small.value
+        self.classes[node.name.value] = ClassInfo(
+            name=node.name.value,
+            module=self.module_name,
+            path=self.path,
+            bases=tuple(arg.value for arg in node.bases),
+            attributes=attrs,
+            node=node,
+        )
 
 
 @dataclass
@@ -191,7 +204,7 @@ class SourceTree:
                 tree = None
             if tree is not None:
                 collector = _Collector(name, path, is_pkg)
-                tree.visit(collector)  # no position metadata here: it costs twice the parse
+                collector.collect(tree.body)  # no position metadata here: it costs twice the parse
                 parsed = ParsedModule(name, path, tree, collector.classes, collector.imports)
         self._cache[name] = parsed
         return parsed
