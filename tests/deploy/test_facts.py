@@ -130,3 +130,15 @@ def test_source_tree_accepts_a_dir_holding_vllm(source_dir: Callable[[str], Path
 def test_bad_source_dir(tmp_path: Path, make: Callable[[Path], Path], expected: str) -> None:
     with pytest.raises(UserError, match=expected):
         SourceTree.open(make(tmp_path))
+
+
+def test_installed_vllm_is_located_without_running_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specguard.deploy.facts import installed_vllm_dir
+
+    pkg = tmp_path / "vllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('specguard must not import the served vLLM')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    assert installed_vllm_dir() == pkg
+    assert "vllm" not in sys.modules
