@@ -189,7 +189,8 @@ def parse_argv(argv: Sequence[str]) -> dict[str, Any]:
                 continue
             raise UserError(f"vllm serve arguments: unexpected positional argument '{tok}'")
         name, eq, value = tok.lstrip("-").partition("=")
-        name = _option_name(name)
+        head, dot, sub = name.partition(".")
+        name = _option_name(head) + dot + sub  # `-sc.method` is `--speculative-config.method`
         if not eq:
             if name in FLAG_OPTIONS:
                 value = True

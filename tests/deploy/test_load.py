@@ -116,6 +116,11 @@ def test_argv_dotted_keys_merge_into_a_json_option() -> None:
     assert (cfg.method, cfg.speculative_config.num_speculative_tokens) == ("dspark", 7)
 
 
+def test_argv_dotted_keys_under_a_short_option() -> None:
+    cfg = build(parse_argv(["-sc.method", "dflash", "-cc.cudagraph_mode=FULL"]), "argv")
+    assert (cfg.method, cfg.cudagraph_mode) == ("dflash", "FULL")
+
+
 def test_argv_no_flag_and_unmodelled_switches() -> None:
     cfg = build(parse_argv(["m", "--no-enforce-eager", "--trust-remote-code", "-tp", "2"]), "argv")
     assert cfg.enforce_eager is False
