@@ -132,3 +132,66 @@ def test_mutated_sources_never_crash_the_engine(text: str) -> None:
 def test_generated_token_soup_never_crashes_the_engine(text: str) -> None:
     for finding in check_source(text):
         assert finding.code.startswith("SG")
+
+
+@pytest.mark.parametrize("depth", [400, 900])
+@pytest.mark.parametrize("shape", ["-{}1", "1 + {}1", "a{}"])
+def test_nesting_cpython_accepts_but_libcst_cannot_walk_is_sg000_not_a_crash(shape: str, depth: int) -> None:
+    piece = {"-{}1": "-", "1 + {}1": "1 + ", "a{}": ".b"}[shape]
+    expr = shape.format(piece * depth)
+    text = f"""
+from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+class S(DraftModelSpeculator):
+    def propose(self):
+        x = {expr}
+        return build_attn_metadata()
+"""
+    findings = check_source(text)
+    assert [f.code for f in findings] in (["SG000"], ["SG101"])  # deep but walkable is fine too
+    if findings[0].code == "SG000":
+        assert "nesting too deep" in findings[0].message
+
+
+def test_an_internal_error_in_one_file_keeps_the_other_files_findings(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from specguard.analysis import engine, evaluate
+
+    (tmp_path / "good.py").write_text(GOOD)
+    (tmp_path / "boom.py").write_text(GOOD.replace("GoodFile", "Boom"))
+    real = evaluate.evaluate_file
+
+    def flaky(path, *args):  # type: ignore[no-untyped-def]
+        if path.endswith("boom.py"):
+            raise ValueError("a bug in a rule")
+        return real(path, *args)
+
+    monkeypatch.setattr(evaluate, "evaluate_file", flaky)
+    result = engine.check_paths([tmp_path], use_cache=False)
+    assert [(Path(f.path).name, f.code) for f in result.findings] == [("good.py", "SG101")]
+    assert result.errors == [f"{tmp_path / 'boom.py'}: internal error while analyzing: ValueError: a bug in a rule "
+                             "(please report it)"]
+
+
+def test_a_worker_killed_by_a_native_crash_costs_only_its_file(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A segfault in libcst's native parser kills the worker process; that file becomes SG000, the rest go on."""
+    import signal
+
+    from specguard.analysis import engine, evaluate
+
+    for i in range(6):
+        (tmp_path / f"good{i}.py").write_text(GOOD)
+    (tmp_path / "crash.py").write_text(GOOD.replace("GoodFile", "Crash"))
+    real = evaluate.evaluate_file
+
+    def crashing(path, *args):  # type: ignore[no-untyped-def]
+        if path.endswith("crash.py"):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return real(path, *args)
+
+    monkeypatch.setattr(evaluate, "evaluate_file", crashing)
+    monkeypatch.setattr(engine, "_workers", lambda: 2)
+    result = engine.check_paths([tmp_path], use_cache=False)
+    codes = sorted((Path(f.path).name, f.code) for f in result.findings)
+    assert codes == [("crash.py", "SG000"), *((f"good{i}.py", "SG101") for i in range(6))]
+    assert "parser crashed" in [f for f in result.findings if f.code == "SG000"][0].message

@@ -45,9 +45,10 @@ def _workers() -> int:
     return max(1, min(cores, 8))
 
 
-def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int, chunk: int = 0) -> list[R]:
-    """fn(*job) for every job, on all cores when it pays; a worker crash (a native parser fault) isolates the
-    guilty job by rerunning each remaining one alone."""
+def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int,
+              on_crash: Callable[[tuple[Any, ...]], R], chunk: int = 0) -> list[R]:
+    """fn(*job) for every job, on all cores when it pays. A worker that dies (a native parser fault) breaks the
+    pool; then each job reruns alone, and the one that kills its process gets on_crash(job) instead."""
     if len(jobs) < min_jobs or _workers() == 1:
         return [fn(*job) for job in jobs]
     ctx = get_context("fork") if "fork" in get_all_start_methods() else get_context()
@@ -56,7 +57,7 @@ def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int, 
             chunk = chunk or max(1, len(jobs) // (_workers() * 4))
             return list(pool.map(_apply, [(fn, job) for job in jobs], chunksize=chunk))
     except BrokenProcessPool:
-        return [_isolated(fn, job, ctx) for job in jobs]
+        return [_isolated(fn, job, ctx, on_crash) for job in jobs]
 
 
 def _apply(item: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
@@ -64,24 +65,33 @@ def _apply(item: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
     return fn(*job)
 
 
-def _isolated(fn: Callable[..., R], job: tuple[Any, ...], ctx: Any) -> R:
+def _isolated(fn: Callable[..., R], job: tuple[Any, ...], ctx: Any, on_crash: Callable[[tuple[Any, ...]], R]) -> R:
     try:
         with ProcessPoolExecutor(1, mp_context=ctx) as pool:
             return pool.submit(fn, *job).result()
     except BrokenProcessPool:
-        return _crashed(job)  # type: ignore[return-value]
+        return on_crash(job)
 
 
-def _crashed(job: tuple[Any, ...]) -> Any:
-    path = job[0]
-    return [source_error(path, "the parser crashed on this file (pathologically deep nesting?)")]
+_CRASH = "the parser crashed on this file (pathologically deep nesting?)"
+Outcome = tuple[list[Finding], str | None]  # a file's findings, or the internal error that stopped its rules
 
 
-def _evaluate(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
-              mentions: frozenset[str]) -> list[Finding]:
+def _evaluate(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str], mentions: frozenset[str]) -> Outcome:
     from specguard.analysis.evaluate import evaluate_file  # libcst loads only when a file needs it
 
-    return evaluate_file(path, facts, pack, codes, mentions)
+    try:
+        return evaluate_file(path, facts, pack, codes, mentions), None
+    except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not lose the other files' findings
+        return [], f"{path}: internal error while analyzing: {type(exc).__name__}: {exc} (please report it)"
+
+
+def _evaluate_crashed(job: tuple[Any, ...]) -> Outcome:
+    return [source_error(job[0], _CRASH)], None
+
+
+def _scan_crashed(job: tuple[Any, ...]) -> FileScan:
+    return FileScan(job[0], (0, 0), error=_CRASH)
 
 
 def _result_key(scan: FileScan, facts: FileFacts, codes: frozenset[str]) -> str:
@@ -114,7 +124,7 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
         except OSError:
             pass
         todo.append((path, pack.needles, pack.prefilter_needles))
-    for scan in _parallel(scan_file, todo, _PARALLEL_MIN_FILES):
+    for scan in _parallel(scan_file, todo, _PARALLEL_MIN_FILES, _scan_crashed):
         scans[scan.path] = scan
         if scan.stamp != (0, 0):
             cache.put_scan(scan.path, scan)
@@ -155,7 +165,11 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
             keys[path] = key
             jobs.append((path, facts, pack, codes, scan.mentions))
     result.parsed = len(jobs)
-    for job, findings in zip(jobs, _parallel(_evaluate, jobs, _PARALLEL_MIN_CANDIDATES, chunk=1), strict=True):
+    outcomes = _parallel(_evaluate, jobs, _PARALLEL_MIN_CANDIDATES, _evaluate_crashed, chunk=1)
+    for job, (findings, error) in zip(jobs, outcomes, strict=True):
+        if error is not None:
+            result.errors.append(error)
+            continue
         cache.put_result(keys[job[0]], findings)
         result.findings.extend(findings)
     cache.save(set(scans) | borrowed, live_results)

@@ -23,20 +23,13 @@ def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: f
         return []  # no rule can match here: the file is never parsed with libcst
     try:
         module = cst.parse_module(text)
+        ctx = RuleContext(module, facts, pack, mentions)
+        found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
+        places = spans(module, [diag.node for _, diag in found]) if found else []
     except cst.ParserSyntaxError as exc:
         return [source_error(path, f"syntax error (libcst): {exc.message}", exc.raw_line)]
-    except RecursionError:
-        return [source_error(path, "cannot parse: expression nesting too deep")]
-    ctx = RuleContext(module, facts, pack, mentions)
-    found: list[tuple[str, Diagnostic]] = []
-    try:
-        for rule in rules:
-            found.extend((rule.code, d) for d in rule.check(ctx))
-    except RecursionError:
+    except RecursionError:  # libcst's and the rules' tree walks are recursive; CPython's parser let it through
         return [source_error(path, "cannot analyze: expression nesting too deep")]
-    if not found:
-        return []
-    places = spans(module, [diag.node for _, diag in found])
     return [
         Finding(path, line, col, code, diag.message, end_line, end_col, diag.symbol)
         for (code, diag), (line, col, end_line, end_col) in zip(found, places, strict=True)
@@ -46,7 +39,7 @@ def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: f
 def evaluate_file(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
                   mentions: frozenset[str]) -> list[Finding]:
     if not any(load_rule(c).applies(facts, pack, mentions) for c in codes):
-        return []
+        return []  # decided before reading the file again
     try:
         text = decode(read_bytes(Path(path)))
     except SourceError as exc:

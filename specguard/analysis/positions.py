@@ -32,15 +32,13 @@ class _TokenSpans(CodegenState):
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
                                   end_node: cst.CSTNode | None = None) -> Iterator[None]:
         start = len(self.tokens)
-        try:
-            yield
-        finally:
-            end = len(self.tokens)
-            if start_node is not None:
-                start = self.spans[id(start_node)][0]
-            if end_node is not None:
-                end = self.spans[id(end_node)][1]
-            self.spans[id(node)] = (start, end)
+        yield  # no try/finally: after an error inside (a RecursionError), record nothing and let it propagate
+        end = len(self.tokens)
+        if start_node is not None:
+            start = self.spans[id(start_node)][0]
+        if end_node is not None:
+            end = self.spans[id(end_node)][1]
+        self.spans[id(node)] = (start, end)
 
 
 Span = tuple[int, int, int, int]  # start line, start column (1-based), end line, end column (1-based)
