@@ -127,10 +127,10 @@ def _emit(report: str, output: Path | None) -> None:
 def run_rules() -> int:
     from specguard.rules import all_rules
 
-    print(f"{'code':<6}  {'name':<28}  summary")
-    print(f"{'SG000':<6}  {'source-error':<28}  a file that cannot be read, decoded or parsed")
+    print(f"{'code':<6}  {'name':<26}  what it flags")
+    print(f"{'SG000':<6}  {'source-error':<26}  file cannot be read, decoded or parsed")
     for rule in all_rules().values():
-        print(f"{rule.code:<6}  {rule.name:<28}  {rule.summary.split('. ')[0].removeprefix('Flags ')}")
+        print(f"{rule.code:<6}  {rule.name:<26}  {rule.title}")
     return EXIT_CLEAN
 
 

@@ -73,6 +73,7 @@ Applies = Callable[[FileFacts, Pack, frozenset[str]], bool]
 class Rule:
     code: str
     name: str
+    title: str  # one line for `specguard rules`
     summary: str
     why: str
     bad: str

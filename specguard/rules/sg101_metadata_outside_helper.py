@@ -39,6 +39,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 RULE = Rule(
     code="SG101",
     name="metadata-outside-helper",
+    title="speculator builds attention metadata outside the shared helper",
     summary=(
         "Flags a speculator method, or a module-level function of a speculator module, that calls the "
         "attention-metadata sink (`build_attn_metadata`) anywhere but in the shared helpers defined by the "

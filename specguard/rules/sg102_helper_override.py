@@ -26,6 +26,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 RULE = Rule(
     code="SG102",
     name="helper-override",
+    title="speculator subclass overrides a shared metadata helper",
     summary=(
         "Flags a speculator subclass that overrides one of the shared metadata helpers defined by the "
         "speculator base (`_build_attn_metadata`, `_build_uniform_attn_metadata`, or the legacy "

@@ -111,6 +111,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 RULE = Rule(
     code="SG103",
     name="padded-token-count",
+    title="padded token count reaches the metadata builder outside FULL CUDA graphs",
     summary=(
         "Flags a padded batch size (`num_tokens` of a batch-execution descriptor, such as the one "
         "`dispatch_cg_and_sync_dp` returns, or a variable holding it) that reaches the token-count argument of "

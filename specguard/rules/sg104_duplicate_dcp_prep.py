@@ -35,6 +35,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 RULE = Rule(
     code="SG104",
     name="duplicate-dcp-prep",
+    title="speculator subclass prepares DCP rank-local lengths itself",
     summary=(
         "Flags a speculator subclass, or a module-level function of a speculator module that is not a "
         "capture-time builder, that calls the DCP local-length preparation (`prepare_dcp_local_seq_lens`) "

@@ -54,6 +54,7 @@ def _sink_defined_here(facts, pack, mentions) -> bool:  # type: ignore[no-untype
 RULE = Rule(
     code="SG105",
     name="stale-dcp-lens",
+    title="shared helper builds draft metadata with stale DCP rank-local lengths",
     summary=(
         "Flags the speculator base's shared metadata helper when it calls the sink without recomputing DCP "
         "rank-local sequence lengths: no call of the DCP preparation on any path before the sink and no "

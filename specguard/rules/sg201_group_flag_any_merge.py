@@ -57,6 +57,7 @@ def _spec_class_with_flag(facts, pack, mentions) -> bool:  # type: ignore[no-unt
 RULE = Rule(
     code="SG201",
     name="group-flag-any-merge",
+    title="KV-cache group causality flag merged with any()/all()",
     summary=(
         "Flags a `merge` classmethod of a KV-cache/attention spec class that combines a boolean per-layer "
         "causality flag (`non_causal_multi_token_decode`, or another flag the pack lists) with `any(...)` or "

@@ -119,6 +119,7 @@ def _calls_entry_with_bound(facts, pack, mentions) -> bool:  # type: ignore[no-u
 RULE = Rule(
     code="SG202",
     name="dcp-causal-bound-geometry",
+    title="global causal bound not expanded like block_tables/seq_lens",
     summary=(
         "In a function that passes `causal_seqlens_kv_global` to the FlashInfer MLA decode entry "
         "(`trtllm_batch_decode_with_kv_cache_mla`), as a keyword or through a kwargs dict, flags the global "
