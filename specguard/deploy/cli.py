@@ -87,6 +87,8 @@ def _run_config(argv: list[str]) -> int:
 
     if args.format == "json":
         _emit(to_json(judgement))
+        for note in judgement.notes:
+            print(f"specguard config: note: {note}", file=sys.stderr)
         if judgement.not_judged:
             print(
                 f"specguard config: no vLLM source; not judged: {', '.join(judgement.not_judged)}",

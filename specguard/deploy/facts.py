@@ -40,6 +40,7 @@ class BackendInfo:
 class SourceFacts:
     tree: SourceTree
     _speculators: dict[tuple[str, str], dict[str, list[ClassInfo]]] = field(default_factory=dict)
+    analysis_problems: list[str] = field(default_factory=list)
 
     @classmethod
     def open(cls, path: str | Path) -> SourceFacts:
@@ -54,10 +55,7 @@ class SourceFacts:
         return f"vLLM {self.version or '(unknown version)'} at {self.tree.root}"
 
     def _module(self, relpath: str) -> Any:
-        parsed = self.tree.module_for_path(relpath)
-        if parsed is None:
-            return None
-        return parsed
+        return self.tree.module_for_path(relpath)
 
     # -- findings from the analyzer -------------------------------------------------------------------------
 
@@ -68,6 +66,11 @@ class SourceFacts:
         from specguard.analysis.engine import check_paths
 
         result = check_paths([self.tree.root])
+        # A file the analyzer could not read (SG000) or a discovery error may hide a finding a hazard needs.
+        self.analysis_problems = [
+            *result.errors,
+            *(f"{f.path}: {f.message}" for f in result.findings if f.code == "SG000"),
+        ]
         out: list[SourceFinding] = []
         for f in result.findings:
             path = Path(f.path).resolve()

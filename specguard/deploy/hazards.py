@@ -51,6 +51,8 @@ class Judgement:
     # Codes that need a vLLM source and were not judged because none was given.
     not_judged: list[str] = field(default_factory=list)
     source: str | None = None
+    # Problems `specguard check` had with the source; findings-based hazards may be incomplete.
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -345,4 +347,8 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
             continue
         for hit in EVALUATORS[code](cfg, hazard.params, facts):
             judgement.findings.append(_render(hazard, hit, source))
+    if facts is not None and facts.analysis_problems:
+        shown = "; ".join(facts.analysis_problems[:3])
+        more = f" (and {len(facts.analysis_problems) - 3} more)" if len(facts.analysis_problems) > 3 else ""
+        judgement.notes.append(f"`specguard check` could not analyze all of the source: {shown}{more}")
     return judgement

@@ -28,6 +28,8 @@ def to_text(judgement: Judgement, origin: str) -> str:
                 f"fix: {f.fix}", 108, initial_indent="  ", subsequent_indent="       ", break_on_hyphens=False
             )
         )
+    for note in judgement.notes:
+        lines.append(f"{origin}: note: {note}")
     if judgement.not_judged:
         lines.append(
             f"{origin}: no vLLM source (pass --vllm-source DIR or install vllm); not judged: "

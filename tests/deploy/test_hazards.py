@@ -403,3 +403,13 @@ def test_cfg102_reads_the_required_value_from_the_backend(
         "t",
     )
     assert any(f.code == "CFG102" for f in evaluate(cfg, catalogue, facts).findings) == fires
+
+
+def test_a_source_the_analyzer_cannot_fully_read_is_noted(tmp_path: Path, catalogue: Catalogue) -> None:
+    pkg = _synthetic_tree(tmp_path, "x = 1")
+    (pkg / "broken.py").write_text("def f(:\n    build_attn_metadata()\n")
+    facts = SourceFacts.open(pkg)
+    # dspark asks for SG201 findings (CFG104), so the analyzer runs over the tree.
+    cfg = build({"speculative-config": _spec("dspark")}, "t")
+    judgement = evaluate(cfg, catalogue, facts)
+    assert any("broken.py" in note for note in judgement.notes), judgement.notes
