@@ -143,7 +143,13 @@ def build(raw: dict[str, Any], origin: str, known: KnownOptions | None = None) -
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a `vllm serve --config` YAML file."""
-    import yaml  # deferred: only `specguard config` needs PyYAML, never the analyzer
+    try:
+        import yaml  # deferred: only `specguard config` needs PyYAML, never the analyzer
+    except ImportError:
+        raise UserError(
+            f"{path}: reading YAML needs PyYAML: pip install 'specguard[config]' "
+            "(or give the options as vllm serve arguments after --)"
+        ) from None
 
     p = Path(path)
     try:

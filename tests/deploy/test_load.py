@@ -237,3 +237,11 @@ def test_json_string_and_mapping_are_the_same(tmp_path: Path) -> None:
     as_string = build({"speculative-config": json.dumps(spec)}, "x")
     as_mapping = build({"speculative-config": spec}, "x")
     assert as_string.model_dump() == as_mapping.model_dump()
+
+
+def test_yaml_without_pyyaml_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # makes `import yaml` raise ImportError
+    with pytest.raises(UserError, match=r"needs PyYAML: pip install 'specguard\[config\]'"):
+        read_yaml(_yaml(tmp_path, "data-parallel-size: 2\n"))
