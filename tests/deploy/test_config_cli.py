@@ -225,3 +225,11 @@ def test_doctor_without_vllm(capsys: pytest.CaptureFixture[str], monkeypatch: py
 def test_doctor_bad_source(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert doctor_main(["--vllm-source", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("specguard: error: --vllm-source")
+
+
+def test_pyyaml_is_not_imported_until_a_yaml_file_is_read() -> None:
+    code = (
+        "import sys; import specguard.cli, specguard.deploy.cli, specguard.deploy.load, specguard.deploy.hazards; "
+        "sys.exit('yaml' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
