@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds (idempotently) the environment the runtime-guard tests run in, and prints the path of its python
+# on the last line of stdout. Everything lives under ~/.cache/specguard so reruns are fast:
+#   venv-runtime/        CPU torch + vLLM 0.33.0 + flashinfer-python 0.7.2.post1 (both --no-deps) + the light
+#                        packages their attention-backend and speculator modules import, + specguard's test deps
+#   vllm-0.28.0/         vLLM 0.28.0's code (--no-deps, --target), put first on PYTHONPATH by the tests that
+#                        reproduce the first seed against the old draft-metadata helper
+#   wheels/              the vLLM / FlashInfer wheels (downloaded once when missing)
+# Usage:  PY=$(bash .ci/runtime-env.sh | tail -n1)   or   source .ci/runtime-env.sh (exports SPECGUARD_TEST_PYTHON)
+set -euo pipefail
+
+SG_CACHE="${SPECGUARD_CACHE:-$HOME/.cache/specguard}"
+VENV="$SG_CACHE/venv-runtime"
+WHEELS="$SG_CACHE/wheels"
+OLD_VLLM="$SG_CACHE/vllm-0.28.0"
+TORCH_VERSION="2.13.0"
+VLLM_NEW="0.33.0"
+VLLM_OLD="0.28.0"
+FLASHINFER="0.7.2.post1"
+# Bump when the package set below changes, so an old venv is rebuilt rather than trusted.
+STAMP_VERSION="2"
+
+# specguard's own test needs (the analyzer tests run in this venv too).
+TEST_PACKAGES=("pydantic>=2.5" "libcst>=1.1" "pytest>=8" "hypothesis>=6.100" "jsonschema>=4.20" "pyyaml>=6"
+  "pre-commit>=3.5" "numpy<2.3" "packaging" "typing_extensions")
+# Light, torch-free packages (installed with their own deps) that vLLM's config, logger, plugin loader,
+# kv-cache interface, FlashInfer MLA backend and gpu speculator modules import at module level.
+LIGHT_WITH_DEPS=("regex" "cachetools" "psutil" "pyzmq" "msgspec" "cloudpickle" "cbor2" "pybase64" "uvloop"
+  "py-cpuinfo" "prometheus_client" "pillow" "einops" "partial-json-parser" "requests" "tqdm" "nvidia-ml-py"
+  "aiohttp" "openai" "opentelemetry-api" "fastapi<0.137.0,>=0.133.0" "transformers<5.21.0,>=5.16.1")
+# Their requirements would drag in torch/triton/CUDA wheels; their imported code needs none of that here.
+LIGHT_NO_DEPS=("apache-tvm-ffi==0.1.11" "xgrammar==0.2.8" "llguidance<1.8.0,>=1.7.0" "openai-harmony")
+
+log() { echo "[runtime-env] $*" >&2; }
+# pip quietly, showing its output only when it fails (and then failing the script).
+pipq() {
+  local out
+  out=$(mktemp)
+  if ! "$VENV/bin/python" -m pip install --quiet -c "$VENV/torch-constraint.txt" "$@" >"$out" 2>&1; then
+    grep -v "^WARNING: Location" "$out" >&2 || true
+    rm -f "$out"
+    return 1
+  fi
+  rm -f "$out"
+}
+
+PYTHON_BIN="${PYTHON:-python3}"
+mkdir -p "$SG_CACHE" "$WHEELS"
+
+stamp="$VENV/.specguard-stamp"
+want_stamp="$STAMP_VERSION torch=$TORCH_VERSION vllm=$VLLM_NEW flashinfer=$FLASHINFER ${TEST_PACKAGES[*]} ${LIGHT_WITH_DEPS[*]} ${LIGHT_NO_DEPS[*]}"
+
+fetch_wheel() { # name version -> path of the wheel in $WHEELS
+  local name="$1" version="$2" fname
+  fname=$(ls "$WHEELS"/"${name//-/_}"-"$version"-*.whl 2>/dev/null | head -n1 || true)
+  if [[ -z "$fname" ]]; then
+    log "downloading $name==$version (no deps)"
+    "$VENV/bin/python" -m pip download --quiet --no-deps --only-binary=:all: -d "$WHEELS" "$name==$version" >&2
+    fname=$(ls "$WHEELS"/"${name//-/_}"-"$version"-*.whl | head -n1)
+  fi
+  echo "$fname"
+}
+
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want_stamp" ]]; then
+  log "building $VENV"
+  rm -rf "$VENV"
+  "$PYTHON_BIN" -m venv "$VENV"
+  # torch first and alone: the pinned CPU build. Refuse a CUDA build rather than silently pulling gigabytes.
+  # The constraint keeps every later resolution on the CPU torch installed here.
+  echo "torch==$TORCH_VERSION" > "$VENV/torch-constraint.txt"
+  pipq "torch==$TORCH_VERSION"
+  "$VENV/bin/python" - <<'PY'
+import torch, sys
+if torch.version.cuda is not None:
+    sys.exit(f"runtime-env: pip installed a CUDA torch ({torch.__version__}); a CPU build of torch is required")
+PY
+  pipq "${TEST_PACKAGES[@]}" "${LIGHT_WITH_DEPS[@]}"
+  pipq --no-deps "${LIGHT_NO_DEPS[@]}"
+  vllm_whl=$(fetch_wheel vllm "$VLLM_NEW")
+  fi_whl=$(fetch_wheel flashinfer-python "$FLASHINFER")
+  pipq --no-deps "$vllm_whl" "$fi_whl"
+  echo "$want_stamp" > "$stamp"
+else
+  log "reusing $VENV"
+fi
+
+old_stamp="$OLD_VLLM/.specguard-stamp"
+if [[ ! -f "$old_stamp" || "$(cat "$old_stamp")" != "vllm=$VLLM_OLD" ]]; then
+  log "installing vLLM $VLLM_OLD code into $OLD_VLLM"
+  rm -rf "$OLD_VLLM"
+  old_whl=$(fetch_wheel vllm "$VLLM_OLD")
+  "$VENV/bin/python" -m pip install --quiet --no-deps --no-compile --target "$OLD_VLLM" "$old_whl" >&2
+  echo "vllm=$VLLM_OLD" > "$old_stamp"
+fi
+
+export SPECGUARD_TEST_PYTHON="$VENV/bin/python"
+export SPECGUARD_VLLM_OLD_PATH="$OLD_VLLM"
+echo "$SPECGUARD_TEST_PYTHON"

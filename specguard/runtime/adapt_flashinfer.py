@@ -1,0 +1,110 @@
+"""G1 on FlashInfer's paged wrappers (flashinfer-python 0.7.2.post1): `plan()` records the query layout
+it was given, host-side; `run()` checks `q.shape[0]` against it before the kernel.
+
+Prefill records qo_indptr[-1] from the host indptr `plan()` receives (vLLM passes CPU copies); a device
+indptr is skipped, never read. Decode needs no value at all: its batch is `indptr.shape[0] - 1`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from typing import Any
+
+from specguard.runtime import invariants as inv
+from specguard.runtime.host import host_int, host_last_int, rows
+from specguard.runtime.patching import Patcher, Skip, guard_call, is_wrapped, mark, run_check
+
+PREFILL = ("flashinfer.prefill", "BatchPrefillWithPagedKVCacheWrapper")
+DECODE = ("flashinfer.decode", "BatchDecodeWithPagedKVCacheWrapper")
+RECORD_ATTR = "_specguard_planned_layout"
+# Backends whose decode kernels tile a per-request query length different from the planned one.
+_FLEXIBLE_DECODE_BACKENDS = ("trtllm-gen", "cute-dsl")
+
+
+def _first_arg(args: tuple, kwargs: dict, name: str) -> Any:
+    return args[0] if args else kwargs[name]
+
+
+def _record_prefill(self: Any, args: tuple, kwargs: dict) -> None:
+    qo_indptr = _first_arg(args, kwargs, "qo_indptr")
+    reqs = qo_indptr.shape[0] - 1
+    setattr(self, RECORD_ATTR, ("prefill", host_last_int(qo_indptr, "plan() qo_indptr"), reqs))
+
+
+def _record_decode(self: Any, args: tuple, kwargs: dict) -> None:
+    indptr = _first_arg(args, kwargs, "indptr")
+    q_len = host_int(kwargs.get("q_len_per_req", 1), "plan() q_len_per_req")
+    setattr(self, RECORD_ATTR, ("decode", indptr.shape[0] - 1, q_len))
+
+
+def _planned(self: Any) -> tuple:
+    record = getattr(self, RECORD_ATTR, None)
+    if record is None:
+        raise Skip("run() without a plan() the guard recorded")
+    return record
+
+
+def _check_prefill_run(self: Any, q: Any, site: str) -> inv.Violation | None:
+    _, planned_rows, reqs = _planned(self)
+    return inv.check_prefill_rows(rows(q), planned_rows, site=site, subject=type(self).__name__,
+                                  planned_reqs=reqs)
+
+
+def _check_decode_run(self: Any, q: Any, site: str) -> inv.Violation | None:
+    _, batch, q_len = _planned(self)
+    exact = getattr(self, "_backend", None) not in _FLEXIBLE_DECODE_BACKENDS
+    return inv.check_decode_rows(rows(q), batch, q_len, exact=exact, site=site, subject=type(self).__name__)
+
+
+def make_plan(original: Any, record: Any, site: str) -> Any:
+    def plan(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Forget the previous layout first: a failed plan must not leave a stale one for run() to trust.
+        guard_call("G1", site, setattr, self, RECORD_ATTR, None)
+        result = original(self, *args, **kwargs)
+        guard_call("G1", site, record, self, args, kwargs)
+        return result
+
+    return mark(plan, original)
+
+
+def make_run(original: Any, check: Any, site: str) -> Any:
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        run_check("G1", site, check, self, _first_arg(args, kwargs, "q"), site)
+        return original(self, *args, **kwargs)
+
+    return mark(run, original)
+
+
+def _install_wrapper(patcher: Patcher, module: str, cls_name: str, record: Any, check: Any,
+                     installed: list[str], skipped: list[str]) -> None:
+    try:
+        cls = getattr(importlib.import_module(module), cls_name)
+    except Exception as exc:
+        skipped.append(f"G1@{cls_name} ({type(exc).__name__}: {exc})")
+        return
+    plan, run = cls.__dict__.get("plan"), cls.__dict__.get("run")
+    if not (inspect.isfunction(plan) and inspect.isfunction(run)):
+        skipped.append(f"G1@{cls_name} (no plan/run functions)")
+        return
+    if is_wrapped(run):
+        installed.append(f"G1@{cls_name}.plan/run")
+        return
+    site = f"{cls_name}.run"
+    new_plan = make_plan(plan, record, f"{cls_name}.plan")
+    new_run = make_run(run, check, site)
+    patcher.replace(cls, "plan", new_plan)
+    patcher.replace(cls, "run", new_run)
+    # Aliases bound at class creation still point at the originals.
+    if cls.__dict__.get("begin_forward") is plan:
+        patcher.replace(cls, "begin_forward", new_plan)
+    rrl = cls.__dict__.get("run_return_lse")
+    if isinstance(rrl, functools.partialmethod) and rrl.func is run:
+        patcher.replace(cls, "run_return_lse", functools.partialmethod(new_run, *rrl.args, **rrl.keywords))
+    installed.append(f"G1@{cls_name}.plan/run")
+
+
+def install(patcher: Patcher, installed: list[str], skipped: list[str]) -> None:
+    _install_wrapper(patcher, *PREFILL, _record_prefill, _check_prefill_run, installed, skipped)
+    _install_wrapper(patcher, *DECODE, _record_decode, _check_decode_run, installed, skipped)

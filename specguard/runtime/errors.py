@@ -1,0 +1,55 @@
+"""The violation record and the exception the guard raises in `raise` mode.
+
+Kept free of torch/vllm imports: `specguard.runtime` re-exports these at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Static rules (specguard's analyzer) that find, in source, the causes behind each runtime check.
+RULE_NAMES: dict[str, str] = {
+    "SG101": "metadata-outside-helper",
+    "SG103": "padded-token-count",
+    "SG105": "stale-dcp-local-seq-lens",
+    "SG201": "group-flag-any-merge",
+    "SG202": "dcp-causal-bound-geometry",
+}
+
+CHECK_TITLES: dict[str, str] = {
+    "G1": "tokens vs query layout",
+    "G2": "MLA/DCP launch geometry",
+    "G3": "group causal consistency",
+    "G4": "draft token count",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken launch invariant, with everything an operator needs to act on it."""
+
+    check: str  # "G1".."G4"
+    site: str  # the guarded entry point, e.g. "FlashInferMLAImpl.forward_mqa"
+    subject: str  # the layer, wrapper or speculator involved
+    summary: str  # the disagreement, with its numbers
+    cause: str  # the likely cause
+    rules: tuple[str, ...]  # static rule ids that find the cause in source
+    facts: dict[str, object] = field(default_factory=dict)  # the numbers, machine-readable
+
+    @property
+    def message(self) -> str:
+        rules = ", ".join(f"{r} {RULE_NAMES.get(r, '')}".strip() for r in self.rules)
+        facts = ", ".join(f"{k}={v}" for k, v in self.facts.items())
+        return (
+            f"[specguard {self.check} {CHECK_TITLES.get(self.check, '')}] {self.site} ({self.subject}): "
+            f"{self.summary}. Numbers: {facts}. Likely cause: {self.cause}. "
+            f"Static rule that finds it: {rules}."
+        )
+
+
+class SpecGuardViolation(AssertionError):
+    """Raised before a kernel launch whose inputs break a FlashInfer launch invariant."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(violation.message)
+        self.violation = violation

@@ -1,0 +1,61 @@
+"""Reading host-side values without ever touching device memory.
+
+Tensors that may live on a device are only asked for `.shape` and `.dtype`. Values are read only from
+objects that are host-side by contract (Python ints, numpy arrays, CPU tensors such as vLLM's
+`*_cpu` metadata or the indptr FlashInfer's `plan()` takes) and, for CPU tensors, through `.numpy()`,
+which shares memory without dispatching an aten op. A tensor on any other device is a `Skip`, never a sync.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from specguard.runtime.patching import Skip
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def dtype_name(t: Any) -> str:
+    dt = t.dtype
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = str(dt).removeprefix("torch.")
+        _DTYPE_NAMES[dt] = name
+    return name
+
+
+def host_int(value: Any, what: str) -> int:
+    """A plain integer from a host-side scalar; anything tensor-like is refused rather than read."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Integral):  # int, numpy integer
+        return int(value)
+    raise Skip(f"{what} is {type(value).__name__}, not a host integer")
+
+
+def host_array(t: Any, what: str) -> Any:
+    """A numpy view of a host-side 1-D index tensor or array; a device tensor is a Skip."""
+    device = getattr(t, "device", None)
+    if device is None:
+        return t  # numpy array or sequence
+    if getattr(device, "type", None) != "cpu":
+        raise Skip(f"{what} is on {device}: reading it would synchronise the device")
+    try:
+        return t.numpy()
+    except Exception as exc:  # e.g. requires_grad; do not detach (that dispatches an op)
+        raise Skip(f"{what} has no numpy view ({type(exc).__name__})") from exc
+
+
+def host_last_int(t: Any, what: str) -> int:
+    arr = host_array(t, what)
+    if len(arr) == 0:
+        raise Skip(f"{what} is empty")
+    return int(arr[-1])
+
+
+def rows(t: Any) -> int:
+    """Leading dimension of a tensor, or of the first of a (q_nope, q_pe) pair."""
+    if isinstance(t, tuple):
+        t = t[0]
+    return t.shape[0]

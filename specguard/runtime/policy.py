@@ -1,0 +1,130 @@
+"""What the guard does with a violation (raise or warn), and the counters behind `stats()`.
+
+One process-wide Policy. Logging goes through vLLM's logger when vLLM is importable (so the lines carry
+vLLM's format and process prefix), else the stdlib logger. Each (check, site) logs once; counters keep
+counting.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from specguard.runtime.errors import SpecGuardViolation, Violation
+
+ENV_VAR = "VLLM_SPECGUARD"
+OFF_VALUES = ("", "0", "off")
+RAISE_VALUES = ("1", "raise")
+WARN_VALUES = ("warn",)
+VALID_VALUES = ("unset", *OFF_VALUES[1:], *RAISE_VALUES, *WARN_VALUES)
+
+
+class SpecGuardConfigError(ValueError):
+    """VLLM_SPECGUARD holds a value the guard does not know."""
+
+
+def parse_mode(value: str | None) -> str:
+    """Map the env var to "off", "raise" or "warn"; anything else is a startup error."""
+    if value is None:
+        return "off"
+    v = value.strip().lower()
+    if v in OFF_VALUES:
+        return "off"
+    if v in RAISE_VALUES:
+        return "raise"
+    if v in WARN_VALUES:
+        return "warn"
+    valid = ", ".join(repr(x) if x != "unset" else "unset" for x in VALID_VALUES)
+    raise SpecGuardConfigError(f"{ENV_VAR}={value!r} is not a valid value; use one of: {valid}")
+
+
+def get_logger() -> logging.Logger:
+    # Only use vLLM's logger when vLLM is already loaded: importing vllm just to log would break the
+    # "nothing imported when off" promise for callers that never load vLLM.
+    if "vllm" in sys.modules:
+        try:
+            from vllm.logger import init_logger
+
+            return init_logger("specguard.runtime")
+        except Exception:  # vLLM's logger unavailable: stdlib is fine
+            pass
+    return logging.getLogger("specguard.runtime")
+
+
+@dataclass
+class Policy:
+    mode: str = "off"
+    violations: Counter = field(default_factory=Counter)  # (check, site) -> count
+    skips: Counter = field(default_factory=Counter)  # (check, site, reason) -> count
+    guard_errors: Counter = field(default_factory=Counter)  # (check, site) -> count
+    checks_run: Counter = field(default_factory=Counter)  # (check, site) -> count
+    _logged: set = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    logger: logging.Logger | None = None
+
+    def _log(self) -> logging.Logger:
+        if self.logger is None:
+            self.logger = get_logger()
+        return self.logger
+
+    def _once(self, key: tuple) -> bool:
+        with self._lock:
+            if key in self._logged:
+                return False
+            self._logged.add(key)
+            return True
+
+    def ran(self, check: str, site: str) -> None:
+        self.checks_run[(check, site)] += 1
+
+    def report(self, violation: Violation | None) -> None:
+        """Count a violation; raise it in raise mode, log it once per (check, site) in warn mode."""
+        if violation is None:
+            return
+        key = (violation.check, violation.site)
+        self.violations[key] += 1
+        if self.mode == "raise":
+            raise SpecGuardViolation(violation)
+        if self._once(("violation", *key)):
+            self._log().warning(
+                "%s (warn mode: launch proceeds; further %s violations at this site are counted, not logged)",
+                violation.message, violation.check,
+            )
+
+    def skip(self, check: str, site: str, reason: str) -> None:
+        """A check that could not run without a device read (or lacks its inputs): count, log once."""
+        self.skips[(check, site, reason)] += 1
+        if self._once(("skip", check, site, reason)):
+            self._log().info("specguard %s skipped at %s: %s (counted, logged once)", check, site, reason)
+
+    def guard_error(self, check: str, site: str, exc: BaseException) -> None:
+        """A bug or surprise inside the guard itself: never let it break serving."""
+        self.guard_errors[(check, site)] += 1
+        if self._once(("error", check, site, type(exc).__name__)):
+            self._log().warning(
+                "specguard %s check at %s failed internally (%s: %s); launch proceeds unchecked",
+                check, site, type(exc).__name__, exc,
+            )
+
+    def snapshot(self) -> dict[str, object]:
+        def flat(counter: Counter) -> dict[str, int]:
+            return {":".join(map(str, k)): v for k, v in sorted(counter.items())}
+
+        return {
+            "mode": self.mode,
+            "violations": flat(self.violations),
+            "skips": flat(self.skips),
+            "guard_errors": flat(self.guard_errors),
+            "checks_run": flat(self.checks_run),
+        }
+
+    def reset_counters(self) -> None:
+        for c in (self.violations, self.skips, self.guard_errors, self.checks_run):
+            c.clear()
+        self._logged.clear()
+
+
+POLICY = Policy()
