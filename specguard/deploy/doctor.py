@@ -66,16 +66,53 @@ def _check_summary(root: Path) -> CheckSummary:
     return CheckSummary(str(root), result.files, dict(sorted(counts.items())), list(result.errors))
 
 
+# Run in a child process: installing the guard imports vLLM, FlashInfer and torch, which doctor itself must not.
+_PROBE = """
+import json, os
+os.environ["VLLM_SPECGUARD"] = "warn"
+from specguard.runtime import installed_checks, register
+register()
+installed, skipped = installed_checks()
+print("SPECGUARD-DOCTOR " + json.dumps({"installed": installed, "skipped": skipped}))
+"""
+PROBE_TIMEOUT_S = 300
+
+
 def _runtime_checks() -> tuple[list[RuntimeCheck], str | None]:
-    """Which runtime-guard checks would install here, as specguard.runtime reports them."""
+    """Which runtime-guard checks would install here: the guard really installs, in a throwaway process."""
+    import os
+    import subprocess
+
+    from specguard.runtime.policy import ENV_VAR, SpecGuardConfigError, parse_mode
+
     try:
-        from specguard.runtime import describe_checks  # type: ignore[attr-defined]
-    except ImportError:
-        return [], "specguard.runtime does not list its checks in this build"
-    checks = []
-    for item in describe_checks():
-        checks.append(RuntimeCheck(str(item.name), bool(item.would_install), str(item.detail)))
-    return checks, None
+        mode = parse_mode(os.environ.get(ENV_VAR))
+        current = (
+            f"{ENV_VAR}={os.environ.get(ENV_VAR, '')!r}: {mode}"
+            if ENV_VAR in os.environ
+            else f"{ENV_VAR} unset: off"
+        )
+    except SpecGuardConfigError as exc:
+        current = str(exc)
+    # The child must import this same specguard, installed or not.
+    root = str(Path(specguard.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        return [], f"{current}; probing which checks would install timed out after {PROBE_TIMEOUT_S}s"
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("SPECGUARD-DOCTOR ")), None)
+    if proc.returncode != 0 or line is None:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return [], f"{current}; probing which checks would install failed: {last}"
+    data = json.loads(line.removeprefix("SPECGUARD-DOCTOR "))
+    checks = [RuntimeCheck(name, True, "") for name in data["installed"]]
+    for entry in data["skipped"]:
+        name, _, reason = entry.partition(" (")
+        checks.append(RuntimeCheck(name, False, reason.removesuffix(")")))
+    return checks, current
 
 
 def diagnose(vllm_source: str | None = None) -> Report:
@@ -121,7 +158,11 @@ def to_text(report: Report) -> str:
             lines.append(f"  error: {err}")
     if report.runtime_note:
         lines.append(f"runtime guard: {report.runtime_note}")
+    if report.runtime:
+        lines.append("runtime guard checks that would install here (VLLM_SPECGUARD=1 or warn):")
     for rc in report.runtime:
-        mark = "installs" if rc.would_install else "skipped "
-        lines.append(f"runtime guard: {mark} {rc.name}: {rc.detail}")
+        if rc.would_install:
+            lines.append(f"  installs  {rc.name}")
+        else:
+            lines.append(f"  skipped   {rc.name}: {rc.detail}")
     return "\n".join(lines)

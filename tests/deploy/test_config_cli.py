@@ -211,6 +211,32 @@ def test_doctor_text(capsys: pytest.CaptureFixture[str], source_dir: Callable[[s
     assert out.splitlines()[0].startswith("python ")
 
 
+def test_doctor_lists_the_runtime_guard_checks_as_the_guard_installs_them(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_SPECGUARD", raising=False)
+    assert doctor_main(["--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["runtime_note"] == "VLLM_SPECGUARD unset: off"
+    names = [c["name"] for c in report["runtime"]]
+    # One entry per guard target the runtime knows (G1 wrappers, MLA backend, group merge, draft helper).
+    for check in ("G1", "G3", "G4"):
+        assert any(check in name for name in names), names
+    for c in report["runtime"]:
+        assert c["would_install"] or c["detail"], c
+
+
+def test_doctor_reports_a_failed_probe(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import specguard.deploy.doctor as doctor
+
+    monkeypatch.setattr(doctor, "_PROBE", "raise SystemExit('guard exploded')")
+    monkeypatch.setenv("VLLM_SPECGUARD", "bogus")
+    assert doctor_main([]) == 0
+    out = capsys.readouterr().out
+    assert "VLLM_SPECGUARD='bogus' is not a valid value" in out
+    assert "probing which checks would install failed: guard exploded" in out
+
+
 def test_doctor_without_vllm(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import specguard.deploy.doctor as doctor
 
