@@ -191,8 +191,16 @@ def test_docs_example_table_matches_the_tested_outcomes() -> None:
 # -- doctor ---------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip the runtime-guard probe (a child that imports vLLM) where a test is about something else."""
+    import specguard.deploy.doctor as doctor
+
+    monkeypatch.setattr(doctor, "_runtime_checks", lambda: ([], "not probed in this test"))
+
+
 def test_doctor_reports_versions_and_a_check_summary(
-    capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path]
+    capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path], no_probe: None
 ) -> None:
     rc = doctor_main(["--vllm-source", str(source_dir("0.28.0")), "--format", "json"])
     report = json.loads(capsys.readouterr().out)
@@ -203,7 +211,9 @@ def test_doctor_reports_versions_and_a_check_summary(
     assert report["vllm_dir"] == str(source_dir("0.28.0").resolve())
 
 
-def test_doctor_text(capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path]) -> None:
+def test_doctor_text(
+    capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path], no_probe: None
+) -> None:
     rc = doctor_main(["--vllm-source", str(source_dir("0.33.0"))])
     out = capsys.readouterr().out
     assert rc == 0
@@ -226,7 +236,9 @@ def test_doctor_lists_the_runtime_guard_checks_as_the_guard_installs_them(
         assert c["would_install"] or c["detail"], c
 
 
-def test_doctor_reports_a_failed_probe(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_reports_a_failed_probe(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import specguard.deploy.doctor as doctor
 
     monkeypatch.setattr(doctor, "_PROBE", "raise SystemExit('guard exploded')")
@@ -237,7 +249,9 @@ def test_doctor_reports_a_failed_probe(capsys: pytest.CaptureFixture[str], monke
     assert "probing which checks would install failed: guard exploded" in out
 
 
-def test_doctor_without_vllm(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_without_vllm(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, no_probe: None
+) -> None:
     import specguard.deploy.doctor as doctor
 
     monkeypatch.setattr(doctor, "installed_vllm_dir", lambda: None)

@@ -132,7 +132,9 @@ def test_bad_source_dir(tmp_path: Path, make: Callable[[Path], Path], expected: 
         SourceTree.open(make(tmp_path))
 
 
-def test_installed_vllm_is_located_without_running_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_installed_vllm_is_located_without_running_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from specguard.deploy.facts import installed_vllm_dir
 
     pkg = tmp_path / "vllm"
