@@ -101,9 +101,18 @@ class Pack(BaseModel):
         return tuple(sorted({n.encode() for n in names if n}))
 
     @cached_property
-    def prefilter_needles(self) -> tuple[bytes, ...]:
-        """The needles minus those containing another (`_build_attn_metadata` holds `build_attn_metadata`)."""
-        return tuple(n for n in self.needles if not any(o != n and o in n for o in self.needles))
+    def needle_groups(self) -> tuple[tuple[bytes, ...], ...]:
+        """The prefilter proper: a file can match only if it holds every needle of some group.
+
+        A speculator rule needs one of its names; SG201 needs a flag and a merge method; SG202 the MLA entry and
+        the global bound. Names that contain another (`_build_attn_metadata` holds `build_attn_metadata`) are
+        left out, since the shorter one already admits the file.
+        """
+        singles = [*self.metadata.sink, *self.speculators.shared_helpers, *self.dcp.prepare]
+        groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}
+        groups |= {(f, m) for f in self.kv_groups.flags for m in self.kv_groups.merge_methods}
+        groups |= {(e, self.mla.global_bound_param or "") for e in self.mla.decode_entry}
+        return tuple(sorted(tuple(n.encode() for n in g) for g in groups))
 
 
 def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

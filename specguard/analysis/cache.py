@@ -14,7 +14,7 @@ from typing import Any
 
 from specguard import __version__
 
-_FORMAT = 1
+_FORMAT = 2  # bump when a cached type changes shape
 
 
 class Cache:

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from specguard.analysis.cache import Cache
 from specguard.analysis.discover import discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex
 from specguard.analysis.modules import ModuleLocator
+from specguard.analysis.parallel import run_sharded
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import is_suppressed
 from specguard.packs import Pack, load_pack
 from specguard.rules import ALL_CODES
 from specguard.settings import Settings
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 # Below this much work a process pool costs more than it saves.
 _PARALLEL_MIN_FILES = 200
@@ -40,50 +35,25 @@ class CheckResult:
     parsed: int = 0
 
 
-def _workers() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, 8))
-
-
-def _parallel(fn: Callable[..., R], jobs: list[tuple[Any, ...]], min_jobs: int,
-              on_crash: Callable[[tuple[Any, ...]], R], chunk: int = 0) -> list[R]:
-    """fn(*job) for every job, on all cores when it pays. A worker that dies (a native parser fault) breaks the
-    pool; then each job reruns alone, and the one that kills its process gets on_crash(job) instead."""
-    if len(jobs) < min_jobs or _workers() == 1:
-        return [fn(*job) for job in jobs]
-    ctx = get_context("fork") if "fork" in get_all_start_methods() else get_context()
-    try:
-        with ProcessPoolExecutor(_workers(), mp_context=ctx) as pool:
-            chunk = chunk or max(1, len(jobs) // (_workers() * 4))
-            return list(pool.map(_apply, [(fn, job) for job in jobs], chunksize=chunk))
-    except BrokenProcessPool:
-        return [_isolated(fn, job, ctx, on_crash) for job in jobs]
-
-
-def _apply(item: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
-    fn, job = item
-    return fn(*job)
-
-
-def _isolated(fn: Callable[..., R], job: tuple[Any, ...], ctx: Any, on_crash: Callable[[tuple[Any, ...]], R]) -> R:
-    try:
-        with ProcessPoolExecutor(1, mp_context=ctx) as pool:
-            return pool.submit(fn, *job).result()
-    except BrokenProcessPool:
-        return on_crash(job)
-
-
 _CRASH = "the parser crashed on this file (pathologically deep nesting?)"
 Outcome = tuple[list[Finding], str | None]  # a file's findings, or the internal error that stopped its rules
 
 
-def _evaluate(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str], mentions: frozenset[str]) -> Outcome:
+def _evaluate(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str], mentions: frozenset[str],
+              definitions: list[tuple[int, int]]) -> Outcome:
     from specguard.analysis.evaluate import evaluate_file  # libcst loads only when a file needs it
 
     try:
-        return evaluate_file(path, facts, pack, codes, mentions), None
+        return evaluate_file(path, facts, pack, codes, mentions, definitions), None
     except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not lose the other files' findings
         return [], f"{path}: internal error while analyzing: {type(exc).__name__}: {exc} (please report it)"
+
+
+def _file_size(job: tuple[Any, ...]) -> int:
+    try:
+        return os.path.getsize(job[0])
+    except OSError:
+        return 0
 
 
 def _evaluate_crashed(job: tuple[Any, ...]) -> Outcome:
@@ -123,8 +93,8 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
                 continue
         except OSError:
             pass
-        todo.append((path, pack.needles, pack.prefilter_needles))
-    for scan in _parallel(scan_file, todo, _PARALLEL_MIN_FILES, _scan_crashed):
+        todo.append((path, pack.needles, pack.needle_groups))
+    for scan in run_sharded(scan_file, todo, min_jobs=_PARALLEL_MIN_FILES, on_crash=_scan_crashed):
         scans[scan.path] = scan
         if scan.stamp != (0, 0):
             cache.put_scan(scan.path, scan)
@@ -163,9 +133,11 @@ def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *
             result.findings.extend(cache.results[key])
         else:
             keys[path] = key
-            jobs.append((path, facts, pack, codes, scan.mentions))
+            jobs.append((path, facts, pack, codes, scan.mentions, scan.summary.definitions))
     result.parsed = len(jobs)
-    outcomes = _parallel(_evaluate, jobs, _PARALLEL_MIN_CANDIDATES, _evaluate_crashed, chunk=1)
+    # libcst's native parser runs only in workers: a fault there must not take the whole run down.
+    outcomes = run_sharded(_evaluate, jobs, min_jobs=_PARALLEL_MIN_CANDIDATES, on_crash=_evaluate_crashed,
+                           weight=_file_size, main_shares=False)
     for job, (findings, error) in zip(jobs, outcomes, strict=True):
         if error is not None:
             result.errors.append(error)
@@ -206,4 +178,4 @@ def check_source(text: str, path: str = "example.py", module: str = "example", *
     facts = index.facts(summary, pack)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
     codes = frozenset(settings.enabled(ALL_CODES))
-    return sorted(evaluate_source(text, path, facts, pack, codes, mentions))
+    return sorted(evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions))

@@ -10,19 +10,27 @@ from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts
 from specguard.analysis.positions import spans
 from specguard.analysis.source import decode, read_bytes
+from specguard.analysis.sparse import sparse_source
 from specguard.errors import SourceError
 from specguard.packs import Pack
 from specguard.rules import load_rule
 from specguard.rules.base import Diagnostic, RuleContext
 
 
+def _names_to_keep(facts: FileFacts, pack: Pack) -> tuple[str, ...]:
+    """The pack's names and the local aliases they were imported under (`bam` for build_attn_metadata)."""
+    names = {n.decode() for n in pack.needles}
+    aliases = {local for local, target in facts.imports if target.rpartition(".")[2] in names}
+    return tuple(sorted(names | aliases))
+
+
 def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
-                    mentions: frozenset[str]) -> list[Finding]:
+                    mentions: frozenset[str], definitions: list[tuple[int, int]]) -> list[Finding]:
     rules = [r for r in map(load_rule, sorted(codes)) if r.applies(facts, pack, mentions)]
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
     try:
-        module = cst.parse_module(text)
+        module = cst.parse_module(sparse_source(text, definitions, _names_to_keep(facts, pack)))
         ctx = RuleContext(module, facts, pack, mentions)
         found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         places = spans(module, [diag.node for _, diag in found]) if found else []
@@ -37,11 +45,11 @@ def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: f
 
 
 def evaluate_file(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
-                  mentions: frozenset[str]) -> list[Finding]:
+                  mentions: frozenset[str], definitions: list[tuple[int, int]]) -> list[Finding]:
     if not any(load_rule(c).applies(facts, pack, mentions) for c in codes):
         return []  # decided before reading the file again
     try:
         text = decode(read_bytes(Path(path)))
     except SourceError as exc:
         return [source_error(path, str(exc))]
-    return evaluate_source(text, path, facts, pack, codes, mentions)
+    return evaluate_source(text, path, facts, pack, codes, mentions, definitions)

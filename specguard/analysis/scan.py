@@ -29,7 +29,7 @@ def stamp_of(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def scan_file(path: str, needles: tuple[bytes, ...], prefilter: tuple[bytes, ...] = (),
+def scan_file(path: str, needles: tuple[bytes, ...], groups: tuple[tuple[bytes, ...], ...] = (),
               summarize_always: bool = False) -> FileScan:
     """Stage one for a file. `summarize_always` is for modules the index reads for an ancestor class."""
     p = Path(path)
@@ -39,8 +39,8 @@ def scan_file(path: str, needles: tuple[bytes, ...], prefilter: tuple[bytes, ...
         text = decode(data)  # also for files no rule can match: undecodable text could hide a name
     except (SourceError, OSError) as exc:
         return FileScan(path, (0, 0), error=str(exc))
-    # The first test uses the fewest needles; which names a file mentions is listed only for files that pass it.
-    if not any(n in data for n in (prefilter or needles)):
+    # The prefilter (see Pack.needle_groups); which names a file mentions is listed only for files that pass it.
+    if not any(all(n in data for n in group) for group in groups or [(n,) for n in needles]):
         mentions: frozenset[str] = frozenset()
     else:
         mentions = frozenset(n.decode() for n in needles if n in data)

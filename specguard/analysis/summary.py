@@ -24,6 +24,9 @@ class ModuleSummary:
     imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
     classes: dict[str, ClassSummary] = field(default_factory=dict)
     functions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> parameter names
+    # (first line, last line) of each top-level class and function, decorators included: the only statements
+    # rules look into, so the others need not be parsed with libcst (see analysis/sparse.py)
+    definitions: list[tuple[int, int]] = field(default_factory=list)
 
     def resolve(self, dotted: str) -> str:
         """Qualified name of a dotted reference as seen from this module."""
@@ -83,6 +86,10 @@ def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
 
 def summarize(tree: ast.Module, module: str, is_package: bool) -> ModuleSummary:
     summary = ModuleSummary(module=module, is_package=is_package)
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
+            summary.definitions.append((first, stmt.end_lineno or stmt.lineno))
     for stmt in _top_level(tree.body):
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
