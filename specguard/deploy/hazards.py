@@ -345,7 +345,14 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         if facts is None and hazard.needs_source:
             judgement.not_judged.append(code)
             continue
-        for hit in EVALUATORS[code](cfg, hazard.params, facts):
+        try:
+            hits = EVALUATORS[code](cfg, hazard.params, facts)
+        except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
+            judgement.notes.append(
+                f"{code} not judged: reading the source failed ({type(exc).__name__}: {exc})"
+            )
+            continue
+        for hit in hits:
             judgement.findings.append(_render(hazard, hit, source))
     if facts is not None and facts.analysis_problems:
         shown = "; ".join(facts.analysis_problems[:3])

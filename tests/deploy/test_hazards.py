@@ -220,8 +220,10 @@ def test_hazard(
     facts: Callable[[str], SourceFacts],
     catalogue: Catalogue,
 ) -> None:
-    codes = _codes(config, facts(version), catalogue)
+    judgement = evaluate(build(config, "test"), catalogue, facts(version))
+    codes = {f.code for f in judgement.findings}
     assert (code in codes) == (version in fires_on), f"{name} on {version}: {sorted(codes)}"
+    assert judgement.notes == []
 
 
 def test_every_case_set_covers_every_code_both_ways() -> None:
@@ -413,3 +415,29 @@ def test_a_source_the_analyzer_cannot_fully_read_is_noted(tmp_path: Path, catalo
     cfg = build({"speculative-config": _spec("dspark")}, "t")
     judgement = evaluate(cfg, catalogue, facts)
     assert any("broken.py" in note for note in judgement.notes), judgement.notes
+
+
+def test_a_fact_that_cannot_be_read_costs_one_hazard_not_the_run(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    facts = SourceFacts.open(_synthetic_tree(tmp_path, "x = 1"))
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("unexpected registry shape")
+
+    monkeypatch.setattr(SourceFacts, "backend", broken)
+    cfg = build(
+        {
+            "tensor-parallel-size": 4,
+            "decode-context-parallel-size": 2,
+            "attention-backend": "FLASHINFER_MLA",
+            "cp-kv-cache-interleave-size": 4,
+            "speculative-config": _spec("dspark"),
+        },
+        "t",
+    )
+    judgement = evaluate(cfg, catalogue, facts)
+    failed = {n.split()[0] for n in judgement.notes if "reading the source failed (RuntimeError" in n}
+    assert failed == {"CFG102", "CFG103"}
+    # The other hazards were still judged (the synthetic tree's registry does know FLASHINFER_MLA).
+    assert "CFG112" not in {f.code for f in judgement.findings}
