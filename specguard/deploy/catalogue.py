@@ -104,6 +104,7 @@ PARAMS: dict[str, type[_Params]] = {
     "CFG112": SourceEnumParams,
     "CFG113": EvidenceParams,
     "CFG114": SpeculatorParams,
+    "CFG115": EvidenceParams,
 }
 
 

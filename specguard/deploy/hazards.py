@@ -309,6 +309,13 @@ def _cfg113(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) ->
     ]
 
 
+def _cfg115(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
+    mode = cfg.cudagraph_mode
+    if not cfg.enforce_eager or mode is None or mode == "NONE" or not _confirmed(p, facts):
+        return []
+    return [_Hit("enforce-eager", {"mode": mode})]
+
+
 EVALUATORS: dict[str, Evaluator] = {
     "CFG101": _cfg101,
     "CFG102": _cfg102,
@@ -324,6 +331,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "CFG112": _cfg112,
     "CFG113": _cfg113,
     "CFG114": _cfg114,
+    "CFG115": _cfg115,
 }
 
 

@@ -74,8 +74,8 @@ def test_malformed_catalogue_names_file_key_and_problem(
 
 
 def test_missing_hazard_is_an_error(tmp_path: Path) -> None:
-    head, _, _ = BUILTIN.partition("[hazards.CFG114]")
-    with pytest.raises(UserError, match="hazard 'CFG114' is missing"):
+    head, _, _ = BUILTIN.partition("[hazards.CFG115]")
+    with pytest.raises(UserError, match="hazard 'CFG115' is missing"):
         load_catalogue(_write(tmp_path, head))
 
 

@@ -204,6 +204,20 @@ CASES: list[tuple[str, str, dict[str, Any], set[str]]] = [
         {"tensor-parallel-size": 2, "decode-context-parallel-size": 2, "speculative-config": _spec("eagle3")},
         {OLD},
     ),
+    # CFG115: enforce-eager overrides an explicit CUDA graph mode.
+    (
+        "CFG115",
+        "eager-full",
+        {"enforce-eager": True, "compilation-config": {"cudagraph_mode": "FULL_AND_PIECEWISE"}},
+        {OLD, NEW},
+    ),
+    (
+        "CFG115",
+        "eager-none",
+        {"enforce-eager": True, "compilation-config": {"cudagraph_mode": "NONE"}},
+        set(),
+    ),
+    ("CFG115", "graphs-no-eager", {"compilation-config": {"cudagraph_mode": "FULL"}}, set()),
     ("CFG114", "eagle3-no-dcp", {"speculative-config": _spec("eagle3")}, set()),
     ("CFG114", "dcp2-no-spec", {"tensor-parallel-size": 2, "decode-context-parallel-size": 2}, set()),
 ]
