@@ -69,7 +69,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want_stamp" ]]; then
   # The constraint keeps every later resolution on the CPU torch installed here.
   echo "torch==$TORCH_VERSION" > "$VENV/torch-constraint.txt"
   pipq "torch==$TORCH_VERSION"
-  "$VENV/bin/python" - <<'PY'
+  "$VENV/bin/python" -W ignore - <<'PY'
 import torch, sys
 if torch.version.cuda is not None:
     sys.exit(f"runtime-env: pip installed a CUDA torch ({torch.__version__}); a CPU build of torch is required")

@@ -81,7 +81,7 @@ def _install_wrapper(patcher: Patcher, module: str, cls_name: str, record: Any, 
                      installed: list[str], skipped: list[str]) -> None:
     try:
         cls = getattr(importlib.import_module(module), cls_name)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         skipped.append(f"G1@{cls_name} ({type(exc).__name__}: {exc})")
         return
     plan, run = cls.__dict__.get("plan"), cls.__dict__.get("run")

@@ -128,7 +128,7 @@ def make_kernel(original: Any) -> Any:
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         # vLLM passes everything by keyword; map positionals only when present.
-        bound = dict(zip(param_names, args)) if args else {}
+        bound = dict(zip(param_names, args, strict=False)) if args else {}
         bound.update(kwargs)
         run_check("G2", KERNEL_SITE, _check_kernel, bound)
         return original(*args, **kwargs)

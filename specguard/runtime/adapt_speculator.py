@@ -116,7 +116,7 @@ def make_helper(original: Any, site: str) -> Any:
     names = _param_names(original, drop_first=True)
 
     def helper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        bound = dict(zip(names, args))
+        bound = dict(zip(names, args, strict=False))
         bound.update(kwargs)
         step = guard_call("G4", site, _draft_step, self, bound, site)
         stack = _stack()
@@ -174,7 +174,7 @@ def make_dispatch(original: Any) -> Any:
 
     def dispatch_cg_and_sync_dp(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        bound = dict(zip(names, args))
+        bound = dict(zip(names, args, strict=False))
         bound.update(kwargs)
         guard_call("G4", DISPATCH, _record_dispatch, result, bound)
         return result
@@ -197,7 +197,7 @@ def install(patcher: Patcher, installed: list[str], skipped: list[str]) -> None:
     try:
         dp_mod = importlib.import_module(DP_MODULE)
         dispatch = getattr(dp_mod, DISPATCH)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         if "batch_desc" not in inspect.signature(base.__dict__[helper_name]).parameters:
             skipped.append(f"G4 descriptor recording ({type(exc).__name__}: {exc})")
         return

@@ -37,13 +37,13 @@ def host_int(value: Any, what: str) -> int:
 def host_array(t: Any, what: str) -> Any:
     """A numpy view of a host-side 1-D index tensor or array; a device tensor is a Skip."""
     device = getattr(t, "device", None)
-    if device is None:
-        return t  # numpy array or sequence
+    if device is None or isinstance(device, str):
+        return t  # numpy array (numpy 2 reports device "cpu" as a string) or sequence
     if getattr(device, "type", None) != "cpu":
         raise Skip(f"{what} is on {device}: reading it would synchronise the device")
     try:
         return t.numpy()
-    except Exception as exc:  # e.g. requires_grad; do not detach (that dispatches an op)
+    except Exception as exc:  # noqa: BLE001 -- e.g. requires_grad; do not detach (that dispatches an op)
         raise Skip(f"{what} has no numpy view ({type(exc).__name__})") from exc
 
 

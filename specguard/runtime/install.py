@@ -44,7 +44,7 @@ def _detect_versions() -> dict[str, str]:
         import vllm
 
         versions["vllm"] = str(getattr(vllm, "__version__", None) or _version("vllm"))
-    except Exception:
+    except Exception:  # noqa: BLE001
         versions["vllm"] = _version("vllm")
     return versions
 
@@ -59,7 +59,7 @@ def install(mode: str) -> State:
             try:
                 adapter = importlib.import_module(module)
                 adapter.install(STATE.patcher, STATE.installed, STATE.skipped)
-            except Exception as exc:  # a missing or changed target skips its checks, never serving
+            except Exception as exc:  # noqa: BLE001 -- a missing or changed target skips its checks, never serving
                 STATE.skipped.append(f"{label} ({type(exc).__name__}: {exc})")
         STATE.active = True
         POLICY._log().info(

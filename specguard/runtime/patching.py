@@ -31,7 +31,7 @@ def run_check(check: str, site: str, fn: Callable[..., Violation | None], *args:
     except Skip as skip:
         POLICY.skip(check, site, str(skip))
         return
-    except Exception as exc:  # a bug in the guard must never stop a launch
+    except Exception as exc:  # noqa: BLE001 -- a bug in the guard must never stop a launch
         POLICY.guard_error(check, site, exc)
         return
     if violation is not None:
@@ -44,7 +44,7 @@ def guard_call(check: str, site: str, fn: Callable[..., Any], *args: Any) -> Any
         return fn(*args)
     except Skip as skip:
         POLICY.skip(check, site, str(skip))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         POLICY.guard_error(check, site, exc)
     return None
 

@@ -48,8 +48,10 @@ def get_logger() -> logging.Logger:
         try:
             from vllm.logger import init_logger
 
-            return init_logger("specguard.runtime")
-        except Exception:  # vLLM's logger unavailable: stdlib is fine
+            # Under "vllm." so vLLM's handler, format and VLLM_LOGGING_LEVEL apply (its root logger
+            # does not propagate).
+            return init_logger("vllm.specguard")
+        except Exception:  # noqa: BLE001 -- vLLM's logger unavailable: stdlib is fine
             pass
     return logging.getLogger("specguard.runtime")
 

@@ -1,0 +1,106 @@
+"""Fixtures for the runtime-guard tests. The vLLM-backed tests need the environment built by
+.ci/runtime-env.sh (CPU torch, vLLM 0.33.0 and flashinfer-python 0.7.2.post1 code); they fail, never
+skip, when it is missing."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def guard() -> Iterator[Any]:
+    """`guard(mode)` installs the guard in this process; teardown restores every original and the counters.
+
+    Request it after `monkeypatch` so the guard is removed before monkeypatch puts originals back."""
+    from specguard.runtime import install
+    from specguard.runtime.policy import POLICY
+
+    POLICY.reset_counters()
+    yield install.install
+    install.uninstall()
+    POLICY.reset_counters()
+
+
+class MLAHarness:
+    """Drives the real vLLM `FlashInferMLAImpl.forward_mqa` on CPU tensors.
+
+    The kernel entry point the backend module calls is replaced by a recording stand-in (a launch needs a
+    Blackwell GPU) and the CUDA workspace allocation by a CPU one; everything else is vLLM's code."""
+
+    HEADS = 16
+    KV_LORA = 512
+    ROPE = 64
+    LAYER = "model.layers.7.self_attn.attn"
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import torch
+        from vllm.v1.attention.backends.mla import flashinfer_mla as fm
+
+        self.torch = torch
+        self.fm = fm
+        self.calls: list[dict[str, Any]] = []
+
+        def stand_in(**kwargs: Any) -> Any:
+            self.calls.append(kwargs)
+            q = kwargs["query"]
+            out = torch.zeros(*q.shape[:-1], kwargs["kv_lora_rank"])
+            return (out, torch.zeros(*q.shape[:-1])) if kwargs.get("return_lse") else out
+
+        monkeypatch.setattr(fm, "trtllm_batch_decode_with_kv_cache_mla", stand_in)
+        monkeypatch.setattr(fm, "_get_workspace_buffer", lambda return_lse: torch.zeros(64, dtype=torch.int8))
+
+    def impl(self, dcp_world_size: int = 1, dcp_rank: int = 0) -> Any:
+        ns = types.SimpleNamespace(
+            dcp_world_size=dcp_world_size, dcp_rank=dcp_rank, cp_kv_cache_interleave_size=1,
+            scale=0.1, bmm1_scale=None, bmm2_scale=None, kv_cache_dtype="auto",
+            need_to_return_lse_for_decode=dcp_world_size > 1,
+            qk_nope_head_dim=128, kv_lora_rank=self.KV_LORA, qk_rope_head_dim=self.ROPE,
+            _mla_counter_bytes=None, _mla_counter_max_batch=64,
+        )
+        ns._flattened_decode_metadata = types.MethodType(self.fm.FlashInferMLAImpl._flattened_decode_metadata, ns)
+        return ns
+
+    def metadata(self, q_lens: list[int], *, causal: bool = True, dcp: bool = False, seq_len: int = 40,
+                 block_rows: int | None = None) -> Any:
+        torch = self.torch
+        n = len(q_lens)
+        qsl = torch.tensor([0, *[sum(q_lens[: i + 1]) for i in range(n)]], dtype=torch.int32)
+        decode = self.fm.FlashInferMLADecodeMetadata(
+            block_table=torch.arange((block_rows or n) * 8, dtype=torch.int32).view(-1, 8),
+            seq_lens=torch.full((n,), seq_len, dtype=torch.int32),
+            dcp_tot_seq_lens=torch.full((n,), 2 * seq_len, dtype=torch.int32) if dcp else None,
+            query_start_loc=qsl,
+            max_query_len=max(q_lens),
+        )
+        tokens = sum(q_lens)
+        return self.fm.FlashInferMLAMetadata(
+            num_reqs=n, max_query_len=max(q_lens), max_seq_len=seq_len, num_actual_tokens=tokens,
+            query_start_loc=qsl, slot_mapping=torch.zeros(tokens, dtype=torch.int64), num_decodes=n,
+            num_decode_tokens=tokens, num_prefills=0, causal=causal, decode=decode,
+        )
+
+    def layer(self, non_causal: bool = False) -> Any:
+        return types.SimpleNamespace(layer_name=self.LAYER, non_causal_multi_token_decode=non_causal,
+                                     _q_scale_float=1.0, _k_scale_float=1.0)
+
+    def query(self, rows: int) -> Any:
+        return self.torch.randn(rows, self.HEADS, self.KV_LORA + self.ROPE)
+
+    def kv_cache(self) -> Any:
+        # block size 16: keeps vLLM off the trtllm-gen counter-buffer path, which asks the GPU for its SM count
+        return self.torch.zeros(10, 16, self.KV_LORA + self.ROPE)
+
+    def forward(self, impl: Any, q: Any, md: Any, layer: Any) -> Any:
+        return self.fm.FlashInferMLAImpl.forward_mqa(impl, q, self.kv_cache(), md, layer)
+
+
+@pytest.fixture
+def mla(monkeypatch: pytest.MonkeyPatch) -> MLAHarness:
+    return MLAHarness(monkeypatch)

@@ -1,0 +1,197 @@
+"""G1/G2/G3 on the real vLLM 0.33.0 `FlashInferMLAImpl.forward_mqa`, driven with CPU tensors."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from specguard.runtime import SpecGuardViolation, stats
+from specguard.runtime.patching import is_wrapped
+
+LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+
+
+class ScalarReads(TorchDispatchMode):
+    """Counts host reads of tensor values (what `.item()`, `int(t)`, `bool(t)` dispatch to)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is LOCAL_SCALAR:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+# (q_lens, causal, dcp_world_size): the launches vLLM makes in serving
+CONSISTENT = {
+    "causal-decode": ([1, 1, 1, 1], True, 1),
+    "causal-spec-decode-ragged": ([3, 1, 4, 2], True, 1),
+    "noncausal-flattened": ([4, 4, 4], False, 1),
+    "dcp-causal": ([2, 2, 2], True, 2),
+    "dcp-noncausal-flattened": ([4, 4, 4], False, 2),
+}
+
+
+def _launch(mla, q_lens, causal, dcp, *, q_rows=None, block_rows=None):
+    impl = mla.impl(dcp_world_size=dcp, dcp_rank=dcp - 1)
+    md = mla.metadata(q_lens, causal=causal, dcp=dcp > 1, block_rows=block_rows)
+    q = mla.query(sum(q_lens) if q_rows is None else q_rows)
+    return impl, md, q
+
+
+@pytest.mark.parametrize("case", sorted(CONSISTENT))
+def test_consistent_launches_pass_and_reach_the_kernel_once(mla, guard, case) -> None:
+    q_lens, causal, dcp = CONSISTENT[case]
+    guard("raise")
+    assert is_wrapped(mla.fm.FlashInferMLAImpl.forward_mqa)
+    impl, md, q = _launch(mla, q_lens, causal, dcp)
+    mla.forward(impl, q, md, mla.layer(non_causal=not causal))
+    assert len(mla.calls) == 1
+    call = mla.calls[0]
+    assert call["enable_dcp"] if dcp > 1 else "enable_dcp" not in call
+    s = stats()
+    assert s["violations"] == {} and s["guard_errors"] == {} and s["skips"] == {}
+    assert s["checks_run"]["G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla"] == 1
+
+
+def test_query_rows_vs_num_decode_tokens(mla, guard) -> None:
+    guard("raise")
+    impl, md, q = _launch(mla, [2, 2, 2, 2], True, 1, q_rows=9)
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer())
+    assert mla.calls == []
+    msg = str(err.value)
+    assert "[specguard G1 tokens vs query layout] FlashInferMLAImpl.forward_mqa" in msg
+    assert "query rows (9) do not match attn_metadata.num_decode_tokens (8)" in msg
+    assert f"layer {mla.LAYER}" in msg and "SG103 padded-token-count" in msg
+
+
+def test_short_block_table(mla, guard) -> None:
+    guard("raise")
+    impl, md, q = _launch(mla, [1, 1, 1, 1], True, 1, block_rows=3)
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer())
+    assert mla.calls == []
+    msg = str(err.value)
+    assert "[specguard G2 MLA/DCP launch geometry]" in msg
+    assert "batch rows disagree: query=4, block_tables=3, seq_lens=4" in msg
+    assert "SG202 dcp-causal-bound-geometry" in msg
+
+
+def test_global_causal_bound_left_per_request(mla, guard) -> None:
+    """The second seed: non-causal flattening expands block_table and seq_lens to one row per query token;
+    the pre-fix code left the DCP global causal bound per request."""
+    guard("raise")
+    impl, md, q = _launch(mla, [4, 4, 4], False, 2)
+    real = impl._flattened_decode_metadata
+
+    def flatten_without_row_map(attn_metadata, num_rows):
+        block_table, seq_lens, _ = real(attn_metadata, num_rows)
+        return block_table, seq_lens, None  # the global bound is then passed unexpanded
+
+    impl._flattened_decode_metadata = flatten_without_row_map
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer(non_causal=True))
+    assert mla.calls == []
+    msg = str(err.value)
+    assert "query=12, block_tables=12, seq_lens=12, causal_seqlens_kv_global=3" in msg
+    assert "left the DCP global causal bound (dcp_tot_seq_lens) per request" in msg
+    assert f"layer {mla.LAYER}" in msg
+
+
+def test_noncausal_metadata_on_a_causal_layer(mla, guard) -> None:
+    guard("raise")
+    impl, md, q = _launch(mla, [4, 4], False, 1)
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer(non_causal=False))
+    assert mla.calls == []
+    assert "[specguard G3 group causal consistency]" in str(err.value)
+    assert "SG201 group-flag-any-merge" in str(err.value)
+
+
+def test_noncausal_dcp_needs_backend_support(mla, guard, monkeypatch) -> None:
+    guard("raise")
+    monkeypatch.setattr(mla.fm.FlashInferMLAMetadataBuilder, "supports_non_causal_multi_token_dcp", False)
+    impl, md, q = _launch(mla, [4, 4], False, 2)
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer(non_causal=True))
+    assert "does not declare supports_non_causal_multi_token_dcp" in str(err.value)
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_warn_mode_logs_once_counts_and_launches(mla, guard) -> None:
+    from specguard.runtime.policy import POLICY
+
+    guard("warn")
+    logger = POLICY._log()
+    handler = Records()
+    logger.addHandler(handler)  # on the logger itself: vLLM's "vllm" logger may not propagate to root
+    try:
+        for _ in range(3):
+            impl, md, q = _launch(mla, [2, 2, 2, 2], True, 1, q_rows=9)
+            mla.forward(impl, q, md, mla.layer())
+    finally:
+        logger.removeHandler(handler)
+    assert logger.name == "vllm.specguard"  # vLLM's logger, under vLLM's handler and level
+    assert len(mla.calls) == 3  # never raised: every launch proceeded
+    assert stats()["violations"] == {"G1:FlashInferMLAImpl.forward_mqa": 3}
+    logged = [r.getMessage() for r in handler.records if "[specguard G1" in r.getMessage()]
+    assert len(logged) == 1 and "query rows (9)" in logged[0]
+
+
+def test_a_bug_in_the_guard_never_breaks_the_launch(mla, guard, monkeypatch) -> None:
+    from specguard.runtime import adapt_mla
+
+    guard("raise")
+
+    def broken(bound):
+        raise RuntimeError("guard bug")
+
+    monkeypatch.setattr(adapt_mla, "_check_kernel", broken)
+    impl, md, q = _launch(mla, [1, 1], True, 1)
+    mla.forward(impl, q, md, mla.layer())
+    assert len(mla.calls) == 1
+    assert stats()["guard_errors"] == {"G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla": 1}
+
+
+@pytest.mark.parametrize("case", sorted(CONSISTENT))
+def test_guard_adds_no_scalar_reads(mla, guard, case) -> None:
+    q_lens, causal, dcp = CONSISTENT[case]
+
+    def reads() -> int:
+        impl, md, q = _launch(mla, q_lens, causal, dcp)
+        with ScalarReads() as mode:
+            mla.forward(impl, q, md, mla.layer(non_causal=not causal))
+        return mode.count
+
+    unguarded = reads()
+    guard("raise")
+    guarded = reads()
+    assert guarded == unguarded
+    assert stats()["checks_run"]["G1:FlashInferMLAImpl.forward_mqa"] == 1
+
+
+def test_uninstall_restores_the_originals(mla, guard) -> None:
+    from specguard.runtime import install
+
+    before = mla.fm.FlashInferMLAImpl.__dict__["forward_mqa"], mla.fm.trtllm_batch_decode_with_kv_cache_mla
+    guard("raise")
+    guard("raise")  # idempotent: a second register() wraps nothing twice
+    wrapped = mla.fm.FlashInferMLAImpl.__dict__["forward_mqa"]
+    assert wrapped.__specguard_original__ is before[0]
+    install.uninstall()
+    assert mla.fm.FlashInferMLAImpl.__dict__["forward_mqa"] is before[0]
+    assert mla.fm.trtllm_batch_decode_with_kv_cache_mla is before[1]
