@@ -39,7 +39,7 @@ class BackendInfo:
 @dataclass
 class SourceFacts:
     tree: SourceTree
-    _speculators: dict[tuple[str, str], dict[str, list[ClassInfo]]] = field(default_factory=dict)
+    _speculators: dict[tuple[str, ...], dict[str, list[ClassInfo]]] = field(default_factory=dict)
     analysis_problems: list[str] = field(default_factory=list)
 
     @classmethod
@@ -117,7 +117,7 @@ class SourceFacts:
         (`speculative_config.use_eagle()`) is read through that method of `predicate_class`. A method an earlier
         plain comparison already took is not given to later branches: the chain never reaches them for it.
         """
-        key = (registry_file, function)
+        key = (registry_file, function, predicate_file or "", predicate_class or "")
         if key in self._speculators:
             return self._speculators[key]
         parsed = self._module(registry_file)

@@ -51,7 +51,7 @@ class Judgement:
     # Codes that need a vLLM source and were not judged because none was given.
     not_judged: list[str] = field(default_factory=list)
     source: str | None = None
-    # Problems `specguard check` had with the source; findings-based hazards may be incomplete.
+    # What could not be read: parts of the source `specguard check` failed on, hazards whose facts failed.
     notes: list[str] = field(default_factory=list)
 
 
