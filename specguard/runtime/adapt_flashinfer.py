@@ -48,8 +48,9 @@ def _planned(self: Any) -> tuple:
 
 def _check_prefill_run(self: Any, q: Any, site: str) -> inv.Violation | None:
     _, planned_rows, reqs = _planned(self)
-    return inv.check_prefill_rows(rows(q), planned_rows, site=site, subject=type(self).__name__,
-                                  planned_reqs=reqs)
+    return inv.check_prefill_rows(
+        rows(q), planned_rows, site=site, subject=type(self).__name__, planned_reqs=reqs
+    )
 
 
 def _check_decode_run(self: Any, q: Any, site: str) -> inv.Violation | None:
@@ -77,8 +78,15 @@ def make_run(original: Any, check: Any, site: str) -> Any:
     return mark(run, original)
 
 
-def _install_wrapper(patcher: Patcher, module: str, cls_name: str, record: Any, check: Any,
-                     installed: list[str], skipped: list[str]) -> None:
+def _install_wrapper(
+    patcher: Patcher,
+    module: str,
+    cls_name: str,
+    record: Any,
+    check: Any,
+    installed: list[str],
+    skipped: list[str],
+) -> None:
     try:
         cls = getattr(importlib.import_module(module), cls_name)
     except Exception as exc:  # noqa: BLE001

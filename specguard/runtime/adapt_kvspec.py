@@ -22,10 +22,15 @@ def causality_flags(spec_cls: type) -> tuple[str, ...]:
     """Boolean dataclass fields that say something about causality, e.g. non_causal_multi_token_decode."""
     flags = _flag_cache.get(spec_cls)
     if flags is None:
-        flags = tuple(
-            f.name for f in dataclasses.fields(spec_cls)
-            if "causal" in f.name and (f.type is bool or f.type == "bool")
-        ) if dataclasses.is_dataclass(spec_cls) else ()
+        flags = (
+            tuple(
+                f.name
+                for f in dataclasses.fields(spec_cls)
+                if "causal" in f.name and (f.type is bool or f.type == "bool")
+            )
+            if dataclasses.is_dataclass(spec_cls)
+            else ()
+        )
         _flag_cache[spec_cls] = flags
     return flags
 
@@ -40,8 +45,7 @@ def _check_merge(cls: type, specs: Any, site: str) -> inv.Violation | None:
     if not names:
         raise Skip(f"{cls.__name__} specs carry no causality flag")
     values = {name: [getattr(spec, name, None) for spec in specs] for name in sorted(names)}
-    return inv.check_group_flags(values, site=site,
-                                 subject=f"KV-cache group of {len(specs)} {cls.__name__}")
+    return inv.check_group_flags(values, site=site, subject=f"KV-cache group of {len(specs)} {cls.__name__}")
 
 
 def make_merge(func: Any, cls_name: str) -> classmethod:

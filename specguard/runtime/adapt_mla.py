@@ -58,8 +58,13 @@ def _check_noncausal_layer(md: Any, layer: Any, subject: str) -> inv.Violation |
     if not isinstance(flag, bool):
         raise Skip("layer does not declare non_causal_multi_token_decode")
     return inv.check_noncausal_layer(
-        causal=causal, multi_token=multi, num_decode_tokens=n_tok, num_decodes=n_req, layer_non_causal=flag,
-        site=FORWARD_SITE, subject=subject,
+        causal=causal,
+        multi_token=multi,
+        num_decode_tokens=n_tok,
+        num_decodes=n_req,
+        layer_non_causal=flag,
+        site=FORWARD_SITE,
+        subject=subject,
     )
 
 
@@ -70,14 +75,20 @@ def _check_noncausal_dcp(impl: Any, md: Any, builder: Any, subject: str) -> inv.
     causal, multi, _, _ = _causal_and_multi_token(md)
     supports = bool(getattr(builder, "supports_non_causal_multi_token_dcp", False))
     return inv.check_noncausal_dcp(
-        causal=causal, multi_token=multi, dcp_world_size=dcp, backend_supports=supports,
-        backend=getattr(builder, "__name__", "FlashInferMLA"), site=FORWARD_SITE, subject=subject,
+        causal=causal,
+        multi_token=multi,
+        dcp_world_size=dcp,
+        backend_supports=supports,
+        backend=getattr(builder, "__name__", "FlashInferMLA"),
+        site=FORWARD_SITE,
+        subject=subject,
     )
 
 
 def make_forward_mqa(original: Any, builder: Any) -> Any:
-    def forward_mqa(self: Any, q: Any, kv_c_and_k_pe_cache: Any, attn_metadata: Any, layer: Any,
-                    *args: Any, **kwargs: Any) -> Any:
+    def forward_mqa(
+        self: Any, q: Any, kv_c_and_k_pe_cache: Any, attn_metadata: Any, layer: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         subject = _layer_name(layer)
         run_check("G1", FORWARD_SITE, _check_query_rows, q, attn_metadata, subject)
         run_check("G3", FORWARD_SITE, _check_noncausal_layer, attn_metadata, layer, subject)
@@ -123,8 +134,17 @@ def make_kernel(original: Any) -> Any:
     try:
         param_names = list(inspect.signature(original).parameters)
     except (TypeError, ValueError):
-        param_names = ["query", "kv_cache", "workspace_buffer", "qk_nope_head_dim", "kv_lora_rank",
-                       "qk_rope_head_dim", "block_tables", "seq_lens", "max_seq_len"]
+        param_names = [
+            "query",
+            "kv_cache",
+            "workspace_buffer",
+            "qk_nope_head_dim",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "block_tables",
+            "seq_lens",
+            "max_seq_len",
+        ]
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         # vLLM passes everything by keyword; map positionals only when present.

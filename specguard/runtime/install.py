@@ -65,8 +65,11 @@ def install(mode: str) -> State:
         POLICY._log().info(
             "specguard runtime guard (VLLM_SPECGUARD mode=%s) for vLLM %s, flashinfer-python %s: "
             "installed [%s]; skipped [%s]",
-            mode, STATE.versions.get("vllm"), STATE.versions.get("flashinfer-python"),
-            ", ".join(STATE.installed) or "none", "; ".join(STATE.skipped) or "none",
+            mode,
+            STATE.versions.get("vllm"),
+            STATE.versions.get("flashinfer-python"),
+            ", ".join(STATE.installed) or "none",
+            "; ".join(STATE.skipped) or "none",
         )
         return STATE
 

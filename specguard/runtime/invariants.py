@@ -61,8 +61,10 @@ def check_decode_rows(
         return None
     if not exact and batch_size == 0 and q_rows == 0:
         return None
-    wanted = f"{expected} (= {batch_size} requests x {q_len_per_req})" if exact else (
-        f"a multiple of the {batch_size} planned requests"
+    wanted = (
+        f"{expected} (= {batch_size} requests x {q_len_per_req})"
+        if exact
+        else (f"a multiple of the {batch_size} planned requests")
     )
     return Violation(
         check="G1",
@@ -169,14 +171,25 @@ def check_mla_decode_geometry(
         else "per-request decode tensors were expanded, sliced or padded inconsistently before the launch"
     )
     return Violation(
-        check="G2", site=site, subject=subject, summary="; ".join(problems), cause=cause,
-        rules=("SG202",), facts=facts,
+        check="G2",
+        site=site,
+        subject=subject,
+        summary="; ".join(problems),
+        cause=cause,
+        rules=("SG202",),
+        facts=facts,
     )
 
 
 def check_noncausal_layer(
-    *, causal: bool, multi_token: bool, num_decode_tokens: int, num_decodes: int, layer_non_causal: bool,
-    site: str, subject: str,
+    *,
+    causal: bool,
+    multi_token: bool,
+    num_decode_tokens: int,
+    num_decodes: int,
+    layer_non_causal: bool,
+    site: str,
+    subject: str,
 ) -> Violation | None:
     """G3: non-causal multi-token metadata may only reach a layer that declares non-causal decode."""
     if causal or not multi_token or layer_non_causal:
@@ -199,8 +212,14 @@ def check_noncausal_layer(
 
 
 def check_noncausal_dcp(
-    *, causal: bool, multi_token: bool, dcp_world_size: int, backend_supports: bool, backend: str,
-    site: str, subject: str,
+    *,
+    causal: bool,
+    multi_token: bool,
+    dcp_world_size: int,
+    backend_supports: bool,
+    backend: str,
+    site: str,
+    subject: str,
 ) -> Violation | None:
     """G3 under DCP: a non-causal multi-token launch needs a backend that declares DCP support for it."""
     if causal or not multi_token or dcp_world_size <= 1 or backend_supports:
@@ -239,7 +258,8 @@ def check_group_flags(
             + ", ".join(sorted(split))
         ),
         cause=(
-            "causal target layers and non-causal draft layers were put in one KV-cache group; merging the flag "
+            "causal target layers and non-causal draft layers were put in one KV-cache group; merging the "
+            "flag "
             "with any() makes the whole group non-causal"
         ),
         rules=("SG201",),
@@ -277,7 +297,8 @@ def check_draft_token_count(
             f"{padding} padding tokens{dp_note}"
         ),
         cause=(
-            "the speculator passed the padded batch_desc.num_tokens (DP/graph padding) to the metadata builder "
+            "the speculator passed the padded batch_desc.num_tokens (DP/graph padding) to the metadata "
+            "builder "
             "outside FULL CUDA-graph mode; FlashInfer then rejects q.shape[0] vs qo_indptr[-1]"
         ),
         rules=("SG103", "SG101"),

@@ -93,7 +93,8 @@ class Policy:
         if self._once(("violation", *key)):
             self._log().warning(
                 "%s (warn mode: launch proceeds; further %s violations at this site are counted, not logged)",
-                violation.message, violation.check,
+                violation.message,
+                violation.check,
             )
 
     def skip(self, check: str, site: str, reason: str) -> None:
@@ -108,7 +109,10 @@ class Policy:
         if self._once(("error", check, site, type(exc).__name__)):
             self._log().warning(
                 "specguard %s check at %s failed internally (%s: %s); launch proceeds unchecked",
-                check, site, type(exc).__name__, exc,
+                check,
+                site,
+                type(exc).__name__,
+                exc,
             )
 
     def snapshot(self) -> dict[str, object]:

@@ -58,17 +58,34 @@ class MLAHarness:
 
     def impl(self, dcp_world_size: int = 1, dcp_rank: int = 0) -> Any:
         ns = types.SimpleNamespace(
-            dcp_world_size=dcp_world_size, dcp_rank=dcp_rank, cp_kv_cache_interleave_size=1,
-            scale=0.1, bmm1_scale=None, bmm2_scale=None, kv_cache_dtype="auto",
+            dcp_world_size=dcp_world_size,
+            dcp_rank=dcp_rank,
+            cp_kv_cache_interleave_size=1,
+            scale=0.1,
+            bmm1_scale=None,
+            bmm2_scale=None,
+            kv_cache_dtype="auto",
             need_to_return_lse_for_decode=dcp_world_size > 1,
-            qk_nope_head_dim=128, kv_lora_rank=self.KV_LORA, qk_rope_head_dim=self.ROPE,
-            _mla_counter_bytes=None, _mla_counter_max_batch=64,
+            qk_nope_head_dim=128,
+            kv_lora_rank=self.KV_LORA,
+            qk_rope_head_dim=self.ROPE,
+            _mla_counter_bytes=None,
+            _mla_counter_max_batch=64,
         )
-        ns._flattened_decode_metadata = types.MethodType(self.fm.FlashInferMLAImpl._flattened_decode_metadata, ns)
+        ns._flattened_decode_metadata = types.MethodType(
+            self.fm.FlashInferMLAImpl._flattened_decode_metadata, ns
+        )
         return ns
 
-    def metadata(self, q_lens: list[int], *, causal: bool = True, dcp: bool = False, seq_len: int = 40,
-                 block_rows: int | None = None) -> Any:
+    def metadata(
+        self,
+        q_lens: list[int],
+        *,
+        causal: bool = True,
+        dcp: bool = False,
+        seq_len: int = 40,
+        block_rows: int | None = None,
+    ) -> Any:
         torch = self.torch
         n = len(q_lens)
         qsl = torch.tensor([0, *[sum(q_lens[: i + 1]) for i in range(n)]], dtype=torch.int32)
@@ -81,20 +98,32 @@ class MLAHarness:
         )
         tokens = sum(q_lens)
         return self.fm.FlashInferMLAMetadata(
-            num_reqs=n, max_query_len=max(q_lens), max_seq_len=seq_len, num_actual_tokens=tokens,
-            query_start_loc=qsl, slot_mapping=torch.zeros(tokens, dtype=torch.int64), num_decodes=n,
-            num_decode_tokens=tokens, num_prefills=0, causal=causal, decode=decode,
+            num_reqs=n,
+            max_query_len=max(q_lens),
+            max_seq_len=seq_len,
+            num_actual_tokens=tokens,
+            query_start_loc=qsl,
+            slot_mapping=torch.zeros(tokens, dtype=torch.int64),
+            num_decodes=n,
+            num_decode_tokens=tokens,
+            num_prefills=0,
+            causal=causal,
+            decode=decode,
         )
 
     def layer(self, non_causal: bool = False) -> Any:
-        return types.SimpleNamespace(layer_name=self.LAYER, non_causal_multi_token_decode=non_causal,
-                                     _q_scale_float=1.0, _k_scale_float=1.0)
+        return types.SimpleNamespace(
+            layer_name=self.LAYER,
+            non_causal_multi_token_decode=non_causal,
+            _q_scale_float=1.0,
+            _k_scale_float=1.0,
+        )
 
     def query(self, rows: int) -> Any:
         return self.torch.randn(rows, self.HEADS, self.KV_LORA + self.ROPE)
 
     def kv_cache(self) -> Any:
-        # block size 16: keeps vLLM off the trtllm-gen counter-buffer path, which asks the GPU for its SM count
+        # block size 16 keeps vLLM off the trtllm-gen counter-buffer path (it asks the GPU for its SM count)
         return self.torch.zeros(10, 16, self.KV_LORA + self.ROPE)
 
     def forward(self, impl: Any, q: Any, md: Any, layer: Any) -> Any:

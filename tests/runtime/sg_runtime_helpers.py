@@ -6,6 +6,9 @@ import os
 import sys
 from pathlib import Path
 
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -21,3 +24,19 @@ def old_vllm_path() -> str:
         f"vLLM 0.28.0 code not found at {path}; run .ci/runtime-env.sh first"
     )
     return str(path)
+
+
+LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+
+
+class ScalarReads(TorchDispatchMode):
+    """Counts host reads of tensor values (what `.item()`, `int(t)`, `bool(t)` dispatch to)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is LOCAL_SCALAR:
+            self.count += 1
+        return func(*args, **(kwargs or {}))

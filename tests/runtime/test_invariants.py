@@ -38,10 +38,17 @@ def test_mla_query_rows() -> None:
 
 def _geometry(**over):
     args = dict(
-        query_shape=(4, 1, 16, 576), block_tables_shape=(4, 8), seq_lens_shape=(4,),
-        cum_seq_lens_q_shape=None, global_bound_shape=None,
+        query_shape=(4, 1, 16, 576),
+        block_tables_shape=(4, 8),
+        seq_lens_shape=(4,),
+        cum_seq_lens_q_shape=None,
+        global_bound_shape=None,
         dtypes={"block_tables": "int32", "seq_lens": "int32"},
-        enable_dcp=False, cp_world=1, cp_rank=0, site=SITE, subject="layer L",
+        enable_dcp=False,
+        cp_world=1,
+        cp_rank=0,
+        site=SITE,
+        subject="layer L",
     )
     args.update(over)
     return inv.check_mla_decode_geometry(**args)
@@ -51,14 +58,29 @@ def test_geometry_consistent_variants_pass() -> None:
     assert _geometry() is None
     # compact ragged query: rows are tokens, requests come from cum_seq_lens_q
     assert _geometry(query_shape=(11, 16, 576), cum_seq_lens_q_shape=(5,)) is None
-    assert _geometry(enable_dcp=True, cp_world=2, cp_rank=1, global_bound_shape=(4,),
-                     dtypes={"causal_seqlens_kv_global": "int32"}) is None
+    assert (
+        _geometry(
+            enable_dcp=True,
+            cp_world=2,
+            cp_rank=1,
+            global_bound_shape=(4,),
+            dtypes={"causal_seqlens_kv_global": "int32"},
+        )
+        is None
+    )
 
 
 def test_geometry_unexpanded_global_bound_names_the_cause() -> None:
     # non-causal flattening: 3 requests x 4 query tokens became 12 rows; the global bound stayed at 3
-    v = _geometry(query_shape=(12, 1, 16, 576), block_tables_shape=(12, 8), seq_lens_shape=(12,),
-                  global_bound_shape=(3,), enable_dcp=True, cp_world=2, cp_rank=0)
+    v = _geometry(
+        query_shape=(12, 1, 16, 576),
+        block_tables_shape=(12, 8),
+        seq_lens_shape=(12,),
+        global_bound_shape=(3,),
+        enable_dcp=True,
+        cp_world=2,
+        cp_rank=0,
+    )
     assert v is not None and v.check == "G2"
     assert "causal_seqlens_kv_global=3" in v.message and "block_tables=12" in v.message
     assert "left the DCP global causal bound" in v.cause
@@ -93,20 +115,29 @@ def test_noncausal_layer_and_dcp() -> None:
 
 
 def test_group_flags() -> None:
-    assert inv.check_group_flags({"non_causal_multi_token_decode": [False, False]}, site=SITE,
-                                 subject="g") is None
-    v = inv.check_group_flags({"non_causal_multi_token_decode": [False, False, True]}, site=SITE,
-                              subject="g")
+    assert (
+        inv.check_group_flags({"non_causal_multi_token_decode": [False, False]}, site=SITE, subject="g")
+        is None
+    )
+    v = inv.check_group_flags({"non_causal_multi_token_decode": [False, False, True]}, site=SITE, subject="g")
     assert v is not None
     assert v.facts == {"non_causal_multi_token_decode=False": 2, "non_causal_multi_token_decode=True": 1}
     assert "SG201 group-flag-any-merge" in v.message
 
 
 def test_draft_token_count() -> None:
-    common = dict(speculator="DFlashSpeculator", num_reqs=12, descriptor_tokens=52, dispatched_tokens=48,
-                  dp_size=2, site=SITE)
+    common = dict(
+        speculator="DFlashSpeculator",
+        num_reqs=12,
+        descriptor_tokens=52,
+        dispatched_tokens=48,
+        dp_size=2,
+        site=SITE,
+    )
     assert inv.check_draft_token_count(handed_tokens=52, real_tokens=48, cg_mode="FULL", **common) is None
-    assert inv.check_draft_token_count(handed_tokens=48, real_tokens=48, cg_mode="PIECEWISE", **common) is None
+    assert (
+        inv.check_draft_token_count(handed_tokens=48, real_tokens=48, cg_mode="PIECEWISE", **common) is None
+    )
     v = inv.check_draft_token_count(handed_tokens=52, real_tokens=48, cg_mode="PIECEWISE", **common)
     assert v is not None and v.check == "G4"
     assert "(52) != real query tokens query_start_loc[-1] (48)" in v.message

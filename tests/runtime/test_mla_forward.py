@@ -5,27 +5,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from sg_runtime_helpers import ScalarReads
 
 from specguard.runtime import SpecGuardViolation, stats
 from specguard.runtime.patching import is_wrapped
-
-LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
-
-
-class ScalarReads(TorchDispatchMode):
-    """Counts host reads of tensor values (what `.item()`, `int(t)`, `bool(t)` dispatch to)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is LOCAL_SCALAR:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
 
 # (q_lens, causal, dcp_world_size): the launches vLLM makes in serving
 CONSISTENT = {

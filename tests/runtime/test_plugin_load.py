@@ -47,11 +47,17 @@ def _load(env_value: str | None) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECGUARD"}
     if env_value is not None:
         env["VLLM_SPECGUARD"] = env_value
-    proc = subprocess.run([venv_python(), "-W", "ignore", "-c", SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+    proc = subprocess.run(
+        [venv_python(), "-W", "ignore", "-c", SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("REPORT "))
-    return json.loads(line[len("REPORT "):]), proc.stdout + proc.stderr
+    return json.loads(line[len("REPORT ") :]), proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("value", ["1", "warn"])
@@ -60,9 +66,14 @@ def test_enabled_installs_every_check(value) -> None:
     assert all(report["wrapped"].values()), report["wrapped"]
     assert report["skipped"] == [], report["skipped"]
     installed = " ".join(report["installed"])
-    for check in ("G1@BatchPrefillWithPagedKVCacheWrapper.plan/run", "G1@BatchDecodeWithPagedKVCacheWrapper",
-                  "G1+G3@FlashInferMLAImpl.forward_mqa", "G2@flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla",
-                  "MLAAttentionSpec.merge", "G4@DraftModelSpeculator._build_attn_metadata->build_attn_metadata"):
+    for check in (
+        "G1@BatchPrefillWithPagedKVCacheWrapper.plan/run",
+        "G1@BatchDecodeWithPagedKVCacheWrapper",
+        "G1+G3@FlashInferMLAImpl.forward_mqa",
+        "G2@flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla",
+        "MLAAttentionSpec.merge",
+        "G4@DraftModelSpeculator._build_attn_metadata->build_attn_metadata",
+    ):
         assert check in installed
     # one log line naming versions, installed and skipped checks
     lines = [x for x in output.splitlines() if "specguard runtime guard (VLLM_SPECGUARD mode=" in x]
@@ -91,20 +102,31 @@ def test_disabled_patches_nothing(value) -> None:
 def test_disabled_register_imports_neither_torch_nor_vllm(value) -> None:
     script = (
         "import sys, specguard.runtime as sg; sg.register(); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm', 'flashinfer', 'specguard')))"
+        "print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('torch', 'vllm', 'flashinfer', 'specguard')))"
     )
     env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECGUARD"}
     if value is not None:
         env["VLLM_SPECGUARD"] = value
-    proc = subprocess.run([venv_python(), "-c", script], env=env, capture_output=True, text=True, timeout=120,
-                          cwd=REPO)
+    proc = subprocess.run(
+        [venv_python(), "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == repr(LIGHT_MODULES)
 
 
 def test_invalid_value_is_a_startup_error() -> None:
     env = dict(os.environ, VLLM_SPECGUARD="yes")
-    proc = subprocess.run([venv_python(), "-W", "ignore", "-c", "import vllm.plugins; vllm.plugins.load_general_plugins()"],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run(
+        [venv_python(), "-W", "ignore", "-c", "import vllm.plugins; vllm.plugins.load_general_plugins()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode != 0
-    assert "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'" in proc.stderr
+    assert (
+        "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'"
+        in proc.stderr
+    )

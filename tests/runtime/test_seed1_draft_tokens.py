@@ -17,8 +17,14 @@ def _probe(extra_path: str | None) -> dict[str, dict]:
     env = dict(os.environ)
     paths = [p for p in (extra_path, str(REPO), env.get("PYTHONPATH")) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
-    proc = subprocess.run([venv_python(), "-W", "ignore", str(PROBE)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+    proc = subprocess.run(
+        [venv_python(), "-W", "ignore", str(PROBE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return {r["mode"]: r for r in results}
@@ -33,8 +39,13 @@ def test_vllm_0_28_piecewise_dp_padding_trips_g4() -> None:
     msg = piece["message"]
     assert "[specguard G4 draft token count] DraftModelSpeculator._build_draft_attn_metadata" in msg
     assert "DFlashSpeculator, cudagraph mode PIECEWISE" in msg
-    assert "num_tokens handed to build_attn_metadata (52) != real query tokens query_start_loc[-1] (48)" in msg
-    assert "4 padding tokens (dispatched with 48 tokens, descriptor carries 52 after DP sync over dp_size=2)" in msg
+    assert (
+        "num_tokens handed to build_attn_metadata (52) != real query tokens query_start_loc[-1] (48)" in msg
+    )
+    assert (
+        "4 padding tokens (dispatched with 48 tokens, descriptor carries 52 after DP sync over dp_size=2)"
+        in msg
+    )
     assert "SG103 padded-token-count" in msg
     # FULL graphs replay the captured padded shape, eager has no DP padding: both pass
     assert results["FULL"]["raised"] is None and results["FULL"]["descriptor_tokens"] == 52

@@ -1,0 +1,120 @@
+"""G1 on FlashInfer 0.7.2.post1's paged prefill/decode wrappers: plan() records the layout host-side,
+run() checks q.shape[0] against it before the kernel.
+
+The wrappers cannot be constructed or planned without CUDA (pinned memory, JIT modules), so the tests
+replace the classes' own plan/run with recording stand-ins carrying their signatures, then install the
+guard around them, as vLLM would call them."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from flashinfer.decode import BatchDecodeWithPagedKVCacheWrapper as Decode
+from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper as Prefill
+from sg_runtime_helpers import ScalarReads
+
+from specguard.runtime import SpecGuardViolation, stats
+
+I32 = torch.int32
+
+
+@pytest.fixture
+def calls(monkeypatch) -> list[str]:
+    record: list[str] = []
+    for cls in (Prefill, Decode):
+        for name in ("plan", "run"):
+            real = cls.__dict__[name]
+
+            @functools.wraps(real)
+            def stand_in(self, *args, _name=f"{cls.__name__}.{name}", **kwargs):
+                record.append(_name)
+
+            monkeypatch.setattr(cls, name, stand_in)
+    return record
+
+
+def _wrapper(cls, backend: str = "fa2"):
+    w = object.__new__(cls)  # __init__ needs CUDA pinned memory
+    w._backend = backend
+    return w
+
+
+def _prefill_plan(w, qo_indptr) -> None:
+    kv_indptr = torch.tensor([0, 1, 2, 3], dtype=I32)
+    Prefill.plan(
+        w, qo_indptr, kv_indptr, torch.arange(3, dtype=I32), torch.full((3,), 5, dtype=I32), 4, 4, 64, 16
+    )
+
+
+def test_prefill_run_matches_plan(calls, guard) -> None:
+    guard("raise")
+    w = _wrapper(Prefill)
+    _prefill_plan(w, torch.tensor([0, 4, 8, 12], dtype=I32))
+    Prefill.run(w, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))
+    assert calls == ["BatchPrefillWithPagedKVCacheWrapper.plan", "BatchPrefillWithPagedKVCacheWrapper.run"]
+    with pytest.raises(SpecGuardViolation) as err:
+        Prefill.run(w, torch.randn(16, 4, 64), torch.zeros(4, 16, 4, 64))
+    assert len(calls) == 2  # the kernel was not reached
+    msg = str(err.value)
+    assert "[specguard G1 tokens vs query layout] BatchPrefillWithPagedKVCacheWrapper.run" in msg
+    assert "q.shape[0] (16) does not match qo_indptr[-1] (12) recorded at plan()" in msg
+
+
+def test_prefill_device_indptr_is_skipped_not_read(calls, guard) -> None:
+    guard("raise")
+    w = _wrapper(Prefill)
+    _prefill_plan(w, torch.tensor([0, 4, 8, 12], dtype=I32, device="meta"))
+    Prefill.run(w, torch.randn(16, 4, 64), torch.zeros(4, 16, 4, 64))  # unchecked, not failed
+    skips = stats()["skips"]
+    assert skips == {
+        "G1:BatchPrefillWithPagedKVCacheWrapper.plan:plan() qo_indptr is on meta: reading it would "
+        "synchronise the device": 1,
+        "G1:BatchPrefillWithPagedKVCacheWrapper.run:run() without a plan() the guard recorded": 1,
+    }
+
+
+def test_decode_rows_exact_and_tiled_backends(calls, guard) -> None:
+    guard("raise")
+    indptr, idx, last = (
+        torch.tensor([0, 1, 2, 3, 4], dtype=I32),
+        torch.arange(4, dtype=I32),
+        torch.ones(4, dtype=I32),
+    )
+    w = _wrapper(Decode)
+    Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, q_len_per_req=2)
+    Decode.run(w, torch.randn(8, 4, 64), torch.zeros(4, 16, 4, 64))
+    with pytest.raises(
+        SpecGuardViolation, match=r"q.shape\[0\] \(6\) does not match the decode plan: expected 8"
+    ):
+        Decode.run(w, torch.randn(6, 4, 64), torch.zeros(4, 16, 4, 64))
+    tiled = _wrapper(Decode, backend="trtllm-gen")
+    Decode.plan(tiled, indptr, idx, last, 4, 4, 64, 16)
+    Decode.run(tiled, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))  # 3 rows per request: allowed here
+    with pytest.raises(SpecGuardViolation, match="a multiple of the 4 planned requests"):
+        Decode.run(tiled, torch.randn(10, 4, 64), torch.zeros(4, 16, 4, 64))
+    assert calls.count("BatchDecodeWithPagedKVCacheWrapper.run") == 2
+
+
+def test_plan_and_run_add_no_scalar_reads(calls, guard) -> None:
+    def reads() -> int:
+        w = _wrapper(Prefill)
+        with ScalarReads() as mode:
+            _prefill_plan(w, torch.tensor([0, 4, 8, 12], dtype=I32))
+            Prefill.run(w, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))
+        return mode.count
+
+    unguarded = reads()
+    guard("raise")
+    assert reads() == unguarded
+    assert stats()["checks_run"] == {"G1:BatchPrefillWithPagedKVCacheWrapper.run": 1}
+
+
+def test_aliases_follow_the_wrapped_methods(guard) -> None:
+    guard("raise")
+    from specguard.runtime.patching import is_wrapped
+
+    assert is_wrapped(Prefill.__dict__["begin_forward"]) and Prefill.begin_forward is Prefill.plan
+    rrl = Prefill.__dict__["run_return_lse"]
+    assert isinstance(rrl, functools.partialmethod) and rrl.func is Prefill.__dict__["run"]
