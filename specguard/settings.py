@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,12 @@ def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Se
     if cache is not None and not cache.is_absolute():
         cache = root / cache
     return settings.model_copy(update={"rule_packs": packs, "cache_dir": cache})
+
+
+def user_cache_dir() -> Path:
+    """Where runs over a tree that is not the user's project (an installed vLLM) keep their cache."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specguard" / "check"
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -49,7 +49,7 @@ def test_hook_fails_on_the_bad_speculator_and_passes_once_fixed(tmp_path: Path) 
     failed = try_repo(project, tmp_path / "pre-commit-home")
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "specguard" in failed.stdout and "Failed" in failed.stdout
-    assert "spec.py:8:68: SG103" in failed.stdout
+    assert "spec.py:8:67: SG103" in failed.stdout
 
     (project / "spec.py").write_text(FIXED)
     git(project, "add", "spec.py")

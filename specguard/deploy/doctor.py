@@ -60,8 +60,9 @@ def _version(names: tuple[str, ...]) -> str | None:
 
 def _check_summary(root: Path) -> CheckSummary:
     from specguard.analysis.engine import check_paths  # deferred: only when there is a tree to check
+    from specguard.settings import Settings, user_cache_dir
 
-    result = check_paths([root])
+    result = check_paths([root], Settings(cache_dir=user_cache_dir()))
     counts = Counter(f.code for f in result.findings)
     return CheckSummary(str(root), result.files, dict(sorted(counts.items())), list(result.errors))
 
