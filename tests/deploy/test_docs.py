@@ -1,4 +1,4 @@
-"""docs/config.md stays true to the catalogue (the examples table is checked in test_config_cli.py)."""
+"""The README's config section stays true to the catalogue (the examples table is checked in test_config_cli.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from specguard.deploy.catalogue import load_catalogue
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
+DOC = (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def test_hazard_table_lists_every_code_with_its_severity() -> None:
