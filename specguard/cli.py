@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,7 +80,7 @@ def run_check(args: argparse.Namespace) -> int:
     if args.cache_dir:
         updates["cache_dir"] = args.cache_dir
     if updates:
-        settings = settings.model_validate({**settings.model_dump(), **updates})
+        settings = dataclasses.replace(settings, **updates)
     _reject_unknown_codes(settings)
 
     result = check_paths(paths, settings, use_cache=not args.no_cache)

@@ -1,94 +1,114 @@
 """Rule packs: the vLLM names the rules match, as validated data (rules/*.toml).
 
 The built-in pack ships inside the wheel as `specguard._packs`; a fork's pack overlays it section by section:
-lists extend (or replace, with `replace = true` in the section), strings override.
+lists extend (or replace, with `replace = true` in the section), strings override. The schema is plain frozen
+dataclasses that pydantic validates (strictly: unknown keys are errors), so that a validated pack can be reused
+from the snapshot cache without importing pydantic (see _snapshots.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from specguard._toml import load_toml
+from specguard._snapshots import validated
+from specguard._toml import load_toml, parse_toml
 from specguard.errors import UserError
 
 BUILTIN_PACK = "vllm.toml"
+_STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True)
+class PackInfo:
+    __pydantic_config__ = _STRICT
     replace: bool = False
-
-
-class PackInfo(_Section):
     name: str | None = None
     description: str | None = None
 
 
-class Speculators(_Section):
-    bases: list[str] = Field(default_factory=list)
-    shared_helpers: list[str] = Field(default_factory=list)
+@dataclass(frozen=True)
+class Speculators:
+    __pydantic_config__ = _STRICT
+    replace: bool = False
+    bases: list[str] = field(default_factory=list)
+    shared_helpers: list[str] = field(default_factory=list)
 
 
-class Metadata(_Section):
-    sink: list[str] = Field(default_factory=list)
-    token_count_params: list[str] = Field(default_factory=list)
+@dataclass(frozen=True)
+class Metadata:
+    __pydantic_config__ = _STRICT
+    replace: bool = False
+    sink: list[str] = field(default_factory=list)
+    token_count_params: list[str] = field(default_factory=list)
     capture_keyword: str | None = None
     dcp_param: str | None = None
 
 
-class Padding(_Section):
-    descriptor_producers: list[str] = Field(default_factory=list)
-    descriptor_types: list[str] = Field(default_factory=list)
+@dataclass(frozen=True)
+class Padding:
+    __pydantic_config__ = _STRICT
+    replace: bool = False
+    descriptor_producers: list[str] = field(default_factory=list)
+    descriptor_types: list[str] = field(default_factory=list)
     padded_attribute: str | None = None
     mode_attribute: str | None = None
     full_mode: str | None = None
 
 
-class Dcp(_Section):
-    prepare: list[str] = Field(default_factory=list)
+@dataclass(frozen=True)
+class Dcp:
+    __pydantic_config__ = _STRICT
+    replace: bool = False
+    prepare: list[str] = field(default_factory=list)
 
 
-class KvGroups(_Section):
-    merge_methods: list[str] = Field(default_factory=list)
-    spec_class_suffixes: list[str] = Field(default_factory=list)
-    flags: list[str] = Field(default_factory=list)
+@dataclass(frozen=True)
+class KvGroups:
+    __pydantic_config__ = _STRICT
+    replace: bool = False
+    merge_methods: list[str] = field(default_factory=list)
+    spec_class_suffixes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
 
 
-class Mla(_Section):
-    decode_entry: list[str] = Field(default_factory=list)
+@dataclass(frozen=True)
+class Mla:
+    __pydantic_config__ = _STRICT
+    replace: bool = False
+    decode_entry: list[str] = field(default_factory=list)
     global_bound_param: str | None = None
-    row_params: list[str] = Field(default_factory=list)
-    row_expanders: list[str] = Field(default_factory=list)
+    row_params: list[str] = field(default_factory=list)
+    row_expanders: list[str] = field(default_factory=list)
 
 
-class Pack(BaseModel):
+@dataclass(frozen=True)
+class Pack:
     """One pack file, or the overlay of several. Every rule reads its names from here."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    pack: PackInfo = PackInfo()
-    speculators: Speculators = Speculators()
-    metadata: Metadata = Metadata()
-    padding: Padding = Padding()
-    dcp: Dcp = Dcp()
-    kv_groups: KvGroups = KvGroups()
-    mla: Mla = Mla()
+    __pydantic_config__ = _STRICT
+    pack: PackInfo = field(default_factory=PackInfo)
+    speculators: Speculators = field(default_factory=Speculators)
+    metadata: Metadata = field(default_factory=Metadata)
+    padding: Padding = field(default_factory=Padding)
+    dcp: Dcp = field(default_factory=Dcp)
+    kv_groups: KvGroups = field(default_factory=KvGroups)
+    mla: Mla = field(default_factory=Mla)
 
     @cached_property
     def fingerprint(self) -> str:
         """Content hash for the analysis cache: a changed name invalidates every cached result."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
     @cached_property
     def needles(self) -> tuple[bytes, ...]:
-        """Identifiers whose absence from a file proves no rule can match it (the prefilter)."""
+        """Every identifier a rule can match: a file holding none of them cannot produce a finding."""
         names = [
             *self.metadata.sink,
             *self.speculators.shared_helpers,
@@ -116,7 +136,7 @@ class Pack(BaseModel):
 
 
 def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    merged = {k: dict(v) for k, v in base.items()}
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
     for section, values in top.items():
         target = merged.setdefault(section, {})
         replace = values.get("replace", False)
@@ -131,20 +151,16 @@ def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def _validate(raw: dict[str, Any], origin: str) -> Pack:
+    from pydantic import TypeAdapter, ValidationError
+
     try:
-        return Pack.model_validate(raw)
+        return TypeAdapter(Pack).validate_python(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        problem = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        problem = "unknown key" if err["type"] in ("extra_forbidden", "unexpected_keyword_argument") else err["msg"]
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise UserError(f"{origin}: rule pack key '{key}': {problem}{more}") from None
-
-
-def _read_pack(path: Path) -> dict[str, Any]:
-    raw = load_toml(path, what="rule pack")
-    _validate(raw, str(path))  # name the file that is wrong, not the merged result
-    return raw
 
 
 def builtin_pack_text() -> str:
@@ -154,20 +170,33 @@ def builtin_pack_text() -> str:
         return (Path(__file__).resolve().parent.parent / "rules" / BUILTIN_PACK).read_text(encoding="utf-8")
 
 
-def load_pack(extra: list[Path] | tuple[Path, ...] = ()) -> Pack:
-    """The built-in vLLM pack with each extra pack laid over it in order."""
-    from specguard._toml import parse_toml
-
-    raw = parse_toml(builtin_pack_text(), origin=f"built-in {BUILTIN_PACK}", what="rule pack")
+def _build(builtin: str, extra: list[Path]) -> Pack:
+    raw = parse_toml(builtin, origin=f"built-in {BUILTIN_PACK}", what="rule pack")
     for path in extra:
-        raw = _overlay(raw, _read_pack(path))
+        layer = load_toml(path, what="rule pack")
+        if not all(isinstance(v, dict) for v in layer.values()):
+            raise UserError(f"{path}: a rule pack holds only [sections] of keys")
+        _validate(layer, str(path))  # name the file that is wrong, not the merged result
+        raw = _overlay(raw, layer)
     pack = _validate(raw, "merged rule packs")
     missing = [
         f"{section}.{key}"
-        for section, values in json.loads(pack.model_dump_json()).items()
+        for section, values in dataclasses.asdict(pack).items()
         for key, value in values.items()
         if value in (None, []) and key not in ("replace", "description")
     ]
     if missing:
         raise UserError(f"rule packs leave required keys empty: {', '.join(missing)}")
     return pack
+
+
+def load_pack(extra: list[Path] | tuple[Path, ...] = ()) -> Pack:
+    """The built-in vLLM pack with each extra pack laid over it in order (validated once per distinct text)."""
+    builtin = builtin_pack_text()
+    material = [builtin.encode()]
+    for path in extra:
+        try:
+            material.append(str(path).encode() + b"\0" + path.read_bytes())
+        except OSError:
+            material.append(str(path).encode())  # unreadable: _build reports it
+    return validated("pack", material, lambda: _build(builtin, list(extra)))

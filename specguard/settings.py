@@ -1,38 +1,47 @@
-"""Project configuration: [tool.specguard] in pyproject.toml, validated, merged with CLI options."""
+"""Project configuration: [tool.specguard] in pyproject.toml, validated, merged with CLI options.
+
+Like the packs, the settings are a plain frozen dataclass that pydantic validates (unknown keys are errors that
+suggest the closest valid key), and a validated table is reused from the snapshot cache while its text is
+unchanged, so a run whose configuration did not change never imports pydantic.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
+import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
+from specguard._snapshots import validated
 from specguard._toml import load_toml
 from specguard.errors import UserError
 
 
-class Settings(BaseModel):
+@dataclass(frozen=True)
+class Settings:
     """What `specguard check` runs and how. Keys are written with dashes in pyproject.toml."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    __pydantic_config__ = {"extra": "forbid"}
 
     select: list[str] | None = None
-    ignore: list[str] = Field(default_factory=list)
-    extend_select: list[str] = Field(default_factory=list, alias="extend-select")
-    exclude: list[str] = Field(default_factory=list)
-    per_file_ignores: dict[str, list[str]] = Field(default_factory=dict, alias="per-file-ignores")
-    rule_packs: list[Path] = Field(default_factory=list, alias="rule-packs")
-    cache_dir: Path | None = Field(default=None, alias="cache-dir")
-    # Directory that relative paths in the settings are resolved against (the pyproject's folder).
-    root: Path = Field(default_factory=Path.cwd, exclude=True)
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    rule_packs: list[Path] = field(default_factory=list)
+    cache_dir: Path | None = None
+    # The folder relative paths in the settings are resolved against (the pyproject's folder); not a key.
+    root: Path = field(default_factory=Path.cwd)
 
-    @field_validator("select", "ignore", "extend_select")
-    @classmethod
-    def _codes_upper(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else [c.strip().upper() for c in v]
+    def __post_init__(self) -> None:
+        for name in ("select", "ignore", "extend_select"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, [c.strip().upper() for c in value])
 
     def enabled(self, all_codes: list[str]) -> set[str]:
         """Codes that run: select (default all) plus extend-select, minus ignore; prefixes match (SG1)."""
@@ -44,10 +53,12 @@ class Settings(BaseModel):
         return (chosen | expand(self.extend_select)) - expand(self.ignore)
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(self.model_dump_json(exclude={"cache_dir"}).encode()).hexdigest()[:16]
+        """What the analysis cache is keyed by: everything that changes which findings a file gets."""
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("root", "cache_dir")}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-_KEYS = sorted({(f.alias or name) for name, f in Settings.model_fields.items() if name != "root"})
+_KEYS = sorted(f.name.replace("_", "-") for f in dataclasses.fields(Settings) if f.name != "root")
 
 
 def _unknown_key_message(key: str, origin: str) -> str:
@@ -56,21 +67,30 @@ def _unknown_key_message(key: str, origin: str) -> str:
     return f"{origin}: unknown key '{key}' in [tool.specguard]{hint}"
 
 
-def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Settings:
+def _validate(raw: dict[str, Any], root: Path, origin: str) -> Settings:
+    from pydantic import TypeAdapter, ValidationError
+
     for key in raw:
         if key not in _KEYS:
             raise UserError(_unknown_key_message(key, origin))
     try:
-        settings = Settings.model_validate({**raw, "root": root})
+        settings = TypeAdapter(Settings).validate_python(
+            {**{k.replace("-", "_"): v for k, v in raw.items()}, "root": root}
+        )
     except ValidationError as exc:
         err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
+        key = ".".join(str(p).replace("_", "-") for p in err["loc"])
         raise UserError(f"{origin}: [tool.specguard] key '{key}': {err['msg']}") from None
     packs = [p if p.is_absolute() else root / p for p in settings.rule_packs]
     cache = settings.cache_dir
     if cache is not None and not cache.is_absolute():
         cache = root / cache
-    return settings.model_copy(update={"rule_packs": packs, "cache_dir": cache})
+    return dataclasses.replace(settings, rule_packs=packs, cache_dir=cache)
+
+
+def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Settings:
+    material = [json.dumps(raw, sort_keys=True, default=str).encode(), str(root).encode(), origin.encode()]
+    return validated("settings", material, lambda: _validate(raw, root, origin))
 
 
 def user_cache_dir() -> Path:

@@ -177,7 +177,7 @@ def test_a_worker_killed_by_a_native_crash_costs_only_its_file(monkeypatch, tmp_
     """A segfault in libcst's native parser kills the worker process; that file becomes SG000, the rest go on."""
     import signal
 
-    from specguard.analysis import engine, evaluate, parallel
+    from specguard.analysis import engine, evaluate
 
     for i in range(6):
         (tmp_path / f"good{i}.py").write_text(GOOD)
@@ -190,7 +190,8 @@ def test_a_worker_killed_by_a_native_crash_costs_only_its_file(monkeypatch, tmp_
         return real(path, *args)
 
     monkeypatch.setattr(evaluate, "evaluate_file", crashing)
-    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    monkeypatch.setattr(engine, "cores", lambda: 2)
+    monkeypatch.setattr(engine, "_PARALLEL_MIN_FILES", 1)  # use workers even for this small tree
     result = engine.check_paths([tmp_path], use_cache=False)
     codes = sorted((Path(f.path).name, f.code) for f in result.findings)
     assert codes == [("crash.py", "SG000"), *((f"good{i}.py", "SG101") for i in range(6))]

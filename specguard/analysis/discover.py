@@ -16,7 +16,7 @@ DEFAULT_EXCLUDES = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache
 
 @dataclass
 class Discovery:
-    files: list[Path] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # strings: a Path per file costs more than the scan of it
     errors: list[str] = field(default_factory=list)
 
 
@@ -77,13 +77,14 @@ def discover(paths: Iterable[Path], exclude: Iterable[str] = ()) -> Discovery:
             result.errors.append(f"{path}: no such file or directory")
         elif path.is_dir():
             for file in walker.walk(os.path.normpath(path)):
+                file = file[2:] if file.startswith("./") else file  # as Path would print it
                 if file not in listed:
                     listed.add(file)
-                    result.files.append(Path(file))
+                    result.files.append(file)
         elif path.is_file():
             if str(path) not in listed:
                 listed.add(str(path))
-                result.files.append(path)
+                result.files.append(str(path))
         else:
             result.errors.append(f"{path}: not a file or directory (a broken symlink?)")
     return result

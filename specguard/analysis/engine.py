@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from specguard.analysis.discover import discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex
 from specguard.analysis.modules import ModuleLocator
-from specguard.analysis.parallel import run_sharded
+from specguard.analysis.parallel import Workers, cores
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import is_suppressed
@@ -22,9 +22,10 @@ from specguard.packs import Pack, load_pack
 from specguard.rules import ALL_CODES
 from specguard.settings import Settings
 
-# Below this much work a process pool costs more than it saves.
+# Below this many files to scan, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 200
-_PARALLEL_MIN_CANDIDATES = 4
+# The main process's part of stage one: the workers start by importing libcst, so they take less.
+_MAIN_SCAN_SHARE = 0.65
 
 
 @dataclass
@@ -70,82 +71,104 @@ def _result_key(scan: FileScan, facts: FileFacts, codes: frozenset[str]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
+def _warm_up() -> None:
+    """Runs first in each worker: import libcst and the rules while the main process scans files."""
+    from specguard.analysis import evaluate  # noqa: F401
+    from specguard.rules import all_rules
+
+    all_rules()
+
+
+class _Run:
+    """One `specguard check`: the stages share the cache, the index and the worker processes."""
+
+    def __init__(self, settings: Settings, pack: Pack, use_cache: bool) -> None:
+        self.settings, self.pack = settings, pack
+        self.codes = frozenset(settings.enabled(ALL_CODES))
+        cache_root = settings.cache_dir or settings.root / ".specguard_cache"
+        self.cache = Cache.at(cache_root, pack.fingerprint, settings.fingerprint()) if use_cache else Cache(None)
+        self.locator = ModuleLocator()
+        self.index = ProjectIndex(self.locator, self._load_summary)
+        self.scans: dict[str, FileScan] = {}
+        self.borrowed: set[str] = set()
+
+    def scan(self, files: list[str], workers: Callable[[int], Workers]) -> Workers:
+        """Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change."""
+        todo = []
+        for path in files:
+            cached = self.cache.scans.get(path)
+            try:
+                if cached is not None and cached.stamp == stamp_of(path):
+                    self.scans[path] = cached
+                    continue
+            except OSError:
+                pass
+            todo.append((path, self.pack.needles, self.pack.needle_groups))
+        pool = workers(len(todo))
+        for scan in pool.run(scan_file, todo, on_crash=_scan_crashed, main_share=_MAIN_SCAN_SHARE):
+            self.scans[scan.path] = scan
+            if scan.stamp != (0, 0):
+                self.cache.put_scan(scan.path, scan)
+        for scan in self.scans.values():
+            if scan.summary is not None:
+                self.index.add(scan.summary)
+                self.locator.add(scan.summary.module, Path(scan.path), scan.root)
+        return pool
+
+    def _load_summary(self, path: Path) -> ModuleSummary | None:
+        """A module without a pack name, read only because an ancestor class or the sink lives there."""
+        key = str(path)
+        cached = self.cache.scans.get(key)
+        # A prefiltered-out scan has no summary; read the file in full this once.
+        if cached is None or cached.summary is None or cached.stamp != stamp_of(path):
+            cached = scan_file(key, self.pack.needles, summarize_always=True)
+            self.cache.put_scan(key, cached)
+        self.borrowed.add(key)
+        return cached.summary
+
+    def evaluate(self, result: CheckResult, pool: Workers) -> None:
+        """Stage two: the files some enabled rule can match, evaluated (or taken from the cache)."""
+        jobs, keys, live_results = [], {}, set()
+        for path, scan in self.scans.items():
+            if scan.error is not None:
+                result.findings.append(source_error(path, scan.error, scan.error_line))
+                continue
+            if scan.summary is None or not scan.mentions:
+                continue
+            facts = self.index.facts(scan.summary, self.pack)
+            key = _result_key(scan, facts, self.codes)
+            live_results.add(key)
+            if key in self.cache.results:
+                result.findings.extend(self.cache.results[key])
+            else:
+                keys[path] = key
+                jobs.append((path, facts, self.pack, self.codes, scan.mentions, scan.summary.definitions))
+        result.parsed = len(jobs)
+        # With workers, libcst's native parser runs only there: a fault in it must not take the run down.
+        outcomes = pool.run(_evaluate, jobs, on_crash=_evaluate_crashed, weight=_file_size, main_share=0.0)
+        for job, (findings, error) in zip(jobs, outcomes, strict=True):
+            if error is not None:
+                result.errors.append(error)
+                continue
+            self.cache.put_result(keys[job[0]], findings)
+            result.findings.extend(findings)
+        self.cache.save(set(self.scans) | self.borrowed, live_results)
+
+
 def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True,
                 pack: Pack | None = None) -> CheckResult:
     settings = settings or Settings()
-    pack = pack or load_pack(settings.rule_packs)
-    codes = frozenset(settings.enabled(ALL_CODES))
+    run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
     found = discover([Path(p) for p in paths], settings.exclude)
     result = CheckResult(errors=list(found.errors), files=len(found.files))
 
-    cache_root = settings.cache_dir or settings.root / ".specguard_cache"
-    cache = Cache.at(cache_root, pack.fingerprint, settings.fingerprint()) if use_cache else Cache(None)
-    locator = ModuleLocator()
+    def workers(files_to_scan: int) -> Workers:
+        # Only a cold run over a large tree pays for processes; a warm run or a pre-commit batch stays local.
+        extra = cores() - 1 if files_to_scan >= _PARALLEL_MIN_FILES else 0
+        return Workers(extra, warm_up=_warm_up)
 
-    # Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change.
-    scans: dict[str, FileScan] = {}
-    todo = []
-    for path in map(str, found.files):
-        cached = cache.scans.get(path)
-        try:
-            if cached is not None and cached.stamp == stamp_of(Path(path)):
-                scans[path] = cached
-                continue
-        except OSError:
-            pass
-        todo.append((path, pack.needles, pack.needle_groups))
-    for scan in run_sharded(scan_file, todo, min_jobs=_PARALLEL_MIN_FILES, on_crash=_scan_crashed):
-        scans[scan.path] = scan
-        if scan.stamp != (0, 0):
-            cache.put_scan(scan.path, scan)
-
-    borrowed: set[str] = set()
-
-    def load_summary(path: Path) -> ModuleSummary | None:
-        """A module without a pack name, read only because an ancestor class or the sink lives there."""
-        key = str(path)
-        cached = cache.scans.get(key)
-        # A prefiltered-out scan has no summary; read the file in full this once.
-        if cached is None or cached.summary is None or cached.stamp != stamp_of(path):
-            cached = scan_file(key, pack.needles, summarize_always=True)
-            cache.put_scan(key, cached)
-        borrowed.add(key)
-        return cached.summary
-
-    index = ProjectIndex(locator, load_summary)
-    for scan in scans.values():
-        if scan.summary is not None:
-            index.add(scan.summary)
-            locator.add(scan.summary.module, Path(scan.path), scan.root)
-
-    # Stage two: the files some enabled rule can match, evaluated (or taken from the cache).
-    jobs, keys, live_results = [], {}, set()
-    for path, scan in scans.items():
-        if scan.error is not None:
-            result.findings.append(source_error(path, scan.error, scan.error_line))
-            continue
-        if scan.summary is None or not scan.mentions:
-            continue
-        facts = index.facts(scan.summary, pack)
-        key = _result_key(scan, facts, codes)
-        live_results.add(key)
-        if key in cache.results:
-            result.findings.extend(cache.results[key])
-        else:
-            keys[path] = key
-            jobs.append((path, facts, pack, codes, scan.mentions, scan.summary.definitions))
-    result.parsed = len(jobs)
-    # libcst's native parser runs only in workers: a fault there must not take the whole run down.
-    outcomes = run_sharded(_evaluate, jobs, min_jobs=_PARALLEL_MIN_CANDIDATES, on_crash=_evaluate_crashed,
-                           weight=_file_size, main_shares=False)
-    for job, (findings, error) in zip(jobs, outcomes, strict=True):
-        if error is not None:
-            result.errors.append(error)
-            continue
-        cache.put_result(keys[job[0]], findings)
-        result.findings.extend(findings)
-    cache.save(set(scans) | borrowed, live_results)
-
+    with run.scan(found.files, workers) as pool:
+        run.evaluate(result, pool)
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
     return result
 

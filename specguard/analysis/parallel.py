@@ -1,37 +1,39 @@
-"""Both cores, cheaply: the jobs split into one shard per core, each shard one task.
+"""Both cores, cheaply: one pool of worker processes per run, jobs in one shard per process.
 
-Per-job tasks cost more in pickling and scheduling than a stage-one scan of a file takes, so each worker gets one
-shard, and the main process works through a shard of its own instead of waiting. A worker that dies (a native
-fault in a parser) breaks the pool; the jobs of the shards it took then rerun one at a time in fresh processes,
-and the job that kills its process gets on_crash(job) instead of a result.
+The pool is forked once, before stage one, and its workers import libcst while the main process scans its share
+of the files; stage two then runs in those already warm workers. Per-job tasks would cost more in pickling and
+scheduling than scanning a file takes, so each process gets one shard. A worker that dies (a native fault in a
+parser) breaks the pool: the jobs of the shards it held then rerun one at a time in fresh processes, and the job
+that kills its process gets on_crash(job) instead of a result.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_all_start_methods, get_context
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 R = TypeVar("R")
 Job = tuple[Any, ...]
 
 
-def workers() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, 8))
+def cores() -> int:
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(count, 8))
 
 
-def _shards(jobs: Sequence[Job], count: int, weight: Callable[[Job], int]) -> list[list[int]]:
-    """Job indices in `count` shards of about equal weight (heaviest first, each to the lightest shard)."""
-    shards: list[list[int]] = [[] for _ in range(count)]
-    loads = [0] * count
+def _shards(jobs: Sequence[Job], shares: list[float], weight: Callable[[Job], int]) -> list[list[int]]:
+    """Job indices split so that shard i carries about shares[i] of the total weight (heaviest jobs first)."""
+    shards: list[list[int]] = [[] for _ in shares]
+    loads = [0.0] * len(shares)
     for index in sorted(range(len(jobs)), key=lambda i: -weight(jobs[i])):
-        lightest = loads.index(min(loads))
-        shards[lightest].append(index)
-        loads[lightest] += weight(jobs[index])
+        target = min(range(len(shares)), key=lambda s: (loads[s] + weight(jobs[index])) / shares[s])
+        shards[target].append(index)
+        loads[target] += weight(jobs[index])
     return shards
 
 
@@ -39,34 +41,57 @@ def _run_shard(fn: Callable[..., R], jobs: list[Job]) -> list[R]:
     return [fn(*job) for job in jobs]
 
 
-def _isolated(fn: Callable[..., R], job: Job, ctx: Any, on_crash: Callable[[Job], R]) -> R:
-    try:
-        with ProcessPoolExecutor(1, mp_context=ctx) as pool:
-            return pool.submit(fn, *job).result()
-    except BrokenProcessPool:
-        return on_crash(job)
+class Workers:
+    """The run's worker processes (none on a one-core machine or for a small run: then all work is local)."""
 
+    def __init__(self, count: int, warm_up: Callable[[], None] | None = None) -> None:
+        self.count = count
+        self.pool: ProcessPoolExecutor | None = None
+        if count:  # imported only here: a warm run never starts a process
+            from concurrent.futures import ProcessPoolExecutor
+            from multiprocessing import get_all_start_methods, get_context
 
-def run_sharded(fn: Callable[..., R], jobs: Sequence[Job], *, min_jobs: int, on_crash: Callable[[Job], R],
-                weight: Callable[[Job], int] = lambda job: 1, main_shares: bool = True) -> list[R]:
-    """fn(*job) for every job, in order. `main_shares=False` keeps jobs that could crash the interpreter out of
-    the main process."""
-    count = workers()
-    if len(jobs) < min_jobs or count == 1:
-        return [fn(*job) for job in jobs]
-    ctx = get_context("fork") if "fork" in get_all_start_methods() else get_context()
-    shards = _shards(jobs, count, weight)
-    results: list[Any] = [None] * len(jobs)
-    local, remote = (shards[0], shards[1:]) if main_shares else ([], shards)
-    with ProcessPoolExecutor(len(remote), mp_context=ctx) as pool:
-        futures = [pool.submit(_run_shard, fn, [jobs[i] for i in shard]) for shard in remote]
+            self.ctx = get_context("fork") if "fork" in get_all_start_methods() else get_context()
+            self.pool = ProcessPoolExecutor(count, mp_context=self.ctx, initializer=warm_up)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def run(self, fn: Callable[..., R], jobs: Sequence[Job], *, on_crash: Callable[[Job], R],
+            weight: Callable[[Job], int] = lambda job: 1, main_share: float = 0.5) -> list[R]:
+        """fn(*job) for every job, in order. The main process takes `main_share` of the work; 0 keeps jobs
+        that could crash the interpreter (a native parser) out of it."""
+        if self.pool is None or not jobs:
+            return [fn(*job) for job in jobs]
+        worker_share = (1.0 - main_share) / self.count
+        shares = ([main_share] if main_share > 0 else []) + [worker_share] * self.count
+        shards = _shards(jobs, shares, weight)
+        local, remote = (shards[0], shards[1:]) if main_share > 0 else ([], shards)
+        futures = [self.pool.submit(_run_shard, fn, [jobs[i] for i in shard]) for shard in remote if shard]
+        results: list[Any] = [None] * len(jobs)
         for i in local:
             results[i] = fn(*jobs[i])
-        for shard, future in zip(remote, futures, strict=True):
+        from concurrent.futures.process import BrokenProcessPool
+
+        for shard, future in zip([s for s in remote if s], futures, strict=True):
             try:
                 for i, result in zip(shard, future.result(), strict=True):
                     results[i] = result
             except BrokenProcessPool:
                 for i in shard:
-                    results[i] = _isolated(fn, jobs[i], ctx, on_crash)
-    return results
+                    results[i] = self._isolated(fn, jobs[i], on_crash)
+        return results
+
+    def _isolated(self, fn: Callable[..., R], job: Job, on_crash: Callable[[Job], R]) -> R:
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            with ProcessPoolExecutor(1, mp_context=self.ctx) as pool:
+                return pool.submit(fn, *job).result()
+        except BrokenProcessPool:
+            return on_crash(job)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from specguard.analysis.modules import module_name
-from specguard.analysis.source import decode, parse_ast, read_bytes
+from specguard.analysis.source import decode, parse_ast, read_stamped
 from specguard.analysis.summary import ModuleSummary, summarize
 from specguard.errors import SourceError
 
@@ -24,20 +25,18 @@ class FileScan:
     error_line: int = 1
 
 
-def stamp_of(path: Path) -> tuple[int, int]:
-    st = path.stat()
+def stamp_of(path: str | Path) -> tuple[int, int]:
+    st = os.stat(path)
     return st.st_size, st.st_mtime_ns
 
 
 def scan_file(path: str, needles: tuple[bytes, ...], groups: tuple[tuple[bytes, ...], ...] = (),
               summarize_always: bool = False) -> FileScan:
     """Stage one for a file. `summarize_always` is for modules the index reads for an ancestor class."""
-    p = Path(path)
     try:
-        stamp = stamp_of(p)
-        data = read_bytes(p)
+        data, stamp = read_stamped(path)
         text = decode(data)  # also for files no rule can match: undecodable text could hide a name
-    except (SourceError, OSError) as exc:
+    except SourceError as exc:
         return FileScan(path, (0, 0), error=str(exc))
     # The prefilter (see Pack.needle_groups); which names a file mentions is listed only for files that pass it.
     if not any(all(n in data for n in group) for group in groups or [(n,) for n in needles]):
@@ -51,5 +50,5 @@ def scan_file(path: str, needles: tuple[bytes, ...], groups: tuple[tuple[bytes, 
         tree = parse_ast(text, path)
     except SourceError as exc:
         return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=exc.line)
-    module, is_package, root = module_name(p)
+    module, is_package, root = module_name(Path(path))
     return FileScan(path, stamp, mentions, digest, summarize(tree, module, is_package), root=root)

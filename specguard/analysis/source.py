@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import tokenize
 import warnings
 from pathlib import Path
@@ -11,9 +12,16 @@ from pathlib import Path
 from specguard.errors import SourceError
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path | str) -> bytes:
+    return read_stamped(path)[0]
+
+
+def read_stamped(path: Path | str) -> tuple[bytes, tuple[int, int]]:
+    """The file's bytes and its (size, mtime_ns) stamp, from one open: stage one does this for every file."""
     try:
-        return path.read_bytes()
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            return fh.read(), (st.st_size, st.st_mtime_ns)
     except OSError as exc:
         raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
 
