@@ -15,6 +15,7 @@ from typing import Any
 from specguard.runtime import invariants as inv
 from specguard.runtime.host import host_int, host_last_int, rows
 from specguard.runtime.patching import Patcher, Skip, guard_call, is_wrapped, mark, run_check
+from specguard.runtime.policy import POLICY
 
 PREFILL = ("flashinfer.prefill", "BatchPrefillWithPagedKVCacheWrapper")
 DECODE = ("flashinfer.decode", "BatchDecodeWithPagedKVCacheWrapper")
@@ -71,8 +72,10 @@ def make_plan(original: Any, record: Any, site: str) -> Any:
 
 
 def make_run(original: Any, check: Any, site: str) -> Any:
+    counter = POLICY.site("G1", site)
+
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run_check("G1", site, check, self, _first_arg(args, kwargs, "q"), site)
+        run_check(counter, check, self, _first_arg(args, kwargs, "q"), site)
         return original(self, *args, **kwargs)
 
     return mark(run, original)

@@ -12,6 +12,7 @@ from typing import Any
 
 from specguard.runtime import invariants as inv
 from specguard.runtime.patching import Patcher, Skip, is_wrapped, mark, run_check
+from specguard.runtime.policy import POLICY
 
 MODULE = "vllm.v1.kv_cache_interface"
 _depth = threading.local()  # subclass merges may call each other; only the outermost one checks
@@ -50,11 +51,12 @@ def _check_merge(cls: type, specs: Any, site: str) -> inv.Violation | None:
 
 def make_merge(func: Any, cls_name: str) -> classmethod:
     site = f"{cls_name}.merge"
+    counter = POLICY.site("G3", site)
 
     def merge(cls: type, specs: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_depth, "n", 0)
         if depth == 0:
-            run_check("G3", site, _check_merge, cls, specs, site)
+            run_check(counter, _check_merge, cls, specs, site)
         _depth.n = depth + 1
         try:
             return func(cls, specs, *args, **kwargs)

@@ -8,20 +8,23 @@ forward_mqa launches with, after its non-causal flattening and DCP expansion.
 from __future__ import annotations
 
 import inspect
-import threading
+import sys
 from typing import Any
 
+import torch
+
 from specguard.runtime import invariants as inv
-from specguard.runtime.host import dtype_name, host_int, rows
+from specguard.runtime.host import dtype_name, host_int
 from specguard.runtime.patching import Patcher, Skip, mark, run_check
+from specguard.runtime.policy import POLICY
 
 BACKEND_MODULE = "vllm.v1.attention.backends.mla.flashinfer_mla"
 KERNEL_NAME = "trtllm_batch_decode_with_kv_cache_mla"
 FORWARD_SITE = "FlashInferMLAImpl.forward_mqa"
 KERNEL_SITE = f"flashinfer_mla.{KERNEL_NAME}"
+_INT32 = torch.int32
 
-# The layer forward_mqa is serving, so a G2 message from the kernel wrapper can name it.
-_current = threading.local()
+_INT_OPERANDS = ("block_tables", "seq_lens", "cum_seq_lens_q", "causal_seqlens_kv_global")
 
 
 def _layer_name(layer: Any) -> str:
@@ -29,104 +32,130 @@ def _layer_name(layer: Any) -> str:
     return f"layer {name}" if isinstance(name, str) else f"layer {type(layer).__name__}"
 
 
-def _check_query_rows(q: Any, md: Any, subject: str) -> inv.Violation | None:
-    return inv.check_mla_query_rows(
-        rows(q),
-        host_int(md.num_decode_tokens, "attn_metadata.num_decode_tokens"),
-        host_int(md.num_decodes, "attn_metadata.num_decodes"),
-        site=FORWARD_SITE,
-        subject=subject,
-    )
-
-
-def _causal_and_multi_token(md: Any) -> tuple[bool, bool, int, int]:
-    causal = getattr(md, "causal", True)
-    if not isinstance(causal, bool):
-        raise Skip("attn_metadata.causal is not a host bool")
+def _check_forward(impl: Any, q: Any, md: Any, layer: Any, builder: Any) -> inv.Violation | None:
+    """G1 and G3 at forward_mqa entry, in one pass (this runs once per layer per step)."""
     n_tok = host_int(md.num_decode_tokens, "attn_metadata.num_decode_tokens")
     n_req = host_int(md.num_decodes, "attn_metadata.num_decodes")
-    max_q = getattr(getattr(md, "decode", None), "max_query_len", 1)
-    multi = n_tok > n_req or (isinstance(max_q, int) and max_q > 1)
-    return causal, multi, n_tok, n_req
-
-
-def _check_noncausal_layer(md: Any, layer: Any, subject: str) -> inv.Violation | None:
-    causal, multi, n_tok, n_req = _causal_and_multi_token(md)
-    if causal or not multi:
+    q_rows = (q[0] if type(q) is tuple else q).shape[0]
+    if q_rows != n_tok:
+        return inv.check_mla_query_rows(q_rows, n_tok, n_req, site=FORWARD_SITE, subject=_layer_name(layer))
+    causal = md.causal
+    if causal is True:
+        return None
+    if type(causal) is not bool:
+        raise Skip("attn_metadata.causal is not a host bool")
+    max_q = getattr(md.decode, "max_query_len", 1)
+    multi = n_tok > n_req or (type(max_q) is int and max_q > 1)
+    if not multi:
         return None
     flag = getattr(layer, "non_causal_multi_token_decode", None)
-    if not isinstance(flag, bool):
+    if type(flag) is not bool:
         raise Skip("layer does not declare non_causal_multi_token_decode")
-    return inv.check_noncausal_layer(
-        causal=causal,
-        multi_token=multi,
+    violation = inv.check_noncausal_layer(
+        causal=False,
+        multi_token=True,
         num_decode_tokens=n_tok,
         num_decodes=n_req,
         layer_non_causal=flag,
         site=FORWARD_SITE,
-        subject=subject,
+        subject=_layer_name(layer),
     )
-
-
-def _check_noncausal_dcp(impl: Any, md: Any, builder: Any, subject: str) -> inv.Violation | None:
+    if violation is not None:
+        return violation
     dcp = getattr(impl, "dcp_world_size", 1)
-    if not isinstance(dcp, int) or dcp <= 1:
+    if type(dcp) is not int or dcp <= 1:
         return None
-    causal, multi, _, _ = _causal_and_multi_token(md)
-    supports = bool(getattr(builder, "supports_non_causal_multi_token_dcp", False))
     return inv.check_noncausal_dcp(
-        causal=causal,
-        multi_token=multi,
+        causal=False,
+        multi_token=True,
         dcp_world_size=dcp,
-        backend_supports=supports,
+        backend_supports=bool(getattr(builder, "supports_non_causal_multi_token_dcp", False)),
         backend=getattr(builder, "__name__", "FlashInferMLA"),
         site=FORWARD_SITE,
-        subject=subject,
+        subject=_layer_name(layer),
     )
 
 
 def make_forward_mqa(original: Any, builder: Any) -> Any:
+    site = POLICY.site("G1+G3", FORWARD_SITE)
+
     def forward_mqa(
         self: Any, q: Any, kv_c_and_k_pe_cache: Any, attn_metadata: Any, layer: Any, *args: Any, **kwargs: Any
     ) -> Any:
-        subject = _layer_name(layer)
-        run_check("G1", FORWARD_SITE, _check_query_rows, q, attn_metadata, subject)
-        run_check("G3", FORWARD_SITE, _check_noncausal_layer, attn_metadata, layer, subject)
-        run_check("G3", FORWARD_SITE, _check_noncausal_dcp, self, attn_metadata, builder, subject)
-        previous = getattr(_current, "layer", None)
-        _current.layer = subject
+        # Fast path for the common healthy causal launch, inlined because it runs for every layer of every
+        # step. It can only route a launch to the full check, never clear one the full check would flag.
         try:
-            return original(self, q, kv_c_and_k_pe_cache, attn_metadata, layer, *args, **kwargs)
-        finally:
-            _current.layer = previous
+            n_tok = attn_metadata.num_decode_tokens
+            fast = (
+                attn_metadata.causal is True
+                and type(n_tok) is int
+                and (q[0] if type(q) is tuple else q).shape[0] == n_tok
+            )
+        except Exception:  # noqa: BLE001 -- the full check below reports what is wrong
+            fast = False
+        if fast:
+            site.runs += 1
+        else:
+            run_check(site, _check_forward, self, q, attn_metadata, layer, builder)
+        return original(self, q, kv_c_and_k_pe_cache, attn_metadata, layer, *args, **kwargs)
 
     return mark(forward_mqa, original)
 
 
-def _shape(t: Any) -> tuple[int, ...] | None:
-    return None if t is None else tuple(t.shape)
+def _calling_layer() -> str:
+    """The layer of the forward_mqa that launched the kernel, found on the stack (only for a message)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "forward_mqa" and "layer" in frame.f_locals:
+            return _layer_name(frame.f_locals["layer"])
+        frame = frame.f_back
+    return "called outside forward_mqa"
+
+
+def _first_dim(t: Any) -> int | None:
+    return None if t is None else t.shape[0]
 
 
 def _check_kernel(bound: dict[str, Any]) -> inv.Violation | None:
-    query = bound["query"]
+    get = bound.get
     block_tables = bound["block_tables"]
-    names = ("block_tables", "seq_lens", "cum_seq_lens_q", "causal_seqlens_kv_global")
-    dtypes = {n: dtype_name(bound[n]) for n in names if bound.get(n) is not None}
-    enable_dcp = bound.get("enable_dcp", False)
-    if not isinstance(enable_dcp, bool):
+    seq_lens, cum, glob = get("seq_lens"), get("cum_seq_lens_q"), get("causal_seqlens_kv_global")
+    enable_dcp = get("enable_dcp", False)
+    if type(enable_dcp) is not bool:
         raise Skip("enable_dcp is not a host bool")
+    cp_world = host_int(get("cp_world", 1), "cp_world") if enable_dcp else 1
+    cp_rank = host_int(get("cp_rank", 0), "cp_rank") if enable_dcp else 0
+    query = bound["query"]
+    dtypes_ok = (
+        block_tables.dtype is _INT32
+        and (seq_lens is None or seq_lens.dtype is _INT32)
+        and (cum is None or cum.dtype is _INT32)
+        and (glob is None or glob.dtype is _INT32)
+    )
+    if dtypes_ok and inv.mla_geometry_consistent(
+        query.shape[0],
+        block_tables.shape[0],
+        _first_dim(seq_lens),
+        _first_dim(cum),
+        _first_dim(glob),
+        enable_dcp,
+        cp_world,
+        cp_rank,
+    ):
+        return None
+    operands = zip(_INT_OPERANDS, (block_tables, seq_lens, cum, glob), strict=True)
     return inv.check_mla_decode_geometry(
-        query_shape=tuple(query.shape),
-        block_tables_shape=tuple(block_tables.shape),
-        seq_lens_shape=_shape(bound.get("seq_lens")),
-        cum_seq_lens_q_shape=_shape(bound.get("cum_seq_lens_q")),
-        global_bound_shape=_shape(bound.get("causal_seqlens_kv_global")),
-        dtypes=dtypes,
+        query_shape=query.shape,
+        block_tables_shape=block_tables.shape,
+        seq_lens_shape=None if seq_lens is None else seq_lens.shape,
+        cum_seq_lens_q_shape=None if cum is None else cum.shape,
+        global_bound_shape=None if glob is None else glob.shape,
+        dtypes={name: dtype_name(t) for name, t in operands if t is not None},
         enable_dcp=enable_dcp,
-        cp_world=host_int(bound.get("cp_world", 1), "cp_world"),
-        cp_rank=host_int(bound.get("cp_rank", 0), "cp_rank"),
+        cp_world=cp_world,
+        cp_rank=cp_rank,
         site=KERNEL_SITE,
-        subject=getattr(_current, "layer", None) or "called outside forward_mqa",
+        subject=_calling_layer(),
     )
 
 
@@ -146,11 +175,51 @@ def make_kernel(original: Any) -> Any:
             "max_seq_len",
         ]
 
+    site = POLICY.site("G2", KERNEL_SITE)
+    i32 = _INT32
+
     def kernel(*args: Any, **kwargs: Any) -> Any:
         # vLLM passes everything by keyword; map positionals only when present.
-        bound = dict(zip(param_names, args, strict=False)) if args else {}
-        bound.update(kwargs)
-        run_check("G2", KERNEL_SITE, _check_kernel, bound)
+        if args:
+            bound = dict(zip(param_names, args, strict=False))
+            bound.update(kwargs)
+        else:
+            bound = kwargs
+        # Inlined fast path (shapes and dtypes only, as in inv.mla_geometry_consistent); anything it cannot
+        # clear goes to the full check, which names the problem.
+        try:
+            bt = bound["block_tables"]
+            n = bt.shape[0]
+            sl = bound.get("seq_lens")
+            cum = bound.get("cum_seq_lens_q")
+            gb = bound.get("causal_seqlens_kv_global")
+            dcp = bound.get("enable_dcp", False)
+            fast = (
+                bt.dtype is i32
+                and (sl is None or (sl.shape[0] == n and sl.dtype is i32))
+                and (gb is None or (gb.shape[0] == n and gb.dtype is i32))
+                and (
+                    bound["query"].shape[0] == n
+                    if cum is None
+                    else (cum.shape[0] == n + 1 and cum.dtype is i32)
+                )
+                and (
+                    dcp is False
+                    or (
+                        dcp is True
+                        and gb is not None
+                        and type(bound.get("cp_world")) is int
+                        and type(bound.get("cp_rank")) is int
+                        and 0 <= bound["cp_rank"] < bound["cp_world"]
+                    )
+                )
+            )
+        except Exception:  # noqa: BLE001 -- the full check below reports what is wrong
+            fast = False
+        if fast:
+            site.runs += 1
+        else:
+            run_check(site, _check_kernel, bound)
         return original(*args, **kwargs)
 
     return mark(kernel, original)

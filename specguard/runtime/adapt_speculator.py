@@ -21,6 +21,7 @@ from typing import Any
 from specguard.runtime import invariants as inv
 from specguard.runtime.host import host_array, host_int
 from specguard.runtime.patching import Patcher, Skip, guard_call, mark, run_check
+from specguard.runtime.policy import POLICY
 
 SPEC_MODULE = "vllm.v1.worker.gpu.spec_decode.speculator"
 DP_MODULE = "vllm.v1.worker.gpu.dp_utils"
@@ -154,7 +155,7 @@ def make_builder(original: Any) -> Any:
             if handed is None and idx is not None and len(args) > idx:
                 handed = args[idx]
             step = stack[-1]
-            run_check("G4", step.site, _check_builder, step, handed)
+            run_check(POLICY.site("G4", step.site), _check_builder, step, handed)
         return original(*args, **kwargs)
 
     return mark(build_attn_metadata, original)

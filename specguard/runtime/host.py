@@ -27,6 +27,8 @@ def dtype_name(t: Any) -> str:
 
 def host_int(value: Any, what: str) -> int:
     """A plain integer from a host-side scalar; anything tensor-like is refused rather than read."""
+    if type(value) is int:  # the hot path: skip the ABC check below
+        return value
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, numbers.Integral):  # int, numpy integer

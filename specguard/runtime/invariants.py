@@ -102,6 +102,27 @@ def check_mla_query_rows(
     )
 
 
+def mla_geometry_consistent(
+    q_rows: int,
+    n_req: int,
+    seq_rows: int | None,
+    cum_len: int | None,
+    global_rows: int | None,
+    enable_dcp: bool,
+    cp_world: int,
+    cp_rank: int,
+) -> bool:
+    """The allocation-free predicate behind G2 (positional, for the per-launch hot path): True when the
+    leading dimensions agree, `cum_seq_lens_q` has one entry per request plus one, and DCP is well formed."""
+    return (
+        (cum_len is not None or q_rows == n_req)
+        and (seq_rows is None or seq_rows == n_req)
+        and (global_rows is None or global_rows == n_req)
+        and (cum_len is None or cum_len == n_req + 1)
+        and (not enable_dcp or (global_rows is not None and 0 <= cp_rank < cp_world))
+    )
+
+
 def check_mla_decode_geometry(
     *,
     query_shape: Shape,
@@ -120,14 +141,28 @@ def check_mla_decode_geometry(
 
     Without `cum_seq_lens_q` the query is [batch, q_len, heads, dim] and every per-request operand has
     `batch` rows; with it the query is compact [total_q, heads, dim] and the request count is
-    len(cum_seq_lens_q) - 1.
+    len(cum_seq_lens_q) - 1. `dtypes` maps integer operands to dtype names; a hot caller may pass only the
+    ones it found to differ from int32.
     """
+    n_req = block_tables_shape[0]
+    if not dtypes and mla_geometry_consistent(
+        query_shape[0],
+        n_req,
+        None if seq_lens_shape is None else seq_lens_shape[0],
+        None if cum_seq_lens_q_shape is None else cum_seq_lens_q_shape[0],
+        None if global_bound_shape is None else global_bound_shape[0],
+        enable_dcp,
+        cp_world,
+        cp_rank,
+    ):
+        return None
     problems: list[str] = []
     facts: dict[str, object] = {
         "query.shape": tuple(query_shape),
         "block_tables.shape": tuple(block_tables_shape),
     }
-    rows = {"block_tables": block_tables_shape[0]}
+    rows: dict[str, int] = {} if cum_seq_lens_q_shape is not None else {"query": query_shape[0]}
+    rows["block_tables"] = n_req
     if seq_lens_shape is not None:
         rows["seq_lens"] = seq_lens_shape[0]
         facts["seq_lens.shape"] = tuple(seq_lens_shape)
@@ -136,14 +171,11 @@ def check_mla_decode_geometry(
         facts["causal_seqlens_kv_global.shape"] = tuple(global_bound_shape)
     if cum_seq_lens_q_shape is not None:
         facts["cum_seq_lens_q.shape"] = tuple(cum_seq_lens_q_shape)
-        n_req = block_tables_shape[0]
         if cum_seq_lens_q_shape[0] != n_req + 1:
             problems.append(
                 f"cum_seq_lens_q has {cum_seq_lens_q_shape[0]} entries for {n_req} requests "
                 f"(needs {n_req + 1})"
             )
-    else:
-        rows = {"query": query_shape[0], **rows}
     if len(set(rows.values())) > 1:
         problems.append("batch rows disagree: " + ", ".join(f"{k}={v}" for k, v in rows.items()))
     if enable_dcp:
@@ -152,17 +184,17 @@ def check_mla_decode_geometry(
             problems.append("enable_dcp=True without causal_seqlens_kv_global (the global causal bound)")
         if not 0 <= cp_rank < cp_world:
             problems.append(f"cp_rank={cp_rank} outside [0, cp_world={cp_world})")
-    for name, want in MLA_INT_DTYPES.items():
-        got = dtypes.get(name)
-        if got is not None and got != want:
+    for name, got in dtypes.items():
+        want = MLA_INT_DTYPES.get(name, "int32")
+        if got != want:
             problems.append(f"{name} has dtype {got}, the kernel takes {want}")
             facts[f"{name}.dtype"] = got
     if not problems:
         return None
     unexpanded = (
         global_bound_shape is not None
-        and global_bound_shape[0] != block_tables_shape[0]
-        and block_tables_shape[0] % max(global_bound_shape[0], 1) == 0
+        and global_bound_shape[0] != n_req
+        and n_req % max(global_bound_shape[0], 1) == 0
     )
     cause = (
         "the non-causal multi-token path flattened block_tables/seq_lens to one row per query token but left "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specguard.runtime.errors import SpecGuardViolation, Violation
-from specguard.runtime.policy import POLICY
+from specguard.runtime.policy import POLICY, Site
 
 ORIGINAL_ATTR = "__specguard_original__"
 
@@ -22,17 +22,17 @@ class Skip(Exception):
     """The check cannot run here without a device read or a missing input; not a violation."""
 
 
-def run_check(check: str, site: str, fn: Callable[..., Violation | None], *args: Any) -> None:
+def run_check(site: Site, fn: Callable[..., Violation | None], *args: Any) -> None:
+    site.runs += 1
     try:
-        POLICY.checks_run[(check, site)] += 1
         violation = fn(*args)
     except SpecGuardViolation:
         raise
     except Skip as skip:
-        POLICY.skip(check, site, str(skip))
+        POLICY.skip(site.check, site.name, str(skip))
         return
     except Exception as exc:  # noqa: BLE001 -- a bug in the guard must never stop a launch
-        POLICY.guard_error(check, site, exc)
+        POLICY.guard_error(site.check, site.name, exc)
         return
     if violation is not None:
         POLICY.report(violation)

@@ -56,13 +56,24 @@ def get_logger() -> logging.Logger:
     return logging.getLogger("specguard.runtime")
 
 
+class Site:
+    """One guarded call site of one check; `runs` is bumped on the hot path, so it is a plain slot."""
+
+    __slots__ = ("check", "name", "runs")
+
+    def __init__(self, check: str, name: str) -> None:
+        self.check = check
+        self.name = name
+        self.runs = 0
+
+
 @dataclass
 class Policy:
     mode: str = "off"
     violations: Counter = field(default_factory=Counter)  # (check, site) -> count
     skips: Counter = field(default_factory=Counter)  # (check, site, reason) -> count
     guard_errors: Counter = field(default_factory=Counter)  # (check, site) -> count
-    checks_run: Counter = field(default_factory=Counter)  # (check, site) -> count
+    sites: dict = field(default_factory=dict)  # (check, site) -> Site, whose runs count checks run
     _logged: set = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     logger: logging.Logger | None = None
@@ -79,8 +90,13 @@ class Policy:
             self._logged.add(key)
             return True
 
-    def ran(self, check: str, site: str) -> None:
-        self.checks_run[(check, site)] += 1
+    def site(self, check: str, name: str) -> Site:
+        key = (check, name)
+        site = self.sites.get(key)
+        if site is None:
+            with self._lock:
+                site = self.sites.setdefault(key, Site(check, name))
+        return site
 
     def report(self, violation: Violation | None) -> None:
         """Count a violation; raise it in raise mode, log it once per (check, site) in warn mode."""
@@ -124,12 +140,14 @@ class Policy:
             "violations": flat(self.violations),
             "skips": flat(self.skips),
             "guard_errors": flat(self.guard_errors),
-            "checks_run": flat(self.checks_run),
+            "checks_run": {f"{c}:{n}": s.runs for (c, n), s in sorted(self.sites.items()) if s.runs},
         }
 
     def reset_counters(self) -> None:
-        for c in (self.violations, self.skips, self.guard_errors, self.checks_run):
+        for c in (self.violations, self.skips, self.guard_errors):
             c.clear()
+        for site in self.sites.values():
+            site.runs = 0
         self._logged.clear()
 
 

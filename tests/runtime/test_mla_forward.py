@@ -39,7 +39,10 @@ def test_consistent_launches_pass_and_reach_the_kernel_once(mla, guard, case) ->
     assert call["enable_dcp"] if dcp > 1 else "enable_dcp" not in call
     s = stats()
     assert s["violations"] == {} and s["guard_errors"] == {} and s["skips"] == {}
-    assert s["checks_run"]["G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla"] == 1
+    assert s["checks_run"] == {
+        "G1+G3:FlashInferMLAImpl.forward_mqa": 1,
+        "G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla": 1,
+    }
 
 
 def test_query_rows_vs_num_decode_tokens(mla, guard) -> None:
@@ -145,6 +148,7 @@ def test_a_bug_in_the_guard_never_breaks_the_launch(mla, guard, monkeypatch) -> 
 
     monkeypatch.setattr(adapt_mla, "_check_kernel", broken)
     impl, md, q = _launch(mla, [1, 1], True, 1)
+    md.decode.block_table = md.decode.block_table.long()  # off the fast path, into the (broken) full check
     mla.forward(impl, q, md, mla.layer())
     assert len(mla.calls) == 1
     assert stats()["guard_errors"] == {"G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla": 1}
@@ -164,7 +168,7 @@ def test_guard_adds_no_scalar_reads(mla, guard, case) -> None:
     guard("raise")
     guarded = reads()
     assert guarded == unguarded
-    assert stats()["checks_run"]["G1:FlashInferMLAImpl.forward_mqa"] == 1
+    assert stats()["checks_run"]["G1+G3:FlashInferMLAImpl.forward_mqa"] == 1
 
 
 def test_uninstall_restores_the_originals(mla, guard) -> None:

@@ -68,11 +68,12 @@ def test_run_check_counts_skips_and_guard_errors(monkeypatch) -> None:
     def buggy():
         raise KeyError("surprise")
 
-    run_check("G1", "x", skipper)
-    run_check("G1", "x", skipper)
-    run_check("G2", "y", buggy)  # the guard's own bug: counted, never raised
+    x, y, z = policy.site("G1", "x"), policy.site("G2", "y"), policy.site("G1", "z")
+    run_check(x, skipper)
+    run_check(x, skipper)
+    run_check(y, buggy)  # the guard's own bug: counted, never raised
     assert policy.skips[("G1", "x", "no host value")] == 2
     assert policy.guard_errors[("G2", "y")] == 1
     with pytest.raises(SpecGuardViolation):
-        run_check("G1", "z", _violation)
-    assert policy.checks_run[("G1", "x")] == 2 and policy.checks_run[("G1", "z")] == 1
+        run_check(z, _violation)
+    assert policy.snapshot()["checks_run"] == {"G1:x": 2, "G1:z": 1, "G2:y": 1}
