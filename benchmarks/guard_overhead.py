@@ -34,8 +34,13 @@ CASES = {  # name: (query tokens per request, causal, dcp_world_size)
 }
 
 
-def _setup() -> Any:
+def _setup(device: str = "cpu", real_kernel: bool = False) -> Any:
+    """Point the backend module at a stand-in kernel and a workspace on `device` (the GPU variant keeps
+    vLLM's own workspace and, with `real_kernel`, FlashInfer's kernel)."""
     from vllm.v1.attention.backends.mla import flashinfer_mla as fm
+
+    if real_kernel:
+        return fm
 
     outputs: dict[tuple, torch.Tensor] = {}
 
@@ -44,16 +49,21 @@ def _setup() -> Any:
         key = tuple(q.shape)
         out = outputs.get(key)
         if out is None:
-            out = outputs[key] = torch.zeros(*q.shape[:-1], kwargs["kv_lora_rank"])
+            out = outputs[key] = torch.zeros(*q.shape[:-1], kwargs["kv_lora_rank"], device=q.device)
+        if q.is_cuda:
+            out.zero_()  # one real launch, so the GPU variant pays a launch like the kernel would
         return (out, out[..., 0]) if kwargs.get("return_lse") else out
 
     fm.trtllm_batch_decode_with_kv_cache_mla = stand_in
-    workspace = torch.zeros(64, dtype=torch.int8)
-    fm._get_workspace_buffer = lambda return_lse: workspace
+    if device == "cpu":
+        workspace = torch.zeros(64, dtype=torch.int8)
+        fm._get_workspace_buffer = lambda return_lse: workspace
     return fm
 
 
-def _case(fm: Any, q_lens: list[int], causal: bool, dcp: int) -> tuple:
+def _case(
+    fm: Any, q_lens: list[int], causal: bool, dcp: int, device: str = "cpu", dtype: Any = None
+) -> tuple:
     impl = types.SimpleNamespace(
         dcp_world_size=dcp,
         dcp_rank=0,
@@ -71,11 +81,11 @@ def _case(fm: Any, q_lens: list[int], causal: bool, dcp: int) -> tuple:
     )
     impl._flattened_decode_metadata = types.MethodType(fm.FlashInferMLAImpl._flattened_decode_metadata, impl)
     n, tokens = len(q_lens), sum(q_lens)
-    qsl = torch.tensor([0, *[sum(q_lens[: i + 1]) for i in range(n)]], dtype=torch.int32)
+    qsl = torch.tensor([0, *[sum(q_lens[: i + 1]) for i in range(n)]], dtype=torch.int32, device=device)
     decode = fm.FlashInferMLADecodeMetadata(
-        block_table=torch.zeros(n, 64, dtype=torch.int32),
-        seq_lens=torch.full((n,), 900, dtype=torch.int32),
-        dcp_tot_seq_lens=torch.full((n,), 1800, dtype=torch.int32) if dcp > 1 else None,
+        block_table=torch.zeros(n, 64, dtype=torch.int32, device=device),
+        seq_lens=torch.full((n,), 900, dtype=torch.int32, device=device),
+        dcp_tot_seq_lens=torch.full((n,), 1800, dtype=torch.int32, device=device) if dcp > 1 else None,
         query_start_loc=qsl,
         max_query_len=max(q_lens),
     )
@@ -85,7 +95,7 @@ def _case(fm: Any, q_lens: list[int], causal: bool, dcp: int) -> tuple:
         max_seq_len=900,
         num_actual_tokens=tokens,
         query_start_loc=qsl,
-        slot_mapping=torch.zeros(tokens, dtype=torch.int64),
+        slot_mapping=torch.zeros(tokens, dtype=torch.int64, device=device),
         num_decodes=n,
         num_decode_tokens=tokens,
         num_prefills=0,
@@ -98,8 +108,10 @@ def _case(fm: Any, q_lens: list[int], causal: bool, dcp: int) -> tuple:
         _q_scale_float=1.0,
         _k_scale_float=1.0,
     )
-    q = torch.randn(tokens, HEADS, KV_LORA + ROPE)
-    kv = torch.zeros(64, 16, KV_LORA + ROPE)
+    dtype = dtype or torch.float32
+    q = torch.randn(tokens, HEADS, KV_LORA + ROPE, device=device, dtype=dtype)
+    # block size 16 on CPU keeps vLLM off the SM-count query; the GPU variant passes 32 or 64 for trtllm-gen
+    kv = torch.zeros(64, 16 if device == "cpu" else 64, KV_LORA + ROPE, device=device, dtype=dtype)
     return impl, q, kv, md, layer
 
 

@@ -1,0 +1,191 @@
+"""GPU variant of guard_overhead.py, prepared for an H100/H200 (sm90) or a Blackwell (sm100) machine.
+
+NOT RUN YET: no GPU was available where this was written; see docs/runtime-guard.md.
+
+Run it in the serving environment (CUDA torch, vLLM, flashinfer-python 0.7.2.post1, specguard installed):
+
+    python benchmarks/guard_overhead_gpu.py [--rounds 40] [--launches 200] [--json gpu.json]
+
+What it measures, per launch, host-side (the guard adds CPU work before a launch and must add no
+device synchronisation):
+1. vLLM's `FlashInferMLAImpl.forward_mqa` on CUDA tensors. FlashInfer's trtllm-gen/cute-dsl MLA decode needs
+   compute capability 10.x; on sm100 the real kernel runs, on sm90 (H100/H200) a stand-in that makes one
+   real CUDA launch takes its place (the table says which).
+2. FlashInfer's own `BatchDecodeWithPagedKVCacheWrapper.run` and `BatchPrefillWithPagedKVCacheWrapper.run`
+   after a real `plan()`, with real kernels (these run on sm80+).
+For each it also counts `aten._local_scalar_dense` (host reads of device values) with and without the
+guard and fails if the guard added any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import guard_overhead as cpu_bench  # noqa: E402 -- same cases, same stand-in, on the GPU
+
+LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
+
+
+class ScalarReads(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is LOCAL_SCALAR:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _timed(fn: Any, launches: int) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter_ns()
+    for _ in range(launches):
+        fn()
+    host = time.perf_counter_ns() - start  # host time to issue the launches: what the guard adds to
+    torch.cuda.synchronize()
+    return host / launches
+
+
+def _compare(name: str, fn: Any, rounds: int, launches: int) -> dict[str, Any]:
+    from specguard.runtime import install
+
+    def reads() -> int:
+        with ScalarReads() as mode:
+            fn()
+        return mode.count
+
+    base_reads = reads()
+    base, guarded = [], []
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            base.append(_timed(fn, launches))
+            install.install("raise")
+            guarded.append(_timed(fn, launches))
+            install.uninstall()
+    finally:
+        gc.enable()
+    install.install("raise")
+    guarded_reads = reads()
+    install.uninstall()
+    b = statistics.median(base)
+    added = statistics.median(g - u for u, g in zip(base, guarded, strict=True))
+    return {
+        "case": name,
+        "unguarded_us": b / 1e3,
+        "guarded_us": (b + added) / 1e3,
+        "added_us": added / 1e3,
+        "added_pct": 100.0 * added / b,
+        "scalar_reads_unguarded": base_reads,
+        "scalar_reads_guarded": guarded_reads,
+    }
+
+
+def _mla_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
+    major, _ = torch.cuda.get_device_capability()
+    real = major == 10
+    fm = cpu_bench._setup(device="cuda", real_kernel=real)
+    rows = []
+    impl_cls = fm.FlashInferMLAImpl  # forward_mqa is looked up per call: the guard replaces it
+    for name, (q_lens, causal, dcp) in cpu_bench.CASES.items():
+        if dcp > 1:
+            continue  # DCP needs a process group for its LSE merge; single-GPU runs cover the local launch
+        impl, q, kv, md, layer = cpu_bench._case(fm, q_lens, causal, dcp, device="cuda", dtype=torch.bfloat16)
+
+        def fn(impl=impl, q=q, kv=kv, md=md, layer=layer) -> None:
+            impl_cls.forward_mqa(impl, q, kv, md, layer)
+
+        label = f"forward_mqa {name} ({'FlashInfer kernel' if real else 'stand-in launch, sm90'})"
+        rows.append(_compare(label, fn, rounds, launches))
+    return rows
+
+
+def _wrapper_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
+    from flashinfer.decode import BatchDecodeWithPagedKVCacheWrapper
+    from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper
+
+    dev, i32, bf16 = "cuda", torch.int32, torch.bfloat16
+    batch, pages_per_req, page, heads, kv_heads, dim = 32, 8, 16, 32, 8, 128
+    indptr = torch.arange(0, (batch + 1) * pages_per_req, pages_per_req, dtype=i32)
+    indices = torch.arange(batch * pages_per_req, dtype=i32)
+    last = torch.full((batch,), page, dtype=i32)
+    kv = torch.randn(batch * pages_per_req, 2, page, kv_heads, dim, device=dev, dtype=bf16)
+    workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=dev)
+    rows = []
+
+    decode = BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
+    decode.plan(indptr, indices, last, heads, kv_heads, dim, page, q_data_type=bf16)
+    q_dec = torch.randn(batch, heads, dim, device=dev, dtype=bf16)
+    rows.append(
+        _compare(
+            "BatchDecodeWithPagedKVCacheWrapper.run b=32", lambda: decode.run(q_dec, kv), rounds, launches
+        )
+    )
+
+    prefill = BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+    qo = torch.arange(0, (batch + 1) * 4, 4, dtype=i32)  # 4 query tokens per request (spec decode verify)
+    prefill.plan(qo, indptr, indices, last, heads, kv_heads, dim, page, causal=True, q_data_type=bf16)
+    q_pre = torch.randn(batch * 4, heads, dim, device=dev, dtype=bf16)
+    rows.append(
+        _compare(
+            "BatchPrefillWithPagedKVCacheWrapper.run b=32x4", lambda: prefill.run(q_pre, kv), rounds, launches
+        )
+    )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--json")
+    opts = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("guard_overhead_gpu: no CUDA device; run benchmarks/guard_overhead.py on CPU instead")
+        return 2
+    import flashinfer
+    import vllm
+
+    name = torch.cuda.get_device_name()
+    rows = _mla_cases(opts.rounds, opts.launches) + _wrapper_cases(opts.rounds, opts.launches)
+    sm = "".join(map(str, torch.cuda.get_device_capability()))
+    print(
+        f"specguard runtime guard overhead on {name} (sm{sm}), vLLM {vllm.__version__}, "
+        f"flashinfer {flashinfer.__version__}, torch {torch.__version__}; host time per launch, "
+        f"median of {opts.rounds} paired blocks x {opts.launches} launches"
+    )
+    print(f"{'case':62} {'unguarded us':>13} {'added us':>9} {'added %':>8} {'syncs +':>8}")
+    for r in rows:
+        syncs = r["scalar_reads_guarded"] - r["scalar_reads_unguarded"]
+        print(
+            f"{r['case']:62} {r['unguarded_us']:13.2f} {r['added_us']:9.2f} {r['added_pct']:8.2f} {syncs:8d}"
+        )
+    worst_us = max(r["added_us"] for r in rows)
+    worst_pct = max(r["added_pct"] for r in rows)
+    no_sync = all(r["scalar_reads_guarded"] == r["scalar_reads_unguarded"] for r in rows)
+    ok = worst_us <= 5.0 and worst_pct <= 5.0 and no_sync
+    print(
+        f"worst added: {worst_us:.2f} us, {worst_pct:.2f} %, guard-added device reads: "
+        f"{'none' if no_sync else 'SOME'} -> {'met' if ok else 'NOT met'}"
+    )
+    if opts.json:
+        Path(opts.json).write_text(json.dumps({"device": name, "rows": rows, "met": ok}, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
