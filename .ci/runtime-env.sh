@@ -6,7 +6,8 @@
 #   vllm-0.28.0/         vLLM 0.28.0's code (--no-deps, --target), put first on PYTHONPATH by the tests that
 #                        reproduce the first seed against the old draft-metadata helper
 #   wheels/              the vLLM / FlashInfer wheels (downloaded once when missing)
-# Usage:  PY=$(bash .ci/runtime-env.sh | tail -n1)   or   source .ci/runtime-env.sh (exports SPECGUARD_TEST_PYTHON)
+# Usage:  PY=$(bash .ci/runtime-env.sh | tail -n1); "$PY" -m pip install -e ".[test]"; "$PY" -m pytest
+# (tests find vLLM 0.28.0 at $SPECGUARD_CACHE/vllm-0.28.0 or $SPECGUARD_VLLM_OLD_PATH; all logs go to stderr)
 set -euo pipefail
 
 SG_CACHE="${SPECGUARD_CACHE:-$HOME/.cache/specguard}"
