@@ -86,10 +86,23 @@ def make_forward_mqa(original: Any, builder: Any) -> Any:
         # step. It can only route a launch to the full check, never clear one the full check would flag.
         try:
             n_tok = attn_metadata.num_decode_tokens
+            causal = attn_metadata.causal
             fast = (
-                attn_metadata.causal is True
-                and type(n_tok) is int
+                type(n_tok) is int
                 and (q[0] if type(q) is tuple else q).shape[0] == n_tok
+                and (
+                    causal is True
+                    # a non-causal launch on a layer that declares it, without DCP or on a backend
+                    # declaring non-causal DCP support: what _check_forward's G3 part requires
+                    or (
+                        causal is False
+                        and layer.non_causal_multi_token_decode is True
+                        and (
+                            self.dcp_world_size == 1
+                            or getattr(builder, "supports_non_causal_multi_token_dcp", False) is True
+                        )
+                    )
+                )
             )
         except Exception:  # noqa: BLE001 -- the full check below reports what is wrong
             fast = False
