@@ -3,7 +3,7 @@
 Loaded by vLLM in every process as the general plugin `specguard` (entry point group
 `vllm.general_plugins`). With VLLM_SPECGUARD unset, empty, `0` or `off`, `register()` patches nothing
 and imports neither torch nor vllm; `1`/`raise` raises SpecGuardViolation before a bad launch; `warn`
-logs once per check and site, counts, and lets the launch proceed. See docs/runtime-guard.md.
+logs once per check and site, counts, and lets the launch proceed. See the README, "Runtime guard".
 """
 
 from __future__ import annotations
