@@ -26,25 +26,25 @@ _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
 
 @dataclass(frozen=True)
-class PackInfo:
+class _Section:
     __pydantic_config__ = _STRICT
-    replace: bool = False
+    replace: bool = False  # in an overlay pack: replace this section's lists instead of extending them
+
+
+@dataclass(frozen=True)
+class PackInfo(_Section):
     name: str | None = None
     description: str | None = None
 
 
 @dataclass(frozen=True)
-class Speculators:
-    __pydantic_config__ = _STRICT
-    replace: bool = False
+class Speculators(_Section):
     bases: list[str] = field(default_factory=list)
     shared_helpers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class Metadata:
-    __pydantic_config__ = _STRICT
-    replace: bool = False
+class Metadata(_Section):
     sink: list[str] = field(default_factory=list)
     token_count_params: list[str] = field(default_factory=list)
     capture_keyword: str | None = None
@@ -52,9 +52,7 @@ class Metadata:
 
 
 @dataclass(frozen=True)
-class Padding:
-    __pydantic_config__ = _STRICT
-    replace: bool = False
+class Padding(_Section):
     descriptor_producers: list[str] = field(default_factory=list)
     descriptor_types: list[str] = field(default_factory=list)
     padded_attribute: str | None = None
@@ -63,25 +61,19 @@ class Padding:
 
 
 @dataclass(frozen=True)
-class Dcp:
-    __pydantic_config__ = _STRICT
-    replace: bool = False
+class Dcp(_Section):
     prepare: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class KvGroups:
-    __pydantic_config__ = _STRICT
-    replace: bool = False
+class KvGroups(_Section):
     merge_methods: list[str] = field(default_factory=list)
     spec_class_suffixes: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
-class Mla:
-    __pydantic_config__ = _STRICT
-    replace: bool = False
+class Mla(_Section):
     decode_entry: list[str] = field(default_factory=list)
     global_bound_param: str | None = None
     row_params: list[str] = field(default_factory=list)
