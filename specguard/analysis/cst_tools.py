@@ -191,20 +191,6 @@ class GuardWalk:
             self._walk(child, guarded)
 
 
-def iter_nodes(node: cst.CSTNode, guarded: bool, walk: GuardWalk) -> Iterator[tuple[cst.CSTNode, bool]]:
-    """Every node under `node` with whether a FULL guard (an if/else-expression branch) covers it."""
-    if isinstance(node, (cst.If, cst.IfExp)):
-        kind = full_test(node.test, walk.mode_attribute, walk.full_mode)
-        yield from iter_nodes(node.test, guarded, walk)
-        yield from iter_nodes(node.body, guarded or kind == "eq", walk)
-        if node.orelse is not None:
-            yield from iter_nodes(node.orelse, guarded or kind == "ne", walk)
-        return
-    yield node, guarded
-    for child in kids(node):
-        yield from iter_nodes(child, guarded, walk)
-
-
 def walk_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
     """Every call under `node`, nested functions included, in source order."""
     if isinstance(node, cst.Call):
