@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 def venv_python() -> str:
     return sys.executable
+
+
+def run_in_venv(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A script under the test venv's python in a process of its own; a failure fails the test with its stderr."""
+    proc = subprocess.run(
+        [venv_python(), "-W", "ignore", *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
 
 
 def old_vllm_path() -> str:

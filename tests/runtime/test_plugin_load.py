@@ -8,7 +8,7 @@ import os
 import subprocess
 
 import pytest
-from sg_runtime_helpers import REPO, venv_python
+from sg_runtime_helpers import REPO, run_in_venv, venv_python
 
 SCRIPT = r"""
 import json, logging, sys
@@ -47,15 +47,7 @@ def _load(env_value: str | None) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECGUARD"}
     if env_value is not None:
         env["VLLM_SPECGUARD"] = env_value
-    proc = subprocess.run(
-        [venv_python(), "-W", "ignore", "-c", SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_in_venv(["-c", SCRIPT], env)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("REPORT "))
     return json.loads(line[len("REPORT ") :]), proc.stdout + proc.stderr
 

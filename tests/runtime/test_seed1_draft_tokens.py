@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
-from sg_runtime_helpers import REPO, old_vllm_path, venv_python
+from sg_runtime_helpers import REPO, old_vllm_path, run_in_venv
 
 PROBE = Path(__file__).with_name("seed1_probe.py")
 
@@ -17,15 +16,7 @@ def _probe(extra_path: str | None) -> dict[str, dict]:
     env = dict(os.environ)
     paths = [p for p in (extra_path, str(REPO), env.get("PYTHONPATH")) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
-    proc = subprocess.run(
-        [venv_python(), "-W", "ignore", str(PROBE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_in_venv([str(PROBE)], env)
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return {r["mode"]: r for r in results}
 
