@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -66,7 +67,8 @@ def _scan_crashed(job: tuple[Any, ...]) -> FileScan:
 
 
 def _result_key(scan: FileScan, facts: FileFacts, codes: frozenset[str]) -> str:
-    stable = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in vars(facts).items()}
+    values = {f.name: getattr(facts, f.name) for f in dataclasses.fields(facts)}  # not cached lookups
+    stable = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in values.items()}
     text = repr((scan.path, scan.digest, sorted(stable.items()), sorted(codes)))  # no set order: it varies
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from specguard.analysis.modules import ModuleLocator
@@ -27,11 +28,15 @@ class FileFacts:
     def is_speculator_module(self) -> bool:
         return bool(self.speculator_classes)
 
+    @cached_property
+    def import_map(self) -> dict[str, str]:
+        """`imports` as a lookup; rules ask for every call, so it is built once per file."""
+        return dict(self.imports)
+
     def resolve(self, dotted: str) -> str:
-        imports = dict(self.imports)
         head, _, rest = dotted.partition(".")
-        if head in imports:
-            target = imports[head]
+        if head in self.import_map:
+            target = self.import_map[head]
         elif head in self.local_names:
             target = f"{self.module}.{head}" if self.module else head
         else:

@@ -54,7 +54,7 @@ class RuleContext:
         if name is None or is_self_call(call):
             return False
         head = name.partition(".")[0]
-        if "." in name and head not in dict(self.facts.imports):
+        if "." in name and head not in self.facts.import_map:
             return False
         return self.facts.resolve(name).rpartition(".")[2] in names
 
