@@ -22,9 +22,9 @@ T = TypeVar("T")
 _SCHEMA_FILES = [Path(__file__).with_name(n) for n in ("packs.py", "settings.py", "_snapshots.py")]
 
 
-def _folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specguard" / "validated"
+def user_cache_home() -> Path:
+    """specguard's folder in the user's cache ($XDG_CACHE_HOME or ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specguard"
 
 
 def validated(kind: str, material: list[bytes], build: Callable[[], T]) -> T:
@@ -32,7 +32,7 @@ def validated(kind: str, material: list[bytes], build: Callable[[], T]) -> T:
     digest = hashlib.sha256(__version__.encode())
     for part in [*(p.read_bytes() for p in _SCHEMA_FILES), *material]:
         digest.update(len(part).to_bytes(8, "little") + part)
-    path = _folder() / f"{kind}-{digest.hexdigest()[:32]}.pickle"
+    path = user_cache_home() / "validated" / f"{kind}-{digest.hexdigest()[:32]}.pickle"
     try:
         with open(path, "rb") as fh:
             return pickle.load(fh)  # type: ignore[no-any-return]

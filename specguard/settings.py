@@ -11,12 +11,11 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specguard._snapshots import validated
+from specguard._snapshots import user_cache_home, validated
 from specguard._toml import load_toml
 from specguard.errors import UserError
 
@@ -95,8 +94,7 @@ def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Se
 
 def user_cache_dir() -> Path:
     """Where runs over a tree that is not the user's project (an installed vLLM) keep their cache."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specguard" / "check"
+    return user_cache_home() / "check"
 
 
 def find_pyproject(start: Path) -> Path | None:
