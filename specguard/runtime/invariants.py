@@ -291,8 +291,7 @@ def check_group_flags(
         ),
         cause=(
             "causal target layers and non-causal draft layers were put in one KV-cache group; merging the "
-            "flag "
-            "with any() makes the whole group non-causal"
+            "flag with any() makes the whole group non-causal"
         ),
         rules=("SG201",),
         facts=facts,
