@@ -15,6 +15,7 @@ import torch
 
 from specguard.runtime import invariants as inv
 from specguard.runtime.host import dtype_name, host_int
+from specguard.runtime.mirror import mirror
 from specguard.runtime.patching import Patcher, Skip, mark, run_check
 from specguard.runtime.policy import POLICY
 
@@ -82,18 +83,18 @@ def make_forward_mqa(original: Any, builder: Any) -> Any:
     def forward_mqa(
         self: Any, q: Any, kv_c_and_k_pe_cache: Any, attn_metadata: Any, layer: Any, *args: Any, **kwargs: Any
     ) -> Any:
-        # Fast path for the common healthy causal launch, inlined because it runs for every layer of every
-        # step. It can only route a launch to the full check, never clear one the full check would flag.
+        # Fast path for a healthy launch, inlined because it runs for every layer of every step. It can
+        # only route a launch to the full check, never clear one the full check would flag.
         try:
             n_tok = attn_metadata.num_decode_tokens
             causal = attn_metadata.causal
             fast = (
-                type(n_tok) is int
+                type(n_tok) is int  # a tensor here would make == below a device read
                 and (q[0] if type(q) is tuple else q).shape[0] == n_tok
                 and (
                     causal is True
-                    # a non-causal launch on a layer that declares it, without DCP or on a backend
-                    # declaring non-causal DCP support: what _check_forward's G3 part requires
+                    # non-causal on a layer that declares it, without DCP or on a backend that
+                    # supports non-causal DCP: what _check_forward's G3 part requires
                     or (
                         causal is False
                         and layer.non_causal_multi_token_decode is True
@@ -172,67 +173,68 @@ def _check_kernel(bound: dict[str, Any]) -> inv.Violation | None:
     )
 
 
-def make_kernel(original: Any) -> Any:
-    try:
-        param_names = list(inspect.signature(original).parameters)
-    except (TypeError, ValueError):
-        param_names = [
-            "query",
-            "kv_cache",
-            "workspace_buffer",
-            "qk_nope_head_dim",
-            "kv_lora_rank",
-            "qk_rope_head_dim",
-            "block_tables",
-            "seq_lens",
-            "max_seq_len",
-        ]
+# The kernel parameters G2 reads, in the order its check takes them, with the value each has when an
+# older FlashInfer's signature lacks it.
+_WATCHED = {
+    "query": None,
+    "block_tables": None,
+    "seq_lens": None,
+    "cum_seq_lens_q": None,
+    "causal_seqlens_kv_global": None,
+    "enable_dcp": False,
+    "cp_world": 1,
+    "cp_rank": 0,
+}
 
-    site = POLICY.site("G2", KERNEL_SITE)
+
+def make_kernel_check(site: Any) -> Any:
     i32 = _INT32
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        # vLLM passes everything by keyword; map positionals only when present.
-        if args:
-            bound = dict(zip(param_names, args, strict=False))
-            bound.update(kwargs)
-        else:
-            bound = kwargs
+    def check(query: Any, bt: Any, sl: Any, cum: Any, gb: Any, dcp: Any, world: Any, rank: Any) -> None:
         # Inlined fast path (shapes and dtypes only, as in inv.mla_geometry_consistent); anything it cannot
         # clear goes to the full check, which names the problem.
         try:
-            bt = bound["block_tables"]
             n = bt.shape[0]
-            sl = bound.get("seq_lens")
-            cum = bound.get("cum_seq_lens_q")
-            gb = bound.get("causal_seqlens_kv_global")
-            dcp = bound.get("enable_dcp", False)
             fast = (
                 bt.dtype is i32
-                and (sl is None or (sl.shape[0] == n and sl.dtype is i32))
-                and (gb is None or (gb.shape[0] == n and gb.dtype is i32))
-                and (
-                    bound["query"].shape[0] == n
-                    if cum is None
-                    else (cum.shape[0] == n + 1 and cum.dtype is i32)
-                )
-                and (
-                    dcp is False
-                    or (
-                        dcp is True
-                        and gb is not None
-                        and type(bound.get("cp_world")) is int
-                        and type(bound.get("cp_rank")) is int
-                        and 0 <= bound["cp_rank"] < bound["cp_world"]
+                and (sl is None or (sl.dtype is i32 and sl.shape[0] == n))
+                and (query.shape[0] == n if cum is None else (cum.dtype is i32 and cum.shape[0] == n + 1))
+            )
+            if fast and (gb is not None or dcp is not False):  # DCP operands only where they are passed
+                fast = (
+                    gb is not None
+                    and gb.dtype is i32
+                    and gb.shape[0] == n
+                    and (
+                        dcp is False or (dcp is True and type(world) is int and type(rank) is int and 0 <= rank < world)
                     )
                 )
-            )
         except Exception:  # noqa: BLE001 -- the full check below reports what is wrong
             fast = False
         if fast:
             site.runs += 1
         else:
+            bound = dict(zip(_WATCHED, (query, bt, sl, cum, gb, dcp, world, rank), strict=True))
             run_check(site, _check_kernel, bound)
+
+    return check
+
+
+def make_kernel(original: Any) -> Any:
+    check = make_kernel_check(POLICY.site("G2", KERNEL_SITE))
+    # FlashInfer's real entry: a wrapper with its own parameters (no kwargs dict per launch).
+    fast_wrapper = mirror(original, check, _WATCHED, required=("query", "block_tables"))
+    if fast_wrapper is not None:
+        return mark(fast_wrapper, original)
+    try:
+        param_names = list(inspect.signature(original).parameters)
+    except (TypeError, ValueError):
+        param_names = []
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        # A stand-in or an opaque callable: map positionals by the signature when it has one.
+        bound = {**dict(zip(param_names, args, strict=False)), **kwargs} if args else kwargs
+        check(*(bound.get(name, absent) for name, absent in _WATCHED.items()))
         return original(*args, **kwargs)
 
     return mark(kernel, original)

@@ -31,20 +31,24 @@ def guard() -> Iterator[Any]:
 class MLAHarness:
     """Drives the real vLLM `FlashInferMLAImpl.forward_mqa` on CPU tensors.
 
-    The kernel entry point the backend module calls is replaced by a recording stand-in (a launch needs a
-    Blackwell GPU) and the CUDA workspace allocation by a CPU one; everything else is vLLM's code."""
+    A recording stand-in takes the launch (a real one needs a Blackwell GPU), placed either at the kernel
+    entry point the backend module calls ("entry") or behind FlashInfer's real entry point, in place of
+    the implementation function it forwards to ("impl": the guard then wraps FlashInfer's own function,
+    as in serving). The CUDA workspace allocation is a CPU one; everything else is vLLM's code."""
 
     HEADS = 16
     KV_LORA = 512
     ROPE = 64
     LAYER = "model.layers.7.self_attn.attn"
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, placement: str = "entry") -> None:
+        import flashinfer.mla._core as fi_mla
         import torch
         from vllm.v1.attention.backends.mla import flashinfer_mla as fm
 
         self.torch = torch
         self.fm = fm
+        self.placement = placement
         self.calls: list[dict[str, Any]] = []
 
         def stand_in(**kwargs: Any) -> Any:
@@ -53,7 +57,11 @@ class MLAHarness:
             out = torch.zeros(*q.shape[:-1], kwargs["kv_lora_rank"])
             return (out, torch.zeros(*q.shape[:-1])) if kwargs.get("return_lse") else out
 
-        monkeypatch.setattr(fm, "trtllm_batch_decode_with_kv_cache_mla", stand_in)
+        if placement == "entry":
+            monkeypatch.setattr(fm, "trtllm_batch_decode_with_kv_cache_mla", stand_in)
+        else:
+            assert fm.trtllm_batch_decode_with_kv_cache_mla is fi_mla.trtllm_batch_decode_with_kv_cache_mla
+            monkeypatch.setattr(fi_mla, "_trtllm_batch_decode_with_kv_cache_mla_impl", stand_in)
         monkeypatch.setattr(fm, "_get_workspace_buffer", lambda return_lse: torch.zeros(64, dtype=torch.int8))
 
     def impl(self, dcp_world_size: int = 1, dcp_rank: int = 0) -> Any:
@@ -130,6 +138,6 @@ class MLAHarness:
         return self.fm.FlashInferMLAImpl.forward_mqa(impl, q, self.kv_cache(), md, layer)
 
 
-@pytest.fixture
-def mla(monkeypatch: pytest.MonkeyPatch) -> MLAHarness:
-    return MLAHarness(monkeypatch)
+@pytest.fixture(params=["entry", "impl"])
+def mla(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> MLAHarness:
+    return MLAHarness(monkeypatch, request.param)

@@ -36,7 +36,7 @@ def test_consistent_launches_pass_and_reach_the_kernel_once(mla, guard, case) ->
     mla.forward(impl, q, md, mla.layer(non_causal=not causal))
     assert len(mla.calls) == 1
     call = mla.calls[0]
-    assert call["enable_dcp"] if dcp > 1 else "enable_dcp" not in call
+    assert call.get("enable_dcp", False) is (dcp > 1)
     s = stats()
     assert s["violations"] == {} and s["guard_errors"] == {} and s["skips"] == {}
     assert s["checks_run"] == {
@@ -182,3 +182,19 @@ def test_uninstall_restores_the_originals(mla, guard) -> None:
     install.uninstall()
     assert mla.fm.FlashInferMLAImpl.__dict__["forward_mqa"] is before[0]
     assert mla.fm.trtllm_batch_decode_with_kv_cache_mla is before[1]
+
+
+def test_flashinfer_entry_keeps_its_parameters_under_the_guard(mla, guard) -> None:
+    """On FlashInfer's real entry the G2 wrapper mirrors its signature (no kwargs dict per launch); on a
+    `**kwargs` stand-in it falls back to a generic wrapper. Both check the same."""
+    import inspect
+
+    entry = mla.fm.trtllm_batch_decode_with_kv_cache_mla
+    guard("raise")
+    wrapped = mla.fm.trtllm_batch_decode_with_kv_cache_mla
+    params = list(inspect.signature(wrapped, follow_wrapped=False).parameters)
+    if mla.placement == "impl":
+        assert params == list(inspect.signature(entry).parameters)
+        assert "block_tables" in params and "causal_seqlens_kv_global" in params
+    else:
+        assert params == ["args", "kwargs"]
