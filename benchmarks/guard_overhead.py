@@ -1,12 +1,16 @@
 """Per-launch cost of the runtime guard on the real vLLM `FlashInferMLAImpl.forward_mqa` path, on CPU.
 
-Runs vLLM's own forward_mqa (from the installed vLLM, 0.33.0 in the test venv) on CPU tensors, with the
-kernel entry point the backend module calls replaced by a stand-in that returns a preallocated output
-(a real launch needs a Blackwell GPU) and the CUDA workspace allocation by a CPU buffer. Each case is
-timed without the guard and with it (VLLM_SPECGUARD=1 semantics: G1/G3 at forward_mqa, G2 at the kernel
-entry), in alternating rounds, and the script prints the added microseconds and percent per launch.
+Runs vLLM's own forward_mqa (from the installed vLLM, 0.33.0 in the test venv) on CPU tensors. It calls
+FlashInfer's real MLA decode entry point; the implementation function behind that entry (device checks
+and the launch: a real one needs a Blackwell GPU) is a stand-in that returns a preallocated output, and
+the CUDA workspace allocation is a CPU buffer. Three states are
+timed in short interleaved blocks: unguarded; the guard's two call sites intercepted by pass-through
+wrappers that check nothing (the floor any Python-level guard pays); and the guard as VLLM_SPECGUARD=1
+installs it (G1/G3 at forward_mqa, G2 at the kernel entry). Each block is compared with its neighbours,
+so the machine's speed drifting between blocks cancels out; the script prints the added microseconds
+and percent per launch.
 
-    python benchmarks/guard_overhead.py [--launches 20000] [--rounds 7] [--json out.json]
+    python benchmarks/guard_overhead.py [--pairs 1500] [--launches 20] [--json out.json]
 
 Targets (issue 3): at most 5 us and at most 5 % added per launch.
 """
@@ -35,8 +39,13 @@ CASES = {  # name: (query tokens per request, causal, dcp_world_size)
 
 
 def _setup(device: str = "cpu", real_kernel: bool = False) -> Any:
-    """Point the backend module at a stand-in kernel and a workspace on `device` (the GPU variant keeps
-    vLLM's own workspace and, with `real_kernel`, FlashInfer's kernel)."""
+    """Put a stand-in where FlashInfer's MLA decode does its work, and a workspace on `device` (the GPU
+    variant keeps vLLM's own workspace and, with `real_kernel`, FlashInfer's kernel).
+
+    vLLM calls FlashInfer's real public entry point, as in serving (its API-logging decorator and its
+    forwarding of all 34 parameters run); only the implementation function behind it, which validates
+    against the CUDA device and launches the kernel, is the stand-in."""
+    import flashinfer.mla._core as fi_mla
     from vllm.v1.attention.backends.mla import flashinfer_mla as fm
 
     if real_kernel:
@@ -54,16 +63,14 @@ def _setup(device: str = "cpu", real_kernel: bool = False) -> Any:
             out.zero_()  # one real launch, so the GPU variant pays a launch like the kernel would
         return (out, out[..., 0]) if kwargs.get("return_lse") else out
 
-    fm.trtllm_batch_decode_with_kv_cache_mla = stand_in
+    fi_mla._trtllm_batch_decode_with_kv_cache_mla_impl = stand_in
     if device == "cpu":
         workspace = torch.zeros(64, dtype=torch.int8)
         fm._get_workspace_buffer = lambda return_lse: workspace
     return fm
 
 
-def _case(
-    fm: Any, q_lens: list[int], causal: bool, dcp: int, device: str = "cpu", dtype: Any = None
-) -> tuple:
+def _case(fm: Any, q_lens: list[int], causal: bool, dcp: int, device: str = "cpu", dtype: Any = None) -> tuple:
     impl = types.SimpleNamespace(
         dcp_world_size=dcp,
         dcp_rank=0,
@@ -115,21 +122,103 @@ def _case(
     return impl, q, kv, md, layer
 
 
-def _per_launch_ns(fm: Any, args: tuple, launches: int) -> float:
-    forward = fm.FlashInferMLAImpl.forward_mqa  # looked up each block: the guard replaces it
-    impl, q, kv, md, layer = args
-    for _ in range(50):
-        forward(impl, q, kv, md, layer)
+Switch = Any  # a zero-argument callable that puts one state's functions in place
+
+
+def guard_states() -> tuple[Switch, Switch]:
+    """(unguarded, guarded) switches over every attribute the guard patches, so a benchmark can flip
+    between the two with a few setattr calls instead of installing and uninstalling around each block."""
+    from specguard.runtime import install
+
+    state = install.install("raise")
+    patches = list(state.patcher.patches)
+
+    def current(owner: Any, name: str) -> Any:
+        return owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+
+    guarded = [(p.owner, p.name, current(p.owner, p.name)) for p in patches]
+    original = [(p.owner, p.name, p.raw_original) for p in patches]
+    return _switch(original), _switch(guarded)
+
+
+def _switch(assignments: list[tuple[Any, str, Any]]) -> Switch:
+    def apply() -> None:
+        for owner, name, value in assignments:
+            setattr(owner, name, value)
+
+    return apply
+
+
+def passthrough_state(fm: Any, unguarded: Switch) -> Switch:
+    """The guard's two MLA call sites intercepted the way the guard intercepts them (forward_mqa by a
+    function with its leading parameters, the kernel entry by a signature mirror), checking nothing: the
+    cost of the interception alone, below which no check written in Python can go."""
+    from specguard.runtime.mirror import mirror
+
+    unguarded()
+    forward, kernel = fm.FlashInferMLAImpl.__dict__["forward_mqa"], fm.trtllm_batch_decode_with_kv_cache_mla
+
+    def forward_mqa(self: Any, q: Any, kv: Any, md: Any, layer: Any, *args: Any, **kwargs: Any) -> Any:
+        return forward(self, q, kv, md, layer, *args, **kwargs)
+
+    def nothing() -> None:
+        return None
+
+    return _switch(
+        [
+            (fm.FlashInferMLAImpl, "forward_mqa", forward_mqa),
+            (fm, "trtllm_batch_decode_with_kv_cache_mla", mirror(kernel, nothing, {})),
+        ]
+    )
+
+
+def _block_ns(fn: Any, launches: int) -> int:
     start = time.perf_counter_ns()
     for _ in range(launches):
-        forward(impl, q, kv, md, layer)
-    return (time.perf_counter_ns() - start) / launches
+        fn()
+    return time.perf_counter_ns() - start
+
+
+def interleaved(
+    fn: Any, states: dict[str, Switch], pairs: int, launches: int, after_block: Any = None
+) -> dict[str, Any]:
+    """Time `fn` in blocks of `launches`, visiting every state once per round in a rotating order
+    (`after_block`, untimed, runs after each block: the GPU variant synchronises there). Returns, per
+    state, the median per-launch time and the median per-round difference from the first state
+    (absolute and relative): neighbouring blocks share the machine's speed of the moment."""
+    names = list(states)
+    for name in names:  # warm every state (first calls allocate, log, fill caches)
+        states[name]()
+        _block_ns(fn, 50)
+    samples: dict[str, list[int]] = {name: [] for name in names}
+    gc.disable()
+    try:
+        for i in range(pairs):
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
+                states[name]()
+                samples[name].append(_block_ns(fn, launches))
+                if after_block is not None:
+                    after_block()
+    finally:
+        gc.enable()
+    base = samples[names[0]]
+    out: dict[str, Any] = {}
+    for name in names:
+        diffs = [s - b for s, b in zip(samples[name], base, strict=True)]
+        ratios = [s / b - 1.0 for s, b in zip(samples[name], base, strict=True)]
+        out[name] = {
+            "per_launch_us": statistics.median(samples[name]) / launches / 1e3,
+            "added_us": statistics.median(diffs) / launches / 1e3,
+            "added_pct": 100.0 * statistics.median(ratios),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--launches", type=int, default=500, help="launches per timed block")
-    parser.add_argument("--rounds", type=int, default=60, help="unguarded/guarded block pairs per case")
+    parser.add_argument("--pairs", type=int, default=1500, help="rounds of interleaved blocks per case")
+    parser.add_argument("--launches", type=int, default=20, help="launches per timed block")
     parser.add_argument("--json", help="also write the results here")
     opts = parser.parse_args(argv)
 
@@ -140,66 +229,62 @@ def main(argv: list[str] | None = None) -> int:
     from specguard.runtime import install, stats
     from specguard.runtime.policy import POLICY
 
+    unguarded, guarded = guard_states()
+    states = {"unguarded": unguarded, "pass-through": passthrough_state(fm, unguarded), "guarded": guarded}
     rows = []
-    for name, (q_lens, causal, dcp) in CASES.items():
-        args = _case(fm, q_lens, causal, dcp)
-        base, guarded = [], []
-        gc.disable()
-        try:
-            # Short alternating blocks: on a shared 2-core machine the speed drifts between blocks, so
-            # each guarded block is compared with the unguarded block right before it.
-            for _ in range(opts.rounds):
-                base.append(_per_launch_ns(fm, args, opts.launches))
-                install.install("raise")
-                guarded.append(_per_launch_ns(fm, args, opts.launches))
-                install.uninstall()
-        finally:
-            gc.enable()
-        b = statistics.median(base)
-        added = statistics.median(g - u for u, g in zip(base, guarded, strict=True))
-        rows.append(
-            {
-                "case": name,
-                "unguarded_us": b / 1e3,
-                "guarded_us": (b + added) / 1e3,
-                "added_us": added / 1e3,
-                "added_pct": 100.0 * added / b,
-                "added_us_min_based": (min(guarded) - min(base)) / 1e3,
-            }
-        )
+    cls = fm.FlashInferMLAImpl
+    try:
+        for name, (q_lens, causal, dcp) in CASES.items():
+            impl, q, kv, md, layer = _case(fm, q_lens, causal, dcp)
+
+            def launch(impl: Any = impl, q: Any = q, kv: Any = kv, md: Any = md, layer: Any = layer) -> None:
+                cls.forward_mqa(impl, q, kv, md, layer)  # looked up per call: the states swap it
+
+            r = interleaved(launch, states, opts.pairs, opts.launches)
+            rows.append(
+                {
+                    "case": name,
+                    "unguarded_us": r["unguarded"]["per_launch_us"],
+                    "floor_us": r["pass-through"]["added_us"],
+                    "floor_pct": r["pass-through"]["added_pct"],
+                    "added_us": r["guarded"]["added_us"],
+                    "added_pct": r["guarded"]["added_pct"],
+                }
+            )
+    finally:
+        guarded()
+        install.uninstall()
     s = stats()
     assert not s["violations"] and not s["guard_errors"] and not s["skips"], s  # every launch really checked
     POLICY.reset_counters()
 
     print(
         f"specguard runtime guard overhead, vLLM {vllm.__version__} FlashInferMLAImpl.forward_mqa on CPU "
-        f"(stand-in kernel), torch {torch.__version__}, {opts.rounds} alternating block pairs x "
-        f"{opts.launches} launches; added = median of paired block differences"
+        f"(stand-in kernel), torch {torch.__version__}; {opts.pairs} rounds of interleaved blocks x "
+        f"{opts.launches} launches; medians of per-round differences"
     )
-    print(
-        f"{'case':34} {'unguarded us':>13} {'guarded us':>11} {'added us':>9} {'added %':>8} "
-        f"{'(min-based)':>12}"
-    )
+    print(f"{'case':34} {'unguarded us':>13} {'added us':>9} {'added %':>8} {'floor us':>9} {'floor %':>8}")
     for r in rows:
         print(
-            f"{r['case']:34} {r['unguarded_us']:13.2f} {r['guarded_us']:11.2f} {r['added_us']:9.2f} "
-            f"{r['added_pct']:8.2f} {r['added_us_min_based']:12.2f}"
+            f"{r['case']:34} {r['unguarded_us']:13.2f} {r['added_us']:9.2f} {r['added_pct']:8.2f} "
+            f"{r['floor_us']:9.2f} {r['floor_pct']:8.2f}"
         )
     worst_us = max(r["added_us"] for r in rows)
     worst_pct = max(r["added_pct"] for r in rows)
-    ok = worst_us <= 5.0 and worst_pct <= 5.0
+    us_ok, pct_ok = worst_us <= 5.0, worst_pct <= 5.0
     print(
-        f"worst added: {worst_us:.2f} us, {worst_pct:.2f} % -> target (<= 5 us and <= 5 %): "
-        f"{'met' if ok else 'NOT met'}"
+        f"worst added: {worst_us:.2f} us ({'met' if us_ok else 'NOT met'}: <= 5 us), "
+        f"{worst_pct:.2f} % ({'met' if pct_ok else 'NOT met'}: <= 5 %); floor = two pass-through "
+        f"wrappers that check nothing, at most {max(r['floor_pct'] for r in rows):.2f} %"
     )
     if opts.json:
         with open(opts.json, "w") as fh:
             json.dump(
-                {"rows": rows, "worst_added_us": worst_us, "worst_added_pct": worst_pct, "met": ok},
+                {"rows": rows, "worst_added_us": worst_us, "worst_added_pct": worst_pct, "met": us_ok and pct_ok},
                 fh,
                 indent=2,
             )
-    return 0 if ok else 1
+    return 0 if us_ok and pct_ok else 1
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """GPU variant of guard_overhead.py, prepared for an H100/H200 (sm90) or a Blackwell (sm100) machine.
 
-NOT RUN YET: no GPU was available where this was written; see docs/runtime-guard.md.
+NOT RUN YET: no GPU was available where this was written; see the README, "Runtime guard".
 
 Run it in the serving environment (CUDA torch, vLLM, flashinfer-python 0.7.2.post1, specguard installed):
 
-    python benchmarks/guard_overhead_gpu.py [--rounds 40] [--launches 200] [--json gpu.json]
+    python benchmarks/guard_overhead_gpu.py [--pairs 500] [--launches 20] [--json gpu.json]
 
 What it measures, per launch, host-side (the guard adds CPU work before a launch and must add no
 device synchronisation):
@@ -20,11 +20,8 @@ guard and fails if the guard added any.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,57 +45,35 @@ class ScalarReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _timed(fn: Any, launches: int) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter_ns()
-    for _ in range(launches):
-        fn()
-    host = time.perf_counter_ns() - start  # host time to issue the launches: what the guard adds to
-    torch.cuda.synchronize()
-    return host / launches
-
-
-def _compare(name: str, fn: Any, rounds: int, launches: int) -> dict[str, Any]:
-    from specguard.runtime import install
+def _compare(name: str, fn: Any, switches: tuple[Any, Any], pairs: int, launches: int) -> dict[str, Any]:
+    """Host time per launch with and without the guard (interleaved blocks, synchronised between blocks
+    so a full launch queue never stalls the host), and the device reads each adds."""
+    unguarded, guarded = switches
 
     def reads() -> int:
         with ScalarReads() as mode:
             fn()
+        torch.cuda.synchronize()
         return mode.count
 
+    unguarded()
     base_reads = reads()
-    base, guarded = [], []
-    gc.disable()
-    try:
-        for _ in range(rounds):
-            base.append(_timed(fn, launches))
-            install.install("raise")
-            guarded.append(_timed(fn, launches))
-            install.uninstall()
-    finally:
-        gc.enable()
-    install.install("raise")
+    guarded()
     guarded_reads = reads()
-    install.uninstall()
-    b = statistics.median(base)
-    added = statistics.median(g - u for u, g in zip(base, guarded, strict=True))
+    r = cpu_bench.interleaved(
+        fn, {"unguarded": unguarded, "guarded": guarded}, pairs, launches, after_block=torch.cuda.synchronize
+    )
     return {
         "case": name,
-        "unguarded_us": b / 1e3,
-        "guarded_us": (b + added) / 1e3,
-        "added_us": added / 1e3,
-        "added_pct": 100.0 * added / b,
+        "unguarded_us": r["unguarded"]["per_launch_us"],
+        "added_us": r["guarded"]["added_us"],
+        "added_pct": r["guarded"]["added_pct"],
         "scalar_reads_unguarded": base_reads,
         "scalar_reads_guarded": guarded_reads,
     }
 
 
-def _mla_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
-    major, _ = torch.cuda.get_device_capability()
-    real = major == 10
-    fm = cpu_bench._setup(device="cuda", real_kernel=real)
+def _mla_cases(fm: Any, real: bool, switches: tuple[Any, Any], pairs: int, launches: int) -> list[dict[str, Any]]:
     rows = []
     impl_cls = fm.FlashInferMLAImpl  # forward_mqa is looked up per call: the guard replaces it
     for name, (q_lens, causal, dcp) in cpu_bench.CASES.items():
@@ -110,11 +85,11 @@ def _mla_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
             impl_cls.forward_mqa(impl, q, kv, md, layer)
 
         label = f"forward_mqa {name} ({'FlashInfer kernel' if real else 'stand-in launch, sm90'})"
-        rows.append(_compare(label, fn, rounds, launches))
+        rows.append(_compare(label, fn, switches, pairs, launches))
     return rows
 
 
-def _wrapper_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
+def _wrapper_cases(switches: tuple[Any, Any], pairs: int, launches: int) -> list[dict[str, Any]]:
     from flashinfer.decode import BatchDecodeWithPagedKVCacheWrapper
     from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper
 
@@ -127,12 +102,13 @@ def _wrapper_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
     workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=dev)
     rows = []
 
+    switches[1]()  # plan() under the guard, so run() finds the layout it records
     decode = BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
     decode.plan(indptr, indices, last, heads, kv_heads, dim, page, q_data_type=bf16)
     q_dec = torch.randn(batch, heads, dim, device=dev, dtype=bf16)
     rows.append(
         _compare(
-            "BatchDecodeWithPagedKVCacheWrapper.run b=32", lambda: decode.run(q_dec, kv), rounds, launches
+            "BatchDecodeWithPagedKVCacheWrapper.run b=32", lambda: decode.run(q_dec, kv), switches, pairs, launches
         )
     )
 
@@ -142,7 +118,7 @@ def _wrapper_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
     q_pre = torch.randn(batch * 4, heads, dim, device=dev, dtype=bf16)
     rows.append(
         _compare(
-            "BatchPrefillWithPagedKVCacheWrapper.run b=32x4", lambda: prefill.run(q_pre, kv), rounds, launches
+            "BatchPrefillWithPagedKVCacheWrapper.run b=32x4", lambda: prefill.run(q_pre, kv), switches, pairs, launches
         )
     )
     return rows
@@ -150,8 +126,8 @@ def _wrapper_cases(rounds: int, launches: int) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--pairs", type=int, default=500, help="rounds of interleaved blocks per case")
+    parser.add_argument("--launches", type=int, default=20, help="launches per timed block")
     parser.add_argument("--json")
     opts = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -161,19 +137,27 @@ def main(argv: list[str] | None = None) -> int:
     import vllm
 
     name = torch.cuda.get_device_name()
-    rows = _mla_cases(opts.rounds, opts.launches) + _wrapper_cases(opts.rounds, opts.launches)
+    from specguard.runtime import install
+
+    real = torch.cuda.get_device_capability()[0] == 10  # FlashInfer's MLA decode kernels need sm100
+    fm = cpu_bench._setup(device="cuda", real_kernel=real)
+    switches = cpu_bench.guard_states()  # installs the guard once; the cases flip between the two states
+    try:
+        rows = _mla_cases(fm, real, switches, opts.pairs, opts.launches)
+        rows += _wrapper_cases(switches, opts.pairs, opts.launches)
+    finally:
+        switches[1]()
+        install.uninstall()
     sm = "".join(map(str, torch.cuda.get_device_capability()))
     print(
         f"specguard runtime guard overhead on {name} (sm{sm}), vLLM {vllm.__version__}, "
         f"flashinfer {flashinfer.__version__}, torch {torch.__version__}; host time per launch, "
-        f"median of {opts.rounds} paired blocks x {opts.launches} launches"
+        f"medians of {opts.pairs} rounds of interleaved blocks x {opts.launches} launches"
     )
     print(f"{'case':62} {'unguarded us':>13} {'added us':>9} {'added %':>8} {'syncs +':>8}")
     for r in rows:
         syncs = r["scalar_reads_guarded"] - r["scalar_reads_unguarded"]
-        print(
-            f"{r['case']:62} {r['unguarded_us']:13.2f} {r['added_us']:9.2f} {r['added_pct']:8.2f} {syncs:8d}"
-        )
+        print(f"{r['case']:62} {r['unguarded_us']:13.2f} {r['added_us']:9.2f} {r['added_pct']:8.2f} {syncs:8d}")
     worst_us = max(r["added_us"] for r in rows)
     worst_pct = max(r["added_pct"] for r in rows)
     no_sync = all(r["scalar_reads_guarded"] == r["scalar_reads_unguarded"] for r in rows)
