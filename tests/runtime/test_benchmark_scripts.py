@@ -1,0 +1,40 @@
+"""The guard-overhead benchmarks run end to end (a few tiny blocks; no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from sg_runtime_helpers import REPO, venv_python
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [venv_python(), "-W", "ignore", *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
+    )
+
+
+def test_cpu_benchmark_measures_every_case(tmp_path) -> None:
+    out = tmp_path / "overhead.json"
+    proc = _run(["benchmarks/guard_overhead.py", "--pairs", "3", "--launches", "2", "--json", str(out)])
+    # 0 or 1 is the verdict on the targets; anything else (an assertion, a traceback) is a broken benchmark
+    assert proc.returncode in (0, 1), proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert [r["case"] for r in result["rows"]] == [
+        "decode b=32 causal",
+        "spec-decode b=32 ragged causal",
+        "dspark b=16x4 non-causal",
+        "dcp=2 b=32 causal",
+        "dcp=2 dspark b=16x4 non-causal",
+    ]
+    assert all(r["unguarded_us"] > 0 for r in result["rows"])
+    assert result["met"] is (proc.returncode == 0)
+    assert "worst added:" in proc.stdout
+
+
+def test_gpu_variant_says_plainly_when_there_is_no_gpu() -> None:
+    proc = _run(["benchmarks/guard_overhead_gpu.py", "--pairs", "1"])
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    assert "no CUDA device" in proc.stdout
