@@ -26,23 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import guard_overhead as cpu_bench  # noqa: E402 -- same cases, same stand-in, on the GPU
 
-LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
-
-
-class ScalarReads(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is LOCAL_SCALAR:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
+from specguard.runtime.scalar_reads import ScalarReads  # noqa: E402
 
 
 def _compare(name: str, fn: Any, switches: tuple[Any, Any], pairs: int, launches: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Paths the runtime-guard tests share (a module, not conftest, so its name cannot clash)."""
+"""Paths and subprocess helpers the runtime-guard tests share (a module, not conftest, so its name cannot clash)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,19 +31,3 @@ def old_vllm_path() -> str:
         f"vLLM 0.28.0 code not found at {path}; run .ci/runtime-env.sh first"
     )
     return str(path)
-
-
-LOCAL_SCALAR = torch.ops.aten._local_scalar_dense.default
-
-
-class ScalarReads(TorchDispatchMode):
-    """Counts host reads of tensor values (what `.item()`, `int(t)`, `bool(t)` dispatch to)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is LOCAL_SCALAR:
-            self.count += 1
-        return func(*args, **(kwargs or {}))

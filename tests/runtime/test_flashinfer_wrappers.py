@@ -13,9 +13,9 @@ import pytest
 import torch
 from flashinfer.decode import BatchDecodeWithPagedKVCacheWrapper as Decode
 from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper as Prefill
-from sg_runtime_helpers import ScalarReads
 
 from specguard.runtime import SpecGuardViolation, stats
+from specguard.runtime.scalar_reads import ScalarReads
 
 I32 = torch.int32
 

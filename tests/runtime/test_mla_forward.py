@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from sg_runtime_helpers import ScalarReads
 
 from specguard.runtime import SpecGuardViolation, stats
 from specguard.runtime.patching import is_wrapped
+from specguard.runtime.scalar_reads import ScalarReads
 
 # (q_lens, causal, dcp_world_size): the launches vLLM makes in serving
 CONSISTENT = {
