@@ -129,14 +129,10 @@ def guard_states() -> tuple[Switch, Switch]:
     """(unguarded, guarded) switches over every attribute the guard patches, so a benchmark can flip
     between the two with a few setattr calls instead of installing and uninstalling around each block."""
     from specguard.runtime import install
+    from specguard.runtime.patching import raw_attr
 
-    state = install.install("raise")
-    patches = list(state.patcher.patches)
-
-    def current(owner: Any, name: str) -> Any:
-        return owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-
-    guarded = [(p.owner, p.name, current(p.owner, p.name)) for p in patches]
+    patches = list(install.install("raise").patcher.patches)
+    guarded = [(p.owner, p.name, raw_attr(p.owner, p.name)) for p in patches]
     original = [(p.owner, p.name, p.raw_original) for p in patches]
     return _switch(original), _switch(guarded)
 

@@ -65,6 +65,12 @@ def mark(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[
     return wrapper
 
 
+def raw_attr(owner: Any, name: str) -> Any:
+    """What `owner` itself holds under `name`: a class's own __dict__ entry (a classmethod or
+    staticmethod descriptor stays one), a module's attribute."""
+    return owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+
+
 @dataclass
 class Patch:
     owner: Any
@@ -79,7 +85,7 @@ class Patcher:
         self.patches: list[Patch] = []
 
     def replace(self, owner: Any, name: str, new: Any) -> None:
-        raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        raw = raw_attr(owner, name)
         if is_wrapped(raw):
             return  # idempotent: already guarded
         setattr(owner, name, new)
