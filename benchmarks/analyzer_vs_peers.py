@@ -387,6 +387,14 @@ def verify_peer_rules(skip_fixit: bool) -> None:
 # --------------------------------------------------------------------------------------------- main
 
 
+def peer_summary(name: str, r: Result, coverage: str) -> str:
+    """One line on a peer's run: its findings and how much of the tree it covered, or why there is no count."""
+    if r.timed_out:
+        return f"{name}: {r.note} (--slow-timeout), no findings count"
+    note = f", {r.note}" if r.note else ""
+    return f"{name}: {'ok' if r.ok else 'FAILED'}, {r.findings} findings, {coverage}{note}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm-version", default="0.33.0")
@@ -470,17 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"specguard cold findings: {sgc.findings} ({sgc.note or 'none'})")
     if "fixit" in results:
         f = results["fixit"]
-        if f.timed_out:
-            log(f"fixit: {f.note} (--slow-timeout), no findings count")
-        else:
-            log(f"fixit: {'ok' if f.ok else 'FAILED'}, {f.findings} findings, {f.files_seen} files checked"
-                + (f", {f.note}" if f.note else ""))
+        log(peer_summary("fixit", f, f"{f.files_seen} files checked"))
     s = results["semgrep"]
-    if s.timed_out:
-        log(f"semgrep: {s.note} (--slow-timeout), no findings count")
-    else:
-        log(f"semgrep: {'ok' if s.ok else 'FAILED'}, {s.findings} findings, {s.files_seen} of {files} files scanned"
-            + (f", {s.note}" if s.note else ""))
+    log(peer_summary("semgrep", s, f"{s.files_seen} of {files} files scanned"))
 
     if args.json:
         payload = {
