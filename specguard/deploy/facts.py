@@ -97,6 +97,11 @@ class SourceFacts:
                     break
         return sorted(set(hits), key=lambda f: (f.relpath, f.line, f.code))
 
+    def findings_in_lineage(self, classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
+        """Findings of `rules` inside `classes` or any class they inherit from (each class read once)."""
+        lineage = {(a.module, a.name): a for c in classes for a in self.ancestors(c)}
+        return self.findings_in(list(lineage.values()), rules)
+
     def findings_of(self, rules: list[str]) -> list[SourceFinding]:
         return sorted(
             {f for f in self.findings if f.code in rules}, key=lambda f: (f.relpath, f.line, f.code)

@@ -86,8 +86,7 @@ def _cfg101(cfg: ServingConfig, p: DraftPathParams, facts: SourceFacts | None) -
     family = [c for c in classes if facts.descends_from(c, p.draft_path_class)]
     if not family:
         return []
-    scope = list({(a.module, a.name): a for c in family for a in facts.ancestors(c)}.values())
-    hits = facts.findings_in(scope, p.rules)
+    hits = facts.findings_in_lineage(family, p.rules)
     if not hits:
         return []
     return [
@@ -114,8 +113,7 @@ def _cfg114(cfg: ServingConfig, p: SpeculatorParams, facts: SourceFacts | None) 
     if cfg.method is None or cfg.decode_context_parallel_size <= 1 or facts is None:
         return []
     classes = _speculators(cfg.method, p, facts)
-    scope = list({(a.module, a.name): a for c in classes for a in facts.ancestors(c)}.values())
-    hits = facts.findings_in(scope, p.rules)
+    hits = facts.findings_in_lineage(classes, p.rules)
     if not hits:
         return []
     return [
