@@ -329,8 +329,7 @@ def check_draft_token_count(
         ),
         cause=(
             "the speculator passed the padded batch_desc.num_tokens (DP/graph padding) to the metadata "
-            "builder "
-            "outside FULL CUDA-graph mode; FlashInfer then rejects q.shape[0] vs qo_indptr[-1]"
+            "builder outside FULL CUDA-graph mode; FlashInfer then rejects q.shape[0] vs qo_indptr[-1]"
         ),
         rules=("SG103", "SG101"),
         facts={
