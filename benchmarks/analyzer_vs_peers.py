@@ -140,20 +140,38 @@ def ensure_venv() -> dict[str, str]:
     # the repo so no build/ folder lands in it; dependencies only when missing, the package always anew.
     with tempfile.TemporaryDirectory(prefix="specguard-src-") as tmp:
         src = Path(tmp) / "specguard"
-        shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
-            ".git", "__pycache__", "*.egg-info", "build", "dist", ".venv", ".specguard_cache",
-            ".pytest_cache", ".hypothesis", "benchmarks"))
+        shutil.copytree(
+            REPO,
+            src,
+            ignore=shutil.ignore_patterns(
+                ".git",
+                "__pycache__",
+                "*.egg-info",
+                "build",
+                "dist",
+                ".venv",
+                ".specguard_cache",
+                ".pytest_cache",
+                ".hypothesis",
+                "benchmarks",
+            ),
+        )
         log("installing specguard (non-editable) from the working tree")
         pip_install(pip, str(src))
         pip_install(pip, "--no-deps", "--force-reinstall", str(src))
     versions = {}
     for tool in ("ruff", "semgrep", "fixit", "specguard"):
         if tool == "specguard":
-            out = subprocess.run([str(py), "-c", "import specguard; print(specguard.__version__)"],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [str(py), "-c", "import specguard; print(specguard.__version__)"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
         else:
-            out = subprocess.run([str(venv_bin(tool)), "--version"], capture_output=True, text=True,
-                                 env=tool_env(), check=True).stdout
+            out = subprocess.run(
+                [str(venv_bin(tool)), "--version"], capture_output=True, text=True, env=tool_env(), check=True
+            ).stdout
         words = out.strip().splitlines()[-1].split() if out.strip() else ["?"]
         versions[tool] = words[-1]  # "ruff 0.17.6", "fixit, version 2.2.1", "1.170.1": the number
     return versions
@@ -216,8 +234,9 @@ def timed(cmd: list[str], cwd: Path, timeout: float | None = None) -> Run:
     """One run of cmd. Past `timeout` seconds its whole process group is killed and the run is marked."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=tool_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=tool_env(), stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         peak = [0]
         done = threading.Event()
         killed = threading.Event()
@@ -246,9 +265,16 @@ def timed(cmd: list[str], cwd: Path, timeout: float | None = None) -> Run:
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
-                   max(peak[0], usage.ru_maxrss) / 1024, proc.returncode, out.read(), err.read(),
-                   killed.is_set())
+        return Run(
+            seconds,
+            usage.ru_utime + usage.ru_stime,
+            usage.ru_maxrss / 1024,
+            max(peak[0], usage.ru_maxrss) / 1024,
+            proc.returncode,
+            out.read(),
+            err.read(),
+            killed.is_set(),
+        )
 
 
 @dataclass
@@ -277,8 +303,10 @@ def best_of(tool: str, cmd: list[str], cwd: Path, repeat: int, check, timeout: f
     for i in range(repeat):
         run = timed(cmd, cwd, timeout)
         if run.timed_out:
-            log(f"  {tool:16} run {i + 1}/{repeat}: killed after {run.seconds:.0f} s (--slow-timeout); "
-                f"its time is a lower bound")
+            log(
+                f"  {tool:16} run {i + 1}/{repeat}: killed after {run.seconds:.0f} s (--slow-timeout); "
+                f"its time is a lower bound"
+            )
             result.runs.append(round(run.seconds, 3))
             result.seconds, result.cpu_seconds, result.timed_out = run.seconds, run.cpu_seconds, True
             result.max_process_rss_mb = max(result.max_process_rss_mb, run.max_process_rss_mb)
@@ -286,9 +314,11 @@ def best_of(tool: str, cmd: list[str], cwd: Path, repeat: int, check, timeout: f
             result.note = f"killed after {run.seconds:.0f} s"
             return result
         ok, findings, files_seen, note = check(run)
-        log(f"  {tool:16} run {i + 1}/{repeat}: {run.seconds:8.2f} s  cpu {run.cpu_seconds:8.2f} s  "
+        log(
+            f"  {tool:16} run {i + 1}/{repeat}: {run.seconds:8.2f} s  cpu {run.cpu_seconds:8.2f} s  "
             f"rss {run.max_process_rss_mb:7.0f} MB (tree {run.tree_rss_mb:7.0f} MB)  rc {run.returncode}"
-            f"  findings {findings}" + ("" if ok else f"  FAILED: {note}"))
+            f"  findings {findings}" + ("" if ok else f"  FAILED: {note}")
+        )
         if not ok:
             tail = (run.stderr or run.stdout)[-2000:]
             log(f"    output tail:\n{tail}")
@@ -356,8 +386,20 @@ def fixit_cmd(target: str) -> list[str]:
 
 def semgrep_cmd(target: str) -> list[str]:
     # --max-target-bytes 0: no size cap, so semgrep skips no large vLLM file the other tools read.
-    return [str(venv_bin("semgrep")), "scan", "--config", str(PEERS / "semgrep_sg101.yaml"), "--metrics=off",
-            "--disable-version-check", "--jobs", "2", "--max-target-bytes", "0", "--json", target]
+    return [
+        str(venv_bin("semgrep")),
+        "scan",
+        "--config",
+        str(PEERS / "semgrep_sg101.yaml"),
+        "--metrics=off",
+        "--disable-version-check",
+        "--jobs",
+        "2",
+        "--max-target-bytes",
+        "0",
+        "--json",
+        target,
+    ]
 
 
 def verify_peer_rules(skip_fixit: bool) -> None:
@@ -371,8 +413,9 @@ def verify_peer_rules(skip_fixit: bool) -> None:
             run = timed(fixit_cmd("vllm"), work)
             lines = [int(m) for m in re.findall(r"bad_speculator\.py@(\d+):\d+ MetadataOutsideHelper", run.stdout)]
             if lines != BAD_EXAMPLE_LINES:
-                sys.exit(f"fixit's SG101 rule flagged lines {lines}, expected {BAD_EXAMPLE_LINES}:\n"
-                         f"{run.stdout}{run.stderr}")
+                sys.exit(
+                    f"fixit's SG101 rule flagged lines {lines}, expected {BAD_EXAMPLE_LINES}:\n{run.stdout}{run.stderr}"
+                )
             log(f"  fixit rule fires on the bad example: lines {lines}")
         run = timed(semgrep_cmd("vllm"), work)
         try:
@@ -401,8 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs of ruff and specguard; the best counts (3)")
     ap.add_argument("--slow-repeat", type=int, default=1, help="runs of fixit and semgrep (1)")
     ap.add_argument("--skip-slow", action="store_true", help="leave fixit out (it parses every file with libcst)")
-    ap.add_argument("--slow-timeout", type=float, default=1800.0,
-                    help="kill fixit or semgrep after this many seconds and take that as a lower bound (1800)")
+    ap.add_argument(
+        "--slow-timeout",
+        type=float,
+        default=1800.0,
+        help="kill fixit or semgrep after this many seconds and take that as a lower bound (1800)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = ap.parse_args(argv)
 
@@ -426,34 +473,46 @@ def main(argv: list[str] | None = None) -> int:
         (work / "fixit.toml").write_text(FIXIT_CONFIG)
         cache_dir = work / "sg-cache"
 
-        log(f"timing on {work / 'vllm'} (best of {args.repeat} for ruff and specguard, "
-            f"{args.slow_repeat} for fixit and semgrep)")
-        results["ruff"] = best_of("ruff", [str(venv_bin("ruff")), "check", "--no-cache", "--select", "E9", "vllm"],
-                                  work, args.repeat, check_ruff)
+        log(
+            f"timing on {work / 'vllm'} (best of {args.repeat} for ruff and specguard, "
+            f"{args.slow_repeat} for fixit and semgrep)"
+        )
+        results["ruff"] = best_of(
+            "ruff",
+            [str(venv_bin("ruff")), "check", "--no-cache", "--select", "E9", "vllm"],
+            work,
+            args.repeat,
+            check_ruff,
+        )
         sg = str(venv_bin("specguard"))
-        results["specguard-cold"] = best_of("specguard-cold", [sg, "check", "vllm", "--no-cache"], work,
-                                            args.repeat, check_specguard)
+        results["specguard-cold"] = best_of(
+            "specguard-cold", [sg, "check", "vllm", "--no-cache"], work, args.repeat, check_specguard
+        )
         fill = timed([sg, "check", "vllm", "--cache-dir", str(cache_dir)], work)
         log(f"  specguard cache fill: {fill.seconds:8.2f} s  rc {fill.returncode}")
-        results["specguard-warm"] = best_of("specguard-warm", [sg, "check", "vllm", "--cache-dir", str(cache_dir)],
-                                            work, args.repeat, check_specguard)
+        results["specguard-warm"] = best_of(
+            "specguard-warm", [sg, "check", "vllm", "--cache-dir", str(cache_dir)], work, args.repeat, check_specguard
+        )
         if not args.skip_slow:
-            results["fixit"] = best_of("fixit", fixit_cmd("vllm"), work, args.slow_repeat, check_fixit,
-                                       args.slow_timeout)
-        results["semgrep"] = best_of("semgrep", semgrep_cmd("vllm"), work, args.slow_repeat, check_semgrep,
-                                     args.slow_timeout)
+            results["fixit"] = best_of(
+                "fixit", fixit_cmd("vllm"), work, args.slow_repeat, check_fixit, args.slow_timeout
+            )
+        results["semgrep"] = best_of(
+            "semgrep", semgrep_cmd("vllm"), work, args.slow_repeat, check_semgrep, args.slow_timeout
+        )
 
     # ------------------------------------------------------------------ report
     log("")
-    log(f"vLLM {args.vllm_version}, {files} files, {size / 1e6:.1f} MB; {cores} cores; "
-        f"{started:%Y-%m-%d %H:%M} UTC")
+    log(f"vLLM {args.vllm_version}, {files} files, {size / 1e6:.1f} MB; {cores} cores; {started:%Y-%m-%d %H:%M} UTC")
     header = f"{'tool':16} {'seconds':>9} {'cpu s':>8} {'max proc MB':>12} {'tree MB':>8} {'findings':>9}  runs"
     log(header)
     log("-" * len(header))
     for r in results.values():
         seconds = f"{'>' if r.timed_out else ''}{r.seconds:.2f}"
-        log(f"{r.tool:16} {seconds:>9} {r.cpu_seconds:8.2f} {r.max_process_rss_mb:12.0f} {r.tree_rss_mb:8.0f} "
-            f"{'-' if r.findings is None else r.findings:>9}  {r.runs}" + ("" if r.ok else "  FAILED"))
+        log(
+            f"{r.tool:16} {seconds:>9} {r.cpu_seconds:8.2f} {r.max_process_rss_mb:12.0f} {r.tree_rss_mb:8.0f} "
+            f"{'-' if r.findings is None else r.findings:>9}  {r.runs}" + ("" if r.ok else "  FAILED")
+        )
     log("")
     ratios = {}
     for name, (num, den, op, bound) in TARGETS.items():
@@ -470,8 +529,7 @@ def main(argv: list[str] | None = None) -> int:
             passed = False
         verdict = "PASS" if passed and results[num].ok and results[den].ok else "MISS"
         shown = (">=" if bounded else "  ") + f"{ratio:8.2f}x"
-        ratios[name] = {"ratio": round(ratio, 3), "lower_bound": bounded, "target": f"{op} {bound}",
-                        "verdict": verdict}
+        ratios[name] = {"ratio": round(ratio, 3), "lower_bound": bounded, "target": f"{op} {bound}", "verdict": verdict}
         log(f"{name:26} {shown}  target {op} {bound:<6} {verdict}")
     log("")
     sgc = results["specguard-cold"]
@@ -485,11 +543,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         payload = {
             "date": started.isoformat(timespec="seconds"),
-            "vllm_version": args.vllm_version, "files": files, "megabytes": round(size / 1e6, 1),
-            "machine": {"cores": cores, "load_average_at_start": [round(x, 2) for x in load],
-                        "python": platform.python_version(), "platform": platform.platform()},
-            "tools": versions, "repeat": args.repeat, "slow_repeat": args.slow_repeat,
-            "results": {k: asdict(v) for k, v in results.items()}, "ratios": ratios,
+            "vllm_version": args.vllm_version,
+            "files": files,
+            "megabytes": round(size / 1e6, 1),
+            "machine": {
+                "cores": cores,
+                "load_average_at_start": [round(x, 2) for x in load],
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+            },
+            "tools": versions,
+            "repeat": args.repeat,
+            "slow_repeat": args.slow_repeat,
+            "results": {k: asdict(v) for k, v in results.items()},
+            "ratios": ratios,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         log(f"wrote {args.json}")

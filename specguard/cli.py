@@ -42,8 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("rules", help="list the rules")
     explain = sub.add_parser("explain", help="print a rule's documentation")
     explain.add_argument("code", help="a rule code, e.g. SG103")
-    sub.add_parser("config", help="pre-flight a vLLM serving config (see `specguard config --help`)",
-                   add_help=False)
+    sub.add_parser("config", help="pre-flight a vLLM serving config (see `specguard config --help`)", add_help=False)
     sub.add_parser("doctor", help="show the environment as specguard sees it", add_help=False)
     return parser
 
@@ -171,8 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # an internal error still gets one line, never a traceback
-        print(f"specguard: internal error: {type(exc).__name__}: {exc} "
-              f"(please report it; rerun with SPECGUARD_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"specguard: internal error: {type(exc).__name__}: {exc} "
+            f"(please report it; rerun with SPECGUARD_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         if _debug():
             raise
         return EXIT_ERROR

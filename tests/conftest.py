@@ -50,7 +50,11 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     """`python -m specguard ARGS` as a user runs it: a separate process, so exit codes and stderr are real."""
     return subprocess.run(
         [sys.executable, "-m", "specguard", *args],
-        cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
     )
 
 

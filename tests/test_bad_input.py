@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specguard.analysis.engine import check_source
 
-GOOD = '''\
+GOOD = """\
 from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -19,7 +19,7 @@ from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 class GoodFileSpeculator(DraftModelSpeculator):
     def propose(self, num_reqs):
         return build_attn_metadata(num_reqs=num_reqs)
-'''
+"""
 NEEDLE = "build_attn_metadata"  # makes the prefilter send the file on to the parsers
 
 
@@ -37,15 +37,18 @@ def sg000_line(out, name: str) -> str:  # type: ignore[no-untyped-def]
     return line
 
 
-@pytest.mark.parametrize(("name", "content", "reason"), [
-    ("syntax.py", f"def {NEEDLE}(:\n    pass\n".encode(), "syntax error"),
-    ("latin1.py", f"# {NEEDLE}\nname = 'caf\xe9'\n".encode("latin-1"), "cannot decode file"),
-    ("nul.py", f"x = 1\x00\n# {NEEDLE}\n".encode(), "NUL bytes"),
-    ("utf16.py", f"# {NEEDLE}\n".encode("utf-16"), "NUL bytes"),
-    ("deep.py", f"# {NEEDLE}\nx = {'(' * 3000}1{')' * 3000}\n".encode(), "nest"),
-    ("deep_unary.py", f"# {NEEDLE}\nx = {'-' * 3000}1\n".encode(), "nesting too deep"),
-    ("deep_binop.py", f"# {NEEDLE}\nx = {'1 + ' * 3000}1\n".encode(), "nesting too deep"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("syntax.py", f"def {NEEDLE}(:\n    pass\n".encode(), "syntax error"),
+        ("latin1.py", f"# {NEEDLE}\nname = 'caf\xe9'\n".encode("latin-1"), "cannot decode file"),
+        ("nul.py", f"x = 1\x00\n# {NEEDLE}\n".encode(), "NUL bytes"),
+        ("utf16.py", f"# {NEEDLE}\n".encode("utf-16"), "NUL bytes"),
+        ("deep.py", f"# {NEEDLE}\nx = {'(' * 3000}1{')' * 3000}\n".encode(), "nest"),
+        ("deep_unary.py", f"# {NEEDLE}\nx = {'-' * 3000}1\n".encode(), "nesting too deep"),
+        ("deep_binop.py", f"# {NEEDLE}\nx = {'1 + ' * 3000}1\n".encode(), "nesting too deep"),
+    ],
+)
 def test_unreadable_file_is_sg000_and_others_still_checked(cli, tmp_path, name, content, reason) -> None:  # type: ignore[no-untyped-def]
     out = run(cli, tmp_path, name, content)
     assert out.returncode == 1
@@ -96,12 +99,41 @@ def test_unknown_command_and_bad_option_exit_2(cli) -> None:  # type: ignore[no-
 
 # ---- property test: generated and mutated Python never makes the engine fail -------------------------------
 
-SEEDS = [Path(__file__).resolve().parent.parent / "examples" / "myfork" / p for p in (
-    "spec_decode/dflash.py", "spec_decode/speculator.py", "kv_cache_interface.py", "attention/flashinfer_mla.py")]
+SEEDS = [
+    Path(__file__).resolve().parent.parent / "examples" / "myfork" / p
+    for p in (
+        "spec_decode/dflash.py",
+        "spec_decode/speculator.py",
+        "kv_cache_interface.py",
+        "attention/flashinfer_mla.py",
+    )
+]
 SOURCES = [p.read_text() for p in SEEDS]
-TOKENS = ["(", ")", ":", "\n", "    ", "if batch_desc.cg_mode == CUDAGraphMode.FULL:", "else", "=", ",", "**",
-          "build_attn_metadata(", "num_tokens_padded=", "batch_desc.num_tokens", "class X(DraftModelSpeculator):",
-          "def _build_attn_metadata(self):", "any(", "repeat_interleave(", "lambda:", "\\", "'", '"', "#", "@"]
+TOKENS = [
+    "(",
+    ")",
+    ":",
+    "\n",
+    "    ",
+    "if batch_desc.cg_mode == CUDAGraphMode.FULL:",
+    "else",
+    "=",
+    ",",
+    "**",
+    "build_attn_metadata(",
+    "num_tokens_padded=",
+    "batch_desc.num_tokens",
+    "class X(DraftModelSpeculator):",
+    "def _build_attn_metadata(self):",
+    "any(",
+    "repeat_interleave(",
+    "lambda:",
+    "\\",
+    "'",
+    '"',
+    "#",
+    "@",
+]
 
 
 @st.composite
@@ -113,7 +145,7 @@ def mutated_python(draw: st.DrawFn) -> str:
         if action == "insert":
             text = text[:pos] + draw(st.sampled_from(TOKENS)) + text[pos:]
         elif action == "delete":
-            text = text[:pos] + text[pos + draw(st.integers(1, 40)):]
+            text = text[:pos] + text[pos + draw(st.integers(1, 40)) :]
         else:
             end = min(len(text), pos + draw(st.integers(1, 200)))
             text = text[:end] + text[pos:end] + text[end:]
@@ -169,8 +201,9 @@ def test_an_internal_error_in_one_file_keeps_the_other_files_findings(monkeypatc
     monkeypatch.setattr(evaluate, "evaluate_file", flaky)
     result = engine.check_paths([tmp_path], use_cache=False)
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("good.py", "SG101")]
-    assert result.errors == [f"{tmp_path / 'boom.py'}: internal error while analyzing: ValueError: a bug in a rule "
-                             "(please report it)"]
+    assert result.errors == [
+        f"{tmp_path / 'boom.py'}: internal error while analyzing: ValueError: a bug in a rule (please report it)"
+    ]
 
 
 def test_a_worker_killed_by_a_native_crash_costs_only_its_file(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]

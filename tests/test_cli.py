@@ -13,7 +13,7 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-BAD = '''\
+BAD = """\
 from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -21,7 +21,7 @@ from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 class MySpeculator(DraftModelSpeculator):
     def propose(self, num_reqs):
         return build_attn_metadata(num_reqs=num_reqs)
-'''
+"""
 
 
 @pytest.fixture
@@ -82,8 +82,12 @@ def test_statistics(cli) -> None:  # type: ignore[no-untyped-def]
 
 def test_noqa_with_code_and_specguard_ignore_silence_but_bare_noqa_does_not(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     lines = BAD.splitlines()
-    for name, suffix, expect in [("a.py", "  # noqa: SG101", 0), ("b.py", "  # specguard: ignore[SG101]", 0),
-                                 ("c.py", "  # noqa", 1), ("d.py", "  # noqa: E501", 1)]:
+    for name, suffix, expect in [
+        ("a.py", "  # noqa: SG101", 0),
+        ("b.py", "  # specguard: ignore[SG101]", 0),
+        ("c.py", "  # noqa", 1),
+        ("d.py", "  # noqa: E501", 1),
+    ]:
         (tmp_path / name).write_text("\n".join([*lines[:-1], lines[-1] + suffix]) + "\n")
         assert cli("check", name, cwd=tmp_path).returncode == expect, name
 
@@ -102,11 +106,13 @@ def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def
 
 def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
     (project / "pkg" / "other.py").write_text(BAD)
-    (project / "pyproject.toml").write_text(textwrap.dedent("""
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [tool.specguard]
         exclude = ["other.py"]
         per-file-ignores = { "pkg/spec.py" = ["SG1"] }
-    """))
+    """)
+    )
     out = cli("check", "pkg", cwd=project)
     assert (out.returncode, out.stdout) == (0, "")
     # walking up: the config is found from a subfolder too
@@ -114,7 +120,7 @@ def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-unty
 
 
 def test_unknown_config_key_suggests_the_closest(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
-    (project / "pyproject.toml").write_text('[tool.specguard]\nper-file-ignore = {}\n')
+    (project / "pyproject.toml").write_text("[tool.specguard]\nper-file-ignore = {}\n")
     out = cli("check", "pkg", cwd=project)
     assert out.returncode == 2
     assert out.stderr.strip() == (
@@ -139,23 +145,28 @@ def test_a_fork_pack_adds_names_without_code(cli, tmp_path: Path) -> None:  # ty
 
 
 def test_a_pack_can_ask_for_non_causal_too(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "spec.py").write_text(textwrap.dedent("""
+    (tmp_path / "spec.py").write_text(
+        textwrap.dedent("""
         class FullAttentionSpec:
             @classmethod
             def merge(cls, specs):
                 return cls(non_causal=any(s.non_causal for s in specs))
-    """))
+    """)
+    )
     assert cli("check", "spec.py", cwd=tmp_path).returncode == 0
     (tmp_path / "pack.toml").write_text('[kv_groups]\nflags = ["non_causal"]\n')
     assert "SG201" in cli("check", "spec.py", "--rule-pack", "pack.toml", cwd=tmp_path).stdout
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('[speculators]\nbasez = ["X"]\n', "fork.toml: rule pack key 'speculators.basez': unknown key"),
-    ('[speculators]\nbases = "X"\n', "fork.toml: rule pack key 'speculators.bases': Input should be a valid list"),
-    ('[speculators\n', "fork.toml: rule pack is not valid TOML"),
-    ('[metadata]\nsink = []\nreplace = true\n', "rule packs leave required keys empty: metadata.sink"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[speculators]\nbasez = ["X"]\n', "fork.toml: rule pack key 'speculators.basez': unknown key"),
+        ('[speculators]\nbases = "X"\n', "fork.toml: rule pack key 'speculators.bases': Input should be a valid list"),
+        ("[speculators\n", "fork.toml: rule pack is not valid TOML"),
+        ("[metadata]\nsink = []\nreplace = true\n", "rule packs leave required keys empty: metadata.sink"),
+    ],
+)
 def test_malformed_pack_is_one_line_and_exit_2(cli, project: Path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
     (project / "fork.toml").write_text(text)
     out = cli("check", "pkg", "--rule-pack", "fork.toml", cwd=project)
@@ -179,8 +190,10 @@ def test_baseline_survives_moved_lines_and_reports_new_findings(cli, project: Pa
 
 def test_vllm_flag_finds_the_installed_package_without_importing_it(cli, tmp_path: Path, vllm_source) -> None:  # type: ignore[no-untyped-def]
     site = tmp_path / "site"
-    shutil.copytree(vllm_source("0.28.0") / "v1" / "worker" / "gpu" / "spec_decode",
-                    site / "vllm" / "v1" / "worker" / "gpu" / "spec_decode")
+    shutil.copytree(
+        vllm_source("0.28.0") / "v1" / "worker" / "gpu" / "spec_decode",
+        site / "vllm" / "v1" / "worker" / "gpu" / "spec_decode",
+    )
     shutil.copy(vllm_source("0.28.0") / "v1" / "worker" / "gpu" / "attn_utils.py", site / "vllm/v1/worker/gpu")
     for folder in ["vllm", "vllm/v1", "vllm/v1/worker", "vllm/v1/worker/gpu"]:
         (site / folder / "__init__.py").write_text("raise RuntimeError('specguard must not import vLLM')\n")

@@ -19,5 +19,5 @@ def test_every_rule_fires_exactly_once_on_the_examples() -> None:
 def test_each_finding_sits_under_the_comment_that_announces_it() -> None:
     for finding in check_paths([EXAMPLES], use_cache=False).findings:
         lines = Path(finding.path).read_text().splitlines()
-        before = "\n".join(lines[max(0, finding.line - 4): finding.line])
+        before = "\n".join(lines[max(0, finding.line - 4) : finding.line])
         assert f"# {finding.code}:" in before, (finding.code, finding.path, finding.line)

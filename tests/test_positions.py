@@ -12,8 +12,11 @@ from specguard.analysis.positions import spans
 @pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
 def test_spans_match_position_provider(version, vllm_source) -> None:  # type: ignore[no-untyped-def]
     root = vllm_source(version)
-    for rel in ["v1/worker/gpu/spec_decode/speculator.py", "v1/kv_cache_interface.py",
-                "v1/attention/backends/mla/flashinfer_mla.py"]:
+    for rel in [
+        "v1/worker/gpu/spec_decode/speculator.py",
+        "v1/kv_cache_interface.py",
+        "v1/attention/backends/mla/flashinfer_mla.py",
+    ]:
         module = cst.parse_module((root / rel).read_text())
         nodes = [n for n in _walk(module) if isinstance(n, (cst.Call, cst.Arg, cst.Name, cst.FunctionDef))][::7]
         expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-BAD = '''\
+BAD = """\
 from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -18,7 +18,7 @@ class MyDraftSpeculator(DraftModelSpeculator):
     def propose(self, num_reqs, num_tokens):
         batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
         return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=batch_desc.num_tokens)
-'''
+"""
 FIXED = BAD.replace(
     "        return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=batch_desc.num_tokens)",
     "        return self._build_uniform_attn_metadata(num_reqs=num_reqs, batch_desc=batch_desc, num_query_per_req=1)",
@@ -26,15 +26,28 @@ FIXED = BAD.replace(
 
 
 def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"})
+    subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.invalid",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.invalid",
+        },
+    )
 
 
 def try_repo(project: Path, home: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), "specguard", "--files", "spec.py", "--verbose"],
-        cwd=project, capture_output=True, text=True, timeout=900,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "PRE_COMMIT_HOME": str(home)},
     )
 

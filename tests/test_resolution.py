@@ -7,14 +7,14 @@ from pathlib import Path
 
 from specguard.analysis.engine import check_paths
 
-BASE = '''
+BASE = """
 class BaseSpeculator:
     pass
 
 class DraftModelSpeculator(BaseSpeculator):
     def _build_attn_metadata(self, num_reqs, batch_desc):
         pass
-'''
+"""
 
 
 def write_tree(root: Path, files: dict[str, str]) -> Path:
@@ -36,12 +36,15 @@ def pkg(extra: dict[str, str]) -> dict[str, str]:
 
 
 def test_speculator_through_three_levels_and_modules(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, pkg({
-        "fork/spec/mid.py": "from fork.spec.speculator import DraftModelSpeculator\n"
-                            "class MidSpeculator(DraftModelSpeculator):\n    pass\n",
-        "fork/spec/upper.py": "from .mid import MidSpeculator\nclass Upper(MidSpeculator):\n    pass\n",
-        "fork/leaf/__init__.py": "",
-        "fork/leaf/leaf.py": """
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/spec/mid.py": "from fork.spec.speculator import DraftModelSpeculator\n"
+                "class MidSpeculator(DraftModelSpeculator):\n    pass\n",
+                "fork/spec/upper.py": "from .mid import MidSpeculator\nclass Upper(MidSpeculator):\n    pass\n",
+                "fork/leaf/__init__.py": "",
+                "fork/leaf/leaf.py": """
             from fork.spec.upper import Upper
             from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
 
@@ -49,16 +52,21 @@ def test_speculator_through_three_levels_and_modules(tmp_path: Path) -> None:
                 def propose(self):
                     return build_attn_metadata()
         """,
-    }))
+            }
+        ),
+    )
     assert codes(tree) == [("leaf.py", "SG101", 7)]
 
 
 def test_only_the_leaf_folder_checked_still_sees_its_ancestors(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, pkg({
-        "fork/spec/mid.py": "from fork.spec.speculator import DraftModelSpeculator\n"
-                            "class MidSpeculator(DraftModelSpeculator):\n    pass\n",
-        "fork/leaf/__init__.py": "",
-        "fork/leaf/leaf.py": """
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/spec/mid.py": "from fork.spec.speculator import DraftModelSpeculator\n"
+                "class MidSpeculator(DraftModelSpeculator):\n    pass\n",
+                "fork/leaf/__init__.py": "",
+                "fork/leaf/leaf.py": """
             from ..spec import mid
             from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
 
@@ -66,13 +74,18 @@ def test_only_the_leaf_folder_checked_still_sees_its_ancestors(tmp_path: Path) -
                 def propose(self):
                     return build_attn_metadata()
         """,
-    }))
+            }
+        ),
+    )
     assert codes(tree, "fork/leaf") == [("leaf.py", "SG101", 7)]
 
 
 def test_base_aliases_and_module_attributes(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, pkg({
-        "fork/a.py": """
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/a.py": """
             import fork.spec.speculator as base
             from fork.spec.speculator import DraftModelSpeculator as DMS
             from vllm.v1.worker.gpu import attn_utils
@@ -86,14 +99,19 @@ def test_base_aliases_and_module_attributes(tmp_path: Path) -> None:
                 def propose(self):
                     return bam()
         """,
-    }))
+            }
+        ),
+    )
     assert codes(tree, "fork/a.py") == [("a.py", "SG101", 9), ("a.py", "SG101", 13)]
 
 
 def test_re_exported_base_is_followed(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, pkg({
-        "fork/spec/__init__.py": "from fork.spec.speculator import DraftModelSpeculator\n",
-        "fork/b.py": """
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/spec/__init__.py": "from fork.spec.speculator import DraftModelSpeculator\n",
+                "fork/b.py": """
             from fork.spec import DraftModelSpeculator
             from fork.cp import prepare_dcp_local_seq_lens
 
@@ -101,40 +119,55 @@ def test_re_exported_base_is_followed(tmp_path: Path) -> None:
                 def propose(self):
                     prepare_dcp_local_seq_lens()
         """,
-    }))
+            }
+        ),
+    )
     assert codes(tree, "fork/b.py") == [("b.py", "SG104", 7)]
 
 
 def test_a_non_speculator_may_define_helper_names_and_call_the_sink(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, pkg({
-        "fork/model_state.py": """
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/model_state.py": """
             from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
 
             class ModelState:
                 def _build_draft_attn_metadata(self):
                     return build_attn_metadata(num_tokens=self.batch_desc.num_tokens)
         """,
-    }))
+            }
+        ),
+    )
     assert codes(tree) == []
 
 
 def test_a_method_of_another_object_named_like_the_sink_is_not_the_sink(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, pkg({
-        "fork/c.py": """
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/c.py": """
             from fork.spec.speculator import DraftModelSpeculator
 
             class S(DraftModelSpeculator):
                 def propose(self):
                     return self.builder.build_attn_metadata()
         """,
-    }))
+            }
+        ),
+    )
     # `self.builder.build_attn_metadata` is a method of some object, not the module-level sink
     assert codes(tree) == []
 
 
 def test_capture_time_builder_is_exempt(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, pkg({
-        "fork/d.py": """
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/d.py": """
             from fork.spec.speculator import DraftModelSpeculator
             from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
             from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
@@ -146,5 +179,7 @@ def test_capture_time_builder_is_exempt(tmp_path: Path) -> None:
             class S(DraftModelSpeculator):
                 pass
         """,
-    }))
+            }
+        ),
+    )
     assert codes(tree) == []

@@ -15,28 +15,52 @@ SPEC = "vllm/v1/worker/gpu/spec_decode"
 
 # (file, code, scope) -> why the finding is right
 EXPECTED_0_28_0 = {
-    (f"{SPEC}/dflash/speculator.py", "SG102", "DFlashSpeculator._build_draft_attn_metadata"):
-        "the DFlash override the DP fix deleted; it forwarded the caller's DP-padded count to the base helper",
-    (f"{SPEC}/dflash/speculator.py", "SG103", "DFlashSpeculator.propose"):
-        "num_tokens_padded = batch_desc.num_tokens (from dispatch_cg_and_sync_dp) reaches the helper with no "
-        "FULL check: the DFlash DP>1 startup crash of the first seed",
-    (f"{SPEC}/autoregressive/speculator.py", "SG103", "AutoRegressiveSpeculator._multi_step_decode"):
-        "batch_desc (a BatchExecutionDescriptor parameter) .num_tokens passed as num_tokens_padded= each step",
-    (f"{SPEC}/autoregressive/speculator.py", "SG103", "AutoRegressiveSpeculator._fused_multi_step_decode"):
-        "same, in the fused path; its `cg_mode != FULL` test guards only the slot mappings, not the helper call",
-    (f"{SPEC}/multi_module_mtp/speculator.py", "SG103", "MultiModuleMTPSpeculator.propose"):
-        "batch_desc from dispatch_cg_and_sync_dp, .num_tokens passed straight to the helper",
-    (f"{SPEC}/speculator.py", "SG105", "DraftModelSpeculator._build_draft_attn_metadata"):
-        "the base helper calls build_attn_metadata (which accepts dcp_local_seq_lens) without recomputing them: "
-        "the stale DCP lengths of the second seed",
-    ("vllm/v1/kv_cache_interface.py", "SG201", "MLAAttentionSpec.merge"):
-        "non_causal_multi_token_decode=any(...): one non-causal draft layer makes the whole group non-causal",
+    (
+        f"{SPEC}/dflash/speculator.py",
+        "SG102",
+        "DFlashSpeculator._build_draft_attn_metadata",
+    ): "the DFlash override the DP fix deleted; it forwarded the caller's DP-padded count to the base helper",
+    (
+        f"{SPEC}/dflash/speculator.py",
+        "SG103",
+        "DFlashSpeculator.propose",
+    ): "num_tokens_padded = batch_desc.num_tokens (from dispatch_cg_and_sync_dp) reaches the helper with no "
+    "FULL check: the DFlash DP>1 startup crash of the first seed",
+    (
+        f"{SPEC}/autoregressive/speculator.py",
+        "SG103",
+        "AutoRegressiveSpeculator._multi_step_decode",
+    ): "batch_desc (a BatchExecutionDescriptor parameter) .num_tokens passed as num_tokens_padded= each step",
+    (
+        f"{SPEC}/autoregressive/speculator.py",
+        "SG103",
+        "AutoRegressiveSpeculator._fused_multi_step_decode",
+    ): "same, in the fused path; its `cg_mode != FULL` test guards only the slot mappings, not the helper call",
+    (
+        f"{SPEC}/multi_module_mtp/speculator.py",
+        "SG103",
+        "MultiModuleMTPSpeculator.propose",
+    ): "batch_desc from dispatch_cg_and_sync_dp, .num_tokens passed straight to the helper",
+    (
+        f"{SPEC}/speculator.py",
+        "SG105",
+        "DraftModelSpeculator._build_draft_attn_metadata",
+    ): "the base helper calls build_attn_metadata (which accepts dcp_local_seq_lens) without recomputing them: "
+    "the stale DCP lengths of the second seed",
+    (
+        "vllm/v1/kv_cache_interface.py",
+        "SG201",
+        "MLAAttentionSpec.merge",
+    ): "non_causal_multi_token_decode=any(...): one non-causal draft layer makes the whole group non-causal",
 }
 
 EXPECTED_0_33_0 = {
-    ("vllm/v1/kv_cache_interface.py", "SG201", "MLAAttentionSpec.merge"):
-        "the merge went back to non_causal_multi_token_decode=any(...) after the DCP fix had made it assert one "
-        "value; the runtime guard's G3 is how a deployment verifies its groups",
+    (
+        "vllm/v1/kv_cache_interface.py",
+        "SG201",
+        "MLAAttentionSpec.merge",
+    ): "the merge went back to non_causal_multi_token_decode=any(...) after the DCP fix had made it assert one "
+    "value; the runtime guard's G3 is how a deployment verifies its groups",
 }
 
 
@@ -47,15 +71,13 @@ def _check(cli, root) -> list[dict]:  # type: ignore[no-untyped-def]
     return json.loads(out.stdout)
 
 
-@pytest.mark.parametrize(
-    ("version", "expected"), [("0.28.0", EXPECTED_0_28_0), ("0.33.0", EXPECTED_0_33_0)]
-)
+@pytest.mark.parametrize(("version", "expected"), [("0.28.0", EXPECTED_0_28_0), ("0.33.0", EXPECTED_0_33_0)])
 def test_every_finding_on_the_real_tree_is_expected(version, expected, vllm_source, cli) -> None:  # type: ignore[no-untyped-def]
     root = vllm_source(version)
     findings = _check(cli, root)
     got = {}
     for f in findings:
-        rel = f["filename"][len(str(root.parent)) + 1:]
+        rel = f["filename"][len(str(root.parent)) + 1 :]
         got[(rel, f["code"])] = got.get((rel, f["code"]), 0) + 1
     assert all(f["code"] != "SG000" for f in findings)
     keyed = {(k[0], k[1]) for k in expected}
@@ -71,7 +93,7 @@ def test_findings_name_the_scope_they_are_in(version, vllm_source) -> None:  # t
     root = vllm_source(version)
     expected = EXPECTED_0_28_0 if version == "0.28.0" else EXPECTED_0_33_0
     result = check_paths([root], use_cache=False)
-    got = {(f.path[len(str(root.parent)) + 1:], f.code, f.symbol) for f in result.findings}
+    got = {(f.path[len(str(root.parent)) + 1 :], f.code, f.symbol) for f in result.findings}
     assert got == set(expected)
     assert result.errors == []
 

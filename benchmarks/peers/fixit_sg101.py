@@ -51,8 +51,12 @@ class MetadataOutsideHelper(LintRule):
         if not (isinstance(node.func, cst.Name) and node.func.value == "build_attn_metadata"):
             return
         for arg in node.args:
-            if (arg.keyword is not None and arg.keyword.value == "for_cudagraph_capture"
-                    and isinstance(arg.value, cst.Name) and arg.value.value == "True"):
+            if (
+                arg.keyword is not None
+                and arg.keyword.value == "for_cudagraph_capture"
+                and isinstance(arg.value, cst.Name)
+                and arg.value.value == "True"
+            ):
                 return
         if self._in_method():
             self.report(node)

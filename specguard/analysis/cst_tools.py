@@ -9,9 +9,29 @@ from dataclasses import dataclass
 import libcst as cst
 
 # Fields that hold only whitespace, comments or punctuation: never a name, call or assignment a rule looks for.
-_TRIVIA = ("whitespace", "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators",
-           "header", "footer", "newline", "colon", "equal", "dot", "star", "lbracket", "rbracket", "lbrace",
-           "rbrace", "operator", "asynchronous", "lines_after")
+_TRIVIA = (
+    "whitespace",
+    "lpar",
+    "rpar",
+    "comma",
+    "semicolon",
+    "leading_lines",
+    "lines_after_decorators",
+    "header",
+    "footer",
+    "newline",
+    "colon",
+    "equal",
+    "dot",
+    "star",
+    "lbracket",
+    "rbracket",
+    "lbrace",
+    "rbrace",
+    "operator",
+    "asynchronous",
+    "lines_after",
+)
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
@@ -112,6 +132,7 @@ def has_decorator(func: cst.FunctionDef, name: str) -> bool:
 
 # ---- guard-aware walk -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Event:
     """A call, or an assignment of `value` to `targets`, in source order, and whether a FULL guard covers it."""
@@ -168,8 +189,7 @@ class GuardWalk:
         self._walk(node, False)
         return self.events
 
-    def _branches(self, test: cst.BaseExpression, body: cst.CSTNode, orelse: cst.CSTNode | None,
-                  guarded: bool) -> None:
+    def _branches(self, test: cst.BaseExpression, body: cst.CSTNode, orelse: cst.CSTNode | None, guarded: bool) -> None:
         kind = full_test(test, self.mode_attribute, self.full_mode)
         self._walk(test, guarded)
         self._walk(body, guarded or kind == "eq")

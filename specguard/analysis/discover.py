@@ -9,9 +9,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Folders no one wants analyzed; like ruff's defaults. Matched by name, the cheap way.
-DEFAULT_EXCLUDES = frozenset({".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".tox", ".nox", "build",
-                              "dist", "node_modules", ".specguard_cache", ".mypy_cache", ".ruff_cache",
-                              ".pytest_cache", ".eggs", "site-packages"})
+DEFAULT_EXCLUDES = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".venv",
+        "venv",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        "build",
+        "dist",
+        "node_modules",
+        ".specguard_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".pytest_cache",
+        ".eggs",
+        "site-packages",
+    }
+)
 
 
 @dataclass
@@ -60,8 +78,11 @@ class _Walker:
                 if entry.is_dir():
                     yield from self.walk(entry.path)
                 # Only a symlinked file can be reached twice; plain files skip the extra stat.
-                elif (entry.name.endswith(".py") and entry.is_file()
-                      and (not entry.is_symlink() or self.first_visit(self.seen_files, entry.path))):
+                elif (
+                    entry.name.endswith(".py")
+                    and entry.is_file()
+                    and (not entry.is_symlink() or self.first_visit(self.seen_files, entry.path))
+                ):
                     yield entry.path
             except OSError:
                 continue

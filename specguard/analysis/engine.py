@@ -41,8 +41,14 @@ _CRASH = "the parser crashed on this file (pathologically deep nesting?)"
 Outcome = tuple[list[Finding], str | None]  # a file's findings, or the internal error that stopped its rules
 
 
-def _evaluate(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str], mentions: frozenset[str],
-              definitions: list[tuple[int, int]]) -> Outcome:
+def _evaluate(
+    path: str,
+    facts: FileFacts,
+    pack: Pack,
+    codes: frozenset[str],
+    mentions: frozenset[str],
+    definitions: list[tuple[int, int]],
+) -> Outcome:
     from specguard.analysis.evaluate import evaluate_file  # libcst loads only when a file needs it
 
     try:
@@ -157,8 +163,9 @@ class _Run:
         self.cache.save(set(self.scans) | self.borrowed, live_results)
 
 
-def check_paths(paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True,
-                pack: Pack | None = None) -> CheckResult:
+def check_paths(
+    paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True, pack: Pack | None = None
+) -> CheckResult:
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
     found = discover([Path(p) for p in paths], settings.exclude)
@@ -181,8 +188,14 @@ def _ignored(finding: Finding, settings: Settings) -> bool:
     return is_suppressed(finding, settings)
 
 
-def check_source(text: str, path: str = "example.py", module: str = "example", *,
-                 pack: Pack | None = None, settings: Settings | None = None) -> list[Finding]:
+def check_source(
+    text: str,
+    path: str = "example.py",
+    module: str = "example",
+    *,
+    pack: Pack | None = None,
+    settings: Settings | None = None,
+) -> list[Finding]:
     """One in-memory module through the same index and rules, with nothing else in the project.
 
     What the rules' own examples and the property tests run; a source error comes back as SG000.

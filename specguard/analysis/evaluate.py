@@ -24,8 +24,15 @@ def _names_to_keep(facts: FileFacts, pack: Pack) -> tuple[str, ...]:
     return tuple(sorted(names | aliases))
 
 
-def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
-                    mentions: frozenset[str], definitions: list[tuple[int, int]]) -> list[Finding]:
+def evaluate_source(
+    text: str,
+    path: str,
+    facts: FileFacts,
+    pack: Pack,
+    codes: frozenset[str],
+    mentions: frozenset[str],
+    definitions: list[tuple[int, int]],
+) -> list[Finding]:
     rules = [r for r in map(load_rule, sorted(codes)) if r.applies(facts, pack, mentions)]
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
@@ -44,8 +51,14 @@ def evaluate_source(text: str, path: str, facts: FileFacts, pack: Pack, codes: f
     ]
 
 
-def evaluate_file(path: str, facts: FileFacts, pack: Pack, codes: frozenset[str],
-                  mentions: frozenset[str], definitions: list[tuple[int, int]]) -> list[Finding]:
+def evaluate_file(
+    path: str,
+    facts: FileFacts,
+    pack: Pack,
+    codes: frozenset[str],
+    mentions: frozenset[str],
+    definitions: list[tuple[int, int]],
+) -> list[Finding]:
     if not any(load_rule(c).applies(facts, pack, mentions) for c in codes):
         return []  # decided before reading the file again
     try:

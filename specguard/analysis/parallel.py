@@ -61,8 +61,15 @@ class Workers:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def run(self, fn: Callable[..., R], jobs: Sequence[Job], *, on_crash: Callable[[Job], R],
-            weight: Callable[[Job], int] = lambda job: 1, main_share: float = 0.5) -> list[R]:
+    def run(
+        self,
+        fn: Callable[..., R],
+        jobs: Sequence[Job],
+        *,
+        on_crash: Callable[[Job], R],
+        weight: Callable[[Job], int] = lambda job: 1,
+        main_share: float = 0.5,
+    ) -> list[R]:
         """fn(*job) for every job, in order. The main process takes `main_share` of the work; 0 keeps jobs
         that could crash the interpreter (a native parser) out of it."""
         if self.pool is None or not jobs:

@@ -29,8 +29,9 @@ class _TokenSpans(CodegenState):
         self.spans.setdefault(id(node), (start, len(self.tokens)))
 
     @contextmanager
-    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
-                                  end_node: cst.CSTNode | None = None) -> Iterator[None]:
+    def record_syntactic_position(
+        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
+    ) -> Iterator[None]:
         start = len(self.tokens)
         yield  # no try/finally: after an error inside (a RecursionError), record nothing and let it propagate
         end = len(self.tokens)

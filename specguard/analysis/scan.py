@@ -30,8 +30,9 @@ def stamp_of(path: str | Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def scan_file(path: str, needles: tuple[bytes, ...], groups: tuple[tuple[bytes, ...], ...] = (),
-              summarize_always: bool = False) -> FileScan:
+def scan_file(
+    path: str, needles: tuple[bytes, ...], groups: tuple[tuple[bytes, ...], ...] = (), summarize_always: bool = False
+) -> FileScan:
     """Stage one for a file. `summarize_always` is for modules the index reads for an ancestor class."""
     try:
         data, stamp = read_stamped(path)

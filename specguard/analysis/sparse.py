@@ -17,6 +17,6 @@ def sparse_source(text: str, definitions: list[tuple[int, int]], names: tuple[st
     lines = _LINES.findall(text)
     keep = [False] * len(lines)
     for first, last in definitions:
-        if any(name in "".join(lines[first - 1:last]) for name in names):
-            keep[first - 1:last] = [True] * (last - first + 1)
-    return "".join(line if kept else line[len(line.rstrip("\r\n")):] for line, kept in zip(lines, keep, strict=True))
+        if any(name in "".join(lines[first - 1 : last]) for name in names):
+            keep[first - 1 : last] = [True] * (last - first + 1)
+    return "".join(line if kept else line[len(line.rstrip("\r\n")) :] for line, kept in zip(lines, keep, strict=True))

@@ -105,9 +105,7 @@ def summarize(tree: ast.Module, module: str, is_package: bool) -> ModuleSummary:
                     summary.imports[alias.asname or alias.name] = f"{source}.{alias.name}" if source else alias.name
         elif isinstance(stmt, ast.ClassDef):
             bases = tuple(b for b in (dotted_name(e) for e in stmt.bases) if b)
-            methods = frozenset(
-                s.name for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-            )
+            methods = frozenset(s.name for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)))
             summary.classes[stmt.name] = ClassSummary(bases, methods, stmt.lineno)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             summary.functions[stmt.name] = _params(stmt)

@@ -10,7 +10,7 @@ from pathlib import Path
 from specguard.analysis.findings import Finding
 from specguard.settings import Settings
 
-# A bare `# noqa` belongs to other linters and does not silence specguard; a bare ignore does not either.
+# A bare noqa comment belongs to other linters and does not silence specguard; a bare ignore does not either.
 _NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
 _IGNORE = re.compile(r"#\s*specguard:\s*ignore\[(?P<codes>[^\]]*)\]", re.IGNORECASE)
 

@@ -166,18 +166,14 @@ def _check_template(origin: str, code: str, field: str, text: str) -> None:
         raise UserError(f"{origin}: hazard '{code}.{field}': bad placeholder: {exc}") from None
     for name in names:
         if not name.isidentifier():
-            raise UserError(
-                f"{origin}: hazard '{code}.{field}': placeholder '{{{name}}}' is not a plain name"
-            )
+            raise UserError(f"{origin}: hazard '{code}.{field}': placeholder '{{{name}}}' is not a plain name")
 
 
 def parse_catalogue(raw: dict[str, Any], origin: str) -> Catalogue:
     section = raw.get("hazards")
     extra = sorted(set(raw) - {"hazards"})
     if extra:
-        raise UserError(
-            f"{origin}: unknown top-level key '{extra[0]}' (expected only [hazards.CFGxxx] tables)"
-        )
+        raise UserError(f"{origin}: unknown top-level key '{extra[0]}' (expected only [hazards.CFGxxx] tables)")
     if not isinstance(section, dict):
         raise UserError(f"{origin}: missing [hazards.CFGxxx] tables")
     hazards: dict[str, Hazard] = {}

@@ -49,9 +49,7 @@ def _config_parser() -> argparse.ArgumentParser:
         help="the vllm/ package dir to judge against (default: the vLLM installed in this environment)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument(
-        "--hazards", metavar="FILE", help="a hazard catalogue to use instead of the built-in one"
-    )
+    parser.add_argument("--hazards", metavar="FILE", help="a hazard catalogue to use instead of the built-in one")
     return parser
 
 

@@ -89,9 +89,7 @@ def _runtime_checks() -> tuple[list[RuntimeCheck], str | None]:
     try:
         mode = parse_mode(os.environ.get(ENV_VAR))
         current = (
-            f"{ENV_VAR}={os.environ.get(ENV_VAR, '')!r}: {mode}"
-            if ENV_VAR in os.environ
-            else f"{ENV_VAR} unset: off"
+            f"{ENV_VAR}={os.environ.get(ENV_VAR, '')!r}: {mode}" if ENV_VAR in os.environ else f"{ENV_VAR} unset: off"
         )
     except SpecGuardConfigError as exc:
         current = str(exc)

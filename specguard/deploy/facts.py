@@ -103,9 +103,7 @@ class SourceFacts:
         return self.findings_in(list(lineage.values()), rules)
 
     def findings_of(self, rules: list[str]) -> list[SourceFinding]:
-        return sorted(
-            {f for f in self.findings if f.code in rules}, key=lambda f: (f.relpath, f.line, f.code)
-        )
+        return sorted({f for f in self.findings if f.code in rules}, key=lambda f: (f.relpath, f.line, f.code))
 
     # -- speculative methods and their speculator classes ---------------------------------------------------
 
@@ -130,11 +128,7 @@ class SourceFacts:
         result: dict[str, list[ClassInfo]] = {}
         if parsed is not None:
             func = next(
-                (
-                    s
-                    for s in parsed.module.body
-                    if isinstance(s, cst.FunctionDef) and s.name.value == function
-                ),
+                (s for s in parsed.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function),
                 None,
             )
             predicates = self._predicates(predicate_file, predicate_class)
@@ -155,9 +149,7 @@ class SourceFacts:
                         if info is not None and info not in classes:
                             classes.append(info)
                     for method in methods:
-                        result.setdefault(method, []).extend(
-                            c for c in classes if c not in result.get(method, [])
-                        )
+                        result.setdefault(method, []).extend(c for c in classes if c not in result.get(method, []))
         self._speculators[key] = result
         return result
 
@@ -340,18 +332,14 @@ def _methods_tested(test: cst.BaseExpression, negated: bool = False) -> list[str
     return methods
 
 
-def _branch_methods(
-    test: cst.BaseExpression, predicates: dict[str, cst.FunctionDef]
-) -> tuple[list[str], bool]:
+def _branch_methods(test: cst.BaseExpression, predicates: dict[str, cst.FunctionDef]) -> tuple[list[str], bool]:
     """The methods an if-test selects, and whether it selects exactly them (no other condition)."""
     if isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute) and not test.args:
         func = predicates.get(test.func.attr.value)
         if func is None:
             return [], False
         stmts = [s for s in func.body.body if isinstance(s, cst.SimpleStatementLine)]
-        only_return = (
-            len(func.body.body) == 1 and len(stmts) == 1 and isinstance(stmts[0].body[0], cst.Return)
-        )
+        only_return = len(func.body.body) == 1 and len(stmts) == 1 and isinstance(stmts[0].body[0], cst.Return)
         if only_return:
             ret = stmts[0].body[0]
             assert isinstance(ret, cst.Return)

@@ -103,9 +103,7 @@ def _cfg101(cfg: ServingConfig, p: DraftPathParams, facts: SourceFacts | None) -
 
 
 def _speculators(method: str, p: SpeculatorParams, facts: SourceFacts) -> list[ClassInfo]:
-    registry = facts.method_speculators(
-        p.registry_file, p.registry_function, p.predicate_file, p.predicate_class
-    )
+    registry = facts.method_speculators(p.registry_file, p.registry_function, p.predicate_file, p.predicate_class)
     return registry.get(method, [])
 
 
@@ -170,9 +168,7 @@ def _cfg103(cfg: ServingConfig, p: NonCausalDcpParams, facts: SourceFacts | None
     found = facts.class_attribute(backend.builder, p.attribute)
     if found is not None and found[0] is True:
         return []
-    declared = (
-        "not declared on it or its bases" if found is None else f"{found[1].name} sets it to {found[0]}"
-    )
+    declared = "not declared on it or its bases" if found is None else f"{found[1].name} sets it to {found[0]}"
     return [
         _Hit(
             "decode-context-parallel-size",
@@ -255,16 +251,8 @@ def _cfg109(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) ->
         return []
     if not _confirmed(p, facts):
         return []
-    k = (
-        spec.num_speculative_tokens
-        if spec.num_speculative_tokens is not None
-        else "(the draft model's n_predict)"
-    )
-    return [
-        _Hit(
-            "speculative-config.num_speculative_tokens_per_batch_size", {"dp": cfg.data_parallel_size, "k": k}
-        )
-    ]
+    k = spec.num_speculative_tokens if spec.num_speculative_tokens is not None else "(the draft model's n_predict)"
+    return [_Hit("speculative-config.num_speculative_tokens_per_batch_size", {"dp": cfg.data_parallel_size, "k": k})]
 
 
 def _cfg110(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
@@ -354,9 +342,7 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         try:
             hits = EVALUATORS[code](cfg, hazard.params, facts)
         except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
-            judgement.notes.append(
-                f"{code} not judged: reading the source failed ({type(exc).__name__}: {exc})"
-            )
+            judgement.notes.append(f"{code} not judged: reading the source failed ({type(exc).__name__}: {exc})")
             continue
         for hit in hits:
             judgement.findings.append(_render(hazard, hit, source))

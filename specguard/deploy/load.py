@@ -88,9 +88,7 @@ def normalize(raw: dict[str, Any], origin: str, known: KnownOptions | None = Non
                     continue
                 guess = suggest(sub_name, fields)
                 if guess is not None:
-                    raise UserError(
-                        f"{origin}: unknown key '{option}.{sub}'; did you mean '{option}.{guess}'?"
-                    )
+                    raise UserError(f"{origin}: unknown key '{option}.{sub}'; did you mean '{option}.{guess}'?")
     return out
 
 
@@ -133,11 +131,7 @@ def build(raw: dict[str, Any], origin: str, known: KnownOptions | None = None) -
         return ServingConfig.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-        more = (
-            f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-            if len(errors) > 1
-            else ""
-        )
+        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise UserError(f"{origin}: {_describe(errors[0])}{more}") from None
 
 

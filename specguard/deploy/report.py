@@ -20,9 +20,7 @@ def to_text(judgement: Judgement, origin: str) -> str:
     for f in judgement.findings:
         lines.append(f"{origin}: {f.code} {f.severity} [{f.key}]")
         # Paths contain hyphens; breaking there would make them uncopyable.
-        lines.extend(
-            textwrap.wrap(f.message, 108, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
-        )
+        lines.extend(textwrap.wrap(f.message, 108, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False))
         lines.extend(
             textwrap.wrap(
                 f"fix: {f.fix}", 108, initial_indent="  ", subsequent_indent="       ", break_on_hyphens=False

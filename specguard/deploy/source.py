@@ -295,9 +295,7 @@ def literal_strings(node: cst.CSTNode) -> list[str]:
                 if isinstance(piece, cst.SimpleString):
                     parts.append(str(piece.evaluated_value))
                 else:  # f-string: keep the literal text, drop the holes
-                    parts.append(
-                        "".join(p.value for p in piece.parts if isinstance(p, cst.FormattedStringText))
-                    )
+                    parts.append("".join(p.value for p in piece.parts if isinstance(p, cst.FormattedStringText)))
             out.append("".join(parts))
             return False
 

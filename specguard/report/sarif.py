@@ -14,25 +14,29 @@ SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
 def _rules() -> list[dict]:
-    described = [{
-        "id": "SG000",
-        "name": "source-error",
-        "shortDescription": {"text": "A file specguard could not read, decode or parse."},
-        "fullDescription": {"text": SOURCE_ERROR_DOCS},
-        "helpUri": rule_url("SG000"),
-        "defaultConfiguration": {"level": "error"},
-    }]
+    described = [
+        {
+            "id": "SG000",
+            "name": "source-error",
+            "shortDescription": {"text": "A file specguard could not read, decode or parse."},
+            "fullDescription": {"text": SOURCE_ERROR_DOCS},
+            "helpUri": rule_url("SG000"),
+            "defaultConfiguration": {"level": "error"},
+        }
+    ]
     for code in ALL_CODES:
         rule = load_rule(code)
-        described.append({
-            "id": rule.code,
-            "name": rule.name,
-            "shortDescription": {"text": rule.summary},
-            "fullDescription": {"text": rule.why},
-            "help": {"text": rule.docs(), "markdown": rule.docs()},
-            "helpUri": rule_url(rule.code),
-            "defaultConfiguration": {"level": "error"},
-        })
+        described.append(
+            {
+                "id": rule.code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary},
+                "fullDescription": {"text": rule.why},
+                "help": {"text": rule.docs(), "markdown": rule.docs()},
+                "helpUri": rule_url(rule.code),
+                "defaultConfiguration": {"level": "error"},
+            }
+        )
     return described
 
 
@@ -50,28 +54,33 @@ def render(findings: list[Finding]) -> str:
             "ruleIndex": index[f.code],
             "level": "error",
             "message": {"text": f.message},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": {"uri": _uri(f.path)},
-                    "region": {
-                        "startLine": f.line,
-                        "startColumn": f.col,
-                        "endLine": f.end_line or f.line,
-                        "endColumn": f.end_col or f.col,
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": _uri(f.path)},
+                        "region": {
+                            "startLine": f.line,
+                            "startColumn": f.col,
+                            "endLine": f.end_line or f.line,
+                            "endColumn": f.end_col or f.col,
+                        },
                     },
-                },
-                **({"logicalLocations": [{"fullyQualifiedName": f.symbol}]} if f.symbol else {}),
-            }],
+                    **({"logicalLocations": [{"fullyQualifiedName": f.symbol}]} if f.symbol else {}),
+                }
+            ],
         }
         for f in findings
     ]
     log = {
         "$schema": SCHEMA,
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": "specguard", "version": __version__, "informationUri": DOCS,
-                                "rules": rules}},
-            "results": results,
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {"name": "specguard", "version": __version__, "informationUri": DOCS, "rules": rules}
+                },
+                "results": results,
+            }
+        ],
     }
     return json.dumps(log, indent=2)

@@ -83,25 +83,27 @@ class Rule:
 
     def docs(self) -> str:
         """The text `specguard explain CODE` prints, in ruff's layout."""
-        return "\n".join([
-            f"# {self.name} ({self.code})",
-            "",
-            "## What it does",
-            textwrap.fill(self.summary, 100),
-            "",
-            "## Why is this bad?",
-            textwrap.fill(self.why, 100),
-            "",
-            "## Example",
-            "```python",
-            textwrap.dedent(self.bad).strip(),
-            "```",
-            "",
-            "Use instead:",
-            "```python",
-            textwrap.dedent(self.good).strip(),
-            "```",
-        ])
+        return "\n".join(
+            [
+                f"# {self.name} ({self.code})",
+                "",
+                "## What it does",
+                textwrap.fill(self.summary, 100),
+                "",
+                "## Why is this bad?",
+                textwrap.fill(self.why, 100),
+                "",
+                "## Example",
+                "```python",
+                textwrap.dedent(self.bad).strip(),
+                "```",
+                "",
+                "Use instead:",
+                "```python",
+                textwrap.dedent(self.good).strip(),
+                "```",
+            ]
+        )
 
 
 def speculator_module(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:

@@ -31,7 +31,6 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
                 )
 
 
-
 RULE = Rule(
     code="SG104",
     name="duplicate-dcp-prep",

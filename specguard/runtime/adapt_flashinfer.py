@@ -49,9 +49,7 @@ def _planned(self: Any) -> tuple:
 
 def _check_prefill_run(self: Any, q: Any, site: str) -> inv.Violation | None:
     _, planned_rows, reqs = _planned(self)
-    return inv.check_prefill_rows(
-        rows(q), planned_rows, site=site, subject=type(self).__name__, planned_reqs=reqs
-    )
+    return inv.check_prefill_rows(rows(q), planned_rows, site=site, subject=type(self).__name__, planned_reqs=reqs)
 
 
 def _check_decode_run(self: Any, q: Any, site: str) -> inv.Violation | None:

@@ -173,8 +173,7 @@ def check_mla_decode_geometry(
         facts["cum_seq_lens_q.shape"] = tuple(cum_seq_lens_q_shape)
         if cum_seq_lens_q_shape[0] != n_req + 1:
             problems.append(
-                f"cum_seq_lens_q has {cum_seq_lens_q_shape[0]} entries for {n_req} requests "
-                f"(needs {n_req + 1})"
+                f"cum_seq_lens_q has {cum_seq_lens_q_shape[0]} entries for {n_req} requests (needs {n_req + 1})"
             )
     if len(set(rows.values())) > 1:
         problems.append("batch rows disagree: " + ", ".join(f"{k}={v}" for k, v in rows.items()))
@@ -192,9 +191,7 @@ def check_mla_decode_geometry(
     if not problems:
         return None
     unexpanded = (
-        global_bound_shape is not None
-        and global_bound_shape[0] != n_req
-        and n_req % max(global_bound_shape[0], 1) == 0
+        global_bound_shape is not None and global_bound_shape[0] != n_req and n_req % max(global_bound_shape[0], 1) == 0
     )
     cause = (
         "the non-causal multi-token path flattened block_tables/seq_lens to one row per query token but left "
@@ -270,9 +267,7 @@ def check_noncausal_dcp(
     )
 
 
-def check_group_flags(
-    flag_values: Mapping[str, Sequence[object]], *, site: str, subject: str
-) -> Violation | None:
+def check_group_flags(flag_values: Mapping[str, Sequence[object]], *, site: str, subject: str) -> Violation | None:
     """G3 at KV-cache group merge: every causality flag must have one value across the group's specs."""
     split = {name: values for name, values in flag_values.items() if len(set(values)) > 1}
     if not split:

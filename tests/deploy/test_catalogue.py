@@ -61,9 +61,7 @@ def _write(tmp_path: Path, text: str) -> Path:
         ('fix = "use one of: {accepted}"', 'fix = "use one of: {accepted[0]}"', "is not a plain name"),
     ],
 )
-def test_malformed_catalogue_names_file_key_and_problem(
-    tmp_path: Path, old: str, new: str, expected: str
-) -> None:
+def test_malformed_catalogue_names_file_key_and_problem(tmp_path: Path, old: str, new: str, expected: str) -> None:
     assert old in BUILTIN, old
     path = _write(tmp_path, BUILTIN.replace(old, new, 1))
     with pytest.raises(UserError) as info:
@@ -95,9 +93,9 @@ def test_an_edited_catalogue_changes_what_is_said(tmp_path: Path) -> None:
 
     path = _write(
         tmp_path,
-        BUILTIN.replace(
-            'text = "must be divisible by dcp_size"', 'text = "must be divisible by dcp_size"', 1
-        ).replace("choose decode-context-parallel-size among", "pick DCP from", 1),
+        BUILTIN.replace('text = "must be divisible by dcp_size"', 'text = "must be divisible by dcp_size"', 1).replace(
+            "choose decode-context-parallel-size among", "pick DCP from", 1
+        ),
     )
     cfg = build({"tensor-parallel-size": 4, "decode-context-parallel-size": 3}, "t")
     [finding] = evaluate(cfg, load_catalogue(path), None).findings

@@ -34,9 +34,7 @@ def test_examples_json(
     run_config: Callable[..., tuple[int, str, str]],
     source_dir: Callable[[str], Path],
 ) -> None:
-    rc, out, err = run_config(
-        str(EXAMPLES / example), "--vllm-source", str(source_dir(version)), "--format", "json"
-    )
+    rc, out, err = run_config(str(EXAMPLES / example), "--vllm-source", str(source_dir(version)), "--format", "json")
     findings = json.loads(out)
     assert {f["code"] for f in findings} == EXAMPLE_OUTCOMES[(example, version)]
     assert rc == (1 if findings else 0)
@@ -45,9 +43,7 @@ def test_examples_json(
     assert err == ""
 
 
-def test_text_output(
-    run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]
-) -> None:
+def test_text_output(run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]) -> None:
     path = EXAMPLES / "dflash-dp2.yaml"
     rc, out, _ = run_config(str(path), "--vllm-source", str(source_dir("0.28.0")))
     assert rc == 1
@@ -62,9 +58,7 @@ def test_argv_and_yaml_give_the_same_findings(
     version: str, run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]
 ) -> None:
     src = str(source_dir(version))
-    rc_yaml, out_yaml, _ = run_config(
-        str(EXAMPLES / "dspark-dcp.yaml"), "--vllm-source", src, "--format", "json"
-    )
+    rc_yaml, out_yaml, _ = run_config(str(EXAMPLES / "dspark-dcp.yaml"), "--vllm-source", src, "--format", "json")
     rc_argv, out_argv, _ = run_config(
         "--vllm-source",
         src,
@@ -211,9 +205,7 @@ def test_doctor_reports_versions_and_a_check_summary(
     assert report["vllm_dir"] == str(source_dir("0.28.0").resolve())
 
 
-def test_doctor_text(
-    capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path], no_probe: None
-) -> None:
+def test_doctor_text(capsys: pytest.CaptureFixture[str], source_dir: Callable[[str], Path], no_probe: None) -> None:
     rc = doctor_main(["--vllm-source", str(source_dir("0.33.0"))])
     out = capsys.readouterr().out
     assert rc == 0
@@ -236,9 +228,7 @@ def test_doctor_lists_the_runtime_guard_checks_as_the_guard_installs_them(
         assert c["would_install"] or c["detail"], c
 
 
-def test_doctor_reports_a_failed_probe(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_doctor_reports_a_failed_probe(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import specguard.deploy.doctor as doctor
 
     monkeypatch.setattr(doctor, "_PROBE", "raise SystemExit('guard exploded')")

@@ -71,20 +71,12 @@ def test_flashinfer_mla_builder_facts(facts: Callable[[str], SourceFacts]) -> No
 def test_evidence_is_found_only_in_raise_or_warning_strings(facts: Callable[[str], SourceFacts]) -> None:
     f = facts("0.28.0")
     assert f.has_evidence("config/parallel.py", "raise", "PCP does not support data parallelism")
-    assert not facts("0.33.0").has_evidence(
-        "config/parallel.py", "raise", "PCP does not support data parallelism"
-    )
+    assert not facts("0.33.0").has_evidence("config/parallel.py", "raise", "PCP does not support data parallelism")
     # Split over two literals in the source.
-    assert f.has_evidence(
-        "config/speculative.py", "raise", "other value than 1 or target model tensor_parallel_size"
-    )
+    assert f.has_evidence("config/speculative.py", "raise", "other value than 1 or target model tensor_parallel_size")
     # Present in a warning, not in a raise.
-    assert f.has_evidence(
-        "config/vllm.py", "warning", "Dynamic speculative decoding is not supported with data"
-    )
-    assert not f.has_evidence(
-        "config/vllm.py", "raise", "Dynamic speculative decoding is not supported with data"
-    )
+    assert f.has_evidence("config/vllm.py", "warning", "Dynamic speculative decoding is not supported with data")
+    assert not f.has_evidence("config/vllm.py", "raise", "Dynamic speculative decoding is not supported with data")
     # A docstring is not a validation.
     assert not f.has_evidence("config/parallel.py", "raise", "Block_size should be divisible by")
 
@@ -98,9 +90,7 @@ def test_findings_come_from_the_analyzer(facts: Callable[[str], SourceFacts]) ->
 
 
 def test_engine_options_are_real_vllm_options(facts: Callable[[str], SourceFacts]) -> None:
-    assert {"data-parallel-size-local", "max-model-len", "speculative-config"} <= facts(
-        "0.33.0"
-    ).engine_options
+    assert {"data-parallel-size-local", "max-model-len", "speculative-config"} <= facts("0.33.0").engine_options
 
 
 def test_the_analyzed_vllm_is_never_imported(source_dir: Callable[[str], Path]) -> None:
@@ -132,9 +122,7 @@ def test_bad_source_dir(tmp_path: Path, make: Callable[[Path], Path], expected: 
         SourceTree.open(make(tmp_path))
 
 
-def test_installed_vllm_is_located_without_running_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_installed_vllm_is_located_without_running_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from specguard.deploy.facts import installed_vllm_dir
 
     pkg = tmp_path / "vllm"

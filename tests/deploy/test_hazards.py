@@ -278,9 +278,7 @@ def test_cfg101_covers_every_dflash_path_class_the_source_builds(
         assert {c.name for c in classes if f.descends_from(c, "DFlashSpeculator")} == expected
 
 
-def test_cfg102_points_at_the_check_in_the_backend(
-    facts: Callable[[str], SourceFacts], catalogue: Catalogue
-) -> None:
+def test_cfg102_points_at_the_check_in_the_backend(facts: Callable[[str], SourceFacts], catalogue: Catalogue) -> None:
     cfg = build(
         {
             "tensor-parallel-size": 4,
@@ -296,9 +294,7 @@ def test_cfg102_points_at_the_check_in_the_backend(
     assert "cp-kv-cache-interleave-size: 1" in finding.fix
 
 
-def test_cfg103_says_the_attribute_is_missing(
-    facts: Callable[[str], SourceFacts], catalogue: Catalogue
-) -> None:
+def test_cfg103_says_the_attribute_is_missing(facts: Callable[[str], SourceFacts], catalogue: Catalogue) -> None:
     cfg = build(
         {
             "tensor-parallel-size": 4,

@@ -54,9 +54,7 @@ max-model-len: 32768
 
 
 def test_unmodelled_vllm_options_are_accepted(tmp_path: Path) -> None:
-    cfg = _from_yaml(
-        tmp_path, "max-num-seqs: 256\ngpu-memory-utilization: 0.9\ndata-parallel-size-local: 1\n"
-    )
+    cfg = _from_yaml(tmp_path, "max-num-seqs: 256\ngpu-memory-utilization: 0.9\ndata-parallel-size-local: 1\n")
     assert cfg.data_parallel_size == 1
 
 

@@ -80,9 +80,7 @@ class MLAHarness:
             _mla_counter_bytes=None,
             _mla_counter_max_batch=64,
         )
-        ns._flattened_decode_metadata = types.MethodType(
-            self.fm.FlashInferMLAImpl._flattened_decode_metadata, ns
-        )
+        ns._flattened_decode_metadata = types.MethodType(self.fm.FlashInferMLAImpl._flattened_decode_metadata, ns)
         return ns
 
     def metadata(

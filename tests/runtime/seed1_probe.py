@@ -88,9 +88,7 @@ def main() -> None:
                 dcp_local_seq_lens=torch.zeros(64, dtype=torch.int32),
             ),
         )
-        if isinstance(
-            getattr(type(spec), "max_model_len", None), property
-        ):  # 0.33.0 reads it from the config
+        if isinstance(getattr(type(spec), "max_model_len", None), property):  # 0.33.0 reads it from the config
             spec.vllm_config = types.SimpleNamespace(model_config=types.SimpleNamespace(max_model_len=4096))
         else:
             spec.max_model_len = 4096

@@ -43,9 +43,7 @@ def _wrapper(cls, backend: str = "fa2"):
 
 def _prefill_plan(w, qo_indptr) -> None:
     kv_indptr = torch.tensor([0, 1, 2, 3], dtype=I32)
-    Prefill.plan(
-        w, qo_indptr, kv_indptr, torch.arange(3, dtype=I32), torch.full((3,), 5, dtype=I32), 4, 4, 64, 16
-    )
+    Prefill.plan(w, qo_indptr, kv_indptr, torch.arange(3, dtype=I32), torch.full((3,), 5, dtype=I32), 4, 4, 64, 16)
 
 
 def test_prefill_run_matches_plan(calls, guard) -> None:
@@ -85,9 +83,7 @@ def test_decode_rows_exact_and_tiled_backends(calls, guard) -> None:
     w = _wrapper(Decode)
     Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, q_len_per_req=2)
     Decode.run(w, torch.randn(8, 4, 64), torch.zeros(4, 16, 4, 64))
-    with pytest.raises(
-        SpecGuardViolation, match=r"q.shape\[0\] \(6\) does not match the decode plan: expected 8"
-    ):
+    with pytest.raises(SpecGuardViolation, match=r"q.shape\[0\] \(6\) does not match the decode plan: expected 8"):
         Decode.run(w, torch.randn(6, 4, 64), torch.zeros(4, 16, 4, 64))
     tiled = _wrapper(Decode, backend="trtllm-gen")
     Decode.plan(tiled, indptr, idx, last, 4, 4, 64, 16)

@@ -115,10 +115,7 @@ def test_noncausal_layer_and_dcp() -> None:
 
 
 def test_group_flags() -> None:
-    assert (
-        inv.check_group_flags({"non_causal_multi_token_decode": [False, False]}, site=SITE, subject="g")
-        is None
-    )
+    assert inv.check_group_flags({"non_causal_multi_token_decode": [False, False]}, site=SITE, subject="g") is None
     v = inv.check_group_flags({"non_causal_multi_token_decode": [False, False, True]}, site=SITE, subject="g")
     assert v is not None
     assert v.facts == {"non_causal_multi_token_decode=False": 2, "non_causal_multi_token_decode=True": 1}
@@ -135,9 +132,7 @@ def test_draft_token_count() -> None:
         site=SITE,
     )
     assert inv.check_draft_token_count(handed_tokens=52, real_tokens=48, cg_mode="FULL", **common) is None
-    assert (
-        inv.check_draft_token_count(handed_tokens=48, real_tokens=48, cg_mode="PIECEWISE", **common) is None
-    )
+    assert inv.check_draft_token_count(handed_tokens=48, real_tokens=48, cg_mode="PIECEWISE", **common) is None
     v = inv.check_draft_token_count(handed_tokens=52, real_tokens=48, cg_mode="PIECEWISE", **common)
     assert v is not None and v.check == "G4"
     assert "(52) != real query tokens query_start_loc[-1] (48)" in v.message

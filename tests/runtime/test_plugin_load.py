@@ -100,9 +100,7 @@ def test_disabled_register_imports_neither_torch_nor_vllm(value) -> None:
     env = {k: v for k, v in os.environ.items() if k != "VLLM_SPECGUARD"}
     if value is not None:
         env["VLLM_SPECGUARD"] = value
-    proc = subprocess.run(
-        [venv_python(), "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
-    )
+    proc = subprocess.run([venv_python(), "-c", script], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == repr(LIGHT_MODULES)
 
@@ -119,6 +117,5 @@ def test_invalid_value_is_a_startup_error() -> None:
     )
     assert proc.returncode != 0
     assert (
-        "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'"
-        in proc.stderr
+        "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'" in proc.stderr
     )

@@ -17,9 +17,7 @@ def test_off_values(value) -> None:
     assert parse_mode(value) == "off"
 
 
-@pytest.mark.parametrize(
-    "value, mode", [("1", "raise"), ("raise", "raise"), ("warn", "warn"), ("WARN", "warn")]
-)
+@pytest.mark.parametrize("value, mode", [("1", "raise"), ("raise", "raise"), ("warn", "warn"), ("WARN", "warn")])
 def test_on_values(value, mode) -> None:
     assert parse_mode(value) == mode
 

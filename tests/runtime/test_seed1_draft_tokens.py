@@ -39,13 +39,8 @@ def test_vllm_0_28_piecewise_dp_padding_trips_g4() -> None:
     msg = piece["message"]
     assert "[specguard G4 draft token count] DraftModelSpeculator._build_draft_attn_metadata" in msg
     assert "DFlashSpeculator, cudagraph mode PIECEWISE" in msg
-    assert (
-        "num_tokens handed to build_attn_metadata (52) != real query tokens query_start_loc[-1] (48)" in msg
-    )
-    assert (
-        "4 padding tokens (dispatched with 48 tokens, descriptor carries 52 after DP sync over dp_size=2)"
-        in msg
-    )
+    assert "num_tokens handed to build_attn_metadata (52) != real query tokens query_start_loc[-1] (48)" in msg
+    assert "4 padding tokens (dispatched with 48 tokens, descriptor carries 52 after DP sync over dp_size=2)" in msg
     assert "SG103 padded-token-count" in msg
     # FULL graphs replay the captured padded shape, eager has no DP padding: both pass
     assert results["FULL"]["raised"] is None and results["FULL"]["descriptor_tokens"] == 52

@@ -19,5 +19,9 @@ class FlashInferMLAImpl:
                 causal_seqlens_kv_global=decode.dcp_tot_seq_lens,
             )
         return trtllm_batch_decode_with_kv_cache_mla(
-            query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens, **extra_kwargs,
+            query=q,
+            kv_cache=kv_cache,
+            block_tables=block_table,
+            seq_lens=seq_lens,
+            **extra_kwargs,
         )
