@@ -1,25 +1,24 @@
 """Validated configuration, kept until the text it came from changes.
 
 Packs and settings are validated by pydantic, but importing pydantic costs about as much as a whole warm
-`specguard check`. The validated objects are plain dataclasses, so they are pickled here keyed by everything that
-could change the result (the texts, and the code of the schema itself) and reused without importing pydantic.
+`specguard check`. The validated objects are plain dataclasses, so they are stored here as data (msgpack decoded back
+into the same dataclasses with every field type-checked, see _datafile.py), keyed by everything that could change the
+result (the texts, and the code of the schema itself), and reused without importing pydantic.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from specguard import __version__
+from specguard import __version__, _datafile
 
 T = TypeVar("T")
 
-_SCHEMA_FILES = [Path(__file__).with_name(n) for n in ("packs.py", "settings.py", "_snapshots.py")]
+_SCHEMA_FILES = [Path(__file__).with_name(n) for n in ("packs.py", "settings.py", "_snapshots.py", "_datafile.py")]
 
 
 def user_cache_home() -> Path:
@@ -27,24 +26,19 @@ def user_cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specguard"
 
 
-def validated(kind: str, material: list[bytes], build: Callable[[], T]) -> T:
-    """build() once per distinct material; later calls with the same material load its pickled result."""
+def validated(kind: str, material: list[bytes], result_type: type[T], build: Callable[[], T]) -> T:
+    """build() once per distinct material; later calls with the same material decode its stored result."""
     digest = hashlib.sha256(__version__.encode())
     for part in [*(p.read_bytes() for p in _SCHEMA_FILES), *material]:
         digest.update(len(part).to_bytes(8, "little") + part)
-    path = user_cache_home() / "validated" / f"{kind}-{digest.hexdigest()[:32]}.pickle"
-    try:
-        with open(path, "rb") as fh:
-            return pickle.load(fh)  # type: ignore[no-any-return]
-    except Exception:  # noqa: BLE001 - missing, truncated or foreign: validate again
-        pass
+    path = user_cache_home() / "validated" / f"{kind}-{digest.hexdigest()[:32]}.msgpack"
+    stored = _datafile.read(path, kind, result_type)
+    if stored is not None:
+        return stored  # type: ignore[no-any-return]
     value = build()  # raises UserError for bad input; nothing is stored then
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
+        _datafile.write(path, kind, value)
     except OSError:
         pass  # an unwritable cache only means validating again next time
     return value

@@ -191,4 +191,4 @@ def load_pack(extra: list[Path] | tuple[Path, ...] = ()) -> Pack:
             material.append(str(path).encode() + b"\0" + path.read_bytes())
         except OSError:
             material.append(str(path).encode())  # unreadable: _build reports it
-    return validated("pack", material, lambda: _build(builtin, list(extra)))
+    return validated("pack", material, Pack, lambda: _build(builtin, list(extra)))

@@ -89,7 +89,7 @@ def _validate(raw: dict[str, Any], root: Path, origin: str) -> Settings:
 
 def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Settings:
     material = [json.dumps(raw, sort_keys=True, default=str).encode(), str(root).encode(), origin.encode()]
-    return validated("settings", material, lambda: _validate(raw, root, origin))
+    return validated("settings", material, Settings, lambda: _validate(raw, root, origin))
 
 
 def user_cache_dir() -> Path:

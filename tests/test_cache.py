@@ -47,7 +47,7 @@ def test_warm_run_gives_the_same_findings(tmp_path: Path) -> None:
     cold = run(root)
     assert cold == ["leaf.py:7:SG101"]
     assert run(root) == cold
-    assert any((root / "cache").rglob("results.pickle"))
+    assert any((root / "cache").rglob("results.msgpack"))
 
 
 def test_editing_the_file_invalidates_it(tmp_path: Path) -> None:
@@ -82,8 +82,8 @@ def test_settings_and_packs_get_their_own_cache(tmp_path: Path) -> None:
 def test_a_corrupt_cache_is_only_a_slower_run(tmp_path: Path) -> None:
     root = tree(tmp_path, "DraftModelSpeculator")
     run(root)
-    for pickle in (root / "cache").rglob("*.pickle"):
-        pickle.write_bytes(b"not a pickle")
+    for stored in (root / "cache").rglob("*.msgpack"):
+        stored.write_bytes(b"not msgpack")
     assert run(root) == ["leaf.py:7:SG101"]
 
 
@@ -101,4 +101,4 @@ def test_warm_run_imports_neither_pydantic_nor_libcst_nor_the_runtime_stack(tmp_
     assert cold.stdout.splitlines()[-1] == "1 ['libcst', 'pydantic']"  # validates the pack, parses leaf.py
     warm = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, env=env)
     assert warm.stdout.splitlines()[-1] == "1 []"
-    assert list((tmp_path / "xdg" / "specguard" / "validated").glob("pack-*.pickle"))
+    assert list((tmp_path / "xdg" / "specguard" / "validated").glob("pack-*.msgpack"))

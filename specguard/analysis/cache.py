@@ -1,50 +1,68 @@
 """The per-file cache: scans keyed by (size, mtime), rule results keyed by content and the facts they used.
 
-One folder per (specguard version, pack, settings) so that changing any of them starts from scratch. Writes
+The cache lives in the analyzed tree, so it is treated as hostile input. Its files are data (specguard/_datafile.py:
+msgpack decoded into FileScan and Finding with every field type-checked), never code. Its folder is named by a keyed
+hash of (specguard version, pack, settings) under a random key kept in the user's cache: a cache folder committed to
+the repository, or copied from another machine, is never found, so it can neither run code nor hide findings. Writes
 are atomic (temp file + rename) so a run interrupted mid-write leaves the previous cache usable.
 """
 
 from __future__ import annotations
 
-import os
-import pickle
-import tempfile
+import hashlib
+import secrets
 from pathlib import Path
-from typing import Any
 
-from specguard import __version__
+from specguard import __version__, _datafile
+from specguard._snapshots import user_cache_home
+from specguard.analysis.findings import Finding
+from specguard.analysis.scan import FileScan
 
-_FORMAT = 2  # bump when a cached type changes shape
+_FORMAT = 3  # bump when a cached type changes shape
+_SCANS, _RESULTS = "scans.msgpack", "results.msgpack"
+ScanTable = dict[str, FileScan]
+ResultTable = dict[str, list[Finding]]
+
+
+def _user_key() -> bytes | None:
+    """This user's random cache key, made on first use; None where it can be neither read nor stored."""
+    path = user_cache_home() / "cache-key"
+    key = _datafile.read(path, "cache-key", bytes)
+    if isinstance(key, bytes) and len(key) == 32:
+        return key
+    key = secrets.token_bytes(32)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _datafile.write(path, "cache-key", key)  # mode 0600, like every temp file it is renamed from
+    except OSError:
+        return None
+    return key
 
 
 class Cache:
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
-        self.scans: dict[str, Any] = {}
-        self.results: dict[str, Any] = {}
+        self.scans: ScanTable = {}
+        self.results: ResultTable = {}
         self._dirty = False
         if folder is not None:
-            self.scans = self._load("scans.pickle")
-            self.results = self._load("results.pickle")
+            self.scans = _datafile.read(folder / _SCANS, "scans", ScanTable) or {}
+            self.results = _datafile.read(folder / _RESULTS, "results", ResultTable) or {}
 
     @classmethod
     def at(cls, root: Path, pack_fp: str, settings_fp: str) -> Cache:
-        return cls(root / f"v{__version__}-f{_FORMAT}-{pack_fp}-{settings_fp}")
+        """The cache folder for this version, pack and settings; no cache where the user has no key."""
+        key = _user_key()
+        if key is None:
+            return cls(None)
+        name = hashlib.blake2b(f"{__version__}/{_FORMAT}/{pack_fp}/{settings_fp}".encode(), key=key, digest_size=16)
+        return cls(root / f"v{__version__}-{name.hexdigest()}")
 
-    def _load(self, name: str) -> dict[str, Any]:
-        assert self.folder is not None
-        try:
-            with open(self.folder / name, "rb") as fh:
-                data = pickle.load(fh)
-            return data if isinstance(data, dict) else {}
-        except Exception:  # noqa: BLE001 - a missing, truncated or foreign cache only means a slower run
-            return {}
-
-    def put_scan(self, path: str, scan: Any) -> None:
+    def put_scan(self, path: str, scan: FileScan) -> None:
         self.scans[path] = scan
         self._dirty = True
 
-    def put_result(self, key: str, findings: Any) -> None:
+    def put_result(self, key: str, findings: list[Finding]) -> None:
         self.results[key] = findings
         self._dirty = True
 
@@ -58,10 +76,7 @@ class Cache:
             gitignore = self.folder.parent / ".gitignore"
             if not gitignore.exists():
                 gitignore.write_text("*\n")
-            for name, data in (("scans.pickle", self.scans), ("results.pickle", self.results)):
-                fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-                with os.fdopen(fd, "wb") as fh:
-                    pickle.dump(data, fh, protocol=pickle.HIGHEST_PROTOCOL)
-                os.replace(tmp, self.folder / name)
+            _datafile.write(self.folder / _SCANS, "scans", self.scans)
+            _datafile.write(self.folder / _RESULTS, "results", self.results)
         except OSError:
             pass  # a read-only tree still gets analyzed, just without a cache

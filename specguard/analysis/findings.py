@@ -1,4 +1,4 @@
-"""A finding: one reported problem at one place. Plain data, so it pickles into the cache and workers."""
+"""A finding: one reported problem at one place. Plain data, so it goes into the cache and to worker processes."""
 
 from __future__ import annotations
 
