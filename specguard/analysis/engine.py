@@ -35,6 +35,7 @@ class CheckResult:
     errors: list[str] = field(default_factory=list)
     files: int = 0
     parsed: int = 0
+    project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
 
 
 _CRASH = "the parser crashed on this file (pathologically deep nesting?)"
@@ -162,6 +163,17 @@ class _Run:
             result.findings.extend(findings)
         self.cache.save(set(self.scans) | self.borrowed, live_results)
 
+    def digest(self, path: str) -> str | None:
+        """The content hash of the file as it was checked, None if it was never summarized."""
+        scan = self.scans.get(path)
+        return scan.digest if scan is not None and scan.summary is not None else None
+
+    def recheck(self, path: str, text: str) -> list[Finding]:
+        """Every finding of new text for a checked file (a fix's result), against the same project, unsuppressed."""
+        old = self.scans[path].summary
+        assert old is not None
+        return _evaluate_text(text, path, old.module, old.is_package, self.index, self.pack, self.codes)
+
 
 def check_paths(
     paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True, pack: Pack | None = None
@@ -179,6 +191,7 @@ def check_paths(
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
+    result.project = run
     return result
 
 
@@ -200,20 +213,27 @@ def check_source(
 
     What the rules' own examples and the property tests run; a source error comes back as SG000.
     """
+    settings = settings or Settings()
+    pack = pack or load_pack(settings.rule_packs)
+    index = ProjectIndex(ModuleLocator(), lambda _: None)
+    codes = frozenset(settings.enabled(ALL_CODES))
+    return sorted(_evaluate_text(text, path, module, False, index, pack, codes))
+
+
+def _evaluate_text(
+    text: str, path: str, module: str, is_package: bool, index: ProjectIndex, pack: Pack, codes: frozenset[str]
+) -> list[Finding]:
+    """A module's text, summarized into the index and evaluated, without the cache or the prefilter."""
     from specguard.analysis.evaluate import evaluate_source
     from specguard.analysis.source import parse_ast
     from specguard.analysis.summary import summarize
     from specguard.errors import SourceError
 
-    settings = settings or Settings()
-    pack = pack or load_pack(settings.rule_packs)
     try:
-        summary = summarize(parse_ast(text, path), module, False)
+        summary = summarize(parse_ast(text, path), module, is_package)
     except SourceError as exc:
         return [source_error(path, str(exc), exc.line)]
-    index = ProjectIndex(ModuleLocator(), lambda _: None)
     index.add(summary)
     facts = index.facts(summary, pack)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
-    codes = frozenset(settings.enabled(ALL_CODES))
-    return sorted(evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions))
+    return evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions)

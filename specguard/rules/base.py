@@ -5,12 +5,27 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import libcst as cst
 
 from specguard.analysis.cst_tools import dotted, is_self_call, last_name, walk_calls
+from specguard.analysis.fix_edits import Change
+from specguard.analysis.fix_model import Applicability, Edit
 from specguard.analysis.index import FileFacts
 from specguard.packs import Pack
+
+
+@dataclass(frozen=True)
+class NodeFix:
+    """A fix as a rule writes it: nodes of the module it was given, replaced or removed (a libcst
+    transformation), plus text edits for what lies outside the definitions rules see (an import line).
+    The engine turns the changes into text edits on the original source."""
+
+    applicability: Applicability
+    message: str
+    changes: tuple[Change, ...]
+    edits: tuple[Edit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -18,6 +33,7 @@ class Diagnostic:
     node: cst.CSTNode
     message: str
     symbol: str | None = None
+    fix: NodeFix | None = None
 
 
 @dataclass
@@ -67,6 +83,7 @@ class RuleContext:
 
 Check = Callable[[RuleContext], Iterator[Diagnostic]]
 Applies = Callable[[FileFacts, Pack, frozenset[str]], bool]
+FixAvailability = Literal["always", "sometimes", "never"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,11 @@ class Rule:
     good: str
     check: Check
     applies: Applies
+    # Fixes, as ruff declares them: whether the rule offers one, what it does and how safe it is (`fix_summary`),
+    # and, as fixit does, what the bad example becomes under `--fix --unsafe-fixes` (run as a test).
+    fix_availability: FixAvailability = "never"
+    fix_summary: str = ""
+    fixed: str = ""
 
     def docs(self) -> str:
         """The text `specguard explain CODE` prints, in ruff's layout."""
@@ -87,6 +109,7 @@ class Rule:
             [
                 f"# {self.name} ({self.code})",
                 "",
+                *([f"Fix is {self.fix_availability} available.", ""] if self.fix_availability != "never" else []),
                 "## What it does",
                 textwrap.fill(self.summary, 100),
                 "",
@@ -102,8 +125,23 @@ class Rule:
                 "```python",
                 textwrap.dedent(self.good).strip(),
                 "```",
+                *self._fix_docs(),
             ]
         )
+
+    def _fix_docs(self) -> list[str]:
+        if self.fix_availability == "never":
+            return []
+        return [
+            "",
+            "## Fix",
+            textwrap.fill(self.fix_summary, 100),
+            "",
+            "The example above, after `specguard check --fix --unsafe-fixes`:",
+            "```python",
+            textwrap.dedent(self.fixed).strip(),
+            "```",
+        ]
 
 
 def speculator_module(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
