@@ -40,7 +40,7 @@ def evaluate_source(
     try:
         parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
         module = cst.parse_module(parsed)
-        ctx = RuleContext(module, facts, pack, mentions)
+        ctx = RuleContext(module, facts, pack, mentions, text)
         found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         places = spans(module, [diag.node for _, diag in found]) if found else []
         fixes = [checked_fix(module, diag.fix, text, parsed) if diag.fix else None for _, diag in found]

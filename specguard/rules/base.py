@@ -42,6 +42,7 @@ class RuleContext:
     facts: FileFacts
     pack: Pack
     mentions: frozenset[str] = field(default_factory=frozenset)
+    source: str = ""  # the module's whole text (the tree holds only its definitions); fixes edit its imports
     _calls: dict[int, list[cst.Call]] = field(default_factory=dict)
 
     def calls_in(self, function: cst.FunctionDef) -> list[cst.Call]:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import Scope, classes, dotted, kids, scopes
+from specguard.analysis.cst_tools import Scope, classes, dotted, kids, parameters, scopes
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 
 
@@ -60,12 +60,14 @@ def forward_problems(function: cst.FunctionDef) -> list[str]:
     if others:
         problems.append("it also " + " and ".join(_describe(s) for s in others[:2]))
     if forward is not None:
-        problems.extend(_argument_problems(function.params, forward))
-    with_defaults = [p.name.value for p in _own_params(function.params) if p.default is not None]
+        problems.extend(_argument_problems(function, forward))
+    with_defaults = [p.name.value for p in parameters(function)[1:] if p.default is not None]
     if with_defaults:
         problems.append(f"it gives {_names(with_defaults)} defaults of its own, which may differ from the base's")
     if function.decorators:
-        problems.append(f"it is decorated with `@{dotted(function.decorators[0].decorator) or '...'}`")
+        decorator = function.decorators[0].decorator
+        name = dotted(decorator.func if isinstance(decorator, cst.Call) else decorator)
+        problems.append(f"it is decorated with `@{name or '...'}`")
     if function.asynchronous is not None:
         problems.append("it is `async`")
     return problems
@@ -117,19 +119,12 @@ def _returns(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Return) or any(_returns(k) for k in kids(node))
 
 
-def _own_params(params: cst.Parameters) -> list[cst.Param]:
-    """Every parameter but the first positional one (`self`, which `super()` binds)."""
-    positional = [*params.posonly_params, *params.params][1:]
-    star = [params.star_arg] if isinstance(params.star_arg, cst.Param) else []
-    kwarg = [params.star_kwarg] if params.star_kwarg is not None else []
-    return [*positional, *star, *params.kwonly_params, *kwarg]
-
-
 def _names(names: list[str]) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
 
-def _argument_problems(params: cst.Parameters, call: cst.Call) -> list[str]:
+def _argument_problems(function: cst.FunctionDef, call: cst.Call) -> list[str]:
+    params = function.params
     positional = [p.name.value for p in [*params.posonly_params, *params.params][1:]]
     keywordable = {p.name.value for p in [*params.params, *params.kwonly_params]}
     star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
@@ -153,7 +148,7 @@ def _argument_problems(params: cst.Parameters, call: cst.Call) -> list[str]:
             problems.append(f"it passes `{shown}`{where}")
         else:
             forwarded.append(value)
-    missing = [p.name.value for p in _own_params(params) if p.name.value not in forwarded]
+    missing = [p.name.value for p in parameters(function)[1:] if p.name.value not in forwarded]
     if missing:
         problems.append(f"it does not pass on {_names(missing)}")
     return problems

@@ -1,0 +1,478 @@
+"""`specguard check --fix / --unsafe-fixes / --diff`: what the fixes change, what they never touch, and the
+files they refuse to write."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from specguard.analysis.engine import check_source
+from specguard.analysis.fix_model import Edit, Fix, apply_edits
+from specguard.analysis.fixer import fix_text
+
+HEAD = "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n\n\n"
+
+
+def src(body: str) -> str:
+    return HEAD + textwrap.dedent(body).lstrip("\n")
+
+
+def fixed(text: str) -> str:
+    return fix_text(text, check_source(text), check_source, lambda f: True).text
+
+
+# ---- SG102: only a pure forward is deleted ----------------------------------------------------------------
+
+PURE = [
+    """
+    class S(DraftModelSpeculator):
+        def _build_attn_metadata(self, num_reqs, batch_desc, *args, step, **kwargs):
+            '''Kept for the docs.'''
+            return super()._build_attn_metadata(num_reqs, batch_desc, *args, step=step, **kwargs)
+    """,
+    """
+    class S(DraftModelSpeculator):
+        def _build_uniform_attn_metadata(self, num_reqs, /, batch_desc, *, step):
+            return super(S, self)._build_uniform_attn_metadata(num_reqs, batch_desc=batch_desc, step=step)
+    """,
+]
+
+
+@pytest.mark.parametrize("body", PURE)
+def test_a_pure_forward_is_deleted_and_an_emptied_class_gets_pass(body: str) -> None:
+    (finding,) = check_source(src(body))
+    assert finding.code == "SG102" and finding.fix is not None and finding.fix.applicability == "safe"
+    assert fixed(src(body)) == src("class S(DraftModelSpeculator):\n    pass\n")
+
+
+@pytest.mark.parametrize(
+    ("signature", "body", "why"),
+    [
+        ("self, n", "assert n\n            return super()._build_attn_metadata(n)", "it also asserts"),
+        ("self, n", "return super()._build_attn_metadata(n + 1)", "it passes `n + 1`"),
+        ("self, n, m", "return super()._build_attn_metadata(n)", "it does not pass on `m`"),
+        ("self, n", "return super()._build_attn_metadata(m=n)", "it passes `n` for `m`"),
+        ("self, n, m", "return super()._build_attn_metadata(m, n)", "it passes `m`"),
+        ("self, n=1", "return super()._build_attn_metadata(n)", "gives `n` defaults of its own"),
+        ("self, n", "return super()._build_uniform_attn_metadata(n)", "`super()._build_uniform_attn_metadata"),
+        ("self, n", "super()._build_attn_metadata(n)", "it does not return `super()._build_attn_metadata(...)`"),
+        ("self, n", "if n:\n                return\n            return super()._build_attn_metadata(n)", "returns early"),
+    ],
+)
+def test_any_other_override_keeps_its_finding_and_says_why_there_is_no_fix(signature, body, why) -> None:  # type: ignore[no-untyped-def]
+    text = src(f"""
+    class S(DraftModelSpeculator):
+        def other(self):
+            return 1
+
+        def _build_attn_metadata({signature}):
+            {body}
+    """)
+    (finding,) = check_source(text)
+    assert finding.fix is None
+    assert "no fix offered: the override is not a pure forward" in finding.message and why in finding.message
+    assert fixed(text) == text
+
+
+def test_a_decorated_override_is_not_a_pure_forward() -> None:
+    text = src("""
+    class S(DraftModelSpeculator):
+        @torch.inference_mode()
+        def _build_attn_metadata(self, n):
+            return super()._build_attn_metadata(n)
+    """)
+    (finding,) = check_source(text)
+    assert finding.fix is None and "it is decorated with `@torch.inference_mode`" in finding.message
+
+
+# ---- SG104: the duplicate preparation goes only when the helper is all that reads it ----------------------
+
+SG104_HEAD = "from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens, other\n" + HEAD
+
+
+def sg104(body: str) -> str:
+    return SG104_HEAD + textwrap.dedent(body).lstrip("\n")
+
+
+def test_sg104_fix_keeps_the_other_imported_names_and_the_call_layout() -> None:
+    text = sg104("""
+    class S(DraftModelSpeculator):
+        def propose(self, n, d):
+            other(n)
+            lens = prepare_dcp_local_seq_lens(self.buf, self.seq_lens, n, 2, 0, 1)  # stale
+            return self._build_attn_metadata(
+                n,
+                d,
+                dcp_local_seq_lens=lens[:n],
+            )
+    """)
+    (finding,) = check_source(text)
+    assert finding.fix is not None and finding.fix.applicability == "unsafe"
+    assert fixed(text) == textwrap.dedent("""\
+        from vllm.v1.worker.gpu.cp_utils import other
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+        class S(DraftModelSpeculator):
+            def propose(self, n, d):
+                other(n)
+                return self._build_attn_metadata(
+                    n,
+                    d,
+                )
+        """)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the buffer is read again after the call
+        """
+        prepare_dcp_local_seq_lens(self.buf, self.seq_lens, n, 2, 0, 1)
+        self.log(self.buf)
+        return self._build_attn_metadata(n, dcp_local_seq_lens=self.buf)
+        """,
+        # the result reaches no shared helper
+        """
+        prepare_dcp_local_seq_lens(self.buf, self.seq_lens, n, 2, 0, 1)
+        return self._build_attn_metadata(n)
+        """,
+        # the local is the caller's parameter
+        """
+        lens = self.buf
+        prepare_dcp_local_seq_lens(lens, self.seq_lens, n, 2, 0, 1)
+        return self._build_attn_metadata(n, dcp_local_seq_lens=lens)
+        """,
+        # deleting it would leave an `else` empty
+        """
+        if n:
+            x = 1
+        else:
+            prepare_dcp_local_seq_lens(self.buf, self.seq_lens, n, 2, 0, 1)
+        return self._build_attn_metadata(n, dcp_local_seq_lens=self.buf)
+        """,
+        # an `if` whose test calls something is not deleted with the statements it held
+        """
+        if self.enabled():
+            prepare_dcp_local_seq_lens(self.buf, self.seq_lens, n, 2, 0, 1)
+        return self._build_attn_metadata(n, dcp_local_seq_lens=self.buf)
+        """,
+    ],
+)
+def test_sg104_offers_no_fix_when_something_else_may_read_what_it_prepared(body: str) -> None:
+    params = "self, n, lens" if "lens = self.buf" in body else "self, n"
+    function = f"class S(DraftModelSpeculator):\n    def propose({params}):\n" + textwrap.indent(
+        textwrap.dedent(body).strip(), " " * 8
+    )
+    (finding,) = [f for f in check_source(sg104(function)) if f.code == "SG104"]
+    assert finding.fix is None
+
+
+def test_sg104_fix_deletes_an_if_it_empties_and_a_module_level_alias_import() -> None:
+    text = textwrap.dedent("""\
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens as prep  # DCP
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+        class S(DraftModelSpeculator):
+            def propose(self, n):
+                lens = None
+                if self.cp_size > 1:
+                    prep(self.buf, self.seq_lens, n, 2, 0, 1)
+                    lens = self.buf
+                else:
+                    lens = None
+                return self._build_attn_metadata(n, dcp_local_seq_lens=None if lens is None else lens[:n])
+        """)
+    assert fixed(text) == textwrap.dedent("""\
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+        class S(DraftModelSpeculator):
+            def propose(self, n):
+                return self._build_attn_metadata(n)
+        """)
+
+
+# ---- edits keep everything outside the change ---------------------------------------------------------------
+
+
+def test_edits_keep_comments_blank_lines_crlf_tabs_and_non_ascii_outside_the_change() -> None:
+    text = (
+        "# -*- coding: utf-8 -*-\r\n"
+        "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator  # é\r\n"
+        "\r\n"
+        "x = {  'odd':   1 }   # kept as it is\r\n"
+        "class S(DraftModelSpeculator):\r\n"
+        "\tdef propose(self):  # ünïcode before the change\r\n"
+        "\t\treturn 'ß'   # spacing kept\r\n"
+        "\r\n"
+        "\r\n"
+        "\t# about the override\r\n"
+        "\tdef _build_attn_metadata(self, n):\r\n"
+        "\t\treturn super()._build_attn_metadata(n)\r\n"
+        "\t# a trailing comment of the class\r\n"
+        "y = [1,\r\n"
+        "     2]\r\n"
+    )
+    after = fixed(text)
+    removed = (  # the override with the blank lines and comment above it, which libcst counts as its own
+        "\r\n\r\n\t# about the override\r\n\tdef _build_attn_metadata(self, n):\r\n"
+        "\t\treturn super()._build_attn_metadata(n)\r\n"
+    )
+    assert removed in text and after == text.replace(removed, "", 1)
+
+
+def test_the_fixer_refuses_a_fix_whose_finding_is_still_reported_or_that_breaks_parsing() -> None:
+    text = src(PURE[0])
+    (finding,) = check_source(text)
+    end_of_class_line = len(text.splitlines()[3]) + 1
+    keeps = Fix("safe", "adds a comment", (Edit("  # still here", 4, end_of_class_line, 4, end_of_class_line),))
+    breaks = Fix("safe", "breaks it", (Edit("def (", 3, 1, 3, 1),))
+    for bad_fix, why in [(keeps, "the rules still report it"), (breaks, "the result does not parse")]:
+        crafted = finding.__class__(**{**finding.__dict__, "fix": bad_fix})
+        result = fix_text(text, [crafted], check_source, lambda f: True)
+        assert result.text == text and result.applied == []
+        (line,) = result.refused
+        assert line.startswith("example.py:") and f"SG102 fix not applied: {why}" in line
+
+
+def test_overlapping_fixes_are_applied_one_round_after_the_other() -> None:
+    text = src("""
+    class S(DraftModelSpeculator):
+        def _build_attn_metadata(self, n):
+            return super()._build_attn_metadata(n)
+        def _build_uniform_attn_metadata(self, n):
+            return super()._build_uniform_attn_metadata(n)
+    """)
+    first, second = check_source(text)
+    assert first.fix is not None and second.fix is not None and first.fix.overlaps([second.fix])
+    result = fix_text(text, [first, second], check_source, lambda f: True)
+    assert len(result.applied) == 2 and result.refused == []
+    assert result.text == src("class S(DraftModelSpeculator):\n    pass\n")
+
+
+def test_apply_edits_rejects_overlapping_edits() -> None:
+    with pytest.raises(ValueError, match="overlapping"):
+        apply_edits("abc\n", [Edit("x", 1, 1, 1, 3), Edit("y", 1, 2, 1, 4)])
+
+
+# ---- the command line -----------------------------------------------------------------------------------
+
+SAFE = src(PURE[0])
+UNSAFE = sg104("""
+class S(DraftModelSpeculator):
+    def propose(self, n):
+        prepare_dcp_local_seq_lens(self.buf, self.seq_lens, n, 2, 0, 1)
+        return self._build_attn_metadata(n, dcp_local_seq_lens=self.buf)
+""")
+SAFE_FIXED = src("class S(DraftModelSpeculator):\n    pass\n")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "safe.py").write_text(SAFE)
+    (tmp_path / "unsafe.py").write_text(UNSAFE)
+    (tmp_path / "clean.py").write_text("x = 1\n")
+    return tmp_path
+
+
+def test_text_report_marks_fixable_findings_and_counts_them_as_ruff_does(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", ".", "--no-cache", cwd=tree)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 1
+    assert lines[0].startswith("safe.py:5:9: SG102 [*] speculator `S` overrides")
+    assert lines[1].startswith("unsafe.py:7:9: SG104 `S.propose` calls")  # unsafe: no marker without the flag
+    assert lines[2:] == ["Found 2 findings.", "[*] 1 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`)."]
+    out = cli("check", ".", "--no-cache", "--unsafe-fixes", cwd=tree)
+    assert "unsafe.py:7:9: SG104 [*]" in out.stdout and out.stdout.endswith("[*] 2 fixable with `--fix`.\n")
+    out = cli("check", "unsafe.py", "--no-cache", cwd=tree)
+    assert out.stdout.endswith("Found 1 finding.\n1 unsafe fix available with `--fix --unsafe-fixes`.\n")
+    out = cli("check", "unsafe.py", "--no-cache", "--no-unsafe-fixes", cwd=tree)
+    assert out.stdout.endswith("Found 1 finding.\n")
+    out = cli("check", ".", "--no-cache", "--unfixable", "SG1", cwd=tree)
+    assert "[*]" not in out.stdout and out.stdout.endswith("Found 2 findings.\n")
+
+
+def test_fix_applies_safe_fixes_then_reports_what_remains(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", ".", "--fix", cwd=tree)
+    assert out.returncode == 1, out.stderr
+    assert (tree / "safe.py").read_text() == SAFE_FIXED and (tree / "unsafe.py").read_text() == UNSAFE
+    assert out.stdout.splitlines()[-2:] == [
+        "Found 2 findings (1 fixed, 1 remaining).",
+        "1 unsafe fix available with `--fix --unsafe-fixes`.",
+    ]
+    out = cli("check", ".", "--fix", "--unsafe-fixes", cwd=tree)
+    assert (out.returncode, out.stdout.strip()) == (0, "Found 1 finding (1 fixed, 0 remaining).")
+    compile((tree / "unsafe.py").read_text(), "unsafe.py", "exec")
+    before = {p.name: p.read_bytes() for p in tree.glob("*.py")}
+    again = cli("check", ".", "--fix", "--unsafe-fixes", cwd=tree)
+    assert (again.returncode, again.stdout) == (0, "")  # a second --fix changes nothing
+    assert {p.name: p.read_bytes() for p in tree.glob("*.py")} == before
+
+
+def test_diff_prints_what_fix_writes_writes_nothing_and_exits_1_only_with_a_change(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
+    before = {p.name: p.read_text() for p in tree.glob("*.py")}
+    out = cli("check", ".", "--diff", "--no-cache", cwd=tree)
+    assert out.returncode == 1 and {p.name: p.read_text() for p in tree.glob("*.py")} == before
+    assert out.stdout.startswith("--- safe.py\n+++ safe.py\n@@ -2,6 +2,4 @@\n")
+    assert out.stdout.endswith("\nWould fix 1 finding (1 additional fix available with `--unsafe-fixes`).\n")
+    both = cli("check", ".", "--diff", "--unsafe-fixes", "--no-cache", cwd=tree).stdout
+    assert both.endswith("\nWould fix 2 findings.\n") and "--- unsafe.py" in both
+    patch = both.rsplit("\n\n", 1)[0] + "\n"
+    subprocess.run(["git", "apply", "--unidiff-zero", "-"], input=patch, text=True, cwd=tree, check=True)
+    patched = {p.name: p.read_text() for p in tree.glob("*.py")}
+    for name, text in before.items():
+        (tree / name).write_text(text)
+    cli("check", ".", "--fix", "--unsafe-fixes", cwd=tree)
+    assert {p.name: p.read_text() for p in tree.glob("*.py")} == patched  # --diff shows exactly what --fix writes
+    out = cli("check", ".", "--diff", cwd=tree)
+    assert (out.returncode, out.stdout) == (0, "")
+    out = cli("check", "unsafe.py", "--diff", cwd=tree.parent / tree.name)
+    assert out.returncode == 0
+
+
+def test_diff_with_only_unsafe_fixes_says_how_to_get_them(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "unsafe.py", "--diff", "--no-cache", cwd=tree)
+    assert (out.returncode, out.stdout) == (0, "No findings would be fixed (1 fix available with `--unsafe-fixes`).\n")
+
+
+def test_pyproject_keys_fix_unsafe_fixes_and_unfixable(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
+    (tree / "pyproject.toml").write_text('[tool.specguard]\nfix = true\nunsafe-fixes = true\nunfixable = ["SG102"]\n')
+    out = cli("check", ".", cwd=tree)
+    assert (tree / "safe.py").read_text() == SAFE and (tree / "unsafe.py").read_text() != UNSAFE
+    assert out.stdout.splitlines()[-1] == "Found 2 findings (1 fixed, 1 remaining)."
+    (tree / "pyproject.toml").write_text('[tool.specguard]\nfixable = ["SG104"]\nfix = true\n')
+    assert cli("check", ".", "--no-fix", cwd=tree).stdout.endswith("Found 1 finding.\n")
+    assert (tree / "safe.py").read_text() == SAFE
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('fix = "sometimes"', "[tool.specguard] key 'fix': Input should be a valid boolean"),
+        ("unsafe-fixes = 1.5", "[tool.specguard] key 'unsafe-fixes': Input should be a valid boolean"),
+        ('fixable = "SG1"', "[tool.specguard] key 'fixable': Input should be a valid list"),
+        ("unfixible = []", "unknown key 'unfixible' in [tool.specguard]; did you mean 'unfixable'?"),
+        ('unfixable = ["SG9"]', "unknown rule selector 'SG9'"),
+    ],
+)
+def test_bad_fix_settings_are_one_line_and_exit_2(cli, tree: Path, table: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    (tree / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", ".", "--fix", cwd=tree)
+    assert out.returncode == 2 and out.stdout == "" and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert (tree / "safe.py").read_text() == SAFE
+
+
+# ---- files that must be left alone --------------------------------------------------------------------------
+
+
+def test_a_file_with_a_syntax_error_is_left_untouched_and_the_others_are_fixed(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
+    broken = SAFE + "\ndef broken(:\n"
+    (tree / "broken.py").write_text(broken)
+    out = cli("check", ".", "--fix", cwd=tree)
+    assert (tree / "broken.py").read_text() == broken and (tree / "safe.py").read_text() == SAFE_FIXED
+    assert "broken.py:9:1: SG000 syntax error" in out.stdout and out.returncode == 1
+
+
+@contextmanager
+def unwritable(path: Path):  # type: ignore[no-untyped-def]
+    """A file this process really cannot replace: root ignores modes, so root gets the immutable attribute."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        mode = path.parent.stat().st_mode
+        path.parent.chmod(stat.S_IREAD | stat.S_IEXEC)
+        try:
+            yield
+        finally:
+            path.parent.chmod(mode)
+
+
+def test_an_unwritable_file_is_left_untouched_with_one_line_and_the_others_are_fixed(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "locked").mkdir()
+    locked = tmp_path / "locked" / "spec.py"
+    locked.write_text(SAFE)
+    (tmp_path / "open.py").write_text(SAFE)
+    with unwritable(locked):
+        out = cli("check", ".", "--fix", "--no-cache", cwd=tmp_path)
+    assert locked.read_text() == SAFE and (tmp_path / "open.py").read_text() == SAFE_FIXED
+    (note,) = out.stderr.splitlines()
+    assert note.startswith("specguard: warning: locked/spec.py: not fixed: cannot write it: ")
+    assert out.returncode == 1 and "locked/spec.py:5:9: SG102 [*]" in out.stdout
+
+
+def test_a_file_changed_between_read_and_write_is_left_as_it_now_is(monkeypatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from specguard.analysis import fixer
+    from specguard.cli import main
+
+    (tmp_path / "a.py").write_text(SAFE)
+    (tmp_path / "b.py").write_text(SAFE)
+    edited = SAFE + "# edited by someone else meanwhile\n"
+    real = fixer.fix_text
+
+    def meanwhile(text, findings, recheck, applies, chosen=None):  # type: ignore[no-untyped-def]
+        result = real(text, findings, recheck, applies, chosen)
+        if findings and findings[0].path.endswith("a.py"):
+            (tmp_path / "a.py").write_text(edited)  # another editor saves while specguard computes the fix
+        return result
+
+    monkeypatch.setattr(fixer, "fix_text", meanwhile)
+    monkeypatch.chdir(tmp_path)
+    main(["check", ".", "--fix", "--no-cache"])
+    assert (tmp_path / "a.py").read_text() == edited and (tmp_path / "b.py").read_text() == SAFE_FIXED
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["specguard: warning: a.py: not fixed: it changed while specguard was fixing it; left as it is"]
+
+
+def test_a_file_changed_after_the_check_is_not_fixed_from_stale_positions(monkeypatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from specguard.analysis import engine
+    from specguard.cli import main
+
+    (tmp_path / "a.py").write_text(SAFE)
+    real = engine.check_paths
+    calls = []
+
+    def then_edited(*args, **kwargs):  # type: ignore[no-untyped-def]
+        result = real(*args, **kwargs)
+        if not calls:
+            (tmp_path / "a.py").write_text("# moved\n" + SAFE)
+        calls.append(1)
+        return result
+
+    monkeypatch.setattr(engine, "check_paths", then_edited)
+    monkeypatch.chdir(tmp_path)
+    main(["check", ".", "--fix", "--no-cache"])
+    assert (tmp_path / "a.py").read_text() == "# moved\n" + SAFE
+    assert "a.py: not fixed: it changed after it was checked; run specguard again" in capsys.readouterr().err
+
+
+def test_writes_are_atomic_keep_the_mode_and_follow_a_symlink(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    real = tmp_path / "real.py"
+    real.write_text(SAFE)
+    real.chmod(0o640)
+    (tmp_path / "pkg").mkdir()
+    link = tmp_path / "pkg" / "link.py"
+    link.symlink_to(real)
+    cli("check", "pkg/link.py", "--fix", "--no-cache", cwd=tmp_path)
+    assert link.is_symlink() and real.read_text() == SAFE_FIXED
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left behind
+
+
+def test_a_file_in_another_encoding_is_written_back_in_it(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    text = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + SAFE
+    (tmp_path / "l1.py").write_bytes(text.encode("latin-1"))
+    cli("check", "l1.py", "--fix", "--no-cache", cwd=tmp_path)
+    assert (tmp_path / "l1.py").read_bytes() == ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + SAFE_FIXED).encode("latin-1")
