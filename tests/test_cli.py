@@ -52,7 +52,12 @@ def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no
     assert item["location"] == {"row": 7, "column": 16}
     assert item["end_location"] == {"row": 7, "column": 54}
     assert item["url"].endswith("#sg101")
-    assert (item["name"], item["severity"], item["cell"], item["fix"]) == ("metadata-outside-helper", "error", None, None)
+    assert (item["name"], item["severity"], item["cell"], item["fix"]) == (
+        "metadata-outside-helper",
+        "error",
+        None,
+        None,
+    )
 
 
 def test_json_has_every_key_and_the_fix_object_ruff_emits(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -73,7 +78,9 @@ def test_json_has_every_key_and_the_fix_object_ruff_emits(cli, tmp_path: Path) -
     assert list(item) == list(theirs)  # same keys, same (sorted) order
     assert list(item["fix"]) == list(theirs["fix"]) and list(item["fix"]["edits"][0]) == list(theirs["fix"]["edits"][0])
     assert item["code"] == "SG102" and item["fix"]["applicability"] == "safe"
-    assert item["fix"]["edits"] == [{"content": "", "end_location": {"column": 1, "row": 24}, "location": {"column": 1, "row": 20}}]
+    assert item["fix"]["edits"] == [
+        {"content": "", "end_location": {"column": 1, "row": 24}, "location": {"column": 1, "row": 20}}
+    ]
 
 
 def test_sarif_validates_against_the_oasis_schema(cli) -> None:  # type: ignore[no-untyped-def]
@@ -87,7 +94,9 @@ def test_sarif_validates_against_the_oasis_schema(cli) -> None:  # type: ignore[
     assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in results)
     (fixable,) = [r for r in results if "fixes" in r]
     (change,) = fixable["fixes"][0]["artifactChanges"]
-    assert change["replacements"] == [{"deletedRegion": {"startLine": 20, "startColumn": 1, "endLine": 24, "endColumn": 1}}]
+    assert change["replacements"] == [
+        {"deletedRegion": {"startLine": 20, "startColumn": 1, "endLine": 24, "endColumn": 1}}
+    ]
 
 
 def test_sarif_fixes_with_inserted_text_validate_too(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -62,7 +62,11 @@ def test_a_pure_forward_is_deleted_and_an_emptied_class_gets_pass(body: str) -> 
         ("self, n=1", "return super()._build_attn_metadata(n)", "gives `n` defaults of its own"),
         ("self, n", "return super()._build_uniform_attn_metadata(n)", "`super()._build_uniform_attn_metadata"),
         ("self, n", "super()._build_attn_metadata(n)", "it does not return `super()._build_attn_metadata(...)`"),
-        ("self, n", "if n:\n                return\n            return super()._build_attn_metadata(n)", "returns early"),
+        (
+            "self, n",
+            "if n:\n                return\n            return super()._build_attn_metadata(n)",
+            "returns early",
+        ),
     ],
 )
 def test_any_other_override_keeps_its_finding_and_says_why_there_is_no_fix(signature, body, why) -> None:  # type: ignore[no-untyped-def]
@@ -289,7 +293,10 @@ def test_text_report_marks_fixable_findings_and_counts_them_as_ruff_does(cli, tr
     assert out.returncode == 1
     assert lines[0].startswith("safe.py:5:9: SG102 [*] speculator `S` overrides")
     assert lines[1].startswith("unsafe.py:7:9: SG104 `S.propose` calls")  # unsafe: no marker without the flag
-    assert lines[2:] == ["Found 2 findings.", "[*] 1 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`)."]
+    assert lines[2:] == [
+        "Found 2 findings.",
+        "[*] 1 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`).",
+    ]
     out = cli("check", ".", "--no-cache", "--unsafe-fixes", cwd=tree)
     assert "unsafe.py:7:9: SG104 [*]" in out.stdout and out.stdout.endswith("[*] 2 fixable with `--fix`.\n")
     out = cli("check", "unsafe.py", "--no-cache", cwd=tree)
@@ -475,4 +482,14 @@ def test_a_file_in_another_encoding_is_written_back_in_it(cli, tmp_path: Path) -
     text = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + SAFE
     (tmp_path / "l1.py").write_bytes(text.encode("latin-1"))
     cli("check", "l1.py", "--fix", "--no-cache", cwd=tmp_path)
-    assert (tmp_path / "l1.py").read_bytes() == ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + SAFE_FIXED).encode("latin-1")
+    assert (tmp_path / "l1.py").read_bytes() == ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + SAFE_FIXED).encode(
+        "latin-1"
+    )
+
+
+def test_the_readme_diff_is_what_diff_prints_on_the_examples(cli) -> None:  # type: ignore[no-untyped-def]
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / "README.md").read_text()
+    block = readme.split("$ specguard check examples/ --diff\n", 1)[1].split("```", 1)[0]
+    out = cli("check", "examples/", "--diff", "--no-cache", cwd=repo)
+    assert out.returncode == 1 and out.stdout == block
