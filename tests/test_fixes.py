@@ -3,6 +3,7 @@ files they refuse to write."""
 
 from __future__ import annotations
 
+import ast
 import os
 import stat
 import subprocess
@@ -11,10 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from specguard.analysis.engine import check_source
 from specguard.analysis.fix_model import Edit, Fix, apply_edits
 from specguard.analysis.fixer import fix_text
+from specguard.rules import all_rules
 
 HEAD = "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n\n\n"
 
@@ -493,3 +497,112 @@ def test_the_readme_diff_is_what_diff_prints_on_the_examples(cli) -> None:  # ty
     block = readme.split("$ specguard check examples/ --diff\n", 1)[1].split("```", 1)[0]
     out = cli("check", "examples/", "--diff", "--no-cache", cwd=repo)
     assert out.returncode == 1 and out.stdout == block
+
+
+# ---- the same fix, written every which way ---------------------------------------------------------------
+
+FILLER = ["", "# a comment", "x = {  'a':1 }  # odd spacing", "if x:\n    pass", "y = (\n    1,\n)"]
+METHOD = ["def other{i}(self):\n    return {i}  # kept", "@property\ndef prop{i}(self):\n    '''Doc.'''\n    return 1"]
+
+
+@st.composite
+def forwarding_module(draw: st.DrawFn) -> str:
+    """A speculator module whose class holds a pure forward among other methods, comments and odd layout."""
+    params = draw(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=0, max_size=4, unique=True))
+    by_keyword = draw(st.lists(st.booleans(), min_size=len(params), max_size=len(params)))
+    first_kw = next((i for i, k in enumerate(by_keyword) if k), len(params))  # positional ones come first
+    args = [p if i < first_kw else f"{p}={p}" for i, p in enumerate(params)]
+    one_per_line = "".join(f"\n    {a}," for a in args) + "\n"  # with a trailing comma
+    call_args = one_per_line if draw(st.booleans()) else ", ".join(args)
+    override = (
+        f"def _build_attn_metadata(self, {', '.join(params)}):\n    return super()._build_attn_metadata({call_args})"
+    )
+    if draw(st.booleans()):
+        override = "# the override\n" + override
+    members = [m.format(i=i) for i, m in enumerate(draw(st.lists(st.sampled_from(METHOD), max_size=3)))]
+    members.insert(draw(st.integers(0, len(members))), override)
+    sep = draw(st.sampled_from(["\n", "\n\n", "\n\n# between\n"]))
+    body = textwrap.indent(sep.join(members), "    ")
+    before = "\n".join(draw(st.lists(st.sampled_from(FILLER), max_size=3)))
+    after = "\n".join(draw(st.lists(st.sampled_from(FILLER), max_size=3)))
+    text = f"{HEAD}{before}\n\nclass S(DraftModelSpeculator):\n{body}\n{after}\n"
+    return text.replace("\n", "\r\n") if draw(st.booleans()) else text
+
+
+def _without_override(tree: ast.Module) -> str:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            node.body = [n for n in node.body if getattr(n, "name", "") != "_build_attn_metadata"] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(forwarding_module())
+def test_a_forward_written_any_way_is_deleted_and_nothing_else_moves(text: str) -> None:
+    (finding,) = check_source(text)
+    assert finding.fix is not None, finding.message
+    after = fixed(text)
+    assert ast.dump(ast.parse(after)) == _without_override(ast.parse(text))
+    kept = iter(text.splitlines())
+    new = [line for line in after.splitlines() if line != "    pass"]  # what a class left empty gets
+    assert all(any(line == old for old in kept) for line in new)  # every other line, in order, unchanged
+    assert fixed(after) == after
+
+
+def test_suppressed_and_baselined_findings_are_not_fixed(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lines = SAFE.splitlines()
+    lines[4] += "  # noqa: SG102"  # on the reported line, the `def`
+    suppressed = "\n".join(lines) + "\n"
+    (tmp_path / "noqa.py").write_text(suppressed)
+    (tmp_path / "known.py").write_text(SAFE)
+    assert cli("check", "known.py", "--write-baseline", "base.json", cwd=tmp_path).returncode == 1
+    out = cli("check", ".", "--fix", "--baseline", "base.json", "--no-cache", cwd=tmp_path)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (tmp_path / "known.py").read_text() == SAFE and (tmp_path / "noqa.py").read_text() == suppressed
+
+
+def test_an_internal_error_while_fixing_one_file_costs_only_that_file(monkeypatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from specguard.analysis import engine
+    from specguard.cli import main
+
+    (tmp_path / "a.py").write_text(SAFE)
+    (tmp_path / "b.py").write_text(SAFE)
+    real = engine._Run.recheck
+
+    def flaky(self, path, text):  # type: ignore[no-untyped-def]
+        if path.endswith("a.py"):
+            raise RuntimeError("boom")
+        return real(self, path, text)
+
+    monkeypatch.setattr(engine._Run, "recheck", flaky)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", ".", "--fix", "--no-cache"]) == 1
+    assert (tmp_path / "a.py").read_text() == SAFE and (tmp_path / "b.py").read_text() == SAFE_FIXED
+    assert capsys.readouterr().err == (
+        "specguard: warning: a.py: not fixed: internal error: RuntimeError: boom (please report it)\n"
+    )
+
+
+SEEDS = [SAFE, UNSAFE, *PURE, *(textwrap.dedent(r.bad) for r in all_rules().values())]
+
+
+@st.composite
+def mutated_seed(draw: st.DrawFn) -> str:
+    text = draw(st.sampled_from(SEEDS))
+    for _ in range(draw(st.integers(0, 4))):
+        pos = draw(st.integers(0, len(text)))
+        piece = draw(st.sampled_from(["\n", "    ", "#", "(", ")", ",", "x", "pass\n", "\\\n", "'", "n=1", "*a"]))
+        text = text[:pos] + piece + text[pos + draw(st.integers(0, 3)) :]
+    return text
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_seed())
+def test_fixing_any_mangled_source_keeps_it_parsing_and_never_adds_a_finding(text: str) -> None:
+    before = check_source(text)
+    result = fix_text(text, before, check_source, lambda f: True)
+    if result.text == text:
+        return
+    compile(result.text, "fixed.py", "exec")
+    after = check_source(result.text)
+    assert len(after) <= len(before) - len(result.applied) and not any(f.code == "SG000" for f in after)

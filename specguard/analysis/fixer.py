@@ -163,6 +163,8 @@ def fix_files(project: Project, findings: Sequence[Finding], policy: FixPolicy, 
             _fix_file(project, path, chosen, policy, report, write)
         except OSError as exc:
             report.notes.append(f"{path}: not fixed: cannot read or write it: {exc.strerror or exc}")
+        except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not stop the other files' fixes
+            report.notes.append(f"{path}: not fixed: internal error: {type(exc).__name__}: {exc} (please report it)")
     return report
 
 
