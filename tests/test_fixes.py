@@ -606,3 +606,49 @@ def test_fixing_any_mangled_source_keeps_it_parsing_and_never_adds_a_finding(tex
     compile(result.text, "fixed.py", "exec")
     after = check_source(result.text)
     assert len(after) <= len(before) - len(result.applied) and not any(f.code == "SG000" for f in after)
+
+
+# ---- SG201: the agreement check ----------------------------------------------------------------------------
+
+SPEC = """\
+class FullAttentionSpec:
+    @classmethod
+    def merge(klass, specs):
+{body}
+"""
+
+
+def sg201(body: str) -> str:
+    return SPEC.format(body=textwrap.indent(textwrap.dedent(body).strip("\n"), " " * 8))
+
+
+def test_sg201_fix_collects_any_iterable_keeps_comments_above_and_avoids_taken_names() -> None:
+    text = sg201("""
+    flags = [s.non_causal_multi_token_decode for s in specs]
+    non_causal_multi_token_decode_values = 1
+    # the merged flag
+    non_causal_multi_token_decode = all(flags)  # one for the group
+    return klass(non_causal_multi_token_decode=non_causal_multi_token_decode)
+    """)
+    assert fixed(text) == sg201("""
+    flags = [s.non_causal_multi_token_decode for s in specs]
+    non_causal_multi_token_decode_values = 1
+    # the merged flag
+    non_causal_multi_token_decode_values1 = set(flags)
+    if len(non_causal_multi_token_decode_values1) != 1:
+        raise ValueError(
+            f"{klass.__name__}: the layers of one KV cache group disagree on "
+            f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values1)}"
+        )
+    non_causal_multi_token_decode = non_causal_multi_token_decode_values1.pop()  # one for the group
+    return klass(non_causal_multi_token_decode=non_causal_multi_token_decode)
+    """)
+
+
+def test_sg201_offers_no_fix_where_the_check_could_not_see_the_names() -> None:
+    text = sg201("""
+    build = lambda group: klass(non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in group))
+    return build(specs)
+    """)
+    (finding,) = check_source(text)
+    assert finding.code == "SG201" and finding.fix is None

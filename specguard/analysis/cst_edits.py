@@ -85,3 +85,30 @@ def without_keyword(call: cst.Call, name: str) -> Change:
     if args and last not in args:
         args[-1] = args[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
     return call, call.with_changes(args=args)
+
+
+_SCOPES = (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp, cst.FunctionDef, cst.ClassDef)
+
+
+def _path(node: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
+    if node is target:
+        return [node]
+    for kid in kids(node):
+        if (rest := _path(kid, target)) is not None:
+            return [node, *rest]
+    return None
+
+
+def enclosing_statement(function: cst.FunctionDef, target: cst.CSTNode) -> cst.BaseStatement | None:
+    """The innermost statement of `function`'s blocks that holds `target`, where statements inserted before it
+    see the same names `target` sees: None when a lambda, comprehension or nested definition lies between."""
+    path = _path(function.body, target)
+    if path is None:
+        return None
+    found = None
+    for i, node in enumerate(path[1:], 1):
+        if isinstance(path[i - 1], cst.IndentedBlock) and isinstance(node, cst.BaseStatement):
+            found = i
+    if found is None or any(isinstance(n, _SCOPES) for n in path[found + 1 : -1]):
+        return None
+    return path[found]  # type: ignore[return-value]

@@ -73,7 +73,7 @@ def text_edits(module: cst.Module, changes: Sequence[Change]) -> tuple[Edit, ...
     changed = module.visit(_Replace(changes))
     if not isinstance(changed, cst.Module) or len(changed.body) != len(module.body):
         raise ValueError("a fix may not add or remove top-level statements")
-    line = 1 + module.code_for_node(module.with_changes(body=(), footer=())).count("\n")
+    line = 1 + len(module.header)  # one line each
     edits: list[Edit] = []
     for old, new in zip(module.body, changed.body, strict=True):
         old_code = module.code_for_node(old)
