@@ -652,3 +652,14 @@ def test_sg201_offers_no_fix_where_the_check_could_not_see_the_names() -> None:
     """)
     (finding,) = check_source(text)
     assert finding.code == "SG201" and finding.fix is None
+
+
+def test_the_readme_check_output_is_what_check_prints_on_the_examples(cli) -> None:  # type: ignore[no-untyped-def]
+    """The README shortens long messages with `...`; everything before that is the real output."""
+    repo = Path(__file__).resolve().parent.parent
+    block = (repo / "README.md").read_text().split("$ specguard check examples/\n", 1)[1].split("```", 1)[0]
+    real = cli("check", "examples/", "--no-cache", cwd=repo).stdout.splitlines()
+    shown = block.splitlines()
+    assert len(shown) == len(real)
+    for line, out in zip(shown, real, strict=True):
+        assert out.startswith(line.removesuffix("...").rstrip()), (line, out)

@@ -9,12 +9,14 @@ diffed; each differing run of lines, trimmed of what both sides share, becomes o
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from specguard.analysis.cst_tools import kids
 from specguard.analysis.fix_model import Edit, Fix, split_lines
 
 if TYPE_CHECKING:
@@ -23,13 +25,36 @@ if TYPE_CHECKING:
 Change = tuple[cst.CSTNode, "cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]"]
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, changes: Sequence[Change]) -> None:
-        super().__init__()
-        self._by_id = {id(old): new for old, new in changes}
+def _on_paths(node: cst.CSTNode, targets: set[int], found: set[int]) -> bool:
+    """Collect in `found` the ids of `node` and its descendants that hold a target; whether `node` does."""
+    holds = id(node) in targets
+    for kid in kids(node):
+        holds = _on_paths(kid, targets, found) or holds
+    if holds:
+        found.add(id(node))
+    return holds
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[no-untyped-def, override]
-        return self._by_id.get(id(original_node), updated_node)
+
+def _rebuilt(node: cst.CSTNode, new: dict[int, Any], on_paths: set[int]) -> Any:
+    """`node` with the changes made, rebuilding only the nodes on the way to them (libcst's transformer
+    revisits, and revalidates, every node of the definition, ten times the cost)."""
+    if id(node) in new:
+        return new[id(node)]
+    updates: dict[str, Any] = {}
+    for name in (f.name for f in dataclasses.fields(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode) and id(value) in on_paths:
+            updates[name] = _rebuilt(value, new, on_paths)
+        elif isinstance(value, (list, tuple)) and any(id(v) in on_paths for v in value):
+            items: list[Any] = []
+            for item in value:
+                done = _rebuilt(item, new, on_paths) if id(item) in on_paths else item
+                if isinstance(done, cst.FlattenSentinel):
+                    items.extend(done.nodes)
+                elif not isinstance(done, cst.RemovalSentinel):
+                    items.append(done)
+            updates[name] = type(value)(items)
+    return node.with_changes(**updates)
 
 
 def _bare(stmt: cst.CSTNode) -> cst.CSTNode:
@@ -64,26 +89,27 @@ def _diff(old: str, new: str, first_line: int) -> Iterator[Edit]:
         yield Edit(content, *_position(old, start, first_line), *_position(old, end, first_line))
 
 
-def text_edits(module: cst.Module, changes: Sequence[Change]) -> tuple[Edit, ...]:
-    """The edits that turn `module`'s text into that of `module` with `changes` applied.
+def text_edits(module: cst.Module, changes: Sequence[Change], parsed: str) -> tuple[Edit, ...]:
+    """The edits that turn `parsed` (the text `module` was parsed from) into `module` with `changes` applied.
 
-    Raises ValueError when a change adds, removes or reorders top-level statements (the sparse source has no
-    text for what lies between them); rules change what is inside a definition and add imports as raw edits.
+    Only the top-level definitions holding a change are rendered, before and after, and found in `parsed` by
+    their text, so the cost is that of the definitions a fix touches, not of the file. Raises ValueError when a
+    change would add or remove a top-level statement or the lines above one (the sparse source has no text for
+    what lies between them); rules change what is inside a definition and add imports as raw edits.
     """
-    changed = module.visit(_Replace(changes))
-    if not isinstance(changed, cst.Module) or len(changed.body) != len(module.body):
-        raise ValueError("a fix may not add or remove top-level statements")
-    line = 1 + len(module.header)  # one line each
+    targets, on_paths = {id(old): new for old, new in changes}, set()
     edits: list[Edit] = []
-    for old, new in zip(module.body, changed.body, strict=True):
-        old_code = module.code_for_node(old)
-        lead = len(getattr(old, "leading_lines", ()))
-        if getattr(new, "leading_lines", None) != getattr(old, "leading_lines", None):
-            raise ValueError("a fix may not change the lines above a top-level definition")
-        old_bare, new_bare = module.code_for_node(_bare(old)), changed.code_for_node(_bare(new))
-        if old_bare != new_bare:
-            edits.extend(_diff(old_bare, new_bare, line + lead))
-        line += old_code.count("\n")
+    for old in (stmt for stmt in module.body if _on_paths(stmt, set(targets), on_paths)):
+        new = _rebuilt(old, targets, on_paths)
+        if not isinstance(new, cst.CSTNode) or getattr(new, "leading_lines", None) != getattr(
+            old, "leading_lines", None
+        ):
+            raise ValueError("a fix may not add or remove top-level statements or the lines above them")
+        old_code, new_code = module.code_for_node(_bare(old)), module.code_for_node(_bare(new))
+        at = parsed.find(old_code)
+        if at < 0 or parsed.find(old_code, at + 1) >= 0 or (at and parsed[at - 1] != "\n"):
+            raise ValueError("the definition is not where the parsed text has it once")
+        edits.extend(_diff(old_code, new_code, parsed.count("\n", 0, at) + 1))
     return tuple(edits)
 
 
@@ -95,7 +121,7 @@ def checked_fix(module: cst.Module, fix: NodeFix, original: str, parsed: str) ->
     and the finding is better reported without a fix than with a wrong one.
     """
     try:
-        edits = text_edits(module, fix.changes)
+        edits = text_edits(module, fix.changes, parsed)
     except ValueError:
         return None
     original_lines, parsed_lines = split_lines(original), split_lines(parsed)
