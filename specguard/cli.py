@@ -58,12 +58,12 @@ def _codes(value: str | None) -> list[str] | None:
 
 
 def _installed_vllm() -> Path:
-    import importlib.util
+    from specguard.analysis.modules import installed_roots
 
-    spec = importlib.util.find_spec("vllm")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
+    roots = [root / "vllm" for root in installed_roots("vllm")]  # located, not imported
+    if not roots or not roots[0].is_dir():
         raise UserError("--vllm: no vLLM is installed in this environment (pip install vllm, or pass its path)")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return roots[0]
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -98,6 +98,8 @@ def run_check(args: argparse.Namespace) -> int:
         findings = filter_baseline(findings, read_baseline(args.baseline))
 
     _emit(_statistics(findings, args.format) if args.statistics else FORMATS[args.format](findings), args.output)
+    for note in result.notes:
+        print(f"specguard: note: {note}", file=sys.stderr)
     for error in result.errors:
         print(f"specguard: error: {error}", file=sys.stderr)
     if result.errors:
