@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--statistics", action="store_true", help="print the number of findings per rule (text or json format)"
     )
+    check.add_argument(
+        "--force-exclude",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="apply `exclude` to files named on the command line too (what the pre-commit hook passes)",
+    )
     check.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     check.add_argument("--cache-dir", type=Path, help="where to keep the cache (default: .specguard_cache)")
     check.add_argument("--baseline", type=Path, help="ignore the findings recorded in this file")
@@ -86,6 +92,8 @@ def run_check(args: argparse.Namespace) -> int:
         updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
     if args.cache_dir:
         updates["cache_dir"] = args.cache_dir
+    if args.force_exclude is not None:
+        updates["force_exclude"] = args.force_exclude
     if updates:
         settings = dataclasses.replace(settings, **updates)
     _reject_unknown_codes(settings)
@@ -93,9 +101,9 @@ def run_check(args: argparse.Namespace) -> int:
     result = check_paths(paths, settings, use_cache=not args.no_cache)
     findings = result.findings
     if args.write_baseline:
-        write_baseline(args.write_baseline, findings)
+        write_baseline(args.write_baseline, findings, settings)
     if args.baseline:
-        findings = filter_baseline(findings, read_baseline(args.baseline))
+        findings = filter_baseline(findings, read_baseline(args.baseline), settings)
 
     _emit(_statistics(findings, args.format) if args.statistics else FORMATS[args.format](findings), args.output)
     for note in result.notes:

@@ -171,7 +171,7 @@ def check_paths(
 ) -> CheckResult:
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
-    found = discover([Path(p) for p in paths], settings.exclude)
+    found = discover([Path(p) for p in paths], settings.exclude, settings.root, settings.force_exclude)
     result = CheckResult(errors=list(found.errors), files=len(found.files))
 
     def workers(files_to_scan: int) -> Workers:
