@@ -7,9 +7,13 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specguard import __version__
 from specguard.errors import UserError
+
+if TYPE_CHECKING:
+    from specguard.analysis.findings import Finding
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -32,7 +36,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
     check.add_argument("--extend-select", help="codes to run in addition to the selected ones")
     check.add_argument("--rule-pack", action="append", type=Path, default=[], help="an extra rule pack (TOML)")
-    check.add_argument("--statistics", action="store_true", help="print the number of findings per rule")
+    check.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per rule (text or json format)"
+    )
+    check.add_argument(
+        "--force-exclude",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="apply `exclude` to files named on the command line too (what the pre-commit hook passes)",
+    )
     check.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     check.add_argument("--cache-dir", type=Path, help="where to keep the cache (default: .specguard_cache)")
     check.add_argument("--baseline", type=Path, help="ignore the findings recorded in this file")
@@ -62,12 +74,12 @@ def _codes(value: str | None) -> list[str] | None:
 
 
 def _installed_vllm() -> Path:
-    import importlib.util
+    from specguard.analysis.modules import installed_roots
 
-    spec = importlib.util.find_spec("vllm")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
+    roots = [root / "vllm" for root in installed_roots("vllm")]  # located, not imported
+    if not roots or not roots[0].is_dir():
         raise UserError("--vllm: no vLLM is installed in this environment (pip install vllm, or pass its path)")
-    return Path(next(iter(spec.submodule_search_locations)))
+    return roots[0]
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -76,6 +88,8 @@ def run_check(args: argparse.Namespace) -> int:
     from specguard.report import FORMATS, text
     from specguard.settings import load_settings
 
+    if args.statistics and args.format not in ("text", "json"):
+        raise UserError(f"--statistics prints counts as text or json, not {args.format}; drop one of the two")
     paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
     if args.vllm:
         paths.append(_installed_vllm())
@@ -91,6 +105,8 @@ def run_check(args: argparse.Namespace) -> int:
         updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
     if args.cache_dir:
         updates["cache_dir"] = args.cache_dir
+    if args.force_exclude is not None:
+        updates["force_exclude"] = args.force_exclude
     if updates:
         settings = dataclasses.replace(settings, **updates)
     _reject_unknown_codes(settings)
@@ -103,27 +119,48 @@ def run_check(args: argparse.Namespace) -> int:
             return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed else EXIT_CLEAN
     findings = result.findings
     if args.write_baseline:
-        write_baseline(args.write_baseline, findings)
+        write_baseline(args.write_baseline, findings, settings)
     if args.baseline:
-        findings = filter_baseline(findings, read_baseline(args.baseline))
+        findings = filter_baseline(findings, read_baseline(args.baseline), settings)
 
     findings = _offered_fixes(findings, settings)
-    if args.format == "text":
+    if args.statistics:
+        report = _statistics(findings, args.format, settings.unsafe_fixes)
+    elif args.format == "text":
         report = text.render(findings, settings.unsafe_fixes, fixed)
     else:
         report = FORMATS[args.format](findings)
-    if args.statistics:
-        from specguard.report.text import statistics
-        from specguard.rules import ALL_CODES, load_rule
-
-        names = {"SG000": "source-error", **{c: load_rule(c).name for c in ALL_CODES}}
-        report = statistics(findings, names) if args.format == "text" else report
     _emit(report, args.output)
+    for note in result.notes:
+        print(f"specguard: note: {note}", file=sys.stderr)
     for error in result.errors:
         print(f"specguard: error: {error}", file=sys.stderr)
     if result.errors:
         return EXIT_ERROR
+    if args.write_baseline:
+        return EXIT_CLEAN  # the findings were recorded as asked: a success, as ruff's --add-noqa is
     return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _statistics(findings: list[Finding], output_format: str, unsafe_fixes: bool | None) -> str:
+    """Counts per rule: ruff's text table, or its JSON (`code`, `name`, `count`, `fixable`...)."""
+    from collections import Counter
+
+    from specguard.report.text import statistics
+    from specguard.rules import ALL_CODES, load_rule
+
+    names = {"SG000": "source-error", **{c: load_rule(c).name for c in ALL_CODES}}
+    if output_format == "text":
+        return statistics(findings, names)
+    import json
+
+    counts = Counter(f.code for f in findings).most_common()
+    fixable = Counter(f.code for f in findings if f.fix is not None and f.fix.applies(unsafe_fixes))
+    rows = [
+        {"code": c, "name": names.get(c, ""), "count": n, "fixable": fixable[c] > 0, "fixable_count": fixable[c]}
+        for c, n in counts
+    ]
+    return json.dumps(rows, indent=2)
 
 
 def _fix_policy(settings):  # type: ignore[no-untyped-def]
@@ -152,7 +189,7 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
 
     reported = result.findings
     if args.baseline:
-        reported = filter_baseline(reported, read_baseline(args.baseline))
+        reported = filter_baseline(reported, read_baseline(args.baseline), settings)
     outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff)
     for note in outcome.notes:
         print(f"specguard: warning: {note}", file=sys.stderr)
@@ -160,6 +197,8 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
         diffs = [unified_diff(path, *texts) for path, texts in sorted(outcome.changed.items())]
         summary = diff_summary(outcome.fixed, _offered_fixes(reported, settings), settings.unsafe_fixes)
         _emit("\n".join([*diffs, summary]).strip("\n"), args.output)
+        for note in result.notes:
+            print(f"specguard: note: {note}", file=sys.stderr)
         for error in result.errors:
             print(f"specguard: error: {error}", file=sys.stderr)
         return result, outcome.fixed

@@ -30,6 +30,8 @@ class Settings:
     ignore: list[str] = field(default_factory=list)
     extend_select: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
+    # apply `exclude` to files named on the command line too (as pre-commit passes them), like ruff's
+    force_exclude: bool = False
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     rule_packs: list[Path] = field(default_factory=list)
     cache_dir: Path | None = None
@@ -64,6 +66,15 @@ class Settings:
             return any(code.startswith(s) or s == "ALL" for s in selectors)
 
         return (self.fixable is None or matches(self.fixable)) and not matches(self.unfixable)
+
+    def relative(self, path: str | Path) -> str:
+        """A path as `exclude`, `per-file-ignores` and baselines see it: relative to the configuration root,
+        whichever way it was typed; absolute (resolved) for a file outside the root."""
+        resolved = Path(path).resolve()
+        try:
+            return resolved.relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            return resolved.as_posix()
 
     def fingerprint(self) -> str:
         """What the analysis cache is keyed by: everything that changes which findings a file gets."""
@@ -129,11 +140,23 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
+def project_root(start: Path) -> Path:
+    """Where a project without [tool.specguard] is rooted: the nearest folder at or above `start` holding a
+    pyproject.toml or .git, else the current folder. The same whichever path inside the project is checked."""
+    here = start.resolve()
+    if not here.is_dir():
+        here = here.parent
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file() or (folder / ".git").exists():
+            return folder
+    return Path.cwd()
+
+
 def load_settings(config: Path | None, first_path: Path) -> Settings:
     """Settings from --config FILE, else from the nearest pyproject.toml, else the defaults."""
     source = config if config is not None else find_pyproject(first_path)
     if source is None:
-        return Settings()
+        return Settings(root=project_root(first_path))
     data = load_toml(source, what="configuration")
     in_pyproject = source.name == "pyproject.toml" or "tool" in data
     table = data.get("tool", {}).get("specguard", {}) if in_pyproject else data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,32 @@ def test_unreadable_file_is_sg000_and_others_still_checked(cli, tmp_path, name, 
     out = run(cli, tmp_path, name, content)
     assert out.returncode == 1
     assert reason in sg000_line(out, name)
+
+
+@pytest.mark.parametrize(
+    ("source", "version", "what"),
+    [
+        (f"# {NEEDLE}\ntype Rows = list[int]\n", (3, 12), "a `type` alias statement, PEP 695"),
+        (f"# {NEEDLE}\ndef first[T](xs: list[T]) -> T:\n    return xs[0]\n", (3, 12), "type parameters, PEP 695"),
+        (f"# {NEEDLE}\nclass Box[T]:\n    pass\n", (3, 12), "type parameters, PEP 695"),
+        (f"# {NEEDLE}\nx = f'{{\"\\n\".join(rows)}}'\n", (3, 12), "an f-string that PEP 701 allows"),
+    ],
+)
+def test_syntax_of_a_newer_python_names_both_versions(cli, tmp_path, source, version, what) -> None:  # type: ignore[no-untyped-def]
+    """Issue 12 item 15: under 3.11 this was a bare "invalid syntax"; on a Python that has the syntax it parses."""
+    out = run(cli, tmp_path, "newer.py", source.encode())
+    running = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info >= version:
+        assert "newer.py" not in out.stdout
+    else:
+        needed = ".".join(map(str, version))
+        line = sg000_line(out, "newer.py")
+        assert f"the file needs Python {needed} or newer ({what}) but specguard runs on Python {running}" in line
+
+
+def test_a_plain_syntax_error_does_not_blame_the_python_version(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = run(cli, tmp_path, "broken.py", f"# {NEEDLE}\ntype = (\n".encode())
+    assert "needs Python" not in sg000_line(out, "broken.py")
 
 
 def test_undecodable_file_without_pack_names_is_still_reported(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -129,6 +129,31 @@ def test_statistics(cli) -> None:  # type: ignore[no-untyped-def]
     assert any("SG103  padded-token-count" in line for line in lines)
 
 
+def test_statistics_as_json_like_ruff(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", str(EXAMPLES), "--statistics", "--format", "json", "--no-cache")
+    assert out.returncode == 1
+    rows = json.loads(out.stdout)
+    assert len(rows) == 7 and {r["count"] for r in rows} == {1}
+    assert {"code": "SG103", "name": "padded-token-count", "count": 1, "fixable": False, "fixable_count": 0} in rows
+
+
+@pytest.mark.parametrize("fmt", ["sarif", "github"])
+def test_statistics_with_a_format_that_cannot_carry_counts_is_refused(cli, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", str(EXAMPLES), "--statistics", "--format", fmt, "--no-cache")
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"specguard: error: --statistics prints counts as text or json, not {fmt}; drop one of the two"
+    ]
+
+
+def test_writing_a_baseline_is_a_success(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "pkg", "--write-baseline", "base.json", cwd=project)
+    assert out.returncode == 0 and "SG101" in out.stdout
+    assert len(json.loads((project / "base.json").read_text())["findings"]) == 1
+    assert cli("check", "pkg", cwd=project).returncode == 1  # the findings are still there without the baseline
+    assert cli("check", "missing", "--write-baseline", "b.json", cwd=project).returncode == 2  # errors stay errors
+
+
 def test_noqa_with_code_and_specguard_ignore_silence_but_bare_noqa_does_not(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     lines = BAD.splitlines()
     for name, suffix, expect in [
@@ -224,7 +249,7 @@ def test_malformed_pack_is_one_line_and_exit_2(cli, project: Path, text: str, me
 
 
 def test_baseline_survives_moved_lines_and_reports_new_findings(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
-    assert cli("check", "pkg", "--write-baseline", "base.json", cwd=project).returncode == 1
+    assert cli("check", "pkg", "--write-baseline", "base.json", cwd=project).returncode == 0  # written: success
     assert cli("check", "pkg", "--baseline", "base.json", cwd=project).returncode == 0
     spec = project / "pkg" / "spec.py"
     spec.write_text("# a new header line\n\n" + spec.read_text())  # the finding moves down two lines

@@ -44,9 +44,10 @@ def git(cwd: Path, *args: str) -> None:
     )
 
 
-def try_repo(project: Path, home: Path) -> subprocess.CompletedProcess:
+def try_repo(project: Path, home: Path, *files: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), "specguard", "--files", "spec.py", "--verbose"],
+        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), "specguard", "--files", *(files or ["spec.py"])]
+        + ["--verbose"],
         cwd=project,
         capture_output=True,
         text=True,
@@ -72,6 +73,14 @@ def test_hook_fails_on_the_bad_speculator_and_passes_once_fixed(tmp_path: Path) 
     passed = try_repo(project, tmp_path / "pre-commit-home")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "Passed" in passed.stdout
+
+    # pre-commit names the files it checks; the hook passes --force-exclude so the project's excludes still hold
+    (project / "legacy").mkdir()
+    (project / "legacy" / "old.py").write_text(BAD)
+    (project / "pyproject.toml").write_text('[tool.specguard]\nexclude = ["legacy/*"]\n')
+    git(project, "add", "legacy/old.py", "pyproject.toml")
+    excluded = try_repo(project, tmp_path / "pre-commit-home", "legacy/old.py", "spec.py")
+    assert excluded.returncode == 0, excluded.stdout + excluded.stderr
 
 
 FORWARD = """\

@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from specguard.analysis.engine import check_paths
 
 BASE = """
@@ -183,3 +185,121 @@ def test_capture_time_builder_is_exempt(tmp_path: Path) -> None:
         ),
     )
     assert codes(tree) == []
+
+
+def test_speculators_under_try_if_nested_or_through_star_imports_are_checked(tmp_path: Path) -> None:
+    """Issue 12 item 9: the same speculator code at module level with a named import was the only form found."""
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/spec/mid.py": "from fork.spec.speculator import *\n"
+                "class MidSpeculator(DraftModelSpeculator):\n    pass\n",
+                "fork/spec/reexport.py": "from fork.spec.mid import *\n",
+                "fork/variants.py": """
+            from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+            from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+            from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+            from fork.spec.reexport import *
+
+            try:
+                class InTry(MidSpeculator):
+                    def propose(self):
+                        return build_attn_metadata()
+            except ImportError:
+                InTry = None
+
+            if True:
+                class InIf(MidSpeculator):
+                    def _build_attn_metadata(self):
+                        prepare_dcp_local_seq_lens()
+
+
+            def factory():
+                class InFunction(MidSpeculator):
+                    def propose(self, num_reqs, num_tokens):
+                        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                        return self._build_attn_metadata(num_tokens=batch_desc.num_tokens)
+                return InFunction
+
+
+            class Outer:
+                class Inner(MidSpeculator):
+                    def propose(self):
+                        return build_attn_metadata()
+
+                def not_a_speculator(self):
+                    return build_attn_metadata()
+        """,
+            }
+        ),
+    )
+    result = check_paths([tree / "fork"], use_cache=False)
+    assert [(f.line, f.code, f.symbol) for f in result.findings] == [
+        (10, "SG101", "InTry.propose"),
+        (16, "SG102", "InIf._build_attn_metadata"),
+        (17, "SG104", "InIf._build_attn_metadata"),
+        (24, "SG103", "factory.<locals>.InFunction.propose"),
+        (31, "SG101", "Outer.Inner.propose"),
+    ]
+
+
+def test_a_method_of_an_imported_instance_is_not_the_sink(tmp_path: Path) -> None:
+    """Issue 12 item 10: `builders = _B()` in the checked tree; `builders.build_attn_metadata()` is its method,
+    while the same call through an imported module still is the sink."""
+    tree = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/registry.py": """
+            class _B:
+                def build_attn_metadata(self, **kwargs):
+                    return kwargs
+
+            builders = _B()
+        """,
+                "fork/attn/__init__.py": "",
+                "fork/attn/utils.py": "def build_attn_metadata(**kwargs):\n    return kwargs\n",
+                "fork/user.py": """
+            from fork.registry import builders
+            from fork.attn import utils
+            from fork.spec.speculator import DraftModelSpeculator
+
+            class S(DraftModelSpeculator):
+                def propose(self):
+                    builders.build_attn_metadata(num_reqs=1)
+                    return utils.build_attn_metadata(num_reqs=1)
+        """,
+            }
+        ),
+    )
+    assert codes(tree, "fork/user.py") == [("user.py", "SG101", 9)]
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
+def test_script_folders_with_the_same_module_name_never_depend_on_argument_order(
+    tmp_path: Path, order: tuple[str, str]
+) -> None:
+    """Issue 12 item 14: a/ and b/ (not packages) each have a speculator.py; a/drafter.py imports a/'s."""
+    drafter = """
+        from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+        from speculator import Drafter
+
+        class Mine(Drafter):
+            def propose(self):
+                return build_attn_metadata()
+    """
+    tree = write_tree(
+        tmp_path,
+        {
+            "a/speculator.py": "class Drafter:\n    def _build_attn_metadata(self):\n        pass\n",
+            "a/drafter.py": drafter,
+            "b/speculator.py": "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n"
+            "class Drafter(DraftModelSpeculator):\n"
+            "    def propose(self):\n"
+            "        return self._build_attn_metadata()\n",
+            "b/drafter.py": drafter,
+        },
+    )
+    result = check_paths([tree / order[0], tree / order[1]], use_cache=False)
+    assert [(Path(f.path).relative_to(tree).as_posix(), f.code) for f in result.findings] == [("b/drafter.py", "SG101")]

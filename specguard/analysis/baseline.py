@@ -13,17 +13,20 @@ from pathlib import Path
 
 from specguard.analysis.findings import Finding
 from specguard.errors import UserError
+from specguard.settings import Settings
 
 _VERSION = 1
 
 
-def _fingerprint(f: Finding) -> str:
+def _fingerprint(f: Finding, settings: Settings) -> str:
+    """The file is keyed relative to the configuration root, so the baseline holds however the paths were typed
+    and wherever in the project specguard runs."""
     text = " ".join(linecache.getline(f.path, f.line).split())
-    return json.dumps([Path(f.path).as_posix(), f.code, f.symbol or "", text])
+    return json.dumps([settings.relative(f.path), f.code, f.symbol or "", text])
 
 
-def write_baseline(path: Path, findings: list[Finding]) -> None:
-    entries = sorted(_fingerprint(f) for f in findings)
+def write_baseline(path: Path, findings: list[Finding], settings: Settings) -> None:
+    entries = sorted(_fingerprint(f, settings) for f in findings)
     data = {"version": _VERSION, "findings": [json.loads(e) for e in entries]}
     try:
         path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -43,11 +46,11 @@ def read_baseline(path: Path) -> Counter[str]:
         raise UserError(f"{path}: unreadable baseline: {exc}") from None
 
 
-def filter_baseline(findings: list[Finding], known: Counter[str]) -> list[Finding]:
+def filter_baseline(findings: list[Finding], known: Counter[str], settings: Settings) -> list[Finding]:
     remaining = Counter(known)
     fresh = []
     for f in findings:
-        key = _fingerprint(f)
+        key = _fingerprint(f, settings)
         if remaining[key] > 0:
             remaining[key] -= 1
         else:

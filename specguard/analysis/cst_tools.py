@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -110,14 +110,41 @@ class Scope:
 
 
 def scopes(module: cst.Module) -> Iterator[Scope]:
-    """Module-level functions and the methods of module-level classes."""
-    for stmt in module.body:
+    """Every function that is not nested in another: module-level functions and the methods of classes at any
+    depth (under `if`/`try`, nested in a class or a function), with the class's `__qualname__`. A function
+    nested in a function is part of it (its calls are the outer function's); a class nested in one is not."""
+    yield from _scopes(module.body, None, "", methods=True)
+
+
+def _scopes(body: Sequence[cst.BaseStatement], class_name: str | None, prefix: str, methods: bool) -> Iterator[Scope]:
+    for stmt in _same_scope(body):
         if isinstance(stmt, cst.FunctionDef):
-            yield Scope(None, stmt)
+            if methods:
+                yield Scope(class_name, stmt)
+            inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else ()
+            yield from _scopes(inner, None, f"{prefix}{stmt.name.value}.<locals>.", methods=False)
         elif isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock):
-            for item in stmt.body.body:
-                if isinstance(item, cst.FunctionDef):
-                    yield Scope(stmt.name.value, item)
+            qualname = prefix + stmt.name.value
+            yield from _scopes(stmt.body.body, qualname, qualname + ".", methods=True)
+
+
+def _same_scope(body: Sequence[cst.BaseStatement]) -> Iterator[cst.BaseStatement]:
+    """The statements of one scope, looking through `if`/`try`/`with`/loops/`match`, not into defs."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, cst.BaseCompoundStatement) and not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            for block in _blocks(stmt):
+                yield from _same_scope(block)
+
+
+def _blocks(node: cst.CSTNode) -> Iterator[Sequence[cst.BaseStatement]]:
+    for name in ("body", "orelse", "handlers", "finalbody", "cases"):
+        value = getattr(node, name, None)
+        for part in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(part, cst.IndentedBlock):
+                yield part.body
+            elif isinstance(part, cst.CSTNode) and not isinstance(part, cst.BaseSuite):
+                yield from _blocks(part)  # elif, else, except, finally, case
 
 
 def classes(module: cst.Module) -> Iterator[cst.ClassDef]:
@@ -208,15 +235,17 @@ class GuardWalk:
         elif isinstance(node, cst.Call):
             self.events.append(Event(node, guarded))
         for child in kids(node):
-            self._walk(child, guarded)
+            if not isinstance(child, cst.ClassDef):  # a nested class's methods are scopes of their own
+                self._walk(child, guarded)
 
 
 def walk_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
-    """Every call under `node`, nested functions included, in source order."""
+    """Every call under `node`, nested functions included (not nested classes: see `scopes`), in source order."""
     if isinstance(node, cst.Call):
         yield node
     for child in kids(node):
-        yield from walk_calls(child)
+        if not isinstance(child, cst.ClassDef):
+            yield from walk_calls(child)
 
 
 def parameters(function: cst.FunctionDef) -> list[cst.Param]:

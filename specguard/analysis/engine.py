@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import linecache
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import Any
 from specguard.analysis.cache import Cache
 from specguard.analysis.discover import discover
 from specguard.analysis.findings import Finding, source_error
-from specguard.analysis.index import FileFacts, ProjectIndex
+from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.parallel import Workers, cores
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
@@ -33,6 +35,7 @@ _MAIN_SCAN_SHARE = 0.65
 class CheckResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the run could not see; not findings, not errors
     files: int = 0
     parsed: int = 0
     project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
@@ -120,7 +123,7 @@ class _Run:
                 self.cache.put_scan(scan.path, scan)
         for scan in self.scans.values():
             if scan.summary is not None:
-                self.index.add(scan.summary)
+                self.index.add(scan.summary, scan.root)
                 self.locator.add(scan.summary.module, Path(scan.path), scan.root)
         return pool
 
@@ -144,7 +147,7 @@ class _Run:
                 continue
             if scan.summary is None or not scan.mentions:
                 continue
-            facts = self.index.facts(scan.summary, self.pack)
+            facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
             key = _result_key(scan, facts, self.codes)
             live_results.add(key)
             if key in self.cache.results:
@@ -170,9 +173,10 @@ class _Run:
 
     def recheck(self, path: str, text: str) -> list[Finding]:
         """Every finding of new text for a checked file (a fix's result), against the same project, unsuppressed."""
-        old = self.scans[path].summary
-        assert old is not None
-        return _evaluate_text(text, path, old.module, old.is_package, self.index, self.pack, self.codes)
+        scan = self.scans[path]
+        assert scan.summary is not None
+        module, is_package = scan.summary.module, scan.summary.is_package
+        return _evaluate_text(text, path, module, is_package, self.index, self.pack, self.codes, scan.root)
 
 
 def check_paths(
@@ -180,7 +184,7 @@ def check_paths(
 ) -> CheckResult:
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
-    found = discover([Path(p) for p in paths], settings.exclude)
+    found = discover([Path(p) for p in paths], settings.exclude, settings.root, settings.force_exclude)
     result = CheckResult(errors=list(found.errors), files=len(found.files))
 
     def workers(files_to_scan: int) -> Workers:
@@ -190,9 +194,36 @@ def check_paths(
 
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
+    result.notes.extend(_unresolved_note(run.index.unresolved, run.pack, settings))
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
     result.project = run
     return result
+
+
+def _unresolved_note(unresolved: dict[str, Unresolved], pack: Pack, settings: Settings) -> list[str]:
+    """One line for the base classes whose module could not be located (a plugin's vLLM not installed), counting
+    only subclasses whose body names what a speculator rule looks for: the others cannot get a finding anyway."""
+    names = {*pack.metadata.sink, *pack.speculators.shared_helpers, *pack.dcp.prepare}
+    relevant = sorted(u.base for u in unresolved.values() if _names_any(u, names))
+    if not relevant:
+        return []
+    first = unresolved[relevant[0]]
+    where = f"{settings.relative(first.path)}:{first.lines[0]}" if first.path else "?"
+    more = f" ({len(relevant) - 1} more ancestors alike)" if len(relevant) > 1 else ""
+    return [
+        f"cannot locate `{first.base}`, an ancestor of `{first.subclass}` ({where}), under the checked paths or "
+        f"in the packages installed for {sys.executable}: its subclasses are checked as if they were not "
+        f"speculators{more}; install the package it comes from, or add its source to the paths checked"
+    ]
+
+
+def _names_any(unresolved: Unresolved, names: set[str]) -> bool:
+    if unresolved.path is None:
+        return False
+    aliases = {local for local, target in unresolved.imports if target.rpartition(".")[2] in names}
+    first, last = unresolved.lines
+    body = "".join(linecache.getline(str(unresolved.path), n) for n in range(first, last + 1))
+    return any(name in body for name in names | aliases)
 
 
 def _ignored(finding: Finding, settings: Settings) -> bool:
@@ -215,25 +246,35 @@ def check_source(
     """
     settings = settings or Settings()
     pack = pack or load_pack(settings.rule_packs)
-    index = ProjectIndex(ModuleLocator(), lambda _: None)
+    index = ProjectIndex(ModuleLocator(installed=False), lambda _: None)
     codes = frozenset(settings.enabled(ALL_CODES))
     return sorted(_evaluate_text(text, path, module, False, index, pack, codes))
 
 
 def _evaluate_text(
-    text: str, path: str, module: str, is_package: bool, index: ProjectIndex, pack: Pack, codes: frozenset[str]
+    text: str,
+    path: str,
+    module: str,
+    is_package: bool,
+    index: ProjectIndex,
+    pack: Pack,
+    codes: frozenset[str],
+    root: Path = Path(),
 ) -> list[Finding]:
-    """A module's text, summarized into the index and evaluated, without the cache or the prefilter."""
+    """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter."""
     from specguard.analysis.evaluate import evaluate_source
+    from specguard.analysis.scan import call_owners
     from specguard.analysis.source import parse_ast
-    from specguard.analysis.summary import summarize
+    from specguard.analysis.summary import nested_class_lines, summarize
     from specguard.errors import SourceError
 
+    data = text.encode()
     try:
-        summary = summarize(parse_ast(text, path), module, is_package)
+        summary = summarize(parse_ast(text, path), module, is_package, nested_class_lines(data))
     except SourceError as exc:
         return [source_error(path, str(exc), exc.line)]
-    index.add(summary)
-    facts = index.facts(summary, pack)
+    owners = call_owners(data, pack.needles)
+    index.add(summary, root)
+    facts = index.facts(summary, root, pack, owners)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
     return evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions)

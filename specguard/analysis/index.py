@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from specguard.analysis.modules import ModuleLocator
+from specguard.analysis.modules import ModuleLocator, is_stdlib
 from specguard.analysis.summary import ModuleSummary
 from specguard.packs import Pack
 
@@ -23,6 +23,7 @@ class FileFacts:
     base_classes: frozenset[str]  # the configured speculator bases defined in this file
     spec_classes: frozenset[str]  # KV-cache/attention spec classes defined in this file
     sink_accepts_dcp: bool
+    object_imports: frozenset[str] = frozenset()  # imported names known not to be modules (see calls_function)
 
     @property
     def is_speculator_module(self) -> bool:
@@ -44,64 +45,148 @@ class FileFacts:
         return f"{target}.{rest}" if rest else target
 
 
+Place = tuple[ModuleSummary, str, Path]  # a name defined in a module, and the root that module lives under
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A base class whose module is neither under the checked paths nor installed."""
+
+    base: str  # qualified, e.g. vllm.v1.worker.gpu.spec_decode.dflash.speculator.DFlashSpeculator
+    subclass: str  # the class that names it, by its qualified name in its module
+    path: Path | None  # the subclass's file and lines
+    lines: tuple[int, int]
+    imports: tuple[tuple[str, str], ...]  # of the subclass's module, to recognise aliases in its body
+
+
 class ProjectIndex:
+    """Module summaries by (root, module name), loaded on demand from the analyzed roots or installed packages."""
+
     def __init__(self, locator: ModuleLocator, load: Callable[[Path], ModuleSummary | None]) -> None:
         self._locator = locator
         self._load = load
-        self._summaries: dict[str, ModuleSummary | None] = {}
+        self._summaries: dict[tuple[Path, str], ModuleSummary | None] = {}
+        self.unresolved: dict[str, Unresolved] = {}  # by base: what `check` says once instead of guessing
 
-    def add(self, summary: ModuleSummary) -> None:
-        self._summaries[summary.module] = summary
+    def add(self, summary: ModuleSummary, root: Path) -> None:
+        self._summaries[(root, summary.module)] = summary
 
-    def summary(self, module: str) -> ModuleSummary | None:
-        if module not in self._summaries:
-            path = self._locator.find(module)
-            self._summaries[module] = self._load(path) if path else None
-        return self._summaries[module]
+    def summary(self, module: str, root: Path) -> tuple[ModuleSummary, Path] | None:
+        own = self._summaries.get((root, module))
+        if own is not None:
+            return own, root
+        found = self._locator.find(module, root)
+        if found is None:
+            return None
+        path, where = found
+        if (where, module) not in self._summaries:
+            self._summaries[(where, module)] = self._load(path)
+        summary = self._summaries[(where, module)]
+        return (summary, where) if summary is not None else None
 
-    def _lookup(self, qualified: str) -> tuple[ModuleSummary, str] | None:
-        """The module summary and name that a qualified name denotes, following re-exports."""
-        for _ in range(20):  # bound re-export chains
+    def _lookup(self, qualified: str, root: Path) -> Place | None:
+        """Where a qualified name is defined, following re-exports and `from m import *` chains."""
+        pending, seen = [(qualified, root)], set()
+        while pending and len(seen) < 50:  # bounds re-export and star chains (and cycles)
+            qualified, root = pending.pop(0)
+            if (qualified, root) in seen:
+                continue
+            seen.add((qualified, root))
             module, _, name = qualified.rpartition(".")
-            summary = self.summary(module) if module else None
-            if summary is None:
-                return None
+            found = self.summary(module, root) if module else None
+            if found is None:
+                continue
+            summary, where = found
             if name in summary.classes or name in summary.functions:
-                return summary, name
-            if name not in summary.imports:
-                return None
-            qualified = summary.imports[name]
+                return summary, name, where
+            if name in summary.imports:
+                pending.append((summary.imports[name], where))
+            elif not name.startswith("_"):
+                pending.extend((f"{star}.{name}", where) for star in summary.star_imports)
         return None
 
-    def ancestors(self, summary: ModuleSummary, class_name: str) -> list[str]:
-        """Qualified names of every ancestor of a class, through any number of levels and modules."""
+    def _base(self, summary: ModuleSummary, root: Path, base: str) -> tuple[str, Place | None]:
+        """A base class expression resolved from its module: its qualified name and where it is defined."""
+        qualified = summary.resolve(base)
+        if qualified == base and summary.star_imports and base.partition(".")[0] not in summary.classes:
+            for star in summary.star_imports:  # a name some `from m import *` brought in
+                found = self._lookup(f"{star}.{base}", root)
+                if found is not None:
+                    return f"{found[0].module}.{found[1]}", found
+        return qualified, self._lookup(qualified, root)
+
+    def lineage(self, summary: ModuleSummary, root: Path, class_name: str) -> tuple[list[str], list[str]]:
+        """Qualified names of every ancestor of a class, through any number of levels and modules, and those
+        of the ancestors whose module could not be located (so their own ancestors are unknown)."""
         seen: list[str] = []
-        stack = [(summary, class_name)]
-        visited: set[tuple[str, str]] = set()
+        missing: list[str] = []
+        stack = [(summary, class_name, root)]
+        visited: set[tuple[Path, str, str]] = set()
         while stack:
-            mod, name = stack.pop()
-            if (mod.module, name) in visited or name not in mod.classes:
+            mod, name, where = stack.pop()
+            if (where, mod.module, name) in visited or name not in mod.classes:
                 continue
-            visited.add((mod.module, name))
+            visited.add((where, mod.module, name))
             for base in mod.classes[name].bases:
-                qualified = mod.resolve(base)
+                qualified, found = self._base(mod, where, base)
                 seen.append(qualified)
-                found = self._lookup(qualified)
                 if found is not None:
                     stack.append(found)
-        return seen
+                elif self._missing_module(qualified.rpartition(".")[0], where):
+                    missing.append(qualified)
+        return seen, missing
 
-    def function_params(self, summary: ModuleSummary, names: list[str]) -> list[tuple[str, ...]]:
+    def _missing_module(self, module: str, root: Path) -> bool:
+        """A module a base class names that is neither under the checked paths nor installed (nor stdlib)."""
+        if not module:
+            return False  # a bare name: a builtin, or one a star import brought in
+        state = self._locator.is_module(module, root)
+        if state is None:
+            return not is_stdlib(module.partition(".")[0])
+        if state is True:
+            return False
+        parent, _, name = module.rpartition(".")  # a name inside a module: fine if that module defines it
+        found = self.summary(parent, root)
+        return found is not None and not any(name in d for d in (found[0].classes, found[0].imports))
+
+    def ancestors(self, summary: ModuleSummary, root: Path, class_name: str) -> list[str]:
+        return self.lineage(summary, root, class_name)[0]
+
+    def function_params(self, summary: ModuleSummary, root: Path, names: list[str]) -> list[tuple[str, ...]]:
         """Parameter lists of the functions with these names that the module imports or defines."""
         found = []
         for local, qualified in [*summary.imports.items(), *((n, f"{summary.module}.{n}") for n in summary.functions)]:
             if qualified.rpartition(".")[2] in names or local in names:
-                target = self._lookup(qualified)
+                target = self._lookup(qualified, root)
                 if target is not None and target[1] in target[0].functions:
                     found.append(target[0].functions[target[1]])
         return found
 
-    def facts(self, summary: ModuleSummary, pack: Pack) -> FileFacts:
+    def _object_imports(self, summary: ModuleSummary, root: Path, owners: frozenset[str]) -> frozenset[str]:
+        """Of the names that own a call (`x` in `x.f()`), those bound by `from m import x` where m is known and
+        x is not a module: `x.f()` is then a method of some object, not the function `f`."""
+        objects = set()
+        for local in owners & summary.imports.keys():
+            qualified = summary.imports[local]
+            if local != qualified.partition(".")[0] and self._locator.is_module(qualified, root) is False:
+                objects.add(local)
+        return frozenset(objects)
+
+    def _record_unresolved(self, base: str, summary: ModuleSummary, root: Path, name: str) -> None:
+        if base not in self.unresolved:
+            found = self._locator.find(summary.module, root)
+            cls = summary.classes[name]
+            self.unresolved[base] = Unresolved(
+                base,
+                name,
+                found[0] if found else None,
+                (cls.line, cls.end_line),
+                tuple(sorted(summary.imports.items())),
+            )
+
+    def facts(
+        self, summary: ModuleSummary, root: Path, pack: Pack, call_owners: frozenset[str] = frozenset()
+    ) -> FileFacts:
         bases, spec_suffixes = pack.speculators.bases, tuple(pack.kv_groups.spec_class_suffixes)
         sink, dcp_param = pack.metadata.sink, pack.metadata.dcp_param
 
@@ -110,17 +195,22 @@ class ProjectIndex:
 
         speculators, spec_classes = set(), set()
         for name in summary.classes:
-            lineage = [last(a) for a in self.ancestors(summary, name)]
-            if any(a in bases for a in lineage) or name in bases:
+            ancestors, missing = self.lineage(summary, root, name)
+            lineage = [last(a) for a in ancestors]
+            if any(a in bases for a in lineage) or last(name) in bases:
                 speculators.add(name)
-            if any(n.endswith(spec_suffixes) for n in [name, *lineage]):
+            else:  # an ancestor we cannot read might have made it one
+                for base in missing:
+                    self._record_unresolved(base, summary, root, name)
+            if any(n.endswith(spec_suffixes) for n in [last(name), *lineage]):
                 spec_classes.add(name)
         return FileFacts(
             module=summary.module,
             imports=tuple(sorted(summary.imports.items())),
-            local_names=frozenset([*summary.classes, *summary.functions]),
+            local_names=frozenset([*(c for c in summary.classes if "." not in c), *summary.functions]),
             speculator_classes=frozenset(speculators),
-            base_classes=frozenset(n for n in summary.classes if n in bases),
+            base_classes=frozenset(n for n in summary.classes if last(n) in bases),
             spec_classes=frozenset(spec_classes),
-            sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, sink)),
+            sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, root, sink)),
+            object_imports=self._object_imports(summary, root, call_owners),
         )

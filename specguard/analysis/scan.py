@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from specguard.analysis.modules import module_name
 from specguard.analysis.source import decode, parse_ast, read_stamped
-from specguard.analysis.summary import ModuleSummary, summarize
+from specguard.analysis.summary import ModuleSummary, nested_class_lines, summarize
 from specguard.errors import SourceError
 
 
@@ -20,6 +21,8 @@ class FileScan:
     mentions: frozenset[str] = frozenset()
     digest: str = ""
     summary: ModuleSummary | None = None
+    # the first name of `x.y.NAME(` calls of a pack name: `x` must then be a module for the call to be that name
+    call_owners: frozenset[str] = frozenset()
     root: Path = Path()  # the folder holding the top package, where sibling modules are looked up
     error: str | None = None
     error_line: int = 1
@@ -52,4 +55,16 @@ def scan_file(
     except SourceError as exc:
         return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=exc.line)
     module, is_package, root = module_name(Path(path))
-    return FileScan(path, stamp, mentions, digest, summarize(tree, module, is_package), root=root)
+    owners = call_owners(data, needles) if mentions else frozenset()
+    summary = summarize(tree, module, is_package, nested_class_lines(data))
+    return FileScan(path, stamp, mentions, digest, summary, owners, root=root)
+
+
+def call_owners(data: bytes, needles: tuple[bytes, ...]) -> frozenset[str]:
+    owners = set()
+    for match in re.finditer(rb"\.(?:" + b"|".join(map(re.escape, needles)) + rb")\s*\(", data):
+        start = end = match.start()
+        while start > 0 and (data[start - 1 : start].isalnum() or data[start - 1] in b"_."):
+            start -= 1
+        owners.add(data[start:end].partition(b".")[0].decode())
+    return frozenset(owners)

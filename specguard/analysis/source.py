@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import io
 import os
+import re
+import sys
 import tokenize
 import warnings
 from pathlib import Path
@@ -51,6 +53,31 @@ def parse_ast(text: str, filename: str) -> ast.Module:
             warnings.simplefilter("ignore")  # invalid escape sequences and the like are not our findings
             return ast.parse(text, filename=filename)
     except SyntaxError as exc:
-        raise SourceError(f"syntax error: {exc.msg}", exc.lineno or 1) from None
+        newer = _newer_syntax(exc.text or "", exc.msg)
+        raise SourceError(f"syntax error: {exc.msg}{newer}", exc.lineno or 1) from None
     except (RecursionError, MemoryError, ValueError) as exc:
         raise SourceError(f"cannot parse: {type(exc).__name__}: expression nesting too deep") from None
+
+
+# Syntax that a newer Python accepts and the one running specguard rejects: (first version, what, pattern on the
+# line the parser stopped at, or on its message for the f-string rules PEP 701 lifted).
+_NEWER_SYNTAX = [
+    ((3, 11), "`except*`, PEP 654", re.compile(r"^\s*except\s*\*"), None),
+    ((3, 12), "a `type` alias statement, PEP 695", re.compile(r"^\s*type\s+[A-Za-z_]\w*\s*[\[=]"), None),
+    ((3, 12), "type parameters, PEP 695", re.compile(r"^\s*(async\s+)?(def|class)\s+[A-Za-z_]\w*\s*\["), None),
+    ((3, 12), "an f-string that PEP 701 allows", None, re.compile(r"^f-string expression part cannot include")),
+]
+
+
+def _newer_syntax(line: str, message: str) -> str:
+    """Why a syntax error may be a Python version mismatch, naming both versions; "" when it is not one."""
+    for version, what, on_line, on_message in _NEWER_SYNTAX:
+        if sys.version_info >= version:
+            continue
+        if (on_line is not None and on_line.match(line)) or (on_message is not None and on_message.match(message)):
+            needed, running = ".".join(map(str, version)), ".".join(map(str, sys.version_info[:3]))
+            return (
+                f"; the file needs Python {needed} or newer ({what}) but specguard runs on Python {running}: "
+                f"run specguard with Python {needed}+ (pre-commit: `language_version: python{needed}`)"
+            )
+    return ""

@@ -7,6 +7,8 @@ that need the full tree run on libcst, and only on the files the index says can 
 from __future__ import annotations
 
 import ast
+import bisect
+import re
 from dataclasses import dataclass, field
 
 
@@ -15,6 +17,7 @@ class ClassSummary:
     bases: tuple[str, ...]  # dotted base expressions as written, resolved later through the imports
     methods: frozenset[str]
     line: int
+    end_line: int = 0
 
 
 @dataclass
@@ -22,10 +25,11 @@ class ModuleSummary:
     module: str
     is_package: bool
     imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
-    classes: dict[str, ClassSummary] = field(default_factory=dict)
+    classes: dict[str, ClassSummary] = field(default_factory=dict)  # by __qualname__, nested classes too
     functions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> parameter names
-    # (first line, last line) of each top-level class and function, decorators included: the only statements
-    # rules look into, so the others need not be parsed with libcst (see analysis/sparse.py)
+    star_imports: list[str] = field(default_factory=list)  # modules imported with `from m import *`
+    # (first line, last line) of each top-level statement that is or holds a class or function, decorators
+    # included: the only statements rules look into, so the others need not be parsed with libcst (sparse.py)
     definitions: list[tuple[int, int]] = field(default_factory=list)
 
     def resolve(self, dotted: str) -> str:
@@ -70,27 +74,80 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Statements at module level, looking through `if`/`try` blocks (TYPE_CHECKING imports, fallbacks)."""
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists inside a compound statement that runs in the same scope (not a def or class)."""
+    if isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While)):
+        return [stmt.body, stmt.orelse]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [stmt.body]
+    if isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        return [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
+    if isinstance(stmt, ast.Match):
+        return [case.body for case in stmt.cases]
+    return []
+
+
+def _same_scope(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of one scope, looking through `if`/`try`/`with`/loops (TYPE_CHECKING imports, fallbacks)."""
     out: list[ast.stmt] = []
     for stmt in body:
         out.append(stmt)
-        if isinstance(stmt, ast.If):
-            out.extend(_top_level(stmt.body) + _top_level(stmt.orelse))
-        elif isinstance(stmt, ast.Try):
-            out.extend(_top_level(stmt.body))
-            for handler in stmt.handlers:
-                out.extend(_top_level(handler.body))
+        for block in _blocks(stmt):
+            out.extend(_same_scope(block))
     return out
 
 
-def summarize(tree: ast.Module, module: str, is_package: bool) -> ModuleSummary:
+_DEFINITION = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def nested_class_lines(source: bytes) -> list[int]:
+    """Lines where an indented `class` statement may start: where `_classes` has to look inside statements."""
+    lines, line, offset = [], 1, 0
+    for match in re.finditer(rb"^[ \t]+class\b", source, re.MULTILINE):
+        line += source.count(b"\n", offset, match.start())
+        offset = match.start()
+        lines.append(line)
+    return lines
+
+
+def _classes(body: list[ast.stmt], prefix: str, summary: ModuleSummary, nested: list[int] | None) -> None:
+    """Every class at any depth, keyed by its `__qualname__` (`Outer.Inner`, `make.<locals>.Drafter`).
+
+    `nested` (sorted lines of indented `class` keywords, or None for all) skips the bodies that hold none.
+    """
+    for stmt in _same_scope(body):
+        if not isinstance(stmt, _DEFINITION):
+            continue
+        if isinstance(stmt, ast.ClassDef):
+            qualname = prefix + stmt.name
+            bases = tuple(b for b in (dotted_name(e) for e in stmt.bases) if b)
+            methods = frozenset(
+                s.name for s in _same_scope(stmt.body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
+            summary.classes[qualname] = ClassSummary(bases, methods, stmt.lineno, stmt.end_lineno or stmt.lineno)
+            inner = qualname + "."
+        else:
+            inner = f"{prefix}{stmt.name}.<locals>."
+        if nested is None or _any_between(nested, stmt.lineno + 1, stmt.end_lineno or stmt.lineno):
+            _classes(stmt.body, inner, summary, nested)
+
+
+def _any_between(lines: list[int], first: int, last: int) -> bool:
+    i = bisect.bisect_left(lines, first)
+    return i < len(lines) and lines[i] <= last
+
+
+def summarize(tree: ast.Module, module: str, is_package: bool, nested: list[int] | None = None) -> ModuleSummary:
+    """The module's summary; `nested` is `nested_class_lines` of its source, a shortcut for large files."""
     summary = ModuleSummary(module=module, is_package=is_package)
     for stmt in tree.body:
-        if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
+        # a top-level statement holding a class or function (directly, or under if/try): the sparse parse keeps
+        # it whole, header included, so that what it holds still parses
+        if isinstance(stmt, _DEFINITION) or any(isinstance(s, _DEFINITION) for s in _same_scope([stmt])):
+            decorators = stmt.decorator_list if isinstance(stmt, _DEFINITION) else []
+            first = min([stmt.lineno, *(d.lineno for d in decorators)])
             summary.definitions.append((first, stmt.end_lineno or stmt.lineno))
-    for stmt in _top_level(tree.body):
+    for stmt in _same_scope(tree.body):
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
@@ -101,12 +158,11 @@ def summarize(tree: ast.Module, module: str, is_package: bool) -> ModuleSummary:
         elif isinstance(stmt, ast.ImportFrom):
             source = _absolute(module, is_package, stmt.level, stmt.module)
             for alias in stmt.names:
-                if alias.name != "*":
+                if alias.name == "*":
+                    summary.star_imports.append(source)
+                else:
                     summary.imports[alias.asname or alias.name] = f"{source}.{alias.name}" if source else alias.name
-        elif isinstance(stmt, ast.ClassDef):
-            bases = tuple(b for b in (dotted_name(e) for e in stmt.bases) if b)
-            methods = frozenset(s.name for s in stmt.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)))
-            summary.classes[stmt.name] = ClassSummary(bases, methods, stmt.lineno)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             summary.functions[stmt.name] = _params(stmt)
+    _classes(tree.body, "", summary, nested)
     return summary

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fnmatch
 import linecache
 import re
-from pathlib import Path
 
 from specguard.analysis.findings import Finding
 from specguard.settings import Settings
@@ -24,13 +23,12 @@ def line_codes(line: str) -> set[str]:
 
 
 def _per_file(finding: Finding, settings: Settings) -> bool:
-    path = Path(finding.path)
-    try:
-        rel = path.resolve().relative_to(settings.root.resolve()).as_posix()
-    except ValueError:
-        rel = path.as_posix()
+    if not settings.per_file_ignores:
+        return False
+    rel = settings.relative(finding.path)
+    name = rel.rpartition("/")[2]
     for pattern, codes in settings.per_file_ignores.items():
-        matches = fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(path.name, pattern)
+        matches = fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern)
         if matches and any(finding.code.startswith(c.upper()) for c in codes):
             return True
     return False

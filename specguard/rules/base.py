@@ -66,12 +66,13 @@ class RuleContext:
 
     def calls_function(self, call: cst.Call, names: list[str]) -> bool:
         """A call of a module-level function named in `names`: by its (imported, aliased) name or through an
-        imported module, never a method of some object (`self.builder.build_attn_metadata()`)."""
+        imported module, never a method of some object (`self.builder.build_attn_metadata()`, or
+        `builders.build_attn_metadata()` after `from fork.registry import builders` where it is an instance)."""
         name = dotted(call.func)
         if name is None or is_self_call(call):
             return False
         head = name.partition(".")[0]
-        if "." in name and head not in self.facts.import_map:
+        if "." in name and (head not in self.facts.import_map or head in self.facts.object_imports):
             return False
         return self.facts.resolve(name).rpartition(".")[2] in names
 
