@@ -4,6 +4,7 @@ files they refuse to write."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import stat
 import subprocess
@@ -663,3 +664,13 @@ def test_the_readme_check_output_is_what_check_prints_on_the_examples(cli) -> No
     assert len(shown) == len(real)
     for line, out in zip(shown, real, strict=True):
         assert out.startswith(line.removesuffix("...").rstrip()), (line, out)
+
+
+def test_json_statistics_count_what_fix_would_fix(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
+    rows = json.loads(cli("check", ".", "--statistics", "--format", "json", "--no-cache", cwd=tree).stdout)
+    assert {r["code"]: (r["count"], r["fixable"], r["fixable_count"]) for r in rows} == {
+        "SG102": (1, True, 1),
+        "SG104": (1, False, 0),  # unsafe: fixable only with --unsafe-fixes, as ruff counts
+    }
+    out = cli("check", ".", "--statistics", "--format", "json", "--unsafe-fixes", "--no-cache", cwd=tree).stdout
+    assert all(r["fixable_count"] == 1 for r in json.loads(out))
