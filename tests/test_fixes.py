@@ -674,3 +674,73 @@ def test_json_statistics_count_what_fix_would_fix(cli, tree: Path) -> None:  # t
     }
     out = cli("check", ".", "--statistics", "--format", "json", "--unsafe-fixes", "--no-cache", cwd=tree).stdout
     assert all(r["fixable_count"] == 1 for r in json.loads(out))
+
+
+# ---- edits from `ast` nodes (the fixes of the rules on the dataflow layer) --------------------------------
+
+
+def _call(tree: ast.AST, name: str) -> ast.Call:
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name)
+
+
+def test_ast_edits_insert_a_check_before_the_statement_and_replace_the_reduction() -> None:
+    from specguard.analysis.ast_edits import (
+        enclosing_statement,
+        indent_unit,
+        insert_before,
+        replace_node,
+        set_of_iterable,
+    )
+
+    text = textwrap.dedent("""\
+        class S:
+            @classmethod
+            def merge(cls, specs):
+                x = 1; y = 2
+                # build the merged spec
+                return cls(
+                    flag=any(
+                        s.flag for s in specs  # é
+                    ),
+                )
+        """).replace("\n", "\r\n")
+    tree = ast.parse(text)
+    method = tree.body[0].body[0]  # type: ignore[attr-defined]
+    reduction = _call(tree, "any")
+    statement = enclosing_statement(method, reduction)
+    assert isinstance(statement, ast.Return)
+    assert set_of_iterable(text, reduction) == "{s.flag for s in specs}"
+    unit = indent_unit(text, method)
+    check = insert_before(
+        text, statement, ["values = {s.flag for s in specs}", "if len(values) != 1:", unit + "raise ValueError"]
+    )
+    assert check is not None
+    after = apply_edits(text, [check, replace_node(text, reduction, "values.pop()")])
+    assert after == textwrap.dedent("""\
+        class S:
+            @classmethod
+            def merge(cls, specs):
+                x = 1; y = 2
+                values = {s.flag for s in specs}
+                if len(values) != 1:
+                    raise ValueError
+                # build the merged spec
+                return cls(
+                    flag=values.pop(),
+                )
+        """).replace("\n", "\r\n")
+
+
+def test_ast_edits_refuse_what_a_line_before_could_not_see() -> None:
+    from specguard.analysis.ast_edits import enclosing_statement, insert_before, set_of_iterable
+
+    text = (
+        "def f(groups, flags):\n    a = 1; b = any(flags)\n    return [any(g) for g in groups], max(flags, default=0)\n"
+    )
+    tree = ast.parse(text)
+    function = tree.body[0]
+    first_any, inner_any = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "any"]
+    assert insert_before(text, enclosing_statement(function, first_any), ["x"]) is None  # shares its line
+    assert enclosing_statement(function, inner_any) is None  # `g` exists only inside the comprehension
+    assert set_of_iterable(text, _call(tree, "max")) is None  # a keyword argument: not a plain reduction
+    assert set_of_iterable(text, first_any) == "set(flags)"
