@@ -392,6 +392,7 @@ def test_a_file_with_a_syntax_error_is_left_untouched_and_the_others_are_fixed(c
     out = cli("check", ".", "--fix", cwd=tree)
     assert (tree / "broken.py").read_text() == broken and (tree / "safe.py").read_text() == SAFE_FIXED
     assert "broken.py:9:1: SG000 syntax error" in out.stdout and out.returncode == 1
+    assert out.stderr == "specguard: warning: broken.py: not fixed: it has a source error (SG000)\n"
 
 
 @contextmanager

@@ -154,6 +154,7 @@ def fix_files(project: Project, findings: Sequence[Finding], policy: FixPolicy, 
     """Fix the files of the reported `findings` (suppressed and baselined ones are not reported, so not fixed)."""
     report = FixReport()
     broken = {f.path for f in findings if f.code == "SG000"}
+    report.notes.extend(f"{path}: not fixed: it has a source error (SG000)" for path in sorted(broken))
     by_path: dict[str, list[Finding]] = {}
     for finding in findings:
         if finding.path not in broken and policy.applies(finding):
