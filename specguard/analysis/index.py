@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from specguard.analysis.dataflow.values import FlowFacts, FunctionFlow
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.summary import ModuleSummary
 from specguard.packs import Pack
@@ -23,6 +24,7 @@ class FileFacts:
     base_classes: frozenset[str]  # the configured speculator bases defined in this file
     spec_classes: frozenset[str]  # KV-cache/attention spec classes defined in this file
     sink_accepts_dcp: bool
+    flows: FlowFacts = FlowFacts()  # what the helpers its speculators call return, and their attributes hold
 
     @property
     def is_speculator_module(self) -> bool:
@@ -45,10 +47,22 @@ class FileFacts:
 
 
 class ProjectIndex:
-    def __init__(self, locator: ModuleLocator, load: Callable[[Path], ModuleSummary | None]) -> None:
+    def __init__(
+        self,
+        locator: ModuleLocator,
+        load: Callable[[Path], ModuleSummary | None],
+        load_flows: Callable[[ModuleSummary], dict[str, FunctionFlow | None]] | None = None,
+    ) -> None:
         self._locator = locator
         self._load = load
+        self._load_flows = load_flows
         self._summaries: dict[str, ModuleSummary | None] = {}
+
+    def flows(self, summary: ModuleSummary) -> dict[str, FunctionFlow | None]:
+        """The dataflow summaries of a module's functions, computed on first use (see analysis/dataflow)."""
+        if summary.flows is None:
+            summary.flows = self._load_flows(summary) if self._load_flows is not None else {}
+        return summary.flows or {}
 
     def add(self, summary: ModuleSummary) -> None:
         self._summaries[summary.module] = summary
@@ -72,6 +86,28 @@ class ProjectIndex:
                 return None
             qualified = summary.imports[name]
         return None
+
+    def lookup(self, qualified: str) -> tuple[ModuleSummary, str] | None:
+        return self._lookup(qualified)
+
+    def lineage(self, summary: ModuleSummary, class_name: str) -> list[tuple[ModuleSummary, str]]:
+        """The class, then its ancestors found in the project, nearest first (Python's order for simple
+        hierarchies): where `self.method` is looked up."""
+        order: list[tuple[ModuleSummary, str]] = []
+        seen: set[tuple[str, str]] = set()
+
+        def visit(mod: ModuleSummary, name: str, depth: int) -> None:
+            if (mod.module, name) in seen or name not in mod.classes or depth > 50:
+                return
+            seen.add((mod.module, name))
+            order.append((mod, name))
+            for base in mod.classes[name].bases:
+                found = self._lookup(mod.resolve(base))
+                if found is not None:
+                    visit(*found, depth + 1)
+
+        visit(summary, class_name, 0)
+        return order
 
     def ancestors(self, summary: ModuleSummary, class_name: str) -> list[str]:
         """Qualified names of every ancestor of a class, through any number of levels and modules."""
@@ -115,6 +151,12 @@ class ProjectIndex:
                 speculators.add(name)
             if any(n.endswith(spec_suffixes) for n in [name, *lineage]):
                 spec_classes.add(name)
+        flows = FlowFacts()
+        if speculators:  # SG103 follows values only in speculator modules
+            from specguard.analysis.dataflow.resolve import FlowResolver
+
+            wanted = [*pack.metadata.sink, *pack.speculators.shared_helpers]
+            flows = FlowResolver(self, pack.padding_flow, wanted).file_flows(summary, speculators)
         return FileFacts(
             module=summary.module,
             imports=tuple(sorted(summary.imports.items())),
@@ -123,4 +165,5 @@ class ProjectIndex:
             base_classes=frozenset(n for n in summary.classes if n in bases),
             spec_classes=frozenset(spec_classes),
             sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, sink)),
+            flows=flows,
         )

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specguard.analysis.dataflow.values import FlowSpec, FunctionFlow
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,9 @@ class ModuleSummary:
     # (first line, last line) of each top-level class and function, decorators included: the only statements
     # rules look into, so the others need not be parsed with libcst (see analysis/sparse.py)
     definitions: list[tuple[int, int]] = field(default_factory=list)
+    # dataflow summary of each function ("name") and method ("Class.name"), computed only for the modules whose
+    # functions a rule follows values into (analysis/dataflow/summaries.py); None until then
+    flows: dict[str, FunctionFlow | None] | None = None
 
     def resolve(self, dotted: str) -> str:
         """Qualified name of a dotted reference as seen from this module."""
@@ -110,3 +117,11 @@ def summarize(tree: ast.Module, module: str, is_package: bool) -> ModuleSummary:
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             summary.functions[stmt.name] = _params(stmt)
     return summary
+
+
+def function_flows(summary: ModuleSummary, tree: ast.Module, flow: FlowSpec) -> dict[str, FunctionFlow | None]:
+    """Fills in `summary.flows` from the module's tree: what each function does with the values `flow` tracks."""
+    from specguard.analysis.dataflow.summaries import module_flows
+
+    summary.flows = module_flows(_top_level(tree.body), flow, summary.resolve, summary.imports)
+    return summary.flows

@@ -1,0 +1,85 @@
+"""Small `ast` helpers shared by the stage-one summaries and the rules that run on the dataflow layer."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+Span = tuple[int, int, int, int]  # ast positions: line, byte column, end line, end byte column
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_DOTTED = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def dotted(node: ast.expr) -> str | None:
+    """`a.b.c` for a Name/Attribute chain; None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def last_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def is_super(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+
+def callee_text(func: ast.expr, self_name: str | None) -> str | None:
+    """How a call names its function: "self.m" (also through `cls`), "super().m", or a dotted name."""
+    if isinstance(func, ast.Attribute):
+        if is_super(func.value):
+            return f"super().{func.attr}"
+        if isinstance(func.value, ast.Name) and func.value.id in (self_name, "self", "cls"):
+            return f"self.{func.attr}"
+    return dotted(func)
+
+
+def span(node: ast.AST) -> Span:
+    line = getattr(node, "lineno", 1)
+    col = getattr(node, "col_offset", 0)
+    return line, col, getattr(node, "end_lineno", None) or line, getattr(node, "end_col_offset", None) or col
+
+
+def annotation_names(node: ast.expr | None) -> set[str]:
+    """Last names an annotation mentions: `X`, `mod.X`, `"X"`, `X | None`, `Optional[X]`."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a forward reference: names in the text
+        return {name.rpartition(".")[2] for name in _DOTTED.findall(node.value)}
+    if isinstance(node, ast.BinOp):
+        return annotation_names(node.left) | annotation_names(node.right)
+    if isinstance(node, ast.Subscript):
+        inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return {n for part in inner for n in annotation_names(part)}
+    name = last_name(node)
+    return {name} if name else set()
+
+
+def has_decorator(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+    return any(last_name(d.func if isinstance(d, ast.Call) else d) == name for d in func.decorator_list)
+
+
+def scopes(tree: ast.Module) -> Iterator[tuple[str | None, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Module-level functions and the methods of module-level classes, as (class name or None, function)."""
+    for stmt in tree.body:
+        if isinstance(stmt, FUNCTIONS):
+            yield None, stmt
+        elif isinstance(stmt, ast.ClassDef):
+            for item in stmt.body:
+                if isinstance(item, FUNCTIONS):
+                    yield stmt.name, item
+
+
+def is_bound_method(class_name: str | None, func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A method whose first parameter is the instance or class (not a staticmethod, not a plain function)."""
+    return class_name is not None and not has_decorator(func, "staticmethod")
