@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from specguard.analysis.dataflow.values import FlowSpec, FunctionFlow
+# at run time too: the cache decodes ModuleSummary by its type hints
+from specguard.analysis.dataflow.values import FlowSpec, FunctionFlow
 
 
 @dataclass(frozen=True)
