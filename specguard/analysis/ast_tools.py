@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 
 Span = tuple[int, int, int, int]  # ast positions: line, byte column, end line, end byte column
 
@@ -42,6 +42,19 @@ def callee_text(func: ast.expr, self_name: str | None) -> str | None:
         if isinstance(func.value, ast.Name) and func.value.id in (self_name, "self", "cls"):
             return f"self.{func.attr}"
     return dotted(func)
+
+
+def module_function(
+    func: ast.expr, self_name: str | None, imported: Container[str], resolve: Callable[[str], str]
+) -> str | None:
+    """Last name of the module-level function a call reaches, imports resolved: imported, aliased or through its
+    module; None for a method of `self` or of some object (`self.builder.build(...)` is not `build`)."""
+    text = callee_text(func, self_name)
+    if text is None or text.startswith(("self.", "super().")):
+        return None
+    if "." in text and text.partition(".")[0] not in imported:
+        return None
+    return resolve(text).rpartition(".")[2]
 
 
 def span(node: ast.AST) -> Span:

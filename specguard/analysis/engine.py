@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.analysis.cache import Cache
+from specguard.analysis.dataflow.values import FunctionFlow
 from specguard.analysis.discover import discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex
@@ -135,7 +136,7 @@ class _Run:
         self.borrowed.add(key)
         return cached.summary
 
-    def _load_flows(self, summary: ModuleSummary) -> dict[str, Any]:
+    def _load_flows(self, summary: ModuleSummary) -> dict[str, FunctionFlow | None]:
         """The dataflow summaries of a module's functions, computed the first time a rule's facts need them
         and kept with its cached scan."""
         from specguard.analysis.source import decode, parse_ast, read_bytes

@@ -155,8 +155,7 @@ class ProjectIndex:
         if speculators:  # SG103 follows values only in speculator modules
             from specguard.analysis.dataflow.resolve import FlowResolver
 
-            wanted = [*pack.metadata.sink, *pack.speculators.shared_helpers]
-            flows = FlowResolver(self, pack.padding_flow, wanted).file_flows(summary, speculators)
+            flows = FlowResolver(self, pack.padding_flow).file_flows(summary, speculators)
         return FileFacts(
             module=summary.module,
             imports=tuple(sorted(summary.imports.items())),

@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from specguard.analysis.ast_tools import FUNCTIONS, callee_text, has_decorator, span
+from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, span
 from specguard.analysis.dataflow.calls import Passed
+from specguard.analysis.dataflow.project import ProjectHooks
 from specguard.analysis.dataflow.values import ANY, Item, Value
-from specguard.analysis.dataflow.walker import FlowWalker, Hooks
+from specguard.analysis.dataflow.walker import FlowWalker
 from specguard.rules.base import Diagnostic, Rule, RuleContext
 
 REDUCTION = "reduction"  # the label Pack.merge_flow gives a reduction's or a fold's result
@@ -28,21 +29,15 @@ def _merging(item: Item) -> str:
     return f"`{item.source}()`"
 
 
-class _FlagSinks(Hooks):
+class _FlagSinks(ProjectHooks):
     """Where a merged flag leaves the merge: a keyword argument (`cls(flag=...)`, `replace(spec, flag=...)`),
     a `**kwargs` dict holding it, or an attribute store (`merged.flag = ...`)."""
 
     def __init__(self, ctx: RuleContext, qualname: str) -> None:
-        self.ctx = ctx
+        super().__init__(ctx.facts, ctx.pack.merge_flow, None, None)
         self.qualname = qualname
         self.flags = ctx.pack.kv_groups.flags
         self.found: list[Diagnostic] = []
-
-    def callee(self, func: ast.expr) -> str | None:
-        text = callee_text(func, None)
-        if text is None or ("." in text and text.partition(".")[0] not in self.ctx.facts.import_map):
-            return None
-        return self.ctx.facts.resolve(text).rpartition(".")[2]
 
     def on_call(self, node: ast.Call, args: list[Passed]) -> None:
         for arg in args:

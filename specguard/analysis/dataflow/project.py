@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from specguard.analysis.ast_tools import callee_text
+from specguard.analysis.ast_tools import callee_text, module_function
 from specguard.analysis.dataflow.calls import Passed, apply, bound_values
 from specguard.analysis.dataflow.values import EMPTY, FlowSpec, FunctionFlow, Signature, Value, step, value_of
 from specguard.analysis.dataflow.walker import Hooks
@@ -21,14 +21,7 @@ class ProjectHooks(Hooks):
         self.self_name = self_name
 
     def callee(self, func: ast.expr) -> str | None:
-        """Last name of the module-level function a call reaches: imported, aliased or through its module; a
-        method of some object (`self.builder.build(...)`) is not one."""
-        text = callee_text(func, self.self_name)
-        if text is None or text.startswith(("self.", "super().")):
-            return None
-        if "." in text and text.partition(".")[0] not in self.facts.import_map:
-            return None
-        return self.facts.resolve(text).rpartition(".")[2]
+        return module_function(func, self.self_name, self.facts.import_map, self.facts.resolve)
 
     def key(self, func: ast.expr) -> str | None:
         """How `FlowFacts` names the function a call reaches."""

@@ -85,10 +85,10 @@ class _Class:
 
 
 class FlowResolver:
-    def __init__(self, project: Project, spec: FlowSpec, wanted: Iterable[str] = ()) -> None:
+    def __init__(self, project: Project, spec: FlowSpec) -> None:
         self.project = project
         self.spec = spec
-        self.wanted = frozenset(wanted)  # callee names whose signature a rule needs even with nothing returned
+        self.wanted = spec.sinks  # callees whose signature a rule needs even when they return nothing tracked
         self._memo: dict[tuple[tuple[int, str, str, bool], int], Value] = {}
         self._active: set[tuple[int, str, str, bool]] = set()
 
@@ -122,7 +122,7 @@ class FlowResolver:
                     keep(f"{cls}.{method}", owners[cls], owners[cls].method(method))
                 elif call.callee.startswith("super().") and cls is not None:
                     keep(f"super({cls}).{method}", owners[cls], owners[cls].method(method, above=cls))
-                elif "." not in call.callee and call.callee in summary.functions or call.passes_tracked:
+                elif ("." not in call.callee and call.callee in summary.functions) or call.passes_tracked:
                     callees.add(call.callee)
         for callee in sorted(callees):
             keep(summary.resolve(callee), None, self._callee(callee, None, summary, None))

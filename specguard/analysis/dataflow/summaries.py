@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from specguard.analysis.ast_tools import FUNCTIONS, callee_text, is_bound_method
+from specguard.analysis.ast_tools import FUNCTIONS, callee_text, is_bound_method, module_function
 from specguard.analysis.dataflow.calls import Passed
 from specguard.analysis.dataflow.values import (
     ATTR,
@@ -66,13 +66,7 @@ class _Recorder(Hooks):
         return False
 
     def callee(self, func: ast.expr) -> str | None:
-        text = callee_text(func, self.self_name)
-        if text is None or text.startswith(("self.", "super().")):
-            return None
-        head = text.partition(".")[0]
-        if "." in text and head not in self.imported:
-            return None  # a method of some object
-        return self.resolve(text).rpartition(".")[2]
+        return module_function(func, self.self_name, self.imported, self.resolve)
 
     def call(self, node: ast.Call, args: list[Passed]) -> Value | None:
         text = callee_text(node.func, self.self_name)
