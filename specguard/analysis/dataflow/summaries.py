@@ -17,7 +17,6 @@ from specguard.analysis.dataflow.calls import Passed
 from specguard.analysis.dataflow.values import (
     ATTR,
     CALL,
-    SYMBOLIC,
     Arg,
     CallFlow,
     FlowSpec,
@@ -45,7 +44,10 @@ def signature(func: ast.FunctionDef | ast.AsyncFunctionDef, bound: bool) -> Sign
 class _Recorder(Hooks):
     """Summary-mode answers: calls and `self` attributes become symbolic items, recorded for later."""
 
-    def __init__(self, resolve: Callable[[str], str], imported: frozenset[str], local: frozenset[str]) -> None:
+    def __init__(
+        self, spec: FlowSpec, resolve: Callable[[str], str], imported: frozenset[str], local: frozenset[str]
+    ) -> None:
+        self.spec = spec
         self.resolve = resolve
         self.imported = imported  # local names bound by imports: a dotted call through one reaches a function
         self.local = local  # module-level functions of this module
@@ -57,7 +59,7 @@ class _Recorder(Hooks):
     def _passes_tracked(self, args: list[Passed]) -> bool:
         for arg in args:
             for item in arg.value.values():
-                if item.label not in SYMBOLIC:
+                if item.label in self.spec.carried:
                     return True
                 if item.label == CALL:
                     index = int(item.origin[1:])
@@ -172,7 +174,7 @@ def module_flows(
     None for a function with nothing to say (it still hides a base class's method of the same name)."""
     statements = list(statements)
     local = frozenset(s.name for s in statements if isinstance(s, FUNCTIONS))
-    recorder = _Recorder(resolve, frozenset(imported), local)
+    recorder = _Recorder(spec, resolve, frozenset(imported), local)
     out: dict[str, FunctionFlow | None] = {}
     for stmt in statements:
         if isinstance(stmt, FUNCTIONS):

@@ -165,6 +165,13 @@ class FlowSpec:
         return {label: tuple(dict.fromkeys(owners)) for label, owners in found.items()}
 
     @cached_property
+    def carried(self) -> frozenset[str]:
+        """Labels worth following into another module's function: values others derive from (descriptors) and
+        values guards clear (padded counts). A value only tested (a mode) is not."""
+        owners = {owner for owner, _ in self.attributes if owner != ANY}
+        return frozenset(owners | {label for guard in self.guards for label in guard.clears})
+
+    @cached_property
     def by_attribute(self) -> dict[str, list[tuple[str, str, str]]]:
         """attribute -> [(owner label, label, origin)], labelled owners first."""
         found: dict[str, list[tuple[str, str, str]]] = {}
