@@ -109,10 +109,11 @@ RULE = Rule(
         "Across functions of the analyzed project: a helper (method of the class or a base, `super()`, or a "
         "module-level function, imported or not) whose return value is a descriptor's padded count, one of its "
         "arguments, or another helper's result; and instance attributes written from a padded count in any "
-        f"method of the class or a base and read in another. Summaries are computed once per file with its scan "
-        f"and cached; a chain of helpers is followed {MAX_DEPTH} calls deep, a recursive helper contributes "
-        f"nothing to itself, attributes written from attributes get {ATTRIBUTE_ROUNDS} rounds, and a loop body is "
-        f"walked until its locals stop changing ({MAX_ROUNDS} times at most).",
+        "method of the class or a base and read in another. A module's summaries are computed the first time a "
+        f"checked file needs them and cached with its scan; a chain of helpers is followed {MAX_DEPTH} calls "
+        "deep, a recursive helper contributes nothing to itself, attributes written from attributes get "
+        f"{ATTRIBUTE_ROUNDS} rounds, and a loop body is walked until its locals stop changing ({MAX_ROUNDS} times "
+        "at most).",
         "Sinks: the token-count parameters of the sink and the shared helpers, matched by keyword, by position "
         "(the signature comes from the project's own definition, when the project defines the callee) and "
         "through a `**kwargs` dict or `*args` sequence that holds the value.",
@@ -122,7 +123,8 @@ RULE = Rule(
         "`==`, `!=`, `is`, `is not` and `in` are understood in either operand order, with the mode read from the "
         "descriptor or from a local holding it. A mode test on an object that is not a known descriptor "
         "clears every descriptor.",
-        "Limits: a value passed into a helper that itself calls the sink is judged inside the helper (its "
+        "Limits: a function of another module is followed only when it is passed a descriptor or a padded "
+        "count; a value passed into a helper that itself calls the sink is judged inside the helper (its "
         "parameter is not a descriptor there unless named or annotated as one); a tuple returned by a helper "
         "and unpacked by the caller is not followed element by element; properties, `getattr` and values "
         "stored on objects other than `self` are not followed.",
