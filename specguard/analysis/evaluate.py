@@ -37,10 +37,13 @@ def evaluate_source(
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
     try:
-        module = cst.parse_module(sparse_source(text, definitions, _names_to_keep(facts, pack)))
-        ctx = RuleContext(module, facts, pack, mentions)
+        source = sparse_source(text, definitions, _names_to_keep(facts, pack))
+        module = cst.parse_module(source)
+        ctx = RuleContext(module, facts, pack, mentions, source)
         found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
-        places = spans(module, [diag.node for _, diag in found]) if found else []
+        nodes = [diag.node for _, diag in found if diag.node is not None]
+        located = iter(spans(module, nodes) if nodes else [])
+        places = [ctx.span(diag.span) if diag.span is not None else next(located) for _, diag in found]
     except cst.ParserSyntaxError as exc:
         return [source_error(path, f"syntax error (libcst): {exc.message}", exc.raw_line)]
     except RecursionError:  # libcst's and the rules' tree walks are recursive; CPython's parser let it through
