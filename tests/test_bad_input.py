@@ -135,7 +135,90 @@ SEEDS = [
         "attention/flashinfer_mla.py",
     )
 ]
-SOURCES = [p.read_text() for p in SEEDS]
+# Every construct the dataflow layer (analysis/dataflow) follows, so that mutations exercise it: helpers and their
+# summaries, attributes, containers, *args/**kwargs, guards in every form, loops, match, try, and SG201's merges.
+DATAFLOW_SEED = """\
+import functools
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+def padded(desc):
+    return desc.num_tokens if desc else padded(desc)
+
+
+class FlowSpeculator(DraftModelSpeculator):
+    def _padded(self, batch_desc, *rest, **extra):
+        self.total = self.total + batch_desc.num_tokens
+        return max(batch_desc.num_tokens, self._other(batch_desc))
+
+    def _other(self, d):
+        return self._padded(d) if d else padded(d)
+
+    def propose(self, num_reqs, num_tokens, query_start_loc_np, specs):
+        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+        kw = dict(num_reqs=num_reqs, num_tokens_padded=self._padded(batch_desc))
+        kw["num_tokens"] = [batch_desc.num_tokens][0]
+        kw.update(step=(n := batch_desc.num_tokens))
+        args = (num_reqs, num_reqs, *[n])
+        cg_mode = batch_desc.cg_mode
+        match cg_mode:
+            case CUDAGraphMode.FULL:
+                n = batch_desc.num_tokens
+            case CUDAGraphMode.PIECEWISE | CUDAGraphMode.NONE if n:
+                n = int(query_start_loc_np[-1])
+            case _:
+                pass
+        for s in specs:
+            if CUDAGraphMode.FULL is not s.cg_mode:
+                continue
+            while n > 0:
+                n -= 1
+                if n == 3:
+                    break
+            else:
+                n = self.total
+        self._build_draft_attn_metadata(num_reqs, num_tokens_padded=self._other(batch_desc))
+        try:
+            assert batch_desc.cg_mode in (CUDAGraphMode.FULL,), "FULL only"
+        except AssertionError:
+            raise
+        finally:
+            n = {k: v for k, v in kw.items()}.get("num_tokens", n)
+        fn = lambda x: build_attn_metadata(num_tokens=x)
+        self._build_draft_attn_metadata(*args, **kw, num_tokens_padded=n)
+        return build_attn_metadata(self.attn_groups, num_reqs, fn(n))
+
+
+class FlowSpec:
+    non_causal_multi_token_decode: bool = False
+
+    @classmethod
+    def merge(cls, specs):
+        flags = {s.non_causal_multi_token_decode for s in specs}
+        merged = False
+        for spec in specs:
+            merged = merged or spec.non_causal_multi_token_decode
+            if spec.non_causal_multi_token_decode != specs[0].non_causal_multi_token_decode:
+                raise ValueError("mixed")
+        assert len(flags) == 1
+        kwargs = {"non_causal_multi_token_decode": functools.reduce(max, flags)}
+        spec = cls(**kwargs, non_causal_multi_token_decode=any(flags) or merged)
+        spec.non_causal_multi_token_decode = max(flags)
+        return spec
+
+
+class UnionSpec(FlowSpec):
+    @classmethod
+    def merge(cls, specs):
+        flag = False
+        for spec in specs:
+            flag |= spec.non_causal_multi_token_decode
+        return cls(non_causal_multi_token_decode=flag)
+"""
+SOURCES = [p.read_text() for p in SEEDS] + [DATAFLOW_SEED]
 TOKENS = [
     "(",
     ")",
@@ -155,6 +238,22 @@ TOKENS = [
     "any(",
     "repeat_interleave(",
     "lambda:",
+    "match batch_desc.cg_mode:",
+    "case CUDAGraphMode.FULL:",
+    "assert batch_desc.cg_mode != CUDAGraphMode.FULL",
+    "return",
+    "raise",
+    "continue",
+    "self.padded = batch_desc.num_tokens",
+    "self._padded(batch_desc)",
+    "*args",
+    "for s in specs:",
+    "while n:",
+    "try:",
+    "except:",
+    ":=",
+    "len(flags) == 1",
+    "max(",
     "\\",
     "'",
     '"',

@@ -635,13 +635,13 @@ def test_sg201_fix_collects_any_iterable_keeps_comments_above_and_avoids_taken_n
     assert fixed(text) == sg201("""
     flags = [s.non_causal_multi_token_decode for s in specs]
     non_causal_multi_token_decode_values = 1
-    # the merged flag
     non_causal_multi_token_decode_values1 = set(flags)
     if len(non_causal_multi_token_decode_values1) != 1:
         raise ValueError(
             f"{klass.__name__}: the layers of one KV cache group disagree on "
             f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values1)}"
         )
+    # the merged flag
     non_causal_multi_token_decode = non_causal_multi_token_decode_values1.pop()  # one for the group
     return klass(non_causal_multi_token_decode=non_causal_multi_token_decode)
     """)

@@ -51,7 +51,8 @@ EXPECTED_0_28_0 = {
         "vllm/v1/kv_cache_interface.py",
         "SG201",
         "MLAAttentionSpec.merge",
-    ): "non_causal_multi_token_decode=any(...): one non-causal draft layer makes the whole group non-causal",
+    ): "non_causal_multi_token_decode=any(...): a mixed group carries its most permissive layer's flag, and "
+    "0.28.0's MLA metadata builder reads that merged flag for every layer of the group",
 }
 
 EXPECTED_0_33_0 = {
@@ -60,7 +61,8 @@ EXPECTED_0_33_0 = {
         "SG201",
         "MLAAttentionSpec.merge",
     ): "the merge went back to non_causal_multi_token_decode=any(...) after the DCP fix had made it assert one "
-    "value; the runtime guard's G3 is how a deployment verifies its groups",
+    "value; the MLA builder now recomputes the flag per layer, every other consumer of the union must too (or "
+    "the group must not mix); the runtime guard's G3 is how a deployment verifies its groups",
 }
 
 

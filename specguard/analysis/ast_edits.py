@@ -50,7 +50,7 @@ def enclosing_statement(function: ast.FunctionDef | ast.AsyncFunctionDef, node: 
     found = None
     for i in range(1, len(path)):
         parent, child = path[i - 1], path[i]
-        in_block = any(child in getattr(parent, block, ()) for block in _BLOCKS)
+        in_block = any(isinstance(b := getattr(parent, block, None), list) and child in b for block in _BLOCKS)
         if isinstance(child, ast.stmt) and in_block:
             found = i
     if found is None or any(isinstance(n, _SCOPES) for n in path[found + 1 : -1]):

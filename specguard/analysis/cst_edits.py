@@ -77,6 +77,14 @@ def delete_statements(function: cst.FunctionDef, statements: Sequence[cst.BaseSt
     return [(node, cst.RemoveFromParent()) for node in plan[0]]
 
 
+def delete_statement(root: cst.CSTNode, statement: cst.BaseStatement) -> Change:
+    """Delete one statement under `root`; the only statement of its block becomes `pass` instead."""
+    path = _path(root, statement) or []
+    block = path[-2] if len(path) > 1 else None
+    alone = isinstance(block, cst.IndentedBlock) and len(block.body) == 1
+    return statement, cst.SimpleStatementLine([cst.Pass()]) if alone else cst.RemoveFromParent()
+
+
 def without_keyword(call: cst.Call, name: str) -> Change:
     """The call without its `name=` argument; a removed last argument leaves its comma and the whitespace
     before `)` to the new last one, so `f(a, x=1)` becomes `f(a)` and a one-per-line call keeps its layout."""

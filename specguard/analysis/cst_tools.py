@@ -1,4 +1,4 @@
-"""Small libcst helpers shared by the rules: names, scopes, calls and FULL-CUDA-graph guards."""
+"""Small libcst helpers shared by the rules: names, scopes and calls (the dataflow rules use analysis/dataflow)."""
 
 from __future__ import annotations
 
@@ -145,98 +145,6 @@ def _blocks(node: cst.CSTNode) -> Iterator[Sequence[cst.BaseStatement]]:
                 yield part.body
             elif isinstance(part, cst.CSTNode) and not isinstance(part, cst.BaseSuite):
                 yield from _blocks(part)  # elif, else, except, finally, case
-
-
-def classes(module: cst.Module) -> Iterator[cst.ClassDef]:
-    for stmt in module.body:
-        if isinstance(stmt, cst.ClassDef):
-            yield stmt
-
-
-def has_decorator(func: cst.FunctionDef, name: str) -> bool:
-    return any(last_name(d.decorator) == name for d in func.decorators)
-
-
-# ---- guard-aware walk -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Event:
-    """A call, or an assignment of `value` to `targets`, in source order, and whether a FULL guard covers it."""
-
-    node: cst.CSTNode
-    guarded: bool
-    targets: tuple[str, ...] = ()
-    value: cst.BaseExpression | None = None
-
-
-def _mode_side(node: cst.BaseExpression, attribute: str) -> bool:
-    return isinstance(node, cst.Attribute) and node.attr.value == attribute
-
-
-def full_test(test: cst.BaseExpression, mode_attribute: str, full_mode: str) -> str | None:
-    """'eq' if `test` holds only under FULL mode, 'ne' if only outside it, None if it says nothing."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = full_test(test.expression, mode_attribute, full_mode)
-        return {"eq": "ne", "ne": "eq"}.get(inner or "")
-    if isinstance(test, cst.BooleanOperation):
-        left = full_test(test.left, mode_attribute, full_mode)
-        right = full_test(test.right, mode_attribute, full_mode)
-        if isinstance(test.operator, cst.And):
-            return "eq" if "eq" in (left, right) else None
-        return "ne" if left == right == "ne" else None
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        sides = (test.left, target.comparator)
-        if any(_mode_side(s, mode_attribute) for s in sides) and any(_mode_side(s, full_mode) for s in sides):
-            if isinstance(target.operator, (cst.Equal, cst.Is)):
-                return "eq"
-            if isinstance(target.operator, (cst.NotEqual, cst.IsNot)):
-                return "ne"
-    return None
-
-
-def _target_names(target: cst.BaseExpression) -> tuple[str, ...]:
-    if isinstance(target, cst.Name):
-        return (target.value,)
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return tuple(n for el in target.elements for n in _target_names(el.value))
-    return ()
-
-
-class GuardWalk:
-    """Pre-order walk of a function body recording calls and assignments with their FULL-guard state."""
-
-    def __init__(self, mode_attribute: str, full_mode: str) -> None:
-        self.mode_attribute = mode_attribute
-        self.full_mode = full_mode
-        self.events: list[Event] = []
-
-    def run(self, node: cst.CSTNode) -> list[Event]:
-        self._walk(node, False)
-        return self.events
-
-    def _branches(self, test: cst.BaseExpression, body: cst.CSTNode, orelse: cst.CSTNode | None, guarded: bool) -> None:
-        kind = full_test(test, self.mode_attribute, self.full_mode)
-        self._walk(test, guarded)
-        self._walk(body, guarded or kind == "eq")
-        if orelse is not None:
-            self._walk(orelse, guarded or kind == "ne")
-
-    def _walk(self, node: cst.CSTNode, guarded: bool) -> None:
-        if isinstance(node, (cst.If, cst.IfExp)):
-            self._branches(node.test, node.body, node.orelse, guarded)
-            return
-        if isinstance(node, cst.Assign):
-            names = tuple(n for t in node.targets for n in _target_names(t.target))
-            self.events.append(Event(node, guarded, names, node.value))
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.NamedExpr)) and node.value is not None:
-            self.events.append(Event(node, guarded, _target_names(node.target), node.value))
-        elif isinstance(node, cst.Call):
-            self.events.append(Event(node, guarded))
-        for child in kids(node):
-            if not isinstance(child, cst.ClassDef):  # a nested class's methods are scopes of their own
-                self._walk(child, guarded)
 
 
 def walk_calls(node: cst.CSTNode) -> Iterator[cst.Call]:

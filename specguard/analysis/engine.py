@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.analysis.cache import Cache
+from specguard.analysis.dataflow.values import FunctionFlow
 from specguard.analysis.discover import discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
@@ -21,6 +22,7 @@ from specguard.analysis.parallel import Workers, cores
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import is_suppressed
+from specguard.errors import SourceError
 from specguard.packs import Pack, load_pack
 from specguard.rules import ALL_CODES
 from specguard.settings import Settings
@@ -100,7 +102,7 @@ class _Run:
         cache_root = settings.cache_dir or settings.root / ".specguard_cache"
         self.cache = Cache.at(cache_root, pack.fingerprint, settings.fingerprint()) if use_cache else Cache(None)
         self.locator = ModuleLocator()
-        self.index = ProjectIndex(self.locator, self._load_summary)
+        self.index = ProjectIndex(self.locator, self._load_summary, self._load_flows)
         self.scans: dict[str, FileScan] = {}
         self.borrowed: set[str] = set()
 
@@ -137,6 +139,26 @@ class _Run:
             self.cache.put_scan(key, cached)
         self.borrowed.add(key)
         return cached.summary
+
+    def _load_flows(self, summary: ModuleSummary, root: Path) -> dict[str, FunctionFlow | None]:
+        """The dataflow summaries of a module's functions, computed the first time a rule's facts need them
+        and kept with its cached scan."""
+        from specguard.analysis.source import decode, parse_ast, read_bytes
+        from specguard.analysis.summary import function_flows
+
+        found = self.locator.find(summary.module, root)
+        if found is None:
+            return {}
+        path = found[0]
+        try:
+            tree = parse_ast(decode(read_bytes(path)), str(path))
+        except SourceError:
+            return {}  # changed or gone since it was scanned: no summaries this run
+        flows = function_flows(summary, tree, self.pack.padding_flow)
+        scan = self.scans.get(str(path)) or self.cache.scans.get(str(path))
+        if scan is not None and scan.summary is summary:
+            self.cache.put_scan(str(path), scan)  # the cached scan now carries them
+        return flows
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
         """Stage two: the files some enabled rule can match, evaluated (or taken from the cache)."""
@@ -265,14 +287,16 @@ def _evaluate_text(
     from specguard.analysis.evaluate import evaluate_source
     from specguard.analysis.scan import call_owners
     from specguard.analysis.source import parse_ast
-    from specguard.analysis.summary import nested_class_lines, summarize
+    from specguard.analysis.summary import function_flows, nested_class_lines, summarize
     from specguard.errors import SourceError
 
     data = text.encode()
     try:
-        summary = summarize(parse_ast(text, path), module, is_package, nested_class_lines(data))
+        tree = parse_ast(text, path)
+        summary = summarize(tree, module, is_package, nested_class_lines(data))
     except SourceError as exc:
         return [source_error(path, str(exc), exc.line)]
+    function_flows(summary, tree, pack.padding_flow)  # of this text: the index would read the file on disk
     owners = call_owners(data, pack.needles)
     index.add(summary, root)
     facts = index.facts(summary, root, pack, owners)

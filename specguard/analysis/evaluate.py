@@ -40,9 +40,11 @@ def evaluate_source(
     try:
         parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
         module = cst.parse_module(parsed)
-        ctx = RuleContext(module, facts, pack, mentions, text)
+        ctx = RuleContext(module, facts, pack, mentions, parsed, source=text)
         found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
-        places = spans(module, [diag.node for _, diag in found]) if found else []
+        nodes = [diag.node for _, diag in found if diag.node is not None]
+        located = iter(spans(module, nodes) if nodes else [])
+        places = [ctx.span(diag.span) if diag.span is not None else next(located) for _, diag in found]
         fixes = [checked_fix(module, diag.fix, text, parsed) if diag.fix else None for _, diag in found]
     except cst.ParserSyntaxError as exc:
         return [source_error(path, f"syntax error (libcst): {exc.message}", exc.raw_line)]

@@ -13,8 +13,13 @@ import re
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")  # the newlines CPython counts, not str.splitlines()'s
 
 
+def sparse_lines(text: str) -> list[str]:
+    """The lines of `text` as CPython numbers them, each with its line ending."""
+    return _LINES.findall(text)
+
+
 def sparse_source(text: str, definitions: list[tuple[int, int]], names: tuple[str, ...]) -> str:
-    lines = _LINES.findall(text)
+    lines = sparse_lines(text)
     keep = [False] * len(lines)
     for first, last in definitions:
         if any(name in "".join(lines[first - 1 : last]) for name in names):

@@ -11,6 +11,11 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from specguard.analysis.ast_tools import same_scope as _same_scope
+
+# at run time too: the cache decodes ModuleSummary by its type hints
+from specguard.analysis.dataflow.values import FlowSpec, FunctionFlow
+
 
 @dataclass(frozen=True)
 class ClassSummary:
@@ -31,6 +36,9 @@ class ModuleSummary:
     # (first line, last line) of each top-level statement that is or holds a class or function, decorators
     # included: the only statements rules look into, so the others need not be parsed with libcst (sparse.py)
     definitions: list[tuple[int, int]] = field(default_factory=list)
+    # dataflow summary of each function ("name") and method ("Class.name"), computed only for the modules whose
+    # functions a rule follows values into (analysis/dataflow/summaries.py); None until then
+    flows: dict[str, FunctionFlow | None] | None = None
 
     def resolve(self, dotted: str) -> str:
         """Qualified name of a dotted reference as seen from this module."""
@@ -72,29 +80,6 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
     if a.kwarg:
         names.append("**" + a.kwarg.arg)
     return tuple(names)
-
-
-def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
-    """The statement lists inside a compound statement that runs in the same scope (not a def or class)."""
-    if isinstance(stmt, (ast.If, ast.For, ast.AsyncFor, ast.While)):
-        return [stmt.body, stmt.orelse]
-    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return [stmt.body]
-    if isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
-        return [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
-    if isinstance(stmt, ast.Match):
-        return [case.body for case in stmt.cases]
-    return []
-
-
-def _same_scope(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The statements of one scope, looking through `if`/`try`/`with`/loops (TYPE_CHECKING imports, fallbacks)."""
-    out: list[ast.stmt] = []
-    for stmt in body:
-        out.append(stmt)
-        for block in _blocks(stmt):
-            out.extend(_same_scope(block))
-    return out
 
 
 _DEFINITION = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -166,3 +151,11 @@ def summarize(tree: ast.Module, module: str, is_package: bool, nested: list[int]
             summary.functions[stmt.name] = _params(stmt)
     _classes(tree.body, "", summary, nested)
     return summary
+
+
+def function_flows(summary: ModuleSummary, tree: ast.Module, flow: FlowSpec) -> dict[str, FunctionFlow | None]:
+    """Fills in `summary.flows` from the module's tree: what each function does with the values `flow` tracks."""
+    from specguard.analysis.dataflow.summaries import module_flows
+
+    summary.flows = module_flows(_same_scope(tree.body), flow, summary.resolve, summary.imports)
+    return summary.flows

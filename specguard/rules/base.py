@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 import libcst as cst
@@ -13,6 +15,8 @@ from specguard.analysis.cst_tools import dotted, is_self_call, last_name, walk_c
 from specguard.analysis.fix_edits import Change
 from specguard.analysis.fix_model import Applicability, Edit
 from specguard.analysis.index import FileFacts
+from specguard.analysis.source import parse_ast
+from specguard.analysis.sparse import sparse_lines
 from specguard.packs import Pack
 
 
@@ -30,9 +34,10 @@ class NodeFix:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    node: cst.CSTNode
+    node: cst.CSTNode | None  # where it is: a libcst node, or None with `span`
     message: str
     symbol: str | None = None
+    span: tuple[int, int, int, int] | None = None  # for rules on `ast`: the node's line, byte column, end line...
     fix: NodeFix | None = None
 
 
@@ -42,8 +47,28 @@ class RuleContext:
     facts: FileFacts
     pack: Pack
     mentions: frozenset[str] = field(default_factory=frozenset)
-    source: str = ""  # the module's whole text (the tree holds only its definitions); fixes edit its imports
+    text: str = ""  # the source `module` was parsed from (only the definitions rules read; lines as in the file)
+    source: str = ""  # the whole file (`text` holds only the definitions rules read); fixes edit its imports
     _calls: dict[int, list[cst.Call]] = field(default_factory=dict)
+
+    @cached_property
+    def tree(self) -> ast.Module:
+        """The same source as an `ast` tree, for the rules built on the dataflow layer."""
+        return parse_ast(self.text, "<rules>")
+
+    @cached_property
+    def _lines(self) -> list[bytes]:
+        return [line.encode() for line in sparse_lines(self.text)]
+
+    def span(self, node_span: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        """An `ast` span (byte columns, 0-based) as a finding's span (character columns, 1-based)."""
+        line, col, end_line, end_col = node_span
+
+        def chars(row: int, byte: int) -> int:
+            text = self._lines[row - 1] if 0 < row <= len(self._lines) else b""
+            return len(text[:byte].decode("utf-8", "replace")) + 1
+
+        return line, chars(line, col), end_line, chars(end_line, end_col)
 
     def calls_in(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Every call in a function, in source order; several rules ask, so it is walked once."""
@@ -99,6 +124,7 @@ class Rule:
     good: str
     check: Check
     applies: Applies
+    analysis: tuple[str, ...] = ()  # paragraphs on how the rule follows values, and its limits
     # Fixes, as ruff declares them: whether the rule offers one, what it does and how safe it is (`fix_summary`),
     # and, as fixit does, what the bad example becomes under `--fix --unsafe-fixes` (run as a test).
     fix_availability: FixAvailability = "never"
@@ -107,17 +133,23 @@ class Rule:
 
     def docs(self) -> str:
         """The text `specguard explain CODE` prints, in ruff's layout."""
+
+        def fill(text: str) -> str:  # no breaks at hyphens: "non-causal" stays whole, quotes stay findable
+            return textwrap.fill(text, 100, break_on_hyphens=False)
+
+        analysis = ["## How it follows values", *(p for par in self.analysis for p in (fill(par), ""))]
         return "\n".join(
             [
                 f"# {self.name} ({self.code})",
                 "",
                 *([f"Fix is {self.fix_availability} available.", ""] if self.fix_availability != "never" else []),
                 "## What it does",
-                textwrap.fill(self.summary, 100),
+                fill(self.summary),
                 "",
                 "## Why is this bad?",
-                textwrap.fill(self.why, 100),
+                fill(self.why),
                 "",
+                *(analysis if self.analysis else []),
                 "## Example",
                 "```python",
                 textwrap.dedent(self.bad).strip(),
@@ -137,7 +169,7 @@ class Rule:
         return [
             "",
             "## Fix",
-            textwrap.fill(self.fix_summary, 100),
+            textwrap.fill(self.fix_summary, 100, break_on_hyphens=False),
             "",
             "The example above, after `specguard check --fix --unsafe-fixes`:",
             "```python",

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import Scope, classes, dotted, kids, parameters, scopes
+from specguard.analysis.cst_edits import delete_statement
+from specguard.analysis.cst_tools import dotted, kids, parameters, scopes
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
     helpers = ctx.pack.speculators.shared_helpers
-    bodies = {c.name.value: c.body for c in classes(ctx.module)}
     for scope in scopes(ctx.module):
         cls = scope.class_name
         if cls is None or cls not in ctx.facts.speculator_classes or cls in ctx.facts.base_classes:
@@ -25,19 +25,11 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
             problems = forward_problems(scope.function)
             if problems:
                 message += f"; no fix offered: the override is not a pure forward ({'; '.join(problems[:2])})"
-            fix = None if problems else _delete(scope, bodies[cls])  # type: ignore[arg-type]
-            yield Diagnostic(scope.function.name, message, scope.qualname, fix)
-
-
-def _delete(scope: Scope, body: cst.IndentedBlock) -> NodeFix:
-    """Delete the override; a class left with no statement gets `pass`."""
-    alone = all(item is scope.function for item in body.body)
-    replacement = cst.SimpleStatementLine([cst.Pass()]) if alone else cst.RemoveFromParent()
-    return NodeFix(
-        "safe",
-        f"Delete `{scope.qualname}`, which only forwards its arguments to the base helper",
-        ((scope.function, replacement),),
-    )
+            fix = None
+            if not problems:
+                what = f"Delete `{scope.qualname}`, which only forwards its arguments to the base helper"
+                fix = NodeFix("safe", what, (delete_statement(ctx.module, scope.function),))
+            yield Diagnostic(scope.function.name, message, scope.qualname, fix=fix)
 
 
 # ---- is the override a pure forward? -----------------------------------------------------------------------

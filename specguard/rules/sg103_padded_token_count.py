@@ -2,110 +2,85 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
-import libcst as cst
-
-from specguard.analysis.cst_tools import (
-    Event,
-    GuardWalk,
-    full_test,
-    is_self_call,
-    keyword,
-    kids,
-    last_name,
-    scopes,
-)
+from specguard.analysis.ast_tools import callee_text, is_bound_method, scopes, span
+from specguard.analysis.dataflow.calls import Passed, bind
+from specguard.analysis.dataflow.project import ProjectHooks
+from specguard.analysis.dataflow.resolve import MAX_DEPTH
+from specguard.analysis.dataflow.resolve import MAX_ROUNDS as ATTRIBUTE_ROUNDS
+from specguard.analysis.dataflow.values import Item, Value
+from specguard.analysis.dataflow.walker import MAX_ROUNDS, FlowWalker, parameter_env
 from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
 
+PADDED = "padded"  # the label Pack.padding_flow gives a descriptor's padded count
 
-class PaddingFlow:
-    """Which names in one function hold a batch descriptor, and which hold its padded token count."""
 
-    def __init__(self, ctx: RuleContext, function: cst.FunctionDef, events: list[Event]) -> None:
-        pad = ctx.pack.padding
+class _Sinks(ProjectHooks):
+    """At each call of the sink or of a shared helper: a padded count reaching a token-count parameter."""
+
+    def __init__(self, ctx: RuleContext, class_name: str | None, self_name: str | None, qualname: str) -> None:
+        super().__init__(ctx.facts, ctx.pack.padding_flow, class_name, self_name)
         self.ctx = ctx
-        self.attribute = pad.padded_attribute or ""
-        self.mode = (pad.mode_attribute or "", pad.full_mode or "")
-        self.descriptors = {
-            p.name.value
-            for p in (*function.params.params, *function.params.kwonly_params, *function.params.posonly_params)
-            if p.annotation is not None and last_name(p.annotation.annotation) in pad.descriptor_types
-        }
-        self.padded: set[str] = set()
-        assignments = [e for e in events if e.targets and e.value is not None]
-        changed = True
-        while changed:  # a fixpoint: taint flows through any number of local copies
-            changed = False
-            for event in assignments:
-                value = event.value
-                if self._is_descriptor(value):
-                    new, into = set(event.targets), self.descriptors
-                elif not event.guarded and self.carries_padding(value, False):
-                    new, into = set(event.targets), self.padded
-                else:
-                    continue
-                if not new <= into:
-                    into |= new
-                    changed = True
+        self.qualname = qualname
+        self.found: list[Diagnostic] = []
 
-    def _is_descriptor(self, value: cst.BaseExpression) -> bool:
-        """A producer's result (tuple unpacking included), or a copy of a known descriptor."""
-        if isinstance(value, cst.Call):
-            return self.ctx.calls_function(value, self.ctx.pack.padding.descriptor_producers)
-        return isinstance(value, cst.Name) and value.value in self.descriptors
+    def _sink(self, func: ast.expr) -> str | None:
+        text = callee_text(func, self.self_name)
+        if text is not None and text.startswith(("self.", "super().")):
+            name = text.rpartition(".")[2]
+            return name if name in self.ctx.pack.speculators.shared_helpers else None
+        name = self.callee(func)
+        return name if name in self.ctx.pack.metadata.sink else None
 
-    def carries_padding(self, node: cst.CSTNode, guarded: bool) -> bool:
-        """Does `node` evaluate the padded count on a path no FULL-mode test covers?"""
-        if guarded:
-            return False
-        if isinstance(node, cst.IfExp):
-            kind = full_test(node.test, *self.mode)
-            return (
-                self.carries_padding(node.test, False)
-                or self.carries_padding(node.body, kind == "eq")
-                or self.carries_padding(node.orelse, kind == "ne")
-            )
-        if isinstance(node, cst.Attribute):
-            owner = node.value
-            if node.attr.value == self.attribute and isinstance(owner, cst.Name) and owner.value in self.descriptors:
-                return True
-            return self.carries_padding(node.value, False)
-        if isinstance(node, cst.Name):
-            return node.value in self.padded
-        if isinstance(node, cst.Arg):
-            return self.carries_padding(node.value, False)
-        return any(self.carries_padding(child, False) for child in kids(node))
+    def on_call(self, node: ast.Call, args: list[Passed]) -> None:
+        callee = self._sink(node.func)
+        if callee is None:
+            return
+        wanted = self.ctx.pack.metadata.token_count_params
+        for param, reaching in bind(self.signature(node.func), args).items():
+            if param not in wanted:
+                continue
+            for arg, value in reaching:
+                padded = [i for i in value.values() if i.label == PADDED and i.key is None]
+                if padded:
+                    first = min(padded, key=lambda i: len(i.steps))
+                    self.found.append(self._diagnostic(callee, param, arg, first))
+                    break
+
+    def _diagnostic(self, callee: str, param: str, arg: Passed, item: Item) -> Diagnostic:
+        pad = self.ctx.pack.padding
+        passed = {
+            "": f"`{param}=`" if arg.keyword else f"`{param}` (by position)",
+            "*": f"`{param}` (unpacked with `*`)",
+            "**": f"`{param}` (unpacked with `**`)",
+        }[arg.star]
+        how = item.how()
+        return Diagnostic(
+            None,
+            f"`{self.qualname}` passes a padded batch size (`{pad.padded_attribute}` of a batch-execution "
+            f"descriptor) as {passed} to `{callee}` without a `{pad.mode_attribute} == {pad.full_mode}` check; in "
+            f"eager/PIECEWISE mode it must be the real query token count (`query_start_loc[-1]`)"
+            + (f"; it gets there {how}" if how else ""),
+            self.qualname,
+            span(arg.node),  # type: ignore[arg-type]
+        )
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
-    pad = ctx.pack.padding
-    helpers = ctx.pack.speculators.shared_helpers
-    for scope in scopes(ctx.module):
-        if not ctx.speculator_scope(scope.class_name):
+    spec = ctx.pack.padding_flow
+    for class_name, func in scopes(ctx.tree):
+        if not ctx.speculator_scope(class_name):
             continue
-        events = GuardWalk(pad.mode_attribute or "", pad.full_mode or "").run(scope.function.body)
-        flow = PaddingFlow(ctx, scope.function, events)
-        if not flow.descriptors:
-            continue
-        for event in events:
-            call = event.node
-            if event.guarded or not isinstance(call, cst.Call):
-                continue
-            to_helper = is_self_call(call) and ctx.callee(call) in helpers
-            if not (to_helper or ctx.calls_function(call, ctx.pack.metadata.sink)):
-                continue
-            for param in ctx.pack.metadata.token_count_params:
-                arg = keyword(call, param)
-                if arg is not None and flow.carries_padding(arg.value, False):
-                    yield Diagnostic(
-                        arg,
-                        f"`{scope.qualname}` passes a padded batch size (`{pad.padded_attribute}` of a "
-                        f"batch-execution descriptor) as `{param}=` to `{ctx.callee(call)}` without a "
-                        f"`{pad.mode_attribute} == {pad.full_mode}` check; in eager/PIECEWISE mode it must be "
-                        f"the real query token count (`query_start_loc[-1]`)",
-                        scope.qualname,
-                    )
+        bound = is_bound_method(class_name, func)
+        first = [*func.args.posonlyargs, *func.args.args][:1]
+        self_name = first[0].arg if bound and first else None
+        qualname = f"{class_name}.{func.name}" if class_name else func.name
+        hooks = _Sinks(ctx, class_name, self_name, qualname)
+        env: dict[str, Value] = parameter_env(func, spec, symbolic=False, bound=bound)[0]
+        FlowWalker(spec, hooks, self_name=self_name, qualname=qualname).run(func, env)
+        yield from hooks.found
 
 
 RULE = Rule(
@@ -113,10 +88,11 @@ RULE = Rule(
     name="padded-token-count",
     title="padded token count reaches the metadata builder outside FULL CUDA graphs",
     summary=(
-        "Flags a padded batch size (`num_tokens` of a batch-execution descriptor, such as the one "
-        "`dispatch_cg_and_sync_dp` returns, or a variable holding it) that reaches the token-count argument of "
-        "the metadata sink or of a speculator metadata helper (`num_tokens=`, `num_tokens_padded=`) on a path "
-        "where no enclosing `if` or conditional expression checks `cg_mode == CUDAGraphMode.FULL`."
+        "Flags a padded batch size (`num_tokens` of a batch-execution descriptor: the result of "
+        "`dispatch_cg_and_sync_dp`, a parameter or variable annotated `BatchExecutionDescriptor`, or a parameter "
+        "named `batch_desc`) that reaches a token-count parameter (`num_tokens`, `num_tokens_padded`) of the "
+        "metadata sink or of a speculator's shared metadata helper on a path where its CUDA-graph mode is not "
+        "known to be FULL. The message names the path the value took when it is not direct."
     ),
     why=(
         "With data parallelism the descriptor's token count includes DP padding that no request owns, while "
@@ -124,17 +100,51 @@ RULE = Rule(
         "PIECEWISE mode FlashInfer refuses the launch (`q.shape[0] (52) does not match qo_indptr[-1] (48)`), "
         "which is how DFlash failed to start with DP>1."
     ),
+    analysis=(
+        "Sources: the padded attribute of a descriptor. Inside a function the value is followed through "
+        "assignments, augmented assignments, tuple unpacking, conditional and boolean expressions, arithmetic, "
+        "builtins such as `max`/`min`/`int`, containers (`dict(...)`, `{...}`, `[...]`, `d[k] = v`, "
+        "`d.update(...)`) and their `*`/`**` unpacking into a call, in statement order: the value at the use is "
+        "what counts. Slicing a buffer with it (`buf[:n]`) or passing it to an unknown function does not carry it.",
+        "Across functions of the analyzed project: a helper (method of the class or a base, `super()`, or a "
+        "module-level function, imported or not) whose return value is a descriptor's padded count, one of its "
+        "arguments, or another helper's result; and instance attributes written from a padded count in any "
+        "method of the class or a base and read in another. A module's summaries are computed the first time a "
+        f"checked file needs them and cached with its scan; a chain of helpers is followed {MAX_DEPTH} calls "
+        "deep, a recursive helper contributes nothing to itself, attributes written from attributes get "
+        f"{ATTRIBUTE_ROUNDS} rounds, and a loop body is walked until its locals stop changing ({MAX_ROUNDS} times "
+        "at most).",
+        "Sinks: the token-count parameters of the sink and the shared helpers, matched by keyword, by position "
+        "(the signature comes from the project's own definition, when the project defines the callee) and "
+        "through a `**kwargs` dict or `*args` sequence that holds the value.",
+        "Sanitizer: a use is clear when every path to it passes a test that the descriptor's mode is FULL: an "
+        "enclosing `if`/`elif`/conditional expression, an early `return`/`raise`/`continue` under the negated "
+        "test, an `assert`, a `match` case, or a later reassignment of the real count on every other path. "
+        "`==`, `!=`, `is`, `is not` and `in` are understood in either operand order, with the mode read from the "
+        "descriptor or from a local holding it. A mode test on an object that is not a known descriptor "
+        "clears every descriptor.",
+        "Limits: a function of another module is followed only when it is passed a descriptor or a padded "
+        "count; a value passed into a helper that itself calls the sink is judged inside the helper (its "
+        "parameter is not a descriptor there unless named or annotated as one); a tuple returned by a helper "
+        "and unpacked by the caller is not followed element by element; properties, `getattr` and values "
+        "stored on objects other than `self` are not followed.",
+    ),
     bad="""
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
         class MyDraftSpeculator(DraftModelSpeculator):
+            def _padded(self, batch_desc):
+                return batch_desc.num_tokens
+
             def propose(self, num_reqs, num_tokens):
                 batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
-                num_tokens_padded = batch_desc.num_tokens
-                return self._build_draft_attn_metadata(
-                    num_reqs=num_reqs, num_tokens_padded=num_tokens_padded, step=1,
-                )
+                n = self._padded(batch_desc)  # a helper's return value
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # SG103
+
+            def propose_step(self, num_reqs, batch_desc):
+                kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
+                return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
     """,
     good="""
         from vllm.config.compilation import CUDAGraphMode
@@ -144,14 +154,23 @@ RULE = Rule(
         class MyDraftSpeculator(DraftModelSpeculator):
             def propose(self, num_reqs, num_tokens, query_start_loc_np):
                 batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
-                num_tokens_padded = (
-                    batch_desc.num_tokens
-                    if batch_desc.cg_mode == CUDAGraphMode.FULL
-                    else int(query_start_loc_np[-1])
-                )
-                return self._build_draft_attn_metadata(
-                    num_reqs=num_reqs, num_tokens_padded=num_tokens_padded, step=1,
-                )
+                num_tokens_padded = batch_desc.num_tokens
+                if batch_desc.cg_mode != CUDAGraphMode.FULL:
+                    num_tokens_padded = int(query_start_loc_np[-1])  # the real count on every other path
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_tokens_padded)
+
+            def propose_step(self, num_reqs, batch_desc, query_start_loc_np):
+                match batch_desc.cg_mode:
+                    case CUDAGraphMode.FULL:
+                        n = batch_desc.num_tokens
+                    case _:
+                        n = int(query_start_loc_np[-1])
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n, step=1)
+
+            def replay(self, num_reqs, batch_desc):
+                if batch_desc.cg_mode != CUDAGraphMode.FULL:
+                    raise ValueError("replay needs a FULL CUDA graph")
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=batch_desc.num_tokens)
     """,
     check=check,
     applies=speculator_module,

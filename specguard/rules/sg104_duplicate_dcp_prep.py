@@ -32,7 +32,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
                     f"`{scope.qualname}` calls `{ctx.callee(call)}` itself; the speculator base's shared helper "
                     f"already recomputes DCP rank-local lengths, so this duplicates (and can diverge from) it",
                     scope.qualname,
-                    _drop_duplicate(ctx, scope, call),
+                    fix=_drop_duplicate(ctx, scope, call),
                 )
 
 

@@ -1,98 +1,136 @@
-"""SG201 group-flag-any-merge: a KV-cache group's causality flag is merged with any()/all()."""
+"""SG201 group-flag-any-merge: a KV-cache group's per-layer causality flag is merged by a reduction."""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
-import libcst as cst
-
-from specguard.analysis.cst_edits import enclosing_statement
-from specguard.analysis.cst_tools import classes, has_decorator, kids, last_name, parameters
+from specguard.analysis.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
+from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, span
+from specguard.analysis.dataflow.calls import Passed
+from specguard.analysis.dataflow.project import ProjectHooks
+from specguard.analysis.dataflow.values import ANY, Item, Value
+from specguard.analysis.dataflow.walker import FlowWalker
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
 
+REDUCTION = "reduction"  # the label Pack.merge_flow gives a reduction's or a fold's result
 
-def _any_all(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Call) and last_name(node.func) in ("any", "all"):
-        return last_name(node.func)
-    return None
+# What each way of merging gives a group whose layers disagree, in words.
+_UNION = "a union: a group whose layers disagree carries its most permissive layer's flag (True if any layer sets it)"
+_MEET = "an intersection: a group whose layers disagree carries its least permissive layer's flag (True only if "
+_MEET += "every layer sets it)"
+_OTHER = "a combination: a group whose layers disagree carries a value that no single layer declared"
+_MEANING = {"any": _UNION, "max": _UNION, "or": _UNION, "|": _UNION, "all": _MEET, "min": _MEET, "and": _MEET}
+_MEANING["&"] = _MEET
 
 
-def _flag_merges(node: cst.CSTNode, flags: list[str]) -> Iterator[tuple[str, str, cst.CSTNode]]:
-    """(flag, any|all, node) for `flag=any(...)` arguments and `flag = any(...)` assignments."""
-    if isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in flags:
-        if (fn := _any_all(node.value)) is not None:
-            yield node.keyword.value, fn, node
-    elif isinstance(node, cst.Assign) and (fn := _any_all(node.value)) is not None:
-        for target in node.targets:
-            name = last_name(target.target)
-            if name in flags:
-                yield name, fn, node
-    for child in kids(node):
-        yield from _flag_merges(child, flags)
+def _merging(item: Item) -> str:
+    if item.source in ("or", "and", "|", "&"):
+        return f"an `{item.source}` fold over a loop"
+    return f"`{item.source}()`"
+
+
+class _FlagSinks(ProjectHooks):
+    """Where a merged flag leaves the merge: a keyword argument (`cls(flag=...)`, `replace(spec, flag=...)`),
+    a `**kwargs` dict holding it, or an attribute store (`merged.flag = ...`)."""
+
+    def __init__(self, ctx: RuleContext, qualname: str, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        super().__init__(ctx.facts, ctx.pack.merge_flow, None, None)
+        self.ctx, self.method = ctx, method
+        self.qualname = qualname
+        self.flags = ctx.pack.kv_groups.flags
+        self.found: list[Diagnostic] = []
+
+    def on_call(self, node: ast.Call, args: list[Passed]) -> None:
+        for arg in args:
+            if arg.keyword in self.flags:
+                self._report(arg.keyword, arg.node, arg.value, None)
+            elif arg.star == "**":
+                for flag in self.flags:
+                    self._report(flag, arg.node, arg.value, flag)
+
+    def on_store(self, node: ast.Attribute, value: Value) -> None:
+        if node.attr in self.flags:
+            self._report(node.attr, node, value, None)
+
+    def _report(self, flag: str, node: object, value: Value, key: str | None) -> None:
+        merged = [i for i in value.values() if i.label == REDUCTION and i.key == key and i.origin in (flag, ANY)]
+        if not merged:
+            return
+        item = min(merged, key=lambda i: len(i.steps))
+        how = item.how()
+        self.found.append(
+            Diagnostic(
+                None,
+                f"`{self.qualname}` merges the per-layer flag `{flag}` with {_merging(item)}"
+                + (f" ({how})" if how else "")
+                + f", {_MEANING.get(item.source, _OTHER)}; every consumer of the merged flag must then recompute "
+                f"it per layer, or the merge must require the specs to agree (e.g. a set of the values with "
+                f"exactly one element). The runtime guard's G3 (`VLLM_SPECGUARD=1`) reports a deployment's groups "
+                f"whose layers disagree",
+                self.qualname,
+                span(node),  # type: ignore[arg-type]
+                fix=agreement_fix(self.ctx.text, self.method, flag, item),
+            )
+        )
+
+
+# ---- the fix: require agreement where the reduction was -------------------------------------------------
+
+_AGREEING = ("any", "all", "max", "min")  # reductions that give the one value back when every layer agrees
+
+
+def agreement_fix(text: str, method: ast.FunctionDef | ast.AsyncFunctionDef, flag: str, item: Item) -> NodeFix | None:
+    """Replace `any(<per-spec values>)` (all, max, min) by an agreement check: collect the values in a set just
+    before the statement that held the reduction, raise ValueError naming the class and the flag unless there is
+    exactly one, and pass that one value on. Upstream's DCP fix in shape, with an error that survives `python -O`."""
+    reduction = next((n for n in ast.walk(method) if isinstance(n, ast.Call) and span(n) == item.span), None)
+    if item.source not in _AGREEING or reduction is None or not method.args.args:
+        return None
+    collected, statement = set_of_iterable(text, reduction), enclosing_statement(method, reduction)
+    if collected is None or statement is None:
+        return None
+    owner, unit = method.args.args[0].arg, indent_unit(text, method)
+    taken = {n.id for n in ast.walk(method) if isinstance(n, ast.Name)} | {
+        a.arg for a in ast.walk(method) if isinstance(a, ast.arg)
+    }
+    values = next(v for v in (f"{flag}_values{i or ''}" for i in range(len(taken) + 1)) if v not in taken)
+    check = insert_before(
+        text,
+        statement,
+        [
+            f"{values} = {collected}",
+            f"if len({values}) != 1:",
+            f"{unit}raise ValueError(",
+            f'{unit * 2}f"{{{owner}.__name__}}: the layers of one KV cache group disagree on "',
+            f'{unit * 2}f"{flag}: {{sorted({values})}}"',
+            f"{unit})",
+        ],
+    )
+    if check is None:
+        return None
+    return NodeFix(
+        "safe",
+        f"Require every spec to agree on `{flag}`: raise ValueError when they differ, pass the one value",
+        (),
+        (check, replace_node(text, reduction, f"{values}.pop()")),
+    )
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
     groups = ctx.pack.kv_groups
-    for cls in classes(ctx.module):
-        if cls.name.value not in ctx.facts.spec_classes or not isinstance(cls.body, cst.IndentedBlock):
+    for cls in ctx.tree.body:
+        if not isinstance(cls, ast.ClassDef) or cls.name not in ctx.facts.spec_classes:
             continue
-        for item in cls.body.body:
-            if not (isinstance(item, cst.FunctionDef) and item.name.value in groups.merge_methods):
+        for func in cls.body:
+            if not isinstance(func, FUNCTIONS) or func.name not in groups.merge_methods:
                 continue
-            if not has_decorator(item, "classmethod"):
+            if not has_decorator(func, "classmethod"):
                 continue
-            for flag, fn, node in _flag_merges(item, groups.flags):
-                reduction = node.value  # type: ignore[attr-defined]
-                yield Diagnostic(
-                    node,
-                    f"`{cls.name.value}.{item.name.value}` merges the per-layer flag `{flag}` with `{fn}()`; "
-                    f"a KV-cache group must not mix causal and non-causal layers: require every spec to agree "
-                    f"(e.g. a set of the values with exactly one element)",
-                    f"{cls.name.value}.{item.name.value}",
-                    agreement_fix(item, flag, reduction),
-                )
-
-
-def agreement_fix(method: cst.FunctionDef, flag: str, reduction: cst.Call) -> NodeFix | None:
-    """Replace `any(<per-spec values>)` by an agreement check: collect the values in a set before the statement
-    that held the reduction, raise ValueError naming the class and the flag unless there is exactly one, and
-    pass that one value. What upstream's DCP fix did, with an error that survives `python -O`."""
-    statement = enclosing_statement(method, reduction)
-    if statement is None or len(reduction.args) != 1 or reduction.args[0].keyword or reduction.args[0].star:
-        return None
-    owner = parameters(method)[0].name.value if parameters(method) else None
-    if owner is None:
-        return None
-    taken = {n.value for n in _names(method)}
-    values = next(v for v in (f"{flag}_values{i or ''}" for i in range(100)) if v not in taken)
-    spread = reduction.args[0].value
-    if isinstance(spread, (cst.GeneratorExp, cst.ListComp, cst.SetComp)):
-        collected: cst.BaseExpression = cst.SetComp(spread.elt, spread.for_in)
-    else:
-        collected = cst.Call(cst.Name("set"), [cst.Arg(spread)])
-    collect = cst.SimpleStatementLine(
-        [cst.Assign([cst.AssignTarget(cst.Name(values))], collected)], leading_lines=statement.leading_lines
-    )
-    check = cst.parse_statement(
-        f"if len({values}) != 1:\n"
-        f"    raise ValueError(\n"
-        f'        f"{{{owner}.__name__}}: the layers of one KV cache group disagree on "\n'
-        f'        f"{flag}: {{sorted({values})}}"\n'
-        f"    )\n"
-    )
-    merged = statement.deep_replace(reduction, cst.parse_expression(f"{values}.pop()"))
-    return NodeFix(
-        "safe",
-        f"Require every spec to agree on `{flag}`: raise ValueError when they differ, pass the one value",
-        ((statement, cst.FlattenSentinel([collect, check, merged.with_changes(leading_lines=())])),),
-    )
-
-
-def _names(node: cst.CSTNode) -> Iterator[cst.Name]:
-    if isinstance(node, cst.Name):
-        yield node
-    for kid in kids(node):
-        yield from _names(kid)
+            qualname = f"{cls.name}.{func.name}"
+            hooks = _FlagSinks(ctx, qualname, func)
+            FlowWalker(ctx.pack.merge_flow, hooks, qualname=qualname).run(func, {})
+            yield from hooks.found
 
 
 def _spec_class_with_flag(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
@@ -102,17 +140,38 @@ def _spec_class_with_flag(facts, pack, mentions) -> bool:  # type: ignore[no-unt
 RULE = Rule(
     code="SG201",
     name="group-flag-any-merge",
-    title="KV-cache group causality flag merged with any()/all()",
+    title="KV-cache group causality flag merged with any()/all() or another reduction",
     summary=(
-        "Flags a `merge` classmethod of a KV-cache/attention spec class that combines a boolean per-layer "
-        "causality flag (`non_causal_multi_token_decode`, or another flag the pack lists) with `any(...)` or "
-        "`all(...)` over the specs instead of requiring all specs of the group to agree."
+        "Flags a `merge` classmethod of a KV-cache/attention spec class that hands a per-layer causality flag "
+        "(`non_causal_multi_token_decode`, or another flag the pack lists) to the merged spec when its value "
+        "comes, directly or through local variables, from a reduction over the specs (`any`, `all`, `max`, "
+        "`min`, `functools.reduce`, `sum`, or an `or`/`and` fold in a loop) and the method did not first "
+        "require the specs to agree."
     ),
     why=(
-        "A KV-cache group shares one attention-metadata build. With `any()`, one non-causal draft layer turns "
-        "the whole group, causal target layers included, non-causal (and `all()` does the reverse): the target "
-        "then attends without its causal mask. vLLM's DCP fix made the merge assert a single value; the rule "
-        "keeps that from regressing."
+        "A KV-cache group shares one attention-metadata build, and the merge makes one spec stand for every "
+        "layer of it. `any()` is a union: a group whose layers disagree carries its most permissive layer's "
+        "flag (`all()`: its least permissive), a value that describes no single layer. That is sound only if "
+        "every consumer of the merged flag recomputes it per layer, or if the group never mixes. vLLM's DCP fix "
+        "took the second way and made the merge assert one value. vLLM 0.33.0 takes the first: it documents the "
+        "merged flag as a group capability ('Runtime metadata still selects causal vs. non-causal mode') and its "
+        "MLA metadata builder recomputes the flag from its own layers, because 'merge() unions this flag across "
+        "the KV group' (0.28.0's builder read the merged flag instead). A consumer that reads the merged value "
+        "as its layer's own lets a causal target layer attend without its causal mask, so the rule keeps "
+        "reporting the union: require agreement, or check every consumer and suppress the finding "
+        "(`# specguard: ignore[SG201]`) with the reason. In a deployment, the runtime guard's G3 "
+        "(`VLLM_SPECGUARD=1`) reports the groups whose layers actually disagree."
+    ),
+    analysis=(
+        "Sources: a call of one of the pack's reductions (`[kv_groups] reductions`), or an accumulation "
+        "(`flag = flag or s.flag`, `flag |= s.flag`) inside a loop. The value is followed through local "
+        "variables, containers and their `**` unpacking to a keyword argument named after a flag of any call "
+        "in the merge, or a store into an attribute of that name.",
+        "Agreement clears a flag's reductions on the paths after it: a collection of its values checked to have "
+        "one element (`assert len(flags) == 1`, `if len(set(...)) != 1: raise`), or each spec compared with "
+        "the first (`assert s.flag == first`, `if s.flag != specs[0].flag: raise` in a loop, "
+        "`all(s.flag == first for s in specs)`).",
+        "Limits: flags handed to the constructor by position, and merges spread over helper methods, are not followed.",
     ),
     bad="""
         from dataclasses import dataclass
@@ -124,8 +183,17 @@ RULE = Rule(
             @classmethod
             def merge(cls, specs):
                 return cls(
-                    non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in specs),
+                    non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in specs),  # SG201
                 )
+
+        @dataclass
+        class DraftAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                flag = max(s.non_causal_multi_token_decode for s in specs)
+                return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
     """,
     good="""
         from dataclasses import dataclass
@@ -139,16 +207,29 @@ RULE = Rule(
                 flags = {s.non_causal_multi_token_decode for s in specs}
                 assert len(flags) == 1, "layers of one KV cache group must agree on causality"
                 return cls(non_causal_multi_token_decode=flags.pop())
+
+        @dataclass
+        class DraftAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                first = specs[0].non_causal_multi_token_decode
+                for spec in specs[1:]:
+                    if spec.non_causal_multi_token_decode != first:
+                        raise ValueError("layers of one KV cache group must agree on causality")
+                return cls(non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in specs))
     """,
     check=check,
     applies=_spec_class_with_flag,
     fix_availability="sometimes",
     fix_summary=(
         "Safe: the reduction becomes an agreement check, the shape of upstream's DCP fix. The values are "
-        "collected in a set just before the statement that merged them, a `ValueError` naming the class and the "
-        "flag is raised unless there is exactly one, and that one value is passed on; a group that agrees merges "
-        "exactly as before. Offered when the reduction has one argument and sits directly in the merge method "
-        "(not inside a lambda or comprehension, whose names the check could not see)."
+        "collected in a set just before the statement that held the reduction, a `ValueError` naming the class and "
+        "the flag is raised unless there is exactly one, and that one value is passed on; a group that agrees "
+        "merges exactly as before. Offered for `any`, `all`, `max` and `min` of one iterable, in the merge method "
+        "itself (not inside a lambda or comprehension, whose names the check could not see); `sum`, `reduce` and "
+        "folds in a loop keep their finding without a fix."
     ),
     fixed="""
         from dataclasses import dataclass
@@ -166,7 +247,22 @@ RULE = Rule(
                         f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
                     )
                 return cls(
-                    non_causal_multi_token_decode=non_causal_multi_token_decode_values.pop(),
+                    non_causal_multi_token_decode=non_causal_multi_token_decode_values.pop(),  # SG201
                 )
+
+        @dataclass
+        class DraftAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                non_causal_multi_token_decode_values = {s.non_causal_multi_token_decode for s in specs}
+                if len(non_causal_multi_token_decode_values) != 1:
+                    raise ValueError(
+                        f"{cls.__name__}: the layers of one KV cache group disagree on "
+                        f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
+                    )
+                flag = non_causal_multi_token_decode_values.pop()
+                return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
     """,
 )
