@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -63,12 +65,103 @@ def test_the_fixed_sg201_merge_runs_on_real_specs(version, vllm_source, cli, tmp
         fixed.MLAAttentionSpec.merge([spec(False), spec(False), spec(True)])
 
 
-def test_the_readme_diffs_are_what_diff_prints_on_0_28_0(vllm_source, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _findings(root: Path) -> list:  # type: ignore[type-arg]
+    return check_paths([root / "vllm"], use_cache=False).findings
+
+
+def _key(finding, root: Path) -> tuple[str, str, str | None]:  # type: ignore[no-untyped-def]
+    return str(Path(finding.path).relative_to(root)), finding.code, finding.symbol
+
+
+def _changed_lines(diff: str) -> dict[str, set[int]]:
+    """Per file, the original lines a unified diff removes, and for an insertion the line it goes before."""
+    changed: dict[str, set[int]] = {}
+    path, line = "", 0
+    for row in diff.splitlines():
+        if row.startswith("--- "):
+            path = row[4:]
+        elif row.startswith("@@ "):
+            line = int(row.split()[1].split(",")[0][1:])
+        elif row.startswith("-"):
+            changed.setdefault(path, set()).add(line)
+            line += 1
+        elif row.startswith("+") and not row.startswith("+++ "):
+            changed.setdefault(path, set()).add(line)
+        elif row.startswith(" "):
+            line += 1
+    return changed
+
+
+def _scope_lines(path: Path, symbol: str) -> range:
+    """The lines of the function a finding's scope names (Class.method)."""
+    tree = ast.parse(path.read_text())
+    owner, _, name = symbol.rpartition(".")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == owner:
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+                    return range(item.lineno, (item.end_lineno or item.lineno) + 1)
+    raise AssertionError(f"{symbol} not in {path}")
+
+
+def _import_lines(path: Path) -> set[int]:
+    tree = ast.parse(path.read_text())
+    last = max(s.end_lineno or s.lineno for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom)))
+    return {last + 1}
+
+
+def test_fix_on_a_copy_of_vllm_0_28_0(vllm_source, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The issue's acceptance: `--fix --unsafe-fixes` fixes what it offers (SG201, the SG103 call sites with a
+    real count in scope) and nothing else, every changed file compiles, a second `--fix` changes nothing, and
+    `--diff` shows exactly those edits, each inside the function a fixed finding names (or an import line);
+    the README's diffs are pieces of that output."""
+    original, fixed = tmp_path / "original", tmp_path / "fixed"
+    for copy in (original, fixed):
+        shutil.copytree(vllm_source("0.28.0"), copy / "vllm")
+    before = _findings(original)
+    offered = {_key(f, original) for f in before if f.fix is not None}
+    assert {(k[1], k[2]) for k in offered} == {
+        ("SG201", "MLAAttentionSpec.merge"),
+        ("SG103", "DFlashSpeculator.propose"),
+        ("SG103", "MultiModuleMTPSpeculator.propose"),
+    }
+    dflash = next(f for f in before if f.code == "SG102")
+    assert dflash.fix is None and "no fix offered: the override is not a pure forward" in dflash.message
+
+    diff = cli("check", "vllm", "--diff", "--unsafe-fixes", "--no-cache", cwd=original)
+    assert diff.returncode == 1 and diff.stdout.endswith("\nWould fix 3 findings.\n"), diff.stdout + diff.stderr
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    shown = [b.split("```", 1)[0] for b in readme.split("```diff\n")[1:]]
-    assert shown
-    shutil.copytree(vllm_source("0.28.0"), tmp_path / "vllm")
-    out = cli("check", "vllm", "--diff", "--unsafe-fixes", "--no-cache", cwd=tmp_path)
-    assert out.returncode == 1, out.stderr
-    for block in shown:
-        assert block in out.stdout
+    shown = [block.split("```", 1)[0] for block in readme.split("```diff\n")[1:]]
+    assert len(shown) == 2 and all(block in diff.stdout for block in shown)  # the README's diffs are real
+    out = cli("check", "vllm", "--fix", "--unsafe-fixes", "--no-cache", cwd=fixed)
+    assert out.returncode == 1 and "Found 7 findings (3 fixed, 4 remaining)." in out.stdout, out.stdout + out.stderr
+
+    after = _findings(fixed)
+    assert not any(f.code == "SG201" for f in after)
+    assert offered.isdisjoint({_key(f, fixed) for f in after})
+    assert {_key(f, fixed) for f in after} == {_key(f, original) for f in before} - offered
+    assert any(f.code == "SG102" and "no fix offered" in f.message for f in after)
+
+    changed = {
+        p.relative_to(fixed)
+        for p in fixed.rglob("*.py")
+        if p.read_bytes() != (original / p.relative_to(fixed)).read_bytes()
+    }
+    assert changed == {Path(k[0]) for k in offered}
+    for rel in changed:
+        compile((fixed / rel).read_text(), str(rel), "exec")
+    snapshot = {rel: (fixed / rel).read_bytes() for rel in changed}
+    again = cli("check", "vllm", "--fix", "--unsafe-fixes", "--no-cache", cwd=fixed)
+    assert "fixed" not in again.stdout and {rel: (fixed / rel).read_bytes() for rel in changed} == snapshot
+
+    # --diff shows exactly what --fix wrote: applied to the original copy, it gives the fixed files
+    patch = diff.stdout.rsplit("\n\n", 1)[0] + "\n"
+    subprocess.run(["git", "apply", "-p0", "-"], input=patch, text=True, cwd=original, check=True)
+    for rel in changed:
+        assert (original / rel).read_bytes() == (fixed / rel).read_bytes(), rel
+    # ... and touches no line outside the functions the fixed findings name, but an added import
+    pristine = Path(vllm_source("0.28.0")).parent
+    for path, lines in _changed_lines(diff.stdout).items():
+        scopes = [_scope_lines(pristine / path, k[2]) for k in offered if k[0] == path]  # type: ignore[arg-type]
+        allowed = set().union(*scopes) | _import_lines(pristine / path)
+        assert lines <= allowed, (path, sorted(lines - allowed))

@@ -745,3 +745,107 @@ def test_ast_edits_refuse_what_a_line_before_could_not_see() -> None:
     assert enclosing_statement(function, inner_any) is None  # `g` exists only inside the comprehension
     assert set_of_iterable(text, _call(tree, "max")) is None  # a keyword argument: not a plain reduction
     assert set_of_iterable(text, first_any) == "set(flags)"
+
+
+# ---- SG103: the padded count under FULL graphs, the real count otherwise ----------------------------------
+
+SG103_HEAD = (
+    "from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp\n"
+    "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n"
+)
+
+
+def sg103(body: str, head: str = SG103_HEAD) -> str:
+    method = textwrap.indent(textwrap.dedent(body).strip("\n"), " " * 4)
+    return f"{head}\n\nclass S(DraftModelSpeculator):\n{method}\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "real"),
+    [
+        (  # a parameter the pack names as the real count
+            """
+            def propose(self, num_reqs, num_query_tokens):
+                d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, num_query_tokens)
+                return self._build_draft_attn_metadata(num_tokens_padded=d.num_tokens)
+            """,
+            "num_query_tokens",
+        ),
+        (  # a local assigned before the call, at the function's top level
+            """
+            def propose(self, num_reqs):
+                num_query_tokens = num_reqs * self.k
+                d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, num_query_tokens)
+                n = d.num_tokens
+                return self._build_draft_attn_metadata(num_tokens_padded=n)
+            """,
+            "num_query_tokens",
+        ),
+        (  # a host array of query offsets reached from a parameter
+            """
+            def propose(self, batch, d):
+                return self._build_draft_attn_metadata(num_tokens_padded=d.num_tokens, qsl=batch.query_start_loc_np)
+            """,
+            "int(batch.query_start_loc_np[-1])",
+        ),
+    ],
+)
+def test_sg103_fix_picks_the_real_count_in_scope_and_imports_the_mode(body: str, real: str) -> None:
+    text = sg103(body.replace("(self, batch, d)", "(self, batch, d: BatchExecutionDescriptor)"))
+    (finding,) = check_source(text)
+    assert finding.fix is not None and finding.fix.applicability == "unsafe"
+    after = fixed(text)
+    assert "from vllm.config.compilation import CUDAGraphMode\n" in after
+    assert f" if d.cg_mode == CUDAGraphMode.FULL else {real}" in after
+    assert check_source(after) == []  # the FULL test is the rule's own sanitizer
+    compile(after, "fixed.py", "exec")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        """
+        def propose(self, num_reqs):
+            d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, 4)
+            return self._build_draft_attn_metadata(num_tokens_padded=d.num_tokens)  # no real count at all
+        """,
+        """
+        def propose(self, num_reqs):
+            d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, 4)
+            if num_reqs:
+                num_query_tokens = num_reqs
+            return self._build_draft_attn_metadata(num_tokens_padded=d.num_tokens)  # assigned on one branch only
+        """,
+        """
+        def _count(self, d):
+            return d.num_tokens
+
+        def propose(self, num_reqs, num_query_tokens):
+            d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, num_query_tokens)
+            return self._build_draft_attn_metadata(num_tokens_padded=self._count(d))  # no descriptor in scope
+        """,
+        """
+        def propose(self, num_reqs, num_query_tokens):
+            d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, num_query_tokens)
+            kw = {"num_tokens_padded": d.num_tokens}
+            return self._build_draft_attn_metadata(**kw)  # a container: nothing to rewrite in place
+        """,
+    ],
+)
+def test_sg103_offers_no_fix_without_a_real_count_or_a_descriptor_in_scope(body: str) -> None:
+    findings = [f for f in check_source(sg103(body)) if f.code == "SG103"]
+    assert findings and all(f.fix is None for f in findings)
+
+
+def test_sg103_fix_uses_the_modules_own_name_for_the_mode_and_refuses_a_clash() -> None:
+    body = """
+    def propose(self, num_reqs, num_query_tokens):
+        d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, num_query_tokens)
+        return self._build_draft_attn_metadata(num_tokens_padded=d.num_tokens if num_reqs else 0)
+    """
+    aliased = sg103(body, SG103_HEAD + "from vllm.config import CUDAGraphMode as Mode\n")
+    after = fixed(aliased)
+    assert after.count("import") == aliased.count("import")  # nothing imported twice
+    assert "(d.num_tokens if num_reqs else 0) if d.cg_mode == Mode.FULL else num_query_tokens)" in after
+    clash = sg103(body, SG103_HEAD + "from mymodes import Mode as CUDAGraphMode\n")
+    assert [f.fix for f in check_source(clash)] == [None]
