@@ -74,8 +74,12 @@ def test_json_has_every_key_and_the_fix_object_ruff_emits(cli, tmp_path: Path) -
     )
     (theirs,) = json.loads(ruff.stdout)
     ours = [i for i in json.loads(cli("check", str(EXAMPLES), "--format", "json", "--no-cache").stdout) if i["fix"]]
-    assert [i["code"] for i in ours] == ["SG201", "SG102"]
-    item = ours[1]
+    assert [(i["code"], i["fix"]["applicability"]) for i in ours] == [
+        ("SG201", "safe"),
+        ("SG103", "unsafe"),
+        ("SG102", "safe"),
+    ]
+    item = ours[2]
     assert list(item) == list(theirs)  # same keys, same (sorted) order
     assert list(item["fix"]) == list(theirs["fix"]) and list(item["fix"]["edits"][0]) == list(theirs["fix"]["edits"][0])
     assert item["code"] == "SG102" and item["fix"]["applicability"] == "safe"
@@ -94,8 +98,8 @@ def test_sarif_validates_against_the_oasis_schema(cli) -> None:  # type: ignore[
     assert len(results) == 7
     assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in results)
     fixable = [r for r in results if "fixes" in r]
-    assert [r["ruleId"] for r in fixable] == ["SG201", "SG102"]
-    (change,) = fixable[1]["fixes"][0]["artifactChanges"]
+    assert [r["ruleId"] for r in fixable] == ["SG201", "SG103", "SG102"]  # SARIF carries unsafe fixes too, as ruff's
+    (change,) = fixable[2]["fixes"][0]["artifactChanges"]
     assert change["replacements"] == [
         {"deletedRegion": {"startLine": 20, "startColumn": 1, "endLine": 24, "endColumn": 1}}
     ]
