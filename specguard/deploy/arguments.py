@@ -544,7 +544,10 @@ def _spec_flags(tree: SourceTree) -> dict[str, str]:
 
 @lru_cache(maxsize=8)
 def _read_cached(root: str) -> ServeOptions:
-    return read_serve_options(SourceTree.open(root))
+    try:
+        return read_serve_options(SourceTree.open(root))
+    except Exception as exc:  # noqa: BLE001 - a fork's unusual parser code must not crash the pre-flight
+        return ServeOptions(problems=[f"reading the parser construction failed ({type(exc).__name__}: {exc})"])
 
 
 def read_serve_options(tree: SourceTree) -> ServeOptions:

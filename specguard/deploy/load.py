@@ -121,7 +121,15 @@ class ConfigChecker:
         """`value` after the class's before-validators and enum coercion; an enum member becomes its name.
 
         Raises ArgumentTypeError where vLLM fails (with `at_startup`, returns the raw value instead: the
-        hazards report it)."""
+        hazards report it). A validator the evaluator cannot follow leaves the value as given."""
+        try:
+            return self._field_value(cls, name, value, at_startup)
+        except argparse.ArgumentTypeError:
+            raise
+        except Exception:  # noqa: BLE001 - an unusual validator costs its check, not the run
+            return value
+
+    def _field_value(self, cls: ClassInfo, name: str, value: Any, at_startup: bool) -> Any:
         ev = Evaluator(self.tree)
         current: Any = value
         for validator, owner in self._validators(cls, name):
@@ -187,15 +195,16 @@ def load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts 
         argv += ["--config", file]
     origin = file if file is not None and not serve_args else "vllm serve arguments"
     notes: list[str] = []
-    if facts is not None:
-        options = facts.serve_options
-        checker: ConfigChecker | None = ConfigChecker(facts)
-        notes += [f"reading the served option definitions: {p}" for p in options.problems]
-    else:
+    checker: ConfigChecker | None = None
+    options = facts.serve_options if facts is not None else ServeOptions()
+    notes += [f"reading the served option definitions: {p}" for p in options.problems]
+    strict = bool(options.options)
+    if strict:
+        checker = ConfigChecker(facts)  # type: ignore[arg-type]
+    else:  # no source, or one whose parser could not be read: the modelled options with their usual shapes
         options = ServeOptions(options=list(FALLBACK_OPTIONS))
-        checker = None
     try:
-        reading = cmdline.read(argv, options, read_yaml, checker, origin, strict=facts is not None)
+        reading = cmdline.read(argv, options, read_yaml, checker, origin, strict=strict)
     except cmdline.UnknownOptions as exc:
         raise UserError(_unknown_message(exc, options, origin)) from None
     if reading.ignored:

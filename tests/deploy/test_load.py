@@ -284,3 +284,33 @@ def test_yaml_without_pyyaml_is_a_user_error(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "yaml", None)  # makes `import yaml` raise ImportError
     with pytest.raises(UserError, match=r"needs PyYAML: pip install 'specguard\[config\]'"):
         read_yaml(_yaml(tmp_path, "data-parallel-size: 2\n"))
+
+
+def test_a_source_whose_parser_cannot_be_read_falls_back_with_a_note(tmp_path: Path) -> None:
+    pkg = tmp_path / "vllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    facts = SourceFacts.open(pkg)
+    loaded = load(None, ["m", "-dp", "2", "--port", "8000"], facts)
+    assert loaded.config.data_parallel_size == 2
+    assert any("neither `make_arg_parser` nor `EngineArgs.add_cli_args` was found" in n for n in loaded.notes)
+    assert any("--port" in n for n in loaded.notes)
+
+
+def test_a_crash_reading_the_parser_costs_the_definitions_not_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import specguard.deploy.arguments as arguments
+
+    def boom(tree: object) -> None:
+        raise RecursionError("unusual parser code")
+
+    monkeypatch.setattr(arguments, "read_serve_options", boom)
+    arguments._read_cached.cache_clear()
+    pkg = tmp_path / "vllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    loaded = load(None, ["m", "-tp", "2"], SourceFacts.open(pkg))
+    arguments._read_cached.cache_clear()
+    assert loaded.config.tensor_parallel_size == 2
+    assert any("RecursionError: unusual parser code" in n for n in loaded.notes)

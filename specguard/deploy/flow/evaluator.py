@@ -17,241 +17,29 @@ assumed to hold for the code after it. An undecided early `return` does make wha
 from __future__ import annotations
 
 import ast
-import itertools
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted, message_of
+from specguard.deploy.flow.objects import ObjectModel
+from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
+from specguard.deploy.flow.values import (
+    NOT_HANDLED,
+    UNKNOWN,
+    Bound,
+    ClassRef,
+    EnumMember,
+    Function,
+    LiteralType,
+    ModuleRef,
+    Obj,
+    Opaque,
+    PyMethod,
+    known,
+    same_value,
+)
+from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
 
-
-class _Unknown:
-    """A value the serving config does not determine."""
-
-    _instance: _Unknown | None = None
-
-    def __new__(cls) -> _Unknown:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNKNOWN"
-
-    def __bool__(self) -> bool:  # a bug guard: three-valued logic must never fall back to Python truthiness
-        raise TypeError("UNKNOWN has no truth value; use truth()")
-
-
-UNKNOWN: Any = _Unknown()
-NOT_HANDLED: Any = object()
-
-
-@dataclass(eq=False)
-class Obj:
-    """An object whose attributes the evaluation knows (a config section, a metadata builder).
-
-    `defaults`: a missing attribute falls back to the class-level value written in the source (a dataclass
-    built from the user's JSON, a class's ClassVars); otherwise it is UNKNOWN (a config section vLLM fills in
-    from many places).
-    """
-
-    cls: ClassInfo | None
-    fields: dict[str, Any] = field(default_factory=dict)
-    defaults: bool = False
-    label: str = ""
-    # Attributes the situation fixes: assignments to them in evaluated code are ignored (a builder built for
-    # a draft layer stays a draft builder whatever its constructor computes from the layers).
-    pinned: frozenset[str] = frozenset()
-
-    def __repr__(self) -> str:
-        return f"<{self.label or (self.cls.name if self.cls else 'object')}>"
-
-
-@dataclass(frozen=True)
-class ClassRef:
-    info: ClassInfo
-
-
-@dataclass(frozen=True)
-class EnumMember:
-    cls: ClassInfo
-    name: str
-
-    def __repr__(self) -> str:
-        return f"{self.cls.name}.{self.name}"
-
-
-@dataclass(frozen=True, eq=False)
-class Function:
-    module: ParsedModule
-    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-    owner: ClassInfo | None = None
-    closure: dict[str, Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return getattr(self.node, "name", "<lambda>")
-
-
-@dataclass(frozen=True, eq=False)
-class Bound:
-    func: Function
-    self_value: Any
-
-
-@dataclass(frozen=True)
-class SuperRef:
-    owner: ClassInfo
-    self_value: Any
-
-
-@dataclass(frozen=True)
-class Opaque:
-    """Something outside the tree or not modelled, known by name: `builtins.getattr`, `json.loads`, ..."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class ModuleRef:
-    name: str
-
-
-@dataclass(frozen=True)
-class LiteralType:
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class PyMethod:
-    """A whitelisted method of a plain Python value (str.replace, dict.pop, list.remove, ...)."""
-
-    target: Any
-    name: str
-
-
-@dataclass(frozen=True, eq=False)
-class Token:
-    """A value a client of the evaluator stands in for (an argparse parser being filled); see `hook`."""
-
-    kind: str
-
-
-@dataclass(frozen=True, eq=False)
-class TokenAttr:
-    """`token.attr`: calling it goes to the hook."""
-
-    token: Token
-    attr: str
-
-
-@dataclass(frozen=True, eq=False)
-class Cond:
-    """A test the serving config does not decide; it names the reason a verdict is not certain."""
-
-    node: ast.AST
-    file: Path
-    relpath: str
-
-    @property
-    def text(self) -> str:
-        return " ".join(ast.unparse(self.node).split())
-
-    def describe(self) -> str:
-        return f"`{self.text}` ({self.relpath}:{getattr(self.node, 'lineno', 0)})"
-
-
-Path_ = frozenset  # of (Cond, bool)
-
-
-@dataclass(frozen=True, eq=False)
-class Site:
-    kind: str  # raise | assert | warning | assign | call
-    module: ParsedModule
-    node: ast.AST
-    message: str
-
-    @property
-    def line(self) -> int:
-        return getattr(self.node, "lineno", 0)
-
-
-@dataclass
-class Outcome:
-    site: Site
-    path: frozenset
-    detail: Any = None
-
-
-@dataclass
-class State:
-    locals: dict[str, Any]
-    writes: dict[tuple[int, str], Any]
-    path: frozenset
-
-    def copy(self, path: frozenset | None = None) -> State:
-        return State(dict(self.locals), dict(self.writes), self.path if path is None else path)
-
-
-@dataclass
-class Flow:
-    normal: State | None = None
-    returns: list[tuple[State, Any]] = field(default_factory=list)
-    breaks: list[State] = field(default_factory=list)
-    continues: list[State] = field(default_factory=list)
-
-
-@dataclass
-class Frame:
-    module: ParsedModule
-    owner: ClassInfo | None
-    closure: dict[str, Any] | None
-    depth: int
-
-
-_PURE_STR = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
-_PURE_STR |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
-_DICT = {"get", "items", "keys", "values", "pop", "copy", "setdefault", "update"}
-_LIST = {"append", "remove", "extend", "copy", "index", "count", "pop", "insert"}
-_SET = {"add", "discard", "copy", "union"}
-_CONTAINERS = (list, tuple, set, frozenset, dict)
-_BUILTINS = {
-    "getattr",
-    "hasattr",
-    "isinstance",
-    "len",
-    "any",
-    "all",
-    "min",
-    "max",
-    "sorted",
-    "list",
-    "tuple",
-    "set",
-    "frozenset",
-    "dict",
-    "int",
-    "str",
-    "float",
-    "bool",
-    "abs",
-    "sum",
-    "repr",
-    "type",
-    "super",
-}
-_PYTYPES: dict[str, type | tuple[type, ...]] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "dict": dict,
-    "list": list,
-    "tuple": tuple,
-    "set": set,
-}
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -263,59 +51,17 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.BitOr: operator.or_,
     ast.BitAnd: operator.and_,
 }
-_ORDER: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-}
 
+_STAR_UNKNOWN: Any = object()
 
-def known(value: Any) -> bool:
-    """A plain value with nothing unknown inside it."""
-    if value is UNKNOWN:
-        return False
-    if isinstance(value, dict):
-        return all(known(k) and known(v) for k, v in value.items())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return all(known(v) for v in value)
-    return True
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if a is UNKNOWN or b is UNKNOWN:
-        return False
-    if isinstance(a, (Obj, Function, Bound)) or isinstance(b, (Obj, Function, Bound)):
-        return False
-    try:
-        return type(a) is type(b) and known(a) and known(b) and bool(a == b)
-    except Exception:  # noqa: BLE001 - comparing arbitrary evaluated values must not fail the evaluation
-        return False
-
-
-def merge(states: list[State]) -> State | None:
-    """One state for paths that join again: values they disagree on become UNKNOWN."""
-    if not states:
-        return None
-    if len(states) == 1:
-        return states[0]
-    out = State({}, {}, frozenset.intersection(*(s.path for s in states)))
-    for attr in ("locals", "writes"):
-        target = getattr(out, attr)
-        keys = set().union(*(getattr(s, attr).keys() for s in states))
-        for key in keys:
-            values = [getattr(s, attr).get(key, UNKNOWN) for s in states]
-            target[key] = values[0] if all(_same(values[0], v) for v in values[1:]) else UNKNOWN
-    return out
+_STAR_KWARGS = "\0**"
 
 
 class OutOfBudget(Exception):
     """The evaluation ran more statements than it may; the caller reports the hazard as not judged."""
 
 
-class Evaluator:
+class Evaluator(ObjectModel):
     """Evaluates functions of one source tree; outcomes of every run accumulate in `outcomes`."""
 
     def __init__(
@@ -339,8 +85,6 @@ class Evaluator:
         self._module_values: dict[tuple[str, str], Any] = {}
         self._resolving: set[tuple[str, str]] = set()
 
-    # -- entry points -------------------------------------------------------------------------------------------
-
     def call_function(
         self,
         func: Function,
@@ -361,8 +105,6 @@ class Evaluator:
             found = Cond(node, module.path, self.tree.relpath(module.path))
             self._conds[id(node)] = found
         return found
-
-    # -- statements ---------------------------------------------------------------------------------------------
 
     def exec_block(self, stmts: list[ast.stmt], frame: Frame, state: State) -> Flow:
         flow = Flow()
@@ -395,7 +137,7 @@ class Evaluator:
                 self.assign(stmt.target, self.eval(stmt.value, frame, state), frame, state, stmt)
             return Flow(normal=state)
         if isinstance(stmt, ast.AugAssign):
-            current = self.eval(_as_load(stmt.target), frame, state)
+            current = self.eval(stmt.target, frame, state)
             value = self._binop(stmt.op, current, self.eval(stmt.value, frame, state))
             self.assign(stmt.target, value, frame, state, stmt)
             return Flow(normal=state)
@@ -583,8 +325,6 @@ class Evaluator:
             if alias.name != "*":
                 state.locals[alias.asname or alias.name] = self._resolved(source, alias.name)
 
-    # -- expressions --------------------------------------------------------------------------------------------
-
     def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
         if expr is None:
             return None
@@ -721,7 +461,7 @@ class Evaluator:
         if truth is False:
             return self.eval(e.orelse, frame, state)
         a, b = self.eval(e.body, frame, state), self.eval(e.orelse, frame, state)
-        return a if _same(a, b) else UNKNOWN
+        return a if same_value(a, b) else UNKNOWN
 
     def _e_NamedExpr(self, e: ast.NamedExpr, frame: Frame, state: State) -> Any:
         value = self.eval(e.value, frame, state)
@@ -796,6 +536,7 @@ class Evaluator:
         return out
 
     _e_ListComp = _comprehension
+
     _e_GeneratorExp = _comprehension
 
     def _e_SetComp(self, e: ast.SetComp, frame: Frame, state: State) -> Any:
@@ -839,8 +580,6 @@ class Evaluator:
             self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
             return UNKNOWN  # the caller only wants to know the call happens, and with what
         return self.call(func, args, kwargs, e, frame, state)
-
-    # -- calls --------------------------------------------------------------------------------------------------
 
     def call(
         self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
@@ -890,7 +629,7 @@ class Evaluator:
             state.writes.clear()
             state.writes.update(end_writes.writes)
         first = ends[0][1]
-        return first if all(_same(first, v) for _, v in ends[1:]) else UNKNOWN
+        return first if all(same_value(first, v) for _, v in ends[1:]) else UNKNOWN
 
     def bind(
         self, func: Function, self_value: Any, args: list[Any], kwargs: dict[str, Any], depth: int
@@ -933,469 +672,20 @@ class Evaluator:
     def _default(self, expr: ast.expr, func: Function, depth: int) -> Any:
         return self.eval(expr, Frame(func.module, func.owner, func.closure, depth), State({}, {}, frozenset()))
 
-    def _py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        target = method.target
-        if not known(args) or not known(kwargs) or (isinstance(target, str) and not known(target)):
-            if method.name in ("append", "extend", "update", "add", "insert") and isinstance(target, (list, dict)):
-                return None  # mutating with an unknown value: the container stays, its new part is unknown
-            return UNKNOWN
-        try:
-            result = getattr(target, method.name)(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - e.g. list.remove of a missing value: no effect we can model
-            return UNKNOWN
-        if isinstance(result, (type({}.items()), type({}.keys()), type({}.values()))):
-            return list(result)
-        return result
-
-    def _builtin(
-        self, name: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
-    ) -> Any:
-        short = name.rpartition(".")[2]
-        if name.startswith("builtins."):
-            return self._python_builtin(short, args, kwargs, node, frame, state)
-        if short == "get_args" and len(args) == 1:
-            value = args[0]
-            return value.values if isinstance(value, LiteralType) else UNKNOWN
-        if short == "cast" and len(args) == 2:
-            return args[1]
-        return UNKNOWN
-
-    def _python_builtin(
-        self, short: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
-    ) -> Any:
-        if short == "getattr" and len(args) in (2, 3) and isinstance(args[1], str):
-            value = self.getattr(args[0], args[1], state, frame.depth, missing=_MISSING)
-            if value is _MISSING:
-                return args[2] if len(args) == 3 else UNKNOWN
-            return value
-        if short == "hasattr" and len(args) == 2 and isinstance(args[1], str):
-            value = self.getattr(args[0], args[1], state, frame.depth, missing=_MISSING)
-            return UNKNOWN if value is UNKNOWN else value is not _MISSING
-        if short == "isinstance" and len(args) == 2:
-            return self._isinstance(args[0], args[1])
-        if short == "super":
-            if frame.owner is not None and "self" in state.locals:
-                return SuperRef(frame.owner, state.locals["self"])
-            if frame.owner is not None and "cls" in state.locals:
-                return SuperRef(frame.owner, state.locals["cls"])
-            return UNKNOWN
-        if short in ("any", "all") and len(args) == 1:
-            items = args[0] if isinstance(args[0], (list, tuple, set)) else None
-            if items is None:
-                return UNKNOWN
-            truths = [self.truth(v, frame, state) for v in items]
-            if short == "any":
-                return True if True in truths else (UNKNOWN if UNKNOWN in truths else False)
-            return False if False in truths else (UNKNOWN if UNKNOWN in truths else True)
-        if short == "type":
-            return UNKNOWN
-        if not known(args) or not known(kwargs):
-            return UNKNOWN
-        fn = {
-            "len": len,
-            "min": min,
-            "max": max,
-            "sorted": sorted,
-            "list": list,
-            "tuple": tuple,
-            "set": set,
-            "frozenset": frozenset,
-            "dict": dict,
-            "int": int,
-            "str": str,
-            "float": float,
-            "bool": bool,
-            "abs": abs,
-            "sum": sum,
-            "repr": repr,
-        }.get(short)
-        if fn is None:
-            return UNKNOWN
-        if any(isinstance(a, (Obj, ClassRef, EnumMember, Function, Bound, Opaque)) for a in args):
-            return UNKNOWN
-        try:
-            return fn(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - a builtin refusing its input: the value is not known
-            return UNKNOWN
-
-    def _isinstance(self, value: Any, types: Any) -> Any:
-        options = list(types) if isinstance(types, tuple) else [types]
-        if value is UNKNOWN:
-            return UNKNOWN
-        for t in options:
-            if isinstance(t, Opaque) and t.name.startswith("builtins."):
-                pytype = _PYTYPES.get(t.name.rpartition(".")[2])
-                if pytype is None:
-                    return UNKNOWN
-                if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
-                    continue
-                if isinstance(value, pytype) and not (pytype is int and isinstance(value, bool)):
-                    return True
-            elif isinstance(t, ClassRef):
-                cls = value.cls if isinstance(value, (Obj, EnumMember)) else None
-                if cls is None:
-                    if isinstance(value, (str, int, float, bool, dict, list, tuple, type(None))):
-                        continue
-                    return UNKNOWN
-                if any(a.key == t.info.key for a in self.tree.ancestors(cls)):
-                    return True
-            else:
-                return UNKNOWN
-        return False
-
-    # -- attributes and names -----------------------------------------------------------------------------------
-
-    def getattr(self, base: Any, attr: str, state: State, depth: int, missing: Any = UNKNOWN) -> Any:
-        if base is UNKNOWN:
-            return UNKNOWN
-        if isinstance(base, Obj):
-            key = (id(base), attr)
-            if key in state.writes:
-                return state.writes[key]
-            if attr in base.fields:
-                return base.fields[attr]
-            if base.cls is None:
-                return UNKNOWN
-            return self._class_member(
-                base.cls, attr, base, state, depth, instance=True, missing=missing, defaults=base.defaults
-            )
-        if isinstance(base, ClassRef):
-            if self.is_enum(base.info) and attr in self.enum_members(base.info):
-                return EnumMember(base.info, attr)
-            return self._class_member(
-                base.info, attr, base, state, depth, instance=False, missing=missing, defaults=True
-            )
-        if isinstance(base, EnumMember):
-            if attr == "name":
-                return base.name
-            if attr == "value":
-                return self.enum_value(base)
-            return self._class_member(
-                base.cls, attr, base, state, depth, instance=True, missing=missing, defaults=False
-            )
-        if isinstance(base, SuperRef):
-            cls = (
-                base.self_value.cls
-                if isinstance(base.self_value, Obj)
-                else (base.self_value.info if isinstance(base.self_value, ClassRef) else None)
-            )
-            if cls is None:
-                return UNKNOWN
-            chain = self.tree.ancestors(cls)
-            after = [
-                c
-                for i, c in enumerate(chain)
-                if i > next((j for j, k in enumerate(chain) if k == base.owner), len(chain))
-            ]
-            for klass in after:
-                if attr in klass.methods:
-                    return self._method_value(klass, klass.methods[attr], base.self_value, state, depth)
-            return UNKNOWN
-        if isinstance(base, ModuleRef):
-            return self._resolved(base.name, attr)
-        if isinstance(base, Token):
-            return TokenAttr(base, attr)
-        if isinstance(base, Opaque):
-            return Opaque(f"{base.name}.{attr}")
-        if isinstance(base, str) and attr in _PURE_STR:
-            return PyMethod(base, attr)
-        if isinstance(base, dict) and attr in _DICT:
-            return PyMethod(base, attr)
-        if isinstance(base, list) and attr in _LIST:
-            return PyMethod(base, attr)
-        if isinstance(base, set) and attr in _SET:
-            return PyMethod(base, attr)
-        return missing if missing is not UNKNOWN and base is None else UNKNOWN
-
-    def _class_member(
-        self,
-        cls: ClassInfo,
-        attr: str,
-        owner_value: Any,
-        state: State,
-        depth: int,
-        *,
-        instance: bool,
-        missing: Any,
-        defaults: bool,
-    ) -> Any:
-        for klass in self.tree.ancestors(cls):
-            if attr in klass.methods:
-                return self._method_value(klass, klass.methods[attr], owner_value, state, depth)
-            if attr in klass.attributes:
-                module = self.tree.module(klass.module)
-                if module is None or (not defaults and not _is_classvar(klass.annotations.get(attr))):
-                    return UNKNOWN
-                value = _field_default(klass.attributes[attr])
-                if value is None:
-                    return UNKNOWN
-                return self.eval(value, Frame(module, klass, None, depth), State({}, {}, frozenset()))
-            if attr in klass.annotations:
-                return UNKNOWN  # a declared field without a class-level value
-        return missing
-
-    def _method_value(
-        self, klass: ClassInfo, node: ast.FunctionDef | ast.AsyncFunctionDef, owner_value: Any, state: State, depth: int
-    ) -> Any:
-        module = self.tree.module(klass.module)
-        if module is None:
-            return UNKNOWN
-        func = Function(module, node, klass)
-        decorators = {dotted(d) or "" for d in node.decorator_list}
-        names = {d.rpartition(".")[2] for d in decorators}
-        if names & {"property", "cached_property"}:
-            if isinstance(owner_value, ClassRef):
-                return UNKNOWN
-            return self._invoke(func, owner_value, [], {}, state, depth + 1)
-        if "staticmethod" in names:
-            return func
-        if "classmethod" in names or "field_validator" in names or "model_validator" in names:
-            owner = (
-                owner_value
-                if isinstance(owner_value, ClassRef)
-                else (
-                    ClassRef(owner_value.cls)
-                    if isinstance(owner_value, (Obj, EnumMember)) and owner_value.cls
-                    else ClassRef(klass)
-                )
-            )
-            return Bound(func, owner)
-        if isinstance(owner_value, ClassRef):
-            return func  # an unbound method reached through the class
-        return Bound(func, owner_value)
-
-    def module_value(self, module: ParsedModule, name: str) -> Any:
-        shadowed = name in module.assigns or name in module.functions or name in module.imports
-        if name in _BUILTINS and not shadowed and name not in module.classes:
-            return Opaque(f"builtins.{name}")
-        if name in ("True", "False", "None"):
-            return {"True": True, "False": False, "None": None}[name]
-        return self._resolved(module.name, name)
-
-    def _resolved(self, module: str, name: str) -> Any:
-        key = (module, name)
-        if key in self._module_values:
-            return self._module_values[key]
-        if key in self._resolving:
-            return UNKNOWN
-        self._resolving.add(key)
-        try:
-            value = self._resolve_uncached(module, name)
-        finally:
-            self._resolving.discard(key)
-        self._module_values[key] = value
-        return value
-
-    def _resolve_uncached(self, module: str, name: str) -> Any:
-        found = self.tree.resolve(module, name)
-        if isinstance(found, ClassInfo):
-            return ClassRef(found)
-        if isinstance(found, str):
-            return ModuleRef(found) if found.startswith(self.tree.package) else Opaque(found)
-        if isinstance(found, tuple):
-            parsed, node = found
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return Function(parsed, node)
-            frame = Frame(parsed, None, None, 0)
-            return self.eval(node, frame, State({}, {}, frozenset()))
-        parsed = self.tree.module(module)
-        if parsed is not None and name in parsed.imports:
-            src, orig = parsed.imports[name]
-            if not src.startswith(self.tree.package):
-                return Opaque(f"{src}.{orig}")
-        if parsed is not None and name in parsed.module_imports:
-            target = parsed.module_imports[name]
-            return ModuleRef(target) if target.startswith(self.tree.package) else Opaque(target)
-        if self.tree.file_of(f"{module}.{name}") is not None:
-            return ModuleRef(f"{module}.{name}")
-        return UNKNOWN
-
-    # -- enums --------------------------------------------------------------------------------------------------
-
-    def is_enum(self, cls: ClassInfo) -> bool:
-        return bool(self.tree.base_names(cls) & {"Enum", "IntEnum", "StrEnum", "enum.Enum", "Flag"})
-
-    def enum_members(self, cls: ClassInfo) -> list[str]:
-        return [n for n in cls.attributes if not n.startswith("_") and n not in cls.methods]
-
-    def enum_value(self, member: EnumMember) -> Any:
-        expr = member.cls.attributes.get(member.name)
-        if expr is None:
-            return UNKNOWN
-        module = self.tree.module(member.cls.module)
-        if module is None:
-            return UNKNOWN
-        # Members may name earlier members (`FULL_DECODE_ONLY = (FULL, NONE)`): they mean their values there.
-        siblings = {n: UNKNOWN for n in self.enum_members(member.cls)}
-        state = State({}, {}, frozenset())
-        for name in self.enum_members(member.cls):
-            if name == member.name:
-                break
-            value = member.cls.attributes[name]
-            siblings[name] = self.eval(value, Frame(module, member.cls, siblings, 0), state)
-        return self.eval(expr, Frame(module, member.cls, siblings, 0), state)
-
-    def enum_by_value(self, cls: ClassInfo, value: Any) -> Any:
-        if isinstance(value, EnumMember) and value.cls == cls:
-            return value
-        if not known(value):
-            return UNKNOWN
-        for name in self.enum_members(cls):
-            if _same(self.enum_value(EnumMember(cls, name)), value):
-                return EnumMember(cls, name)
-        return UNKNOWN
-
-    # -- comparisons and truth ----------------------------------------------------------------------------------
-
-    def compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
-        if isinstance(op, (ast.Is, ast.IsNot)):
-            same = self._identical(left, right)
-            if same is UNKNOWN:
-                return UNKNOWN
-            return same if isinstance(op, ast.Is) else not same
-        if isinstance(op, (ast.Eq, ast.NotEq)):
-            equal = self.equal(left, right)
-            if equal is UNKNOWN:
-                return UNKNOWN
-            return equal if isinstance(op, ast.Eq) else not equal
-        if isinstance(op, (ast.In, ast.NotIn)):
-            inside = self._contains(right, left)
-            if inside is UNKNOWN:
-                return UNKNOWN
-            return inside if isinstance(op, ast.In) else not inside
-        fn = _ORDER.get(type(op))
-        if fn is None or not known(left) or not known(right):
-            return UNKNOWN
-        if not all(isinstance(v, (int, float)) for v in (left, right)):
-            return UNKNOWN
-        return fn(left, right)
-
-    def _identical(self, a: Any, b: Any) -> Any:
-        if a is UNKNOWN or b is UNKNOWN:
-            return UNKNOWN
-        if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
-            return a is b
-        if isinstance(a, EnumMember) and isinstance(b, EnumMember):
-            return a == b
-        if isinstance(a, Obj) or isinstance(b, Obj):
-            return a is b
-        if isinstance(a, ClassRef) and isinstance(b, ClassRef):
-            return a.info == b.info
-        return UNKNOWN
-
-    def equal(self, a: Any, b: Any) -> Any:
-        if not known(a) or not known(b):
-            return UNKNOWN
-        if isinstance(a, EnumMember) or isinstance(b, EnumMember):
-            if isinstance(a, EnumMember) and isinstance(b, EnumMember):
-                return a == b
-            member, other = (a, b) if isinstance(a, EnumMember) else (b, a)
-            if self.tree.base_names(member.cls) & {"str", "int", "StrEnum", "IntEnum"}:
-                return self.equal(self.enum_value(member), other)
-            return False
-        if isinstance(a, Obj) or isinstance(b, Obj):
-            if a is b:
-                return True
-            obj = a if isinstance(a, Obj) else b
-            if obj.cls is not None and self.tree.method(obj.cls, "__eq__") is not None:
-                return UNKNOWN
-            return False
-        if isinstance(a, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
-            return a == b
-        if isinstance(b, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
-            return False
-        try:
-            return bool(a == b)
-        except Exception:  # noqa: BLE001 - values whose comparison fails: not decided
-            return UNKNOWN
-
-    def _contains(self, container: Any, item: Any) -> Any:
-        if isinstance(container, str) and isinstance(item, str):
-            return item in container
-        if isinstance(container, LiteralType):
-            container = list(container.values)
-        if isinstance(container, dict):
-            container = list(container.keys())
-        if not isinstance(container, (list, tuple, set, frozenset)):
-            return UNKNOWN
-        undecided = False
-        for element in container:
-            eq = self.equal(element, item)
-            if eq is True:
-                return True
-            if eq is UNKNOWN:
-                undecided = True
-        return UNKNOWN if undecided else False
-
-    def truth(self, value: Any, frame: Frame, state: State) -> Any:
-        if value is UNKNOWN:
-            return UNKNOWN
-        if isinstance(value, (Obj, EnumMember)):
-            cls = value.cls
-            if cls is None:
-                return True
-            found = self.tree.method(cls, "__bool__") or self.tree.method(cls, "__len__")
-            if found is None:
-                return True
-            module = self.tree.module(found[1].module)
-            if module is None or found[0].name != "__bool__":
-                return UNKNOWN
-            result = self._invoke(Function(module, found[0], found[1]), value, [], {}, state, frame.depth + 1)
-            return UNKNOWN if result is UNKNOWN else bool(result) if known(result) else UNKNOWN
-        if isinstance(value, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
-            return True
-        if isinstance(value, _CONTAINERS):
-            return len(value) > 0
-        try:
-            return bool(value)
-        except Exception:  # noqa: BLE001 - an evaluated value without a truth value: undecided
-            return UNKNOWN
-
-    # -- outcomes -----------------------------------------------------------------------------------------------
-
     def record(
         self, kind: str, module: ParsedModule, node: ast.AST, message: str, path: frozenset, detail: Any = None
     ) -> None:
         self.outcomes.append(Outcome(Site(kind, module, node, message), path, detail))
 
 
-_MISSING: Any = object()
-_STAR_UNKNOWN: Any = object()
-_STAR_KWARGS = "\0**"
-
-
 def _is_static(node: ast.AST) -> bool:
     return any((dotted(d) or "").endswith("staticmethod") for d in getattr(node, "decorator_list", []))
-
-
-def _field_default(value: ast.expr) -> ast.expr | None:
-    """A class-level value as a dataclass field's default: `field(default=x)` / `Field(x)` mean x; a default
-    factory means "computed" (None here)."""
-    if isinstance(value, ast.Call) and (dotted(value.func) or "").rpartition(".")[2] in ("field", "Field"):
-        for kw in value.keywords:
-            if kw.arg == "default":
-                return kw.value
-        if value.args and not isinstance(value.args[0], ast.Starred):
-            return value.args[0]
-        return None
-    return value
-
-
-def _is_classvar(annotation: ast.expr | None) -> bool:
-    if annotation is None:
-        return False
-    text = ast.unparse(annotation)
-    return text.startswith(("ClassVar", "typing.ClassVar"))
 
 
 def _is_generator(node: ast.AST) -> bool:
     if isinstance(node, ast.Lambda):
         return False
     return any(isinstance(sub, (ast.Yield, ast.YieldFrom)) for sub in ast.walk(node))
-
-
-def _as_load(target: ast.expr) -> ast.expr:
-    return target
 
 
 def _chain(first: Flow, second: Flow) -> Flow:
@@ -1414,60 +704,3 @@ def _assigned_names(stmts: list[ast.stmt]) -> set[str]:
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                 names.add(sub.id)
     return names
-
-
-# -- verdicts over outcomes ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Verdict:
-    """Whether a set of outcomes happens for the config: True, False, or UNKNOWN with the conditions why."""
-
-    value: Any
-    outcomes: list[Outcome]
-    conditions: list[Cond] = field(default_factory=list)
-
-    @property
-    def certain(self) -> bool:
-        return self.value is True
-
-    def reasons(self, limit: int = 3) -> str:
-        shown = [c.describe() for c in self.conditions[:limit]]
-        more = len(self.conditions) - limit
-        return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-
-
-def verdict(outcomes: list[Outcome]) -> Verdict:
-    """True if some outcome happens whatever the undecided conditions are, UNKNOWN if some may, else False."""
-    live = [o for o in outcomes if not _contradictory(o.path)]
-    if not live:
-        return Verdict(False, [])
-    certain = [o for o in live if not o.path]
-    if certain:
-        return Verdict(True, certain)
-    conds: list[Cond] = []
-    for o in live:
-        for cond, _ in sorted(o.path, key=lambda item: (item[0].relpath, getattr(item[0].node, "lineno", 0))):
-            if cond not in conds:
-                conds.append(cond)
-    if len(conds) <= 12 and _covers(live, conds):
-        return Verdict(True, live)
-    return Verdict(UNKNOWN, live, conds)
-
-
-def _contradictory(path: frozenset) -> bool:
-    seen: dict[Cond, bool] = {}
-    for cond, polarity in path:
-        if seen.get(cond, polarity) != polarity:
-            return True
-        seen[cond] = polarity
-    return False
-
-
-def _covers(outcomes: list[Outcome], conds: list[Cond]) -> bool:
-    """Every assignment of the undecided conditions satisfies some outcome's path (their union is certain)."""
-    for values in itertools.product((True, False), repeat=len(conds)):
-        assignment = dict(zip(conds, values, strict=True))
-        if not any(all(assignment[c] == p for c, p in o.path) for o in outcomes):
-            return False
-    return True
