@@ -3,7 +3,7 @@
 vLLM builds its parser in code: `make_arg_parser` adds a few options, then `FrontendArgs.add_cli_args` and
 `EngineArgs.add_cli_args` add one option per config field, with argparse keywords derived from each field's type
 annotation by `get_kwargs` (a `bool` becomes `--x/--no-x`, a `list[...]` takes one or more values, a config
-dataclass takes JSON...). specguard reads that code with the static evaluator (`flow.py`): the `add_argument`
+dataclass takes JSON...). specguard reads that code with the static evaluator (`flow`): the `add_argument`
 calls are recorded, and `get_kwargs` is answered by `field_kwargs` below, which applies the same type rules to
 the annotations as written in the served source. Nothing of vLLM is imported.
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 from specguard.deploy.flow import (
     NOT_HANDLED,
+    STAR_KWARGS,
     UNKNOWN,
     ClassRef,
     Evaluator,
@@ -42,6 +43,8 @@ PARSE_WRAPPERS = ("parse_type",)
 HUMAN_INT = ("human_readable_int", "human_readable_int_or_auto")
 DICT_OR_STR = ("union_dict_and_str",)
 JSON_NUMBER_EXPANSION = "_expand_json_human_readable_numbers"
+# Plugin loading may add options at runtime; what a plugin adds cannot be read from the tree.
+NOT_FOLLOWED = ("load_general_plugins",)
 
 
 @dataclass(frozen=True)
@@ -384,9 +387,7 @@ class _Builder:
                 return ValueKind(inner.kind, True, inner.config)
             if name in PARSE_WRAPPERS and args:
                 return _as_kind(args[0])
-            if name in HUMAN_INT:
-                return NOT_HANDLED
-            if name in ("load_general_plugins",):
+            if name in NOT_FOLLOWED:
                 return None
         return NOT_HANDLED
 
@@ -395,7 +396,7 @@ class _Builder:
         if not all(isinstance(a, str) for a in args) or not args:
             self.result.problems.append(f"an option whose name is not a literal ({where})")
             return
-        if "\0**" in kwargs:
+        if STAR_KWARGS in kwargs:
             self.result.problems.append(f"{args[0]}: its keywords could not be read ({where})")
         flags = tuple(a for a in args if a.startswith("-"))
         positional = not flags

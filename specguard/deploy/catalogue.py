@@ -77,6 +77,7 @@ class BuilderValidationParams(_Params):
     registry_file: str
     evidence: Evidence
     role_attribute: str
+    resolution: InterleaveResolution  # what the target builder's `interleave_size == 1` reads
 
 
 class GroupMergeParams(_Params):

@@ -186,8 +186,7 @@ class SourceFacts:
         parsed = self._module(relpath)
         if parsed is None or symbol not in parsed.classes:
             return None
-        cls = parsed.classes[symbol]
-        return [n for n in cls.attributes if not n.startswith("_") and n not in cls.methods]
+        return self.tree.enum_members(parsed.classes[symbol])
 
     def accepted_values(self, relpath: str, symbol: str) -> list[str] | None:
         values = self.literal_alias(relpath, symbol)

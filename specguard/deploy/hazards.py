@@ -91,8 +91,8 @@ class Context:
     def __init__(self, cfg: ServingConfig, facts: SourceFacts) -> None:
         self.cfg = cfg
         self.facts = facts
-        self._interleave: dict[tuple[str, str], _Resolved] = {}
-        self._builders: dict[tuple[str, str, bool], list[Outcome]] = {}
+        self._interleave: dict[tuple[str, str], tuple[Reach, _Resolved]] = {}
+        self._builders: dict[tuple[int, str, str, bool], list[Outcome]] = {}
         self._sites: dict[tuple[str, str, tuple[str, ...], str], list[SiteRef]] = {}
 
     @cached_property
@@ -109,21 +109,17 @@ class Context:
             self._sites[key] = find_sites(self.facts.tree, evidence.text, evidence.kind, evidence.files, platform)
         return self._sites[key]
 
-    def interleave(self, res: InterleaveResolution) -> _Resolved:
-        """The interleave size after vLLM's own resolution (`res`), judged for this config."""
+    def with_interleave(self, res: InterleaveResolution) -> tuple[Reach, _Resolved]:
+        """The situation with the KV-cache interleave size vLLM resolves (`res`) for this config."""
         key = (res.file, res.attribute)
         if key not in self._interleave:
-            self._interleave[key] = _resolve_interleave(self, res)
+            resolved = _resolve_interleave(self, res)
+            self._interleave[key] = (Reach(Situation(self.cfg, self.facts, interleave=resolved.value)), resolved)
         return self._interleave[key]
-
-    def with_interleave(self, res: InterleaveResolution) -> tuple[Reach, _Resolved]:
-        resolved = self.interleave(res)
-        situation = Situation(self.cfg, self.facts, interleave=resolved.value)
-        return Reach(situation), resolved
 
     def builder_outcomes(self, builder: ClassInfo, role_attribute: str, draft: bool, reach: Reach) -> list[Outcome]:
         """Everything constructing `builder` reaches, for a target layer or (draft=True) a draft layer."""
-        key = (builder.module, builder.name, draft)
+        key = (id(reach), builder.module, builder.name, draft)
         if key in self._builders:
             return self._builders[key]
         found = self.facts.tree.method(builder, "__init__")
@@ -145,7 +141,7 @@ class Context:
         return outcomes
 
 
-Evaluator = Callable[[Context, Any], list[_Hit]]
+HazardCheck = Callable[[Context, Any], list[_Hit]]
 
 
 def _where(findings: list[SourceFinding], limit: int = 3) -> str:
@@ -154,7 +150,7 @@ def _where(findings: list[SourceFinding], limit: int = 3) -> str:
 
 
 def _site_where(outcomes: list[Outcome], ctx: Context) -> tuple[str, str]:
-    """The message and location of the first statement reached (the one vLLM fails with)."""
+    """The text and location of the statement reached (the first in the source, if several are)."""
     first = sorted(outcomes, key=lambda o: (ctx.facts.tree.relpath(o.site.module.path), o.site.line))[0]
     return " ".join(first.site.message.split()), f"{ctx.facts.tree.relpath(first.site.module.path)}:{first.site.line}"
 
@@ -163,17 +159,16 @@ def _undecided(v: Verdict, what: str) -> NotJudged:
     return NotJudged(f"{what} depends on {v.reasons()}, which the serving config does not decide")
 
 
-def _judge_sites(ctx: Context, p: EvidenceParams, reach: Reach | None = None) -> tuple[Verdict, list[SiteRef]]:
+def _judge_sites(ctx: Context, p: EvidenceParams, reach: Reach | None = None) -> Verdict:
+    """Whether the config reaches one of the statements `p.evidence` names."""
     sites = [s for e in p.evidence for s in ctx.sites(e, p.platform)]
-    if not sites:
-        return verdict([]), []
-    return (reach or ctx.reach).verdict(sites), sites
+    return (reach or ctx.reach).verdict(sites) if sites else verdict([])
 
 
 def _evidence_hit(
     ctx: Context, p: EvidenceParams, key: str, facts: dict[str, Any], reach: Reach | None = None
 ) -> list[_Hit]:
-    v, _ = _judge_sites(ctx, p, reach)
+    v = _judge_sites(ctx, p, reach)
     if v.value is UNKNOWN:
         raise _undecided(v, "whether vLLM's validation refuses it")
     if v.value is not True:
@@ -330,6 +325,7 @@ def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
     sites = ctx.sites(p.evidence, None)
     if not sites or cfg.speculative_config is None:
         return []
+    reach, resolved = ctx.with_interleave(p.resolution)
     site_ids = {id(s.node) for s in sites}
     roles = (
         ("target", cfg.attention_backend, "attention-backend"),
@@ -347,7 +343,7 @@ def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
         backend = ctx.facts.backend(p.registry_file, backend_name)
         if backend is None or backend.builder is None:
             continue
-        outcomes = ctx.builder_outcomes(backend.builder, p.role_attribute, draft, ctx.reach)
+        outcomes = ctx.builder_outcomes(backend.builder, p.role_attribute, draft, reach)
         v = verdict([o for o in outcomes if id(o.site.node) in site_ids])
         if v.value is True:
             raised, where = _site_where(v.outcomes, ctx)
@@ -366,7 +362,8 @@ def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
                 )
             ]
         if v.value is UNKNOWN:
-            undecided.append(f"{v.reasons()} for the {role}'s {backend.builder.name}")
+            reasons = resolved.reasons if resolved.value is UNKNOWN else v.reasons()
+            undecided.append(f"{reasons} for the {role}'s {backend.builder.name}")
     if undecided:
         raise NotJudged("whether the metadata builders refuse it depends on " + "; ".join(undecided))
     return []
@@ -418,7 +415,7 @@ def _resolve_interleave(ctx: Context, res: InterleaveResolution) -> _Resolved:
 
 def _cfg105(ctx: Context, p: EvidenceParams) -> list[_Hit]:
     cfg = ctx.cfg
-    v, _ = _judge_sites(ctx, p)
+    v = _judge_sites(ctx, p)
     if v.value is UNKNOWN:
         raise _undecided(v, "whether vLLM's parallel-layout validation refuses it")
     if v.value is not True:
@@ -447,8 +444,7 @@ def _accepted_dcp(ctx: Context, p: EvidenceParams) -> list[int]:
     out = []
     for dcp in range(1, limit + 1):
         other = Context(cfg.model_copy(update={"decode_context_parallel_size": dcp}), ctx.facts)
-        v, _ = _judge_sites(other, p)
-        if v.value is False:
+        if _judge_sites(other, p).value is False:
             out.append(dcp)
     return out
 
@@ -481,7 +477,7 @@ def _cfg109(ctx: Context, p: EvidenceParams) -> list[_Hit]:
 def _cfg110(ctx: Context, p: BlockSizeParams) -> list[_Hit]:
     cfg = ctx.cfg
     reach, resolved = ctx.with_interleave(p.resolution)
-    v, _ = _judge_sites(ctx, p, reach)
+    v = _judge_sites(ctx, p, reach)
     if v.value is UNKNOWN:
         if cfg.block_size is None:
             raise NotJudged("vLLM picks the KV-cache block size at startup (set block-size to judge it)")
@@ -550,7 +546,7 @@ def _cfg112(ctx: Context, p: SourceEnumParams) -> list[_Hit]:
     return hits
 
 
-EVALUATORS: dict[str, Evaluator] = {
+EVALUATORS: dict[str, HazardCheck] = {
     "CFG101": _cfg101,
     "CFG102": _cfg102,
     "CFG103": _cfg103,

@@ -129,6 +129,12 @@ class ConfigChecker:
         except Exception:  # noqa: BLE001 - an unusual validator costs its check, not the run
             return value
 
+    def startup_value(self, class_name: str, name: str, value: Any) -> Any:
+        """A value vLLM validates only when it builds the config (`--attention-backend`): as the served
+        field validator makes it, or as given where vLLM will refuse it at startup."""
+        cls = self.tree.resolve_class(f"{self.tree.package}.config", class_name)
+        return self.field_value(cls, name, value, at_startup=True) if cls is not None else value
+
     def _field_value(self, cls: ClassInfo, name: str, value: Any, at_startup: bool) -> Any:
         ev = Evaluator(self.tree)
         current: Any = value
@@ -146,7 +152,7 @@ class ConfigChecker:
                 )
             if current is UNKNOWN:
                 return value
-        enum = self._enum_of(cls, name)
+        enum = self.tree.field_enum(cls, name)
         if enum is not None and current is not None and not isinstance(current, EnumMember) and known(current):
             current = ev.enum_by_value(enum, current)
             if current is UNKNOWN:
@@ -174,19 +180,6 @@ class ConfigChecker:
                         out.append((method, klass))
         return out
 
-    def _enum_of(self, cls: ClassInfo, name: str) -> ClassInfo | None:
-        for klass in self.tree.ancestors(cls):
-            annotation = klass.annotations.get(name)
-            if annotation is None:
-                continue
-            for node in ast.walk(annotation):
-                ref = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
-                found = self.tree.resolve_class(klass.module, ref) if ref else None
-                if found is not None and self.tree.base_names(found) & {"Enum", "enum.Enum", "IntEnum", "StrEnum"}:
-                    return found
-            return None
-        return None
-
 
 def load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts | None) -> Loaded:
     """Read the config as `vllm serve [ARGS] [--config FILE]` with the served source's definitions."""
@@ -212,7 +205,7 @@ def load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts 
             "read without the served source's option definitions: "
             f"{' '.join(reading.ignored)} not read (pass --vllm-source DIR)"
         )
-    config = build(reading.values, origin, facts, checker)
+    config = build(reading.values, origin, checker)
     return Loaded(config, reading, origin, notes)
 
 
@@ -227,25 +220,23 @@ def _unknown_message(exc: Exception, options: ServeOptions, origin: str) -> str:
     return f"{origin}: unrecognized arguments: {' '.join(unknown)}"
 
 
-def build(
-    values: dict[str, Any], origin: str, facts: SourceFacts | None = None, checker: ConfigChecker | None = None
-) -> ServingConfig:
-    """The pydantic model of what the hazards read, from a parsed namespace (argparse dests)."""
-    data = {k: v for k, v in values.items() if v is not None or k in ("speculative_config",)}
+def build(values: dict[str, Any], origin: str, checker: ConfigChecker | None = None) -> ServingConfig:
+    """The pydantic model of what the hazards read, from a parsed namespace (argparse dests).
+
+    The attention backends are the effective ones: `--attention-backend`, else `--attention-config.backend`,
+    and the draft's `speculative-config.attention_backend`, each as its validator at startup makes it (an
+    unknown name stays as given, for CFG112 to report)."""
+    data = {k: v for k, v in values.items() if v is not None}
     backend = values.get("attention_backend")
     attention = values.get("attention_config")
     if backend is None and isinstance(attention, dict):
         backend = attention.get("backend")
     elif backend is not None and checker is not None:
-        cls = checker.facts.serve_options.by_dest("attention_config")
-        if cls is not None and cls.value.config is not None:
-            backend = checker.field_value(cls.value.config, "backend", backend, at_startup=True)
+        backend = checker.startup_value("AttentionConfig", "backend", backend)
     data["attention_backend"] = backend
     spec = data.get("speculative_config")
-    target = _speculative_class(checker) if checker is not None else None
-    if isinstance(spec, dict) and spec.get("attention_backend") is not None and target is not None:
-        assert checker is not None
-        draft = checker.field_value(target, "attention_backend", spec["attention_backend"], at_startup=True)
+    if isinstance(spec, dict) and spec.get("attention_backend") is not None and checker is not None:
+        draft = checker.startup_value("SpeculativeConfig", "attention_backend", spec["attention_backend"])
         data["speculative_config"] = {**spec, "attention_backend": draft}
     try:
         return ServingConfig.model_validate(data)
@@ -253,10 +244,6 @@ def build(
         errors = exc.errors(include_url=False)
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise UserError(f"{origin}: {_describe(errors[0])}{more}") from None
-
-
-def _speculative_class(checker: ConfigChecker) -> ClassInfo | None:
-    return checker.tree.resolve_class(f"{checker.tree.package}.config", "SpeculativeConfig")
 
 
 _EXPECTED = {

@@ -1,9 +1,10 @@
 """One serving config as the config objects vLLM's code receives, and where in the served source it leads.
 
-`Situation` builds the objects the evaluator (`flow.py`) hands to vLLM functions: a VllmConfig whose
-parallel, cache, speculative, KV-transfer, compilation, attention and model sections carry the values the
-serving config fixes. A section the config leaves out is None where vLLM leaves it None (an optional section
-with a command-line option nobody gave), and otherwise an object whose unknown fields stay unknown.
+`Situation` builds the objects the evaluator (`flow`) hands to vLLM functions: a VllmConfig whose sections
+carry the values the serving config fixes (every option it sets lands in the section field of that name), the
+defaults the source declares for the rest, and UNKNOWN for what vLLM computes in a `__post_init__` or picks at
+startup (the block size, the CUDA-graph mode when unset). An optional section nobody set on the command line is
+None, as in vLLM.
 
 `Reach` answers "does this config get to that statement?": it finds the statements (a raise, an assert or a
 warning whose text contains a catalogue's evidence), the functions calling theirs (up to two levels, by name,
@@ -82,15 +83,15 @@ class Situation:
     def enum_member(self, cls: ClassInfo | None, name: str | None) -> Any:
         if cls is None or name is None:
             return None if name is None else UNKNOWN
-        members = [n for n in cls.attributes if not n.startswith("_") and n not in cls.methods]
-        return EnumMember(cls, name) if name in members else UNKNOWN
+        return EnumMember(cls, name) if name in self.tree.enum_members(cls) else UNKNOWN
 
-    def _section(self, cls: ClassInfo | str | None, modelled: dict[str, Any], given: dict[str, Any] | None = None,
-                 label: str = "") -> Obj:  # fmt: skip
+    def _section(
+        self, cls: ClassInfo | str | None, modelled: dict[str, Any], given: dict[str, Any] | None = None
+    ) -> Obj:
         """A config section: its declared defaults, what the config gives it, and UNKNOWN for the fields its
         `__post_init__` computes (unless given)."""
+        label = cls if isinstance(cls, str) else ""
         if isinstance(cls, str):
-            label = label or cls
             cls = self.config_class(cls)
         declared = {n for k in self.tree.ancestors(cls) for n in k.annotations} if cls is not None else set()
         source = self.given if given is None else given
@@ -122,7 +123,8 @@ class Situation:
         cache = self._section("CacheConfig", {"block_size": cfg.block_size if cfg.block_size is not None else UNKNOWN})
         backend_enum = self._backend_enum()
         attention = self._section("AttentionConfig", {"backend": self.enum_member(backend_enum, cfg.attention_backend)})
-        mode_enum = self._field_enum(self.config_class("CompilationConfig"), "cudagraph_mode")
+        compilation_cls = self.config_class("CompilationConfig")
+        mode_enum = self.tree.field_enum(compilation_cls, "cudagraph_mode") if compilation_cls else None
         mode = self.enum_member(mode_enum, cfg.cudagraph_mode) if cfg.cudagraph_mode else UNKNOWN
         compilation = self._section("CompilationConfig", {"cudagraph_mode": mode})
         model = self._section("ModelConfig", {"enforce_eager": cfg.enforce_eager})
@@ -141,7 +143,7 @@ class Situation:
             if name in sections:
                 continue
             value = self.given.get(name)
-            section_cls = self._annotated_class(vllm_cls, annotation)
+            section_cls = next(iter(self.tree.classes_in(annotation, vllm_cls.module)), None)
             if isinstance(value, dict) and section_cls is not None:
                 sections[name] = self._section(section_cls, {}, given=value)
             elif "None" in ast.unparse(annotation):
@@ -155,14 +157,6 @@ class Situation:
     def value_of(self, obj: Obj, attr: str) -> Any:
         """An attribute of a section as vLLM's code would read it (given, computed, or the declared default)."""
         return Evaluator(self.tree).getattr(obj, attr, State({}, {}, frozenset()), 0)
-
-    def _annotated_class(self, owner: ClassInfo, annotation: ast.expr) -> ClassInfo | None:
-        for node in ast.walk(annotation):
-            name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
-            found = self.tree.resolve_class(owner.module, name) if name else None
-            if found is not None:
-                return found
-        return None
 
     def _speculative(self, parallel: Obj, model: Obj, backend_enum: ClassInfo | None) -> Obj | None:
         spec = self.cfg.speculative_config
@@ -182,22 +176,8 @@ class Situation:
         return self._section(name, model.model_dump(), given={})
 
     def _backend_enum(self) -> ClassInfo | None:
-        return self._field_enum(self.config_class("AttentionConfig"), "backend")
-
-    def _field_enum(self, cls: ClassInfo | None, field_name: str) -> ClassInfo | None:
-        if cls is None or field_name not in cls.annotations:
-            return None
-        module = self.tree.module(cls.module)
-        if module is None:
-            return None
-        for node in ast.walk(cls.annotations[field_name]):
-            name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
-            if name is None:
-                continue
-            found = self.tree.resolve_class(module.name, name)
-            if found is not None and "Enum" in " ".join(self.tree.base_names(found)):
-                return found
-        return None
+        attention = self.config_class("AttentionConfig")
+        return self.tree.field_enum(attention, "backend") if attention is not None else None
 
     # -- binding function parameters ---------------------------------------------------------------------------
 
@@ -290,36 +270,10 @@ def _post_init_fields(cls: ClassInfo | None) -> list[str]:
 # -- finding statements -------------------------------------------------------------------------------------------
 
 
-_FUNCTIONS: dict[int, list[tuple[Any, ClassInfo | None]]] = {}
-
-
-def functions_of(module: ParsedModule) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ClassInfo | None]]:
-    """Every function of a module, nested ones too, with the class it belongs to (for methods)."""
-    cached = _FUNCTIONS.get(id(module.tree))
-    if cached is not None:
-        return cached
-    out: list[tuple[Any, ClassInfo | None]] = []
-
-    def visit(node: ast.AST, owner: ClassInfo | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append((child, owner))
-                visit(child, owner)
-            elif isinstance(child, ast.ClassDef):
-                info = module.classes.get(child.name)
-                visit(child, info if info is not None and info.node is child else owner)
-            else:
-                visit(child, owner)
-
-    visit(module.tree, None)
-    _FUNCTIONS[id(module.tree)] = out
-    return out
-
-
 def innermost(module: ParsedModule, node: ast.AST, tree: SourceTree) -> tuple[Any, ClassInfo | None] | None:
     """The innermost function of `module` containing `node`, with the class it belongs to."""
     parents = tree.parents(module)
-    owners = {id(func): owner for func, owner in functions_of(module)}
+    owners = {id(func): owner for func, owner in tree.functions(module)}
     current: ast.AST | None = parents.get(id(node))
     while current is not None:
         if id(current) in owners:
@@ -555,7 +509,7 @@ class Reach:
             module = self.tree.module(self.tree.module_name(path))
             if module is None:
                 continue
-            for func, owner in functions_of(module):
+            for func, owner in self.tree.functions(module):
                 if func is function:
                     continue
                 calls = [

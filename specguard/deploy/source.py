@@ -14,6 +14,8 @@ from typing import Any
 
 from specguard.errors import UserError
 
+ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
+
 
 @dataclass(eq=False)
 class ClassInfo:
@@ -341,6 +343,57 @@ class SourceTree:
         key = ("parents", module.name)
         if key not in self.memo:
             self.memo[key] = {id(child): node for node in ast.walk(module.tree) for child in ast.iter_child_nodes(node)}
+        return self.memo[key]
+
+    def is_enum(self, cls: ClassInfo) -> bool:
+        return bool(self.base_names(cls) & ENUM_BASES)
+
+    def enum_members(self, cls: ClassInfo) -> list[str]:
+        return [n for n in cls.attributes if not n.startswith("_") and n not in cls.methods]
+
+    def classes_in(self, annotation: ast.expr, module: str) -> list[ClassInfo]:
+        """The classes an annotation names (`KVTransferConfig | None`, `"VllmConfig"`), in order."""
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return []
+        out: list[ClassInfo] = []
+        for node in ast.walk(annotation):
+            name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            found = self.resolve_class(module, name) if name else None
+            if found is not None and found not in out:
+                out.append(found)
+        return out
+
+    def field_enum(self, cls: ClassInfo, name: str) -> ClassInfo | None:
+        """The Enum a dataclass field is annotated with (`cudagraph_mode: CUDAGraphMode | None`), if any."""
+        for klass in self.ancestors(cls):
+            if name in klass.annotations:
+                return next(
+                    (c for c in self.classes_in(klass.annotations[name], klass.module) if self.is_enum(c)), None
+                )
+        return None
+
+    def functions(self, module: ParsedModule) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ClassInfo | None]]:
+        """Every function of a module, nested ones too, with the class it belongs to (built once per module)."""
+        key = ("functions", module.name)
+        if key not in self.memo:
+            out: list[tuple[Any, ClassInfo | None]] = []
+
+            def visit(node: ast.AST, owner: ClassInfo | None) -> None:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        out.append((child, owner))
+                        visit(child, owner)
+                    elif isinstance(child, ast.ClassDef):
+                        info = module.classes.get(child.name)
+                        visit(child, info if info is not None and info.node is child else owner)
+                    else:
+                        visit(child, owner)
+
+            visit(module.tree, None)
+            self.memo[key] = out
         return self.memo[key]
 
     def class_attribute(self, cls: ClassInfo, attr: str) -> tuple[ast.expr, ClassInfo] | None:

@@ -1,7 +1,7 @@
 """Static evaluation of the served vLLM's code for one serving config (see `evaluator`): values, paths and
 verdicts, the object model, and the evaluator itself."""
 
-from specguard.deploy.flow.evaluator import Evaluator, OutOfBudget
+from specguard.deploy.flow.evaluator import STAR_KWARGS, Evaluator, OutOfBudget
 from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, Verdict, merge, verdict
 from specguard.deploy.flow.values import (
     NOT_HANDLED,
@@ -23,6 +23,7 @@ from specguard.deploy.flow.values import (
 
 __all__ = [
     "NOT_HANDLED",
+    "STAR_KWARGS",
     "UNKNOWN",
     "Bound",
     "ClassRef",

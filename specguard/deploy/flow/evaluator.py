@@ -54,7 +54,8 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 
 _STAR_UNKNOWN: Any = object()
 
-_STAR_KWARGS = "\0**"
+# A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
+STAR_KWARGS = "\0**"
 
 
 class OutOfBudget(Exception):
@@ -565,7 +566,7 @@ class Evaluator(ObjectModel):
                 if isinstance(value, dict) and all(isinstance(k, str) for k in value):
                     kwargs.update(value)
                 else:
-                    kwargs[_STAR_KWARGS] = UNKNOWN
+                    kwargs[STAR_KWARGS] = UNKNOWN
             else:
                 kwargs[kw.arg] = value
         if self.hook is not None:
@@ -648,7 +649,7 @@ class Evaluator(ObjectModel):
                 out[param.arg] = values[i]
             elif param.arg in kwargs:
                 out[param.arg] = kwargs[param.arg]
-            elif unknown_rest or _STAR_KWARGS in kwargs:
+            elif unknown_rest or STAR_KWARGS in kwargs:
                 out[param.arg] = UNKNOWN
             elif defaults[i] is not None:
                 out[param.arg] = self._default(defaults[i], func, depth)
@@ -659,14 +660,14 @@ class Evaluator(ObjectModel):
         for param, default in zip(spec.kwonlyargs, spec.kw_defaults, strict=True):
             if param.arg in kwargs:
                 out[param.arg] = kwargs[param.arg]
-            elif default is not None and _STAR_KWARGS not in kwargs:
+            elif default is not None and STAR_KWARGS not in kwargs:
                 out[param.arg] = self._default(default, func, depth)
             else:
                 out[param.arg] = UNKNOWN
         if spec.kwarg is not None:
             named = {p.arg for p in [*positional, *spec.kwonlyargs]}
             extra = {k: v for k, v in kwargs.items() if k not in named}
-            out[spec.kwarg.arg] = UNKNOWN if _STAR_KWARGS in kwargs else extra
+            out[spec.kwarg.arg] = UNKNOWN if STAR_KWARGS in kwargs else extra
         return out
 
     def _default(self, expr: ast.expr, func: Function, depth: int) -> Any:

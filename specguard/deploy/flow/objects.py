@@ -384,10 +384,10 @@ class ObjectModel:
         return UNKNOWN
 
     def is_enum(self, cls: ClassInfo) -> bool:
-        return bool(self.tree.base_names(cls) & {"Enum", "IntEnum", "StrEnum", "enum.Enum", "Flag"})
+        return self.tree.is_enum(cls)
 
     def enum_members(self, cls: ClassInfo) -> list[str]:
-        return [n for n in cls.attributes if not n.startswith("_") and n not in cls.methods]
+        return self.tree.enum_members(cls)
 
     def enum_value(self, member: EnumMember) -> Any:
         expr = member.cls.attributes.get(member.name)
