@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from specguard.deploy.flow import (
@@ -543,14 +542,6 @@ def _spec_flags(tree: SourceTree) -> dict[str, str]:
     return out
 
 
-@lru_cache(maxsize=8)
-def _read_cached(root: str) -> ServeOptions:
-    try:
-        return read_serve_options(SourceTree.open(root))
-    except Exception as exc:  # noqa: BLE001 - a fork's unusual parser code must not crash the pre-flight
-        return ServeOptions(problems=[f"reading the parser construction failed ({type(exc).__name__}: {exc})"])
-
-
 def read_serve_options(tree: SourceTree) -> ServeOptions:
     """Run the served parser construction statically and return every option it defines."""
     reader = TypeReader(tree)
@@ -584,5 +575,8 @@ def read_serve_options(tree: SourceTree) -> ServeOptions:
 
 
 def serve_options(tree: SourceTree) -> ServeOptions:
-    """The served options, computed once per tree per process."""
-    return _read_cached(str(tree.root))
+    """The served options; a fork whose parser code the evaluator cannot follow gets a note, not a crash."""
+    try:
+        return read_serve_options(tree)
+    except Exception as exc:  # noqa: BLE001 - a fork's unusual parser code must not crash the pre-flight
+        return ServeOptions(problems=[f"reading the parser construction failed ({type(exc).__name__}: {exc})"])

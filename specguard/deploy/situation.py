@@ -305,7 +305,7 @@ def _find_sites(tree: SourceTree, text: str, kind: str, files: list[str], platfo
         if platform is not None and _other_platform(rel, platform):
             continue  # another platform's own checks (ROCm, XPU, ...) do not apply to this one
         raw = tree.text(path)
-        if not all(w in raw for w in words):
+        if not all(w in raw for w in words) or not _may_hold(raw, text):
             continue
         module = tree.module(tree.module_name(path))
         if module is None:
@@ -318,6 +318,15 @@ def _find_sites(tree: SourceTree, text: str, kind: str, files: list[str], platfo
                 continue
             out.append(SiteRef(module, found[0], found[1], node, message, rel))
     return out
+
+
+def _may_hold(raw: str, text: str) -> bool:
+    """A cheap test before parsing: some three consecutive words of `text` appear as written. A message split
+    over several literals (at most every few words) keeps one such run intact."""
+    words = text.split()
+    if len(words) <= 3:
+        return text in raw
+    return any(" ".join(words[i : i + 3]) in raw for i in range(len(words) - 2))
 
 
 def _messages(tree: SourceTree, module: ParsedModule, kind: str) -> list[tuple[ast.AST, str]]:

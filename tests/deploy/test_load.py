@@ -306,11 +306,9 @@ def test_a_crash_reading_the_parser_costs_the_definitions_not_the_run(
         raise RecursionError("unusual parser code")
 
     monkeypatch.setattr(arguments, "read_serve_options", boom)
-    arguments._read_cached.cache_clear()
     pkg = tmp_path / "vllm"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     loaded = load(None, ["m", "-tp", "2"], SourceFacts.open(pkg))
-    arguments._read_cached.cache_clear()
     assert loaded.config.tensor_parallel_size == 2
     assert any("RecursionError: unusual parser code" in n for n in loaded.notes)
