@@ -28,11 +28,12 @@ class _Params(BaseModel):
 
 
 class Evidence(_Params):
-    """A validation in the served source that confirms the hazard: a string in a raise/assert or a warning."""
+    """A statement of the served source that decides the hazard: a raise/assert (kind "raise") or a warning
+    call (kind "warning") whose text contains `text`. The hazard fires when the config reaches it."""
 
-    file: str = Field(description="path relative to the vllm/ package dir")
-    kind: Literal["raise", "warning"]
     text: str = Field(min_length=8)
+    kind: Literal["raise", "warning"] = "raise"
+    files: list[str] = Field(default_factory=lambda: ["**"], description="globs relative to the vllm/ package dir")
 
 
 class SpeculatorParams(_Params):
@@ -52,21 +53,31 @@ class DraftPathParams(SpeculatorParams):
     draft_path_class: str
 
 
-class InterleaveParams(_Params):
-    """CFG102: the backends whose metadata builder checks the KV-cache interleave size."""
+class InterleaveResolution(_Params):
+    """Where vLLM may change the KV-cache interleave size the user gave (the deprecated dcp option copied over
+    it, NIXL P/D aligning it to the block size): assignments to `attribute` in `file`, each judged with the
+    conditions of its own function and of its callers."""
 
-    backends: list[str] = Field(min_length=1)
+    file: str
+    attribute: str
+
+
+class InterleaveParams(_Params):
+    """CFG102: a raise in the construction of the backend's metadata builder, under a test on `*{suffix}`."""
+
     registry_file: str
     interleave_attribute_suffix: str
+    resolution: InterleaveResolution
 
 
-class NonCausalDcpParams(_Params):
-    """CFG103: non-causal draft methods, the backends, and the builder attribute that declares support."""
+class BuilderValidationParams(_Params):
+    """CFG103: the validation every metadata builder of the served source runs at construction (`evidence`),
+    judged for the target's builder and for the draft's; `role_attribute` is what marks a draft builder."""
 
-    methods: list[str] = Field(min_length=1)
-    backends: list[str] = Field(min_length=1)
     registry_file: str
-    attribute: str
+    evidence: Evidence
+    role_attribute: str
+    resolution: InterleaveResolution  # what the target builder's `interleave_size == 1` reads
 
 
 class GroupMergeParams(_Params):
@@ -77,9 +88,18 @@ class GroupMergeParams(_Params):
 
 
 class EvidenceParams(_Params):
-    """Hazards straight from vLLM's own config validation; `evidence` confirms the served source has it."""
+    """Hazards decided by vLLM's own validation: every statement of `evidence` the config may reach.
 
-    evidence: Evidence
+    `platform`: checks in another platform's module (`platforms/rocm.py` for "cuda") do not count."""
+
+    evidence: list[Evidence] = Field(min_length=1)
+    platform: str = "cuda"
+
+
+class BlockSizeParams(EvidenceParams):
+    """CFG110: the block-size validation, judged with the interleave size as vLLM resolves it."""
+
+    resolution: InterleaveResolution
 
 
 class SourceEnumParams(_Params):
@@ -92,14 +112,14 @@ class SourceEnumParams(_Params):
 PARAMS: dict[str, type[_Params]] = {
     "CFG101": DraftPathParams,
     "CFG102": InterleaveParams,
-    "CFG103": NonCausalDcpParams,
+    "CFG103": BuilderValidationParams,
     "CFG104": GroupMergeParams,
     "CFG105": EvidenceParams,
     "CFG106": SourceEnumParams,
     "CFG107": EvidenceParams,
     "CFG108": EvidenceParams,
     "CFG109": EvidenceParams,
-    "CFG110": EvidenceParams,
+    "CFG110": BlockSizeParams,
     "CFG111": SourceEnumParams,
     "CFG112": SourceEnumParams,
     "CFG113": EvidenceParams,
@@ -119,11 +139,6 @@ class Hazard(BaseModel):
     message: str = Field(min_length=10)
     fix: str = Field(min_length=5)
     params: _Params
-
-    @property
-    def needs_source(self) -> bool:
-        # Evidence hazards are config-only conditions the source can confirm; the rest are facts of the source.
-        return not isinstance(self.params, EvidenceParams)
 
 
 class Catalogue(BaseModel):

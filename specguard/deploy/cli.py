@@ -13,8 +13,9 @@ from typing import NoReturn
 
 from specguard.errors import UserError
 
-CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR] [--format text|json]
-       specguard config [--vllm-source DIR] [--format text|json] [FILE.yaml] -- <vllm serve arguments>"""
+CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR] [--require-source] [--format text|json]
+       specguard config [--vllm-source DIR] [--require-source] [--format text|json] [FILE.yaml]
+                        -- <vllm serve arguments>"""
 
 
 def _emit(text: str) -> None:
@@ -48,6 +49,11 @@ def _config_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the vllm/ package dir to judge against (default: the vLLM installed in this environment)",
     )
+    parser.add_argument(
+        "--require-source",
+        action="store_true",
+        help="exit 2 when no vLLM source is found (without one, no hazard can be judged)",
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--hazards", metavar="FILE", help="a hazard catalogue to use instead of the built-in one")
     return parser
@@ -57,8 +63,8 @@ def _run_config(argv: list[str]) -> int:
     from specguard.deploy.catalogue import load_catalogue
     from specguard.deploy.facts import open_source
     from specguard.deploy.hazards import evaluate
-    from specguard.deploy.load import build, parse_argv, read_yaml
-    from specguard.deploy.report import to_json, to_text
+    from specguard.deploy.load import load
+    from specguard.deploy.report import not_judged_line, to_json, to_text
 
     if "--" in argv:
         split = argv.index("--")
@@ -69,31 +75,26 @@ def _run_config(argv: list[str]) -> int:
     if args.file is None and serve_args is None:
         raise UserError("specguard config: give a config FILE.yaml, or `--` followed by vllm serve arguments")
 
-    raw: dict = {}
-    origin = args.file or "vllm serve arguments"
-    if args.file is not None:
-        raw = read_yaml(args.file)
-    if serve_args is not None:
-        if args.file is not None:  # like `vllm serve --config FILE ARGS`: the arguments override the file
-            serve_args = ["--config", args.file, *serve_args]
-        raw = parse_argv(serve_args)
-
     catalogue = load_catalogue(Path(args.hazards) if args.hazards else None)
     facts = open_source(args.vllm_source)
-    cfg = build(raw, origin, known=(lambda: facts.engine_options) if facts else None)
-    judgement = evaluate(cfg, catalogue, facts)
+    if facts is None and args.require_source:
+        raise UserError(
+            f"specguard config: no vLLM source found (pass --vllm-source DIR, or install vllm here); "
+            f"all {len(catalogue.hazards)} hazards would go unjudged: each is decided by the served source"
+        )
+    # Like `vllm serve ARGS --config FILE`: the file's options go before the arguments, which override them.
+    loaded = load(args.file, serve_args, facts)
+    judgement = evaluate(loaded.config, catalogue, facts)
+    judgement.notes[:0] = loaded.notes
 
     if args.format == "json":
         _emit(to_json(judgement))
         for note in judgement.notes:
             print(f"specguard config: note: {note}", file=sys.stderr)
         if judgement.not_judged:
-            print(
-                f"specguard config: no vLLM source; not judged: {', '.join(judgement.not_judged)}",
-                file=sys.stderr,
-            )
+            print(f"specguard config: {not_judged_line(judgement)}", file=sys.stderr)
     else:
-        _emit(to_text(judgement, origin))
+        _emit(to_text(judgement, loaded.origin))
     return 1 if judgement.findings else 0
 
 

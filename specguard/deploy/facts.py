@@ -1,19 +1,20 @@
 """Facts about the served vLLM source that hazards depend on, read from its files (never imported).
 
-Findings come from the same engine as `specguard check`; class attributes, registries and enum members are read
-with libcst through SourceTree. Each fact is computed once per source.
+Findings come from the same engine as `specguard check`; registries, enums, class attributes and the served
+option definitions are read from the `ast` of the few modules a hazard needs. Each fact is computed once per
+source.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-import libcst as cst
-
-from specguard.deploy.source import ClassInfo, SourceTree, literal_strings, literal_value
+from specguard.deploy.arguments import ServeOptions, serve_options
+from specguard.deploy.source import ClassInfo, SourceTree, dotted, literal_strings, literal_value
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,7 @@ class SourceFacts:
         out: list[SourceFinding] = []
         for f in result.findings:
             path = Path(f.path).resolve()
-            try:
-                rel = path.relative_to(self.tree.root).as_posix()
-            except ValueError:
-                rel = str(f.path)
-            out.append(SourceFinding(f.code, path, int(f.line), rel))
+            out.append(SourceFinding(f.code, path, int(f.line), self.tree.relpath(path)))
         return out
 
     def findings_in(self, classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
@@ -89,17 +86,15 @@ class SourceFacts:
             if finding.code not in rules:
                 continue
             for cls in classes:
-                if finding.path != cls.path.resolve():
-                    continue
-                start, end = self.tree.span(cls)
-                if start <= finding.line <= end:
+                end = cls.node.end_lineno or cls.node.lineno
+                if finding.path == cls.path.resolve() and cls.node.lineno <= finding.line <= end:
                     hits.append(finding)
                     break
         return sorted(set(hits), key=lambda f: (f.relpath, f.line, f.code))
 
     def findings_in_lineage(self, classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
         """Findings of `rules` inside `classes` or any class they inherit from (each class read once)."""
-        lineage = {(a.module, a.name): a for c in classes for a in self.ancestors(c)}
+        lineage = {a.key: a for c in classes for a in self.tree.ancestors(c)}
         return self.findings_in(list(lineage.values()), rules)
 
     def findings_of(self, rules: list[str]) -> list[SourceFinding]:
@@ -126,45 +121,37 @@ class SourceFacts:
             return self._speculators[key]
         parsed = self._module(registry_file)
         result: dict[str, list[ClassInfo]] = {}
-        if parsed is not None:
-            func = next(
-                (s for s in parsed.module.body if isinstance(s, cst.FunctionDef) and s.name.value == function),
-                None,
-            )
+        func = parsed.functions.get(function) if parsed is not None else None
+        if func is not None:
             predicates = self._predicates(predicate_file, predicate_class)
             taken: set[str] = set()
-            if func is not None:
-                for test, body in _branches(func.body):
-                    methods, exact = _branch_methods(test, predicates)
-                    methods = [m for m in methods if m not in taken]
-                    if exact:
-                        taken.update(methods)
-                    if not methods:
-                        continue
-                    local = _local_imports(body, parsed.name, parsed.imports)
-                    classes = []
-                    for name in _returned_calls(body):
-                        module, cname = local.get(name, (parsed.name, name))
-                        info = self.tree.resolve_class(module, cname)
-                        if info is not None and info not in classes:
-                            classes.append(info)
-                    for method in methods:
-                        result.setdefault(method, []).extend(c for c in classes if c not in result.get(method, []))
+            for test, body in _branches(func.body):
+                methods, exact = _branch_methods(test, predicates)
+                methods = [m for m in methods if m not in taken]
+                if exact:
+                    taken.update(methods)
+                if not methods:
+                    continue
+                local = _local_imports(body, parsed.imports)
+                classes: list[ClassInfo] = []
+                for name in _returned_calls(body):
+                    module, cname = local.get(name, (parsed.name, name))
+                    info = self.tree.resolve_class(module, cname)
+                    if info is not None and info not in classes:
+                        classes.append(info)
+                for method in methods:
+                    result.setdefault(method, []).extend(c for c in classes if c not in result.get(method, []))
         self._speculators[key] = result
         return result
 
-    def _predicates(self, relpath: str | None, cls_name: str | None) -> dict[str, cst.FunctionDef]:
+    def _predicates(self, relpath: str | None, cls_name: str | None) -> dict[str, ast.FunctionDef]:
         """Methods of the config class the registry calls as predicates (`use_eagle`), by name."""
         if relpath is None or cls_name is None:
             return {}
         parsed = self._module(relpath)
         if parsed is None or cls_name not in parsed.classes:
             return {}
-        body = parsed.classes[cls_name].node.body.body
-        return {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
-
-    def ancestors(self, cls: ClassInfo) -> list[ClassInfo]:
-        return self.tree.ancestors(cls)
+        return {n: f for n, f in parsed.classes[cls_name].methods.items() if isinstance(f, ast.FunctionDef)}
 
     def descends_from(self, cls: ClassInfo, name: str) -> bool:
         return any(a.name == name for a in self.tree.ancestors(cls))
@@ -174,40 +161,24 @@ class SourceFacts:
     def literal_alias(self, relpath: str, symbol: str) -> list[str] | None:
         """Members of a module-level `X = Literal[...]` alias, following aliases it names."""
         parsed = self._module(relpath)
-        if parsed is None:
-            return None
-        assigns: dict[str, cst.BaseExpression] = {}
-        for stmt in parsed.module.body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, cst.Assign):
-                        for t in small.targets:
-                            if isinstance(t.target, cst.Name):
-                                assigns[t.target.value] = small.value
-                    elif (
-                        isinstance(small, cst.AnnAssign)
-                        and small.value is not None
-                        and isinstance(small.target, cst.Name)
-                    ):
-                        assigns[small.target.value] = small.value
-        if symbol not in assigns:
+        if parsed is None or symbol not in parsed.assigns:
             return None
         out: list[str] = []
 
-        def walk(expr: cst.BaseExpression, seen: frozenset[str]) -> None:
-            if isinstance(expr, cst.Subscript):
-                for el in expr.slice:
-                    if isinstance(el.slice, cst.Index):
-                        walk(el.slice.value, seen)
-            elif isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        def walk(expr: ast.expr, seen: frozenset[str]) -> None:
+            if isinstance(expr, ast.Subscript):
+                elts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+                for el in elts:
+                    walk(el, seen)
+            elif isinstance(expr, (ast.Constant, ast.JoinedStr)):
                 out.extend(literal_strings(expr))
-            elif isinstance(expr, cst.Name) and expr.value in assigns and expr.value not in seen:
-                walk(assigns[expr.value], seen | {expr.value})
-            elif isinstance(expr, cst.BinaryOperation):  # Literal[...] | Literal[...]
+            elif isinstance(expr, ast.Name) and expr.id in parsed.assigns and expr.id not in seen:
+                walk(parsed.assigns[expr.id], seen | {expr.id})
+            elif isinstance(expr, ast.BinOp):  # Literal[...] | Literal[...]
                 walk(expr.left, seen)
                 walk(expr.right, seen)
 
-        walk(assigns[symbol], frozenset({symbol}))
+        walk(parsed.assigns[symbol], frozenset({symbol}))
         return list(dict.fromkeys(out))
 
     def enum_members(self, relpath: str, symbol: str) -> list[str] | None:
@@ -215,7 +186,7 @@ class SourceFacts:
         parsed = self._module(relpath)
         if parsed is None or symbol not in parsed.classes:
             return None
-        return [n for n in parsed.classes[symbol].attributes if not n.startswith("_")]
+        return self.tree.enum_members(parsed.classes[symbol])
 
     def accepted_values(self, relpath: str, symbol: str) -> list[str] | None:
         values = self.literal_alias(relpath, symbol)
@@ -232,8 +203,8 @@ class SourceFacts:
             value = cls.attributes.get(name)
             if value is None:
                 continue
-            dotted = "".join(literal_strings(value))
-            module, _, cname = dotted.rpartition(".")
+            target = "".join(literal_strings(value))
+            module, _, cname = target.rpartition(".")
             if not module:
                 return None
             backend = self.tree.resolve_class(module, cname)
@@ -244,12 +215,31 @@ class SourceFacts:
 
     def _builder_of(self, backend: ClassInfo) -> ClassInfo | None:
         for klass in self.tree.ancestors(backend):
-            for stmt in klass.node.body.body:
-                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "get_builder_cls":
-                    for name in _returned_names(stmt.body):
-                        resolved = self.tree.resolve_class(klass.module, name)
-                        if resolved is not None:
-                            return resolved
+            method = klass.methods.get("get_builder_cls")
+            if method is None:
+                continue
+            for sub in ast.walk(method):
+                if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Name):
+                    resolved = self.tree.resolve_class(klass.module, sub.value.id)
+                    if resolved is None:
+                        resolved = self._local_class(method, klass.module, sub.value.id)
+                    if resolved is not None:
+                        return resolved
+        return None
+
+    def _local_class(self, method: ast.AST, module: str, name: str) -> ClassInfo | None:
+        """A class the method imports inside its body (`from .x import Builder; return Builder`)."""
+        parsed = self.tree.module(module)
+        if parsed is None:
+            return None
+        for sub in ast.walk(method):
+            if isinstance(sub, ast.ImportFrom) and any((a.asname or a.name) == name for a in sub.names):
+                alias = next(a for a in sub.names if (a.asname or a.name) == name)
+                source = sub.module or ""
+                if sub.level:
+                    parts = module.split(".")[: -sub.level] if not parsed.is_package else module.split(".")
+                    source = ".".join([*parts, source] if source else parts)
+                return self.tree.resolve_class(source, alias.name)
         return None
 
     def class_attribute(self, cls: ClassInfo, attr: str) -> tuple[object, ClassInfo] | None:
@@ -259,221 +249,87 @@ class SourceFacts:
         value, owner = found
         return literal_value(value), owner
 
-    def interleave_requirement(self, cls: ClassInfo, suffix: str) -> tuple[int, int] | None:
-        """(required value, line) if the module of `cls` refuses an `*interleave_size` other than a literal.
-
-        Recognises `assert <x>interleave_size == N` and `if ... <x>interleave_size != N ...: raise`, the two
-        ways vLLM backends have written the check.
-        """
-        parsed = self.tree.module(cls.module)
-        if parsed is None:
-            return None
-        finder = _RequirementFinder(suffix)
-        parsed.module.visit(finder)
-        if finder.found is None:
-            return None
-        value, node = finder.found
-        return value, self.tree.positions(cls.module)[node].start.line
-
-    # -- validation evidence ---------------------------------------------------------------------------------
-
-    def has_evidence(self, relpath: str, kind: str, text: str) -> bool:
-        """Whether `relpath` raises/asserts (kind "raise") or logs a warning (kind "warning") containing text."""
-        found = self.tree.file_of(".".join([self.tree.package, *Path(relpath).with_suffix("").parts]))
-        if found is None:
-            return False
-        # Cheap text prefilter: every word of the message must occur in the file before it is worth parsing.
-        raw = found[0].read_text(encoding="utf-8", errors="replace")
-        if not all(word in raw for word in text.split()):
-            return False
-        parsed = self._module(relpath)
-        if parsed is None:
-            return False
-        finder = _EvidenceFinder(kind)
-        parsed.module.visit(finder)
-        return any(text in s for s in finder.strings)
-
     # -- options the served vLLM accepts ---------------------------------------------------------------------
 
     @cached_property
-    def engine_options(self) -> set[str]:
-        """Dashed names of EngineArgs fields: real `vllm serve` options, never reported as misspellings."""
-        parsed = self._module("engine/arg_utils.py")
-        if parsed is None or "EngineArgs" not in parsed.classes:
-            return set()
-        return {name.replace("_", "-") for name in parsed.classes["EngineArgs"].attributes}
+    def serve_options(self) -> ServeOptions:
+        """The `vllm serve` options the served source defines (read from its parser construction)."""
+        return serve_options(self.tree)
 
 
-# -- libcst helpers ---------------------------------------------------------------------------------------------
+# -- ast helpers --------------------------------------------------------------------------------------------------
 
 
-def _branches(body: cst.BaseSuite) -> list[tuple[cst.BaseExpression, cst.BaseSuite]]:
+def _branches(body: list[ast.stmt]) -> list[tuple[ast.expr, list[ast.stmt]]]:
     """Every (test, body) of the if/elif chains at the top level of a function body."""
-    out: list[tuple[cst.BaseExpression, cst.BaseSuite]] = []
-    for stmt in getattr(body, "body", ()):
+    out: list[tuple[ast.expr, list[ast.stmt]]] = []
+    for stmt in body:
         node: Any = stmt
-        while isinstance(node, cst.If):  # an `elif` is an If stored in orelse
+        while isinstance(node, ast.If):  # an `elif` is an If alone in orelse
             out.append((node.test, node.body))
-            node = node.orelse
+            node = node.orelse[0] if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) else None
     return out
 
 
-def _methods_tested(test: cst.BaseExpression, negated: bool = False) -> list[str]:
+def _methods_tested(test: ast.expr, negated: bool = False) -> list[str]:
     """`spec.method == "x"` / `spec.method in ("x", "y")` (and with `negated`, `!=` / `not in`) -> strings."""
-    ops: tuple[type, ...] = (cst.Equal, cst.In) + ((cst.NotEqual, cst.NotIn) if negated else ())
+    ops: tuple[type, ...] = (ast.Eq, ast.In) + ((ast.NotEq, ast.NotIn) if negated else ())
     methods: list[str] = []
     for comp in _comparisons(test):
-        left = comp.left
-        if not (isinstance(left, cst.Attribute) and left.attr.value == "method"):
+        if not (isinstance(comp.left, ast.Attribute) and comp.left.attr == "method"):
             continue
-        for target in comp.comparisons:
-            if isinstance(target.operator, ops):
-                methods.extend(literal_strings(target.comparator))
+        for op, comparator in zip(comp.ops, comp.comparators, strict=True):
+            if isinstance(op, ops):
+                methods.extend(literal_strings(comparator))
     return methods
 
 
-def _branch_methods(test: cst.BaseExpression, predicates: dict[str, cst.FunctionDef]) -> tuple[list[str], bool]:
+def _branch_methods(test: ast.expr, predicates: dict[str, ast.FunctionDef]) -> tuple[list[str], bool]:
     """The methods an if-test selects, and whether it selects exactly them (no other condition)."""
-    if isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute) and not test.args:
-        func = predicates.get(test.func.attr.value)
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and not test.args:
+        func = predicates.get(test.func.attr)
         if func is None:
             return [], False
-        stmts = [s for s in func.body.body if isinstance(s, cst.SimpleStatementLine)]
-        only_return = len(func.body.body) == 1 and len(stmts) == 1 and isinstance(stmts[0].body[0], cst.Return)
-        if only_return:
-            ret = stmts[0].body[0]
-            assert isinstance(ret, cst.Return)
-            if isinstance(ret.value, cst.Comparison):
-                return _methods_tested(ret.value), True
+        body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Compare):
+            return _methods_tested(body[0].value), True
         # A compound predicate (`method == "mtp" and <draft config>`) may or may not hold for its methods.
         methods: list[str] = []
-
-        class _V(cst.CSTVisitor):
-            def visit_Comparison(self, node: cst.Comparison) -> None:
-                methods.extend(_methods_tested(node, negated=True))
-
-        func.body.visit(_V())
+        for sub in ast.walk(func):
+            if isinstance(sub, ast.Compare):
+                methods.extend(_methods_tested(sub, negated=True))
         return list(dict.fromkeys(methods)), False
-    return _methods_tested(test), isinstance(test, cst.Comparison)
+    return _methods_tested(test), isinstance(test, ast.Compare)
 
 
-def _comparisons(expr: cst.BaseExpression) -> list[cst.Comparison]:
-    if isinstance(expr, cst.Comparison):
+def _comparisons(expr: ast.expr) -> list[ast.Compare]:
+    if isinstance(expr, ast.Compare):
         return [expr]
-    if isinstance(expr, cst.BooleanOperation):
-        return _comparisons(expr.left) + _comparisons(expr.right)
+    if isinstance(expr, ast.BoolOp):
+        return [c for v in expr.values for c in _comparisons(v)]
     return []
 
 
-def _local_imports(
-    body: cst.BaseSuite, module: str, module_imports: dict[str, tuple[str, str]]
-) -> dict[str, tuple[str, str]]:
+def _local_imports(body: list[ast.stmt], module_imports: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
     """Function-local `from m import C` inside a branch (vLLM imports speculators lazily there)."""
     local = dict(module_imports)
-
-    class _V(cst.CSTVisitor):
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            if isinstance(node.names, cst.ImportStar) or node.relative or node.module is None:
-                return
-            src = cst.Module(body=[]).code_for_node(node.module)
-            for alias in node.names:
-                if isinstance(alias.name, cst.Name):
-                    asname = alias.asname.name if alias.asname else None
-                    name = asname.value if isinstance(asname, cst.Name) else alias.name.value
-                    local[name] = (src, alias.name.value)
-
-    body.visit(_V())
+    for stmt in body:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.ImportFrom) and not sub.level and sub.module is not None:
+                for alias in sub.names:
+                    local[alias.asname or alias.name] = (sub.module, alias.name)
     return local
 
 
-def _returned_calls(body: cst.BaseSuite) -> list[str]:
+def _returned_calls(body: list[ast.stmt]) -> list[str]:
     names: list[str] = []
-
-    class _V(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            if isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Name):
-                names.append(node.value.func.value)
-
-    body.visit(_V())
+    for stmt in body:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
+                name = dotted(sub.value.func)
+                if name is not None and "." not in name:
+                    names.append(name)
     return names
-
-
-def _returned_names(body: cst.BaseSuite) -> list[str]:
-    names: list[str] = []
-
-    class _V(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            if isinstance(node.value, cst.Name):
-                names.append(node.value.value)
-
-    body.visit(_V())
-    return names
-
-
-def _ends_with(expr: cst.BaseExpression, suffix: str) -> bool:
-    if isinstance(expr, cst.Name):
-        return expr.value.endswith(suffix)
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value.endswith(suffix)
-    return False
-
-
-class _RequirementFinder(cst.CSTVisitor):
-    def __init__(self, suffix: str) -> None:
-        self.suffix = suffix
-        self.found: tuple[int, cst.CSTNode] | None = None
-
-    def _required(self, test: cst.BaseExpression, op: type[cst.BaseCompOp]) -> int | None:
-        for comp in _comparisons(test):
-            if not _ends_with(comp.left, self.suffix) or len(comp.comparisons) != 1:
-                continue
-            target = comp.comparisons[0]
-            if isinstance(target.operator, op) and isinstance(target.comparator, cst.Integer):
-                return int(target.comparator.value, 0)
-        return None
-
-    def visit_Assert(self, node: cst.Assert) -> None:
-        value = self._required(node.test, cst.Equal)
-        if value is not None and self.found is None:
-            self.found = (value, node)
-
-    def visit_If(self, node: cst.If) -> None:
-        value = self._required(node.test, cst.NotEqual)
-        if value is None or self.found is not None:
-            return
-        raises = any(
-            isinstance(small, cst.Raise)
-            for stmt in getattr(node.body, "body", ())
-            if isinstance(stmt, cst.SimpleStatementLine)
-            for small in stmt.body
-        )
-        if raises:
-            self.found = (value, node)
-
-
-class _EvidenceFinder(cst.CSTVisitor):
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.strings: list[str] = []
-
-    def visit_Raise(self, node: cst.Raise) -> None:
-        if self.kind == "raise" and node.exc is not None:
-            self.strings.extend(_joined(node.exc))
-
-    def visit_Assert(self, node: cst.Assert) -> None:
-        if self.kind == "raise" and node.msg is not None:
-            self.strings.extend(_joined(node.msg))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if self.kind == "warning" and isinstance(func, cst.Attribute) and func.attr.value.startswith("warn"):
-            self.strings.extend(_joined(node))
-
-
-def _joined(node: cst.CSTNode) -> list[str]:
-    # A message is often split over several literals in one call; search their concatenation too.
-    parts = literal_strings(node)
-    return [*parts, "".join(parts)]
 
 
 def open_source(path: str | Path | None) -> SourceFacts | None:

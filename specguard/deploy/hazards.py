@@ -1,30 +1,41 @@
-"""Evaluate a serving config against the hazard catalogue and the facts of the served vLLM source.
+"""Evaluate a serving config against the hazard catalogue and the served vLLM source.
 
-One function per code: it checks the config-only part of the condition first and asks the source only then, so a
-clean config costs almost nothing. Wording lives in the catalogue; these functions supply the facts it formats.
+One function per code. Each reads its condition from the served source: `specguard check` findings (CFG101,
+CFG104, CFG114), enums and aliases (CFG106, CFG111, CFG112), the metadata builder a backend constructs
+(CFG102, CFG103), or the validation statements the config reaches (the evidence hazards), judged by the static
+evaluator with the config's values. A condition the source leaves undecided for this config (a GPU property,
+the draft model's architecture) makes the hazard "not judged", with the expression that decides it.
+Wording lives in the catalogue; these functions supply the facts it formats.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from specguard.deploy.catalogue import (
+    BlockSizeParams,
+    BuilderValidationParams,
     Catalogue,
     DraftPathParams,
+    Evidence,
     EvidenceParams,
     GroupMergeParams,
     Hazard,
     InterleaveParams,
-    NonCausalDcpParams,
+    InterleaveResolution,
     SourceEnumParams,
     SpeculatorParams,
 )
 from specguard.deploy.facts import SourceFacts, SourceFinding
+from specguard.deploy.flow import UNKNOWN, Obj, Outcome, Verdict, verdict
 from specguard.deploy.model import ServingConfig
-from specguard.deploy.source import ClassInfo
+from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
+from specguard.deploy.source import ClassInfo, SourceTree
 
 
 @dataclass(frozen=True)
@@ -48,11 +59,15 @@ class ConfigFinding:
 @dataclass
 class Judgement:
     findings: list[ConfigFinding] = field(default_factory=list)
-    # Codes that need a vLLM source and were not judged because none was given.
-    not_judged: list[str] = field(default_factory=list)
+    # code -> why it was not judged (no source; or a condition the config does not decide).
+    not_judged: dict[str, str] = field(default_factory=dict)
     source: str | None = None
     # What could not be read: parts of the source `specguard check` failed on, hazards whose facts failed.
     notes: list[str] = field(default_factory=list)
+
+
+class NotJudged(Exception):
+    """The source leaves the hazard undecided for this config; the message says on what."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +76,72 @@ class _Hit:
     facts: dict[str, Any]
 
 
-Evaluator = Callable[[ServingConfig, Any, SourceFacts | None], list[_Hit]]
+@dataclass
+class _Resolved:
+    """The KV-cache interleave size vLLM ends up with, and the option that decides it."""
+
+    value: Any
+    key: str
+    reasons: str = ""
+
+
+class Context:
+    """What the evaluators of one config share: the source, the situation, and facts computed once."""
+
+    def __init__(self, cfg: ServingConfig, facts: SourceFacts) -> None:
+        self.cfg = cfg
+        self.facts = facts
+        self._interleave: dict[tuple[str, str], tuple[Reach, _Resolved]] = {}
+        self._builders: dict[tuple[int, str, str, bool], list[Outcome]] = {}
+        self._sites: dict[tuple[str, str, tuple[str, ...], str], list[SiteRef]] = {}
+
+    @cached_property
+    def situation(self) -> Situation:
+        return Situation(self.cfg, self.facts)
+
+    @cached_property
+    def reach(self) -> Reach:
+        return Reach(self.situation)
+
+    def sites(self, evidence: Evidence, platform: str | None = "cuda") -> list[SiteRef]:
+        key = (evidence.text, evidence.kind, tuple(evidence.files), platform or "")
+        if key not in self._sites:
+            self._sites[key] = find_sites(self.facts.tree, evidence.text, evidence.kind, evidence.files, platform)
+        return self._sites[key]
+
+    def with_interleave(self, res: InterleaveResolution) -> tuple[Reach, _Resolved]:
+        """The situation with the KV-cache interleave size vLLM resolves (`res`) for this config."""
+        key = (res.file, res.attribute)
+        if key not in self._interleave:
+            resolved = _resolve_interleave(self, res)
+            self._interleave[key] = (Reach(Situation(self.cfg, self.facts, interleave=resolved.value)), resolved)
+        return self._interleave[key]
+
+    def builder_outcomes(self, builder: ClassInfo, role_attribute: str, draft: bool, reach: Reach) -> list[Outcome]:
+        """Everything constructing `builder` reaches, for a target layer or (draft=True) a draft layer."""
+        key = (id(reach), builder.module, builder.name, draft)
+        if key in self._builders:
+            return self._builders[key]
+        found = self.facts.tree.method(builder, "__init__")
+        outcomes: list[Outcome] = []
+        if found is not None:
+            init, owner = found
+            module = self.facts.tree.module(owner.module)
+            if module is not None:
+                obj = Obj(
+                    builder,
+                    {role_attribute: draft, "vllm_config": reach.situation.vllm},
+                    defaults=True,
+                    label=builder.name,
+                    pinned=frozenset({role_attribute}),
+                )
+                _, kwargs = reach.situation.bind(init, owner, module, defaults=True)
+                outcomes = reach.run(module, init, owner, obj, kwargs)
+        self._builders[key] = outcomes
+        return outcomes
+
+
+HazardCheck = Callable[[Context, Any], list[_Hit]]
 
 
 def _where(findings: list[SourceFinding], limit: int = 3) -> str:
@@ -69,24 +149,48 @@ def _where(findings: list[SourceFinding], limit: int = 3) -> str:
     return shown + (f"; and {len(findings) - limit} more" if len(findings) > limit else "")
 
 
-def _interleave(cfg: ServingConfig) -> tuple[int, str]:
-    """The interleave size DCP will use and the key that sets it.
-
-    vLLM copies the deprecated dcp-kv-cache-interleave-size over cp-kv-cache-interleave-size when it is > 1.
-    """
-    if cfg.dcp_kv_cache_interleave_size is not None and cfg.dcp_kv_cache_interleave_size > 1:
-        return cfg.dcp_kv_cache_interleave_size, "dcp-kv-cache-interleave-size"
-    return cfg.cp_kv_cache_interleave_size or 1, "cp-kv-cache-interleave-size"
+def _site_where(outcomes: list[Outcome], ctx: Context) -> tuple[str, str]:
+    """The text and location of the statement reached (the first in the source, if several are)."""
+    first = sorted(outcomes, key=lambda o: (ctx.facts.tree.relpath(o.site.module.path), o.site.line))[0]
+    return " ".join(first.site.message.split()), f"{ctx.facts.tree.relpath(first.site.module.path)}:{first.site.line}"
 
 
-def _cfg101(cfg: ServingConfig, p: DraftPathParams, facts: SourceFacts | None) -> list[_Hit]:
-    if cfg.method is None or cfg.data_parallel_size <= 1 or facts is None:
+def _undecided(v: Verdict, what: str) -> NotJudged:
+    return NotJudged(f"{what} depends on {v.reasons()}, which the serving config does not decide")
+
+
+def _judge_sites(ctx: Context, p: EvidenceParams, reach: Reach | None = None) -> Verdict:
+    """Whether the config reaches one of the statements `p.evidence` names."""
+    sites = [s for e in p.evidence for s in ctx.sites(e, p.platform)]
+    return (reach or ctx.reach).verdict(sites) if sites else verdict([])
+
+
+def _evidence_hit(
+    ctx: Context, p: EvidenceParams, key: str, facts: dict[str, Any], reach: Reach | None = None
+) -> list[_Hit]:
+    v = _judge_sites(ctx, p, reach)
+    if v.value is UNKNOWN:
+        raise _undecided(v, "whether vLLM's validation refuses it")
+    if v.value is not True:
         return []
-    classes = _speculators(cfg.method, p, facts)
-    family = [c for c in classes if facts.descends_from(c, p.draft_path_class)]
-    if not family:
+    raised, where = _site_where(v.outcomes, ctx)
+    return [_Hit(key, {**facts, "raised": raised, "where": where})]
+
+
+# -- analyzer-finding hazards -------------------------------------------------------------------------------------
+
+
+def _speculators(method: str, p: SpeculatorParams, facts: SourceFacts) -> list[ClassInfo]:
+    registry = facts.method_speculators(p.registry_file, p.registry_function, p.predicate_file, p.predicate_class)
+    return registry.get(method, [])
+
+
+def _cfg101(ctx: Context, p: DraftPathParams) -> list[_Hit]:
+    cfg, facts = ctx.cfg, ctx.facts
+    if cfg.method is None or cfg.data_parallel_size <= 1:
         return []
-    hits = facts.findings_in_lineage(family, p.rules)
+    family = [c for c in _speculators(cfg.method, p, facts) if facts.descends_from(c, p.draft_path_class)]
+    hits = facts.findings_in_lineage(family, p.rules) if family else []
     if not hits:
         return []
     return [
@@ -102,13 +206,9 @@ def _cfg101(cfg: ServingConfig, p: DraftPathParams, facts: SourceFacts | None) -
     ]
 
 
-def _speculators(method: str, p: SpeculatorParams, facts: SourceFacts) -> list[ClassInfo]:
-    registry = facts.method_speculators(p.registry_file, p.registry_function, p.predicate_file, p.predicate_class)
-    return registry.get(method, [])
-
-
-def _cfg114(cfg: ServingConfig, p: SpeculatorParams, facts: SourceFacts | None) -> list[_Hit]:
-    if cfg.method is None or cfg.decode_context_parallel_size <= 1 or facts is None:
+def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
+    cfg, facts = ctx.cfg, ctx.facts
+    if cfg.method is None or cfg.decode_context_parallel_size <= 1:
         return []
     classes = _speculators(cfg.method, p, facts)
     hits = facts.findings_in_lineage(classes, p.rules)
@@ -127,83 +227,294 @@ def _cfg114(cfg: ServingConfig, p: SpeculatorParams, facts: SourceFacts | None) 
     ]
 
 
-def _cfg102(cfg: ServingConfig, p: InterleaveParams, facts: SourceFacts | None) -> list[_Hit]:
-    if cfg.decode_context_parallel_size <= 1 or cfg.attention_backend not in p.backends or facts is None:
+def _cfg104(ctx: Context, p: GroupMergeParams) -> list[_Hit]:
+    if ctx.cfg.method not in p.methods:
         return []
-    interleave, key = _interleave(cfg)
-    backend = facts.backend(p.registry_file, cfg.attention_backend)
-    if backend is None or backend.builder is None:
+    hits = ctx.facts.findings_of(p.rules)
+    if not hits:
         return []
-    required = facts.interleave_requirement(backend.builder, p.interleave_attribute_suffix)
-    if required is None or required[0] == interleave:
+    return [_Hit("speculative-config.method", {"method": ctx.cfg.method, "findings": _where(hits)})]
+
+
+# -- metadata builders --------------------------------------------------------------------------------------------
+
+
+def _interleave_key(resolved: _Resolved, cfg: ServingConfig) -> str:
+    return resolved.key
+
+
+def _cfg102(ctx: Context, p: InterleaveParams) -> list[_Hit]:
+    cfg = ctx.cfg
+    if cfg.attention_backend is None:
+        return []  # chosen at startup from the GPU: CFG102 is judged for the backend the config sets
+    backend = ctx.facts.backend(p.registry_file, cfg.attention_backend)
+    if backend is None:
+        return []  # not a backend of this source: CFG112 says so
+    if backend.builder is None:
+        raise NotJudged(f"no metadata builder found for {cfg.attention_backend} (its get_builder_cls())")
+    reach, resolved = ctx.with_interleave(p.resolution)
+    outcomes = [
+        o
+        for o in ctx.builder_outcomes(backend.builder, "non_causal_multi_token_decode", False, reach)
+        if o.site.kind in ("raise", "assert") and _guarded_by(o, p.interleave_attribute_suffix, ctx.facts.tree)
+    ]
+    v = verdict(outcomes)
+    if v.value is UNKNOWN or (resolved.value is UNKNOWN and outcomes):
+        reasons = resolved.reasons if resolved.value is UNKNOWN else v.reasons()
+        raise NotJudged(f"whether {backend.builder.name} accepts the KV-cache interleave size depends on {reasons}")
+    if v.value is not True:
         return []
-    rel = backend.builder.path.relative_to(facts.tree.root).as_posix()
+    raised, where = _site_where(v.outcomes, ctx)
+    required = _required_value(v.outcomes[0], p.interleave_attribute_suffix, ctx.facts.tree)
     return [
         _Hit(
-            key,
+            resolved.key,
             {
                 "dcp": cfg.decode_context_parallel_size,
                 "backend": cfg.attention_backend,
                 "builder": backend.builder.name,
-                "required": required[0],
-                "where": f"{rel}:{required[1]}",
-                "interleave": interleave,
-                "interleave_key": key,
+                "raised": raised,
+                "where": where,
+                "required": required if required is not None else "what the builder accepts",
+                "interleave": resolved.value,
+                "interleave_key": resolved.key,
             },
         )
     ]
 
 
-def _cfg103(cfg: ServingConfig, p: NonCausalDcpParams, facts: SourceFacts | None) -> list[_Hit]:
-    if (
-        cfg.method not in p.methods
-        or cfg.decode_context_parallel_size <= 1
-        or cfg.attention_backend not in p.backends
-        or facts is None
-    ):
+def _guarded_by(outcome: Outcome, suffix: str, tree: SourceTree) -> bool:
+    """The statement sits under an `if` (or is an assert) whose test reads a `*<suffix>` value."""
+    test = _enclosing_test(outcome, tree)
+    return test is not None and any(
+        (isinstance(n, ast.Name) and n.id.endswith(suffix))
+        or (isinstance(n, ast.Attribute) and n.attr.endswith(suffix))
+        for n in ast.walk(test)
+    )
+
+
+def _enclosing_test(outcome: Outcome, tree: SourceTree) -> ast.expr | None:
+    """The test of the nearest `if` whose body holds the statement (an assert's own test)."""
+    node: ast.AST | None = outcome.site.node
+    if isinstance(node, ast.Assert):
+        return node.test
+    parents = tree.parents(outcome.site.module)
+    while node is not None:
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.If) and any(b is node for b in parent.body):
+            return parent.test
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        node = parent
+    return None
+
+
+def _required_value(outcome: Outcome, suffix: str, tree: SourceTree) -> int | None:
+    test = _enclosing_test(outcome, tree)
+    for comp in (n for n in ast.walk(test) if isinstance(n, ast.Compare)) if test is not None else ():
+        sides = [comp.left, *comp.comparators]
+        named = any(isinstance(s, (ast.Name, ast.Attribute)) and ast.unparse(s).endswith(suffix) for s in sides)
+        for side in sides:
+            if named and isinstance(side, ast.Constant) and isinstance(side.value, int):
+                return side.value
+    return None
+
+
+def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
+    cfg = ctx.cfg
+    sites = ctx.sites(p.evidence, None)
+    if not sites or cfg.speculative_config is None:
         return []
-    backend = facts.backend(p.registry_file, cfg.attention_backend)
-    if backend is None or backend.builder is None:
+    reach, resolved = ctx.with_interleave(p.resolution)
+    site_ids = {id(s.node) for s in sites}
+    roles = (
+        ("target", cfg.attention_backend, "attention-backend"),
+        ("draft", cfg.draft_backend, "speculative-config.attention_backend"),
+    )
+    undecided: list[str] = []
+    for role, backend_name, key in roles:
+        draft = role == "draft"
+        if backend_name is None:
+            outcomes = _validation_without_builder(ctx, sites, p.role_attribute, draft)
+            v = verdict([o for o in outcomes if id(o.site.node) in site_ids])
+            if v.value is not False:
+                undecided.append(f"the {role}'s attention backend, chosen at startup (set {key} to judge it)")
+            continue
+        backend = ctx.facts.backend(p.registry_file, backend_name)
+        if backend is None or backend.builder is None:
+            continue
+        outcomes = ctx.builder_outcomes(backend.builder, p.role_attribute, draft, reach)
+        v = verdict([o for o in outcomes if id(o.site.node) in site_ids])
+        if v.value is True:
+            raised, where = _site_where(v.outcomes, ctx)
+            return [
+                _Hit(
+                    key if role == "draft" else "decode-context-parallel-size",
+                    {
+                        "method": cfg.method,
+                        "dcp": cfg.decode_context_parallel_size,
+                        "role": role,
+                        "backend": backend_name,
+                        "builder": backend.builder.name,
+                        "raised": raised,
+                        "where": where,
+                    },
+                )
+            ]
+        if v.value is UNKNOWN:
+            reasons = resolved.reasons if resolved.value is UNKNOWN else v.reasons()
+            undecided.append(f"{reasons} for the {role}'s {backend.builder.name}")
+    if undecided:
+        raise NotJudged("whether the metadata builders refuse it depends on " + "; ".join(undecided))
+    return []
+
+
+def _validation_without_builder(ctx: Context, sites: list[SiteRef], role_attribute: str, draft: bool) -> list[Outcome]:
+    """The validation run on a builder of unknown class: what it decides from the config alone."""
+    outcomes: list[Outcome] = []
+    for site in sites:
+        obj = Obj(None, {role_attribute: draft, "vllm_config": ctx.situation.vllm}, label="builder")
+        _, kwargs = ctx.situation.bind(site.function, site.owner, site.module)
+        outcomes += ctx.reach.run(site.module, site.function, site.owner, obj, kwargs)
+    return outcomes
+
+
+# -- vLLM's own validation ----------------------------------------------------------------------------------------
+
+
+def _resolve_interleave(ctx: Context, res: InterleaveResolution) -> _Resolved:
+    given_key = "cp-kv-cache-interleave-size"
+    base = ctx.situation.value_of(ctx.situation.vllm.fields["parallel_config"], res.attribute)
+    parsed = ctx.facts.tree.module_for_path(res.file)
+    if parsed is None:
+        return _Resolved(base, given_key)
+    sites = []
+    from specguard.deploy.situation import innermost
+
+    for node in ast.walk(parsed.tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == res.attribute and "parallel_config" in ast.unparse(t)
+            for t in node.targets
+        ):
+            found = innermost(parsed, node, ctx.facts.tree)
+            if found is not None:
+                sites.append(SiteRef(parsed, found[0], found[1], node, ast.unparse(node.value), res.file))
+    outcomes = ctx.reach.outcomes(sites, watch_attrs={res.attribute})
+    assigned = [o for o in outcomes if o.site.kind == "assign"]
+    v = verdict(assigned)
+    if v.value is UNKNOWN:
+        return _Resolved(UNKNOWN, given_key, f"{v.reasons()} (where vLLM resolves the interleave size)")
+    if v.value is not True:
+        return _Resolved(base, given_key)
+    values = [o.detail[1] for o in v.outcomes if not o.path]
+    value = values[-1] if values and all(x == values[0] for x in values) else UNKNOWN
+    source = " ".join(v.outcomes[-1].site.message.split())
+    key = "dcp-kv-cache-interleave-size" if "dcp_kv_cache_interleave_size" in source else given_key
+    return _Resolved(value, key, "" if value is not UNKNOWN else "assigned several values")
+
+
+def _cfg105(ctx: Context, p: EvidenceParams) -> list[_Hit]:
+    cfg = ctx.cfg
+    v = _judge_sites(ctx, p)
+    if v.value is UNKNOWN:
+        raise _undecided(v, "whether vLLM's parallel-layout validation refuses it")
+    if v.value is not True:
         return []
-    found = facts.class_attribute(backend.builder, p.attribute)
-    if found is not None and found[0] is True:
-        return []
-    declared = "not declared on it or its bases" if found is None else f"{found[1].name} sets it to {found[0]}"
+    raised, where = _site_where(v.outcomes, ctx)
+    accepted = _accepted_dcp(ctx, p)
     return [
         _Hit(
             "decode-context-parallel-size",
             {
-                "method": cfg.method,
+                "tp": cfg.tensor_parallel_size,
+                "pcp": cfg.prefill_context_parallel_size,
                 "dcp": cfg.decode_context_parallel_size,
-                "backend": cfg.attention_backend,
-                "builder": backend.builder.name,
-                "attribute": p.attribute,
-                "declared": declared,
+                "raised": raised,
+                "where": where,
+                "accepted": ", ".join(str(d) for d in accepted) or "none found",
             },
         )
     ]
 
 
-def _cfg104(cfg: ServingConfig, p: GroupMergeParams, facts: SourceFacts | None) -> list[_Hit]:
-    if cfg.method not in p.methods or facts is None:
+def _accepted_dcp(ctx: Context, p: EvidenceParams) -> list[int]:
+    """The DCP sizes the same validation accepts with this config's TP and PCP (evaluated, not computed)."""
+    cfg = ctx.cfg
+    limit = min(cfg.tensor_parallel_size * cfg.prefill_context_parallel_size, 64)
+    out = []
+    for dcp in range(1, limit + 1):
+        other = Context(cfg.model_copy(update={"decode_context_parallel_size": dcp}), ctx.facts)
+        if _judge_sites(other, p).value is False:
+            out.append(dcp)
+    return out
+
+
+def _cfg107(ctx: Context, p: EvidenceParams) -> list[_Hit]:
+    spec = ctx.cfg.speculative_config
+    if spec is None:
         return []
-    hits = facts.findings_of(p.rules)
-    if not hits:
+    facts = {"draft_tp": spec.draft_tensor_parallel_size, "tp": ctx.cfg.tensor_parallel_size, "method": ctx.cfg.method}
+    return _evidence_hit(ctx, p, "speculative-config.draft_tensor_parallel_size", facts)
+
+
+def _cfg108(ctx: Context, p: EvidenceParams) -> list[_Hit]:
+    spec = ctx.cfg.speculative_config
+    if spec is None:
         return []
-    return [_Hit("speculative-config.method", {"method": cfg.method, "findings": _where(hits)})]
+    return _evidence_hit(ctx, p, "speculative-config.tensor_parallel_size", {"value": spec.tensor_parallel_size})
 
 
-def _confirmed(p: EvidenceParams, facts: SourceFacts | None) -> bool:
-    """Without a source the config-only condition stands; with one, the source must still validate it."""
-    return facts is None or facts.has_evidence(p.evidence.file, p.evidence.kind, p.evidence.text)
-
-
-def _cfg105(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
-    tp, dcp = cfg.tensor_parallel_size, cfg.decode_context_parallel_size
-    if dcp <= 1 or cfg.prefill_context_parallel_size != 1 or tp % dcp == 0 or not _confirmed(p, facts):
+def _cfg109(ctx: Context, p: EvidenceParams) -> list[_Hit]:
+    spec = ctx.cfg.speculative_config
+    if spec is None:
         return []
-    divisors = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0)
-    return [_Hit("decode-context-parallel-size", {"tp": tp, "dcp": dcp, "divisors": divisors})]
+    k = spec.num_speculative_tokens if spec.num_speculative_tokens is not None else "(the draft model's n_predict)"
+    return _evidence_hit(
+        ctx, p, "speculative-config.num_speculative_tokens_per_batch_size", {"dp": ctx.cfg.data_parallel_size, "k": k}
+    )
+
+
+def _cfg110(ctx: Context, p: BlockSizeParams) -> list[_Hit]:
+    cfg = ctx.cfg
+    reach, resolved = ctx.with_interleave(p.resolution)
+    v = _judge_sites(ctx, p, reach)
+    if v.value is UNKNOWN:
+        if cfg.block_size is None:
+            raise NotJudged("vLLM picks the KV-cache block size at startup (set block-size to judge it)")
+        reasons = v.reasons() + (f"; {resolved.reasons}" if resolved.reasons else "")
+        raise NotJudged(f"whether vLLM's block-size check refuses it depends on {reasons}")
+    if v.value is not True:
+        return []
+    raised, where = _site_where(v.outcomes, ctx)
+    return [
+        _Hit(
+            "block-size",
+            {
+                "block_size": cfg.block_size,
+                "dcp": cfg.decode_context_parallel_size,
+                "interleave": resolved.value,
+                "interleave_key": resolved.key,
+                "raised": raised,
+                "where": where,
+            },
+        )
+    ]
+
+
+def _cfg113(ctx: Context, p: EvidenceParams) -> list[_Hit]:
+    cfg = ctx.cfg
+    facts = {"pcp": cfg.prefill_context_parallel_size, "dp": cfg.data_parallel_size}
+    return _evidence_hit(ctx, p, "prefill-context-parallel-size", facts)
+
+
+def _cfg115(ctx: Context, p: EvidenceParams) -> list[_Hit]:
+    mode = ctx.cfg.cudagraph_mode
+    if not ctx.cfg.enforce_eager or mode is None or mode == "NONE":
+        return []  # nothing of the user's to override: the hazard is an explicit mode that vLLM drops
+    return _evidence_hit(ctx, p, "enforce-eager", {"mode": mode})
+
+
+# -- values the served source must define -------------------------------------------------------------------------
 
 
 def _accepted(value: str, accepted: list[str]) -> str:
@@ -212,8 +523,8 @@ def _accepted(value: str, accepted: list[str]) -> str:
     return ", ".join(close) if close else ", ".join(accepted)
 
 
-def _enum_hit(value: str | None, key: str, p: SourceEnumParams, facts: SourceFacts | None) -> list[_Hit]:
-    if value is None or facts is None:
+def _enum_hit(value: str | None, key: str, p: SourceEnumParams, facts: SourceFacts) -> list[_Hit]:
+    if value is None:
         return []
     accepted = facts.accepted_values(p.file, p.symbol)
     if not accepted or value in accepted:
@@ -221,88 +532,21 @@ def _enum_hit(value: str | None, key: str, p: SourceEnumParams, facts: SourceFac
     return [_Hit(key, {"value": value, "method": value, "accepted": _accepted(value, accepted)})]
 
 
-def _cfg106(cfg: ServingConfig, p: SourceEnumParams, facts: SourceFacts | None) -> list[_Hit]:
-    return _enum_hit(cfg.method, "speculative-config.method", p, facts)
+def _cfg106(ctx: Context, p: SourceEnumParams) -> list[_Hit]:
+    return _enum_hit(ctx.cfg.method, "speculative-config.method", p, ctx.facts)
 
 
-def _cfg107(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
-    spec = cfg.speculative_config
-    draft_tp = spec.draft_tensor_parallel_size if spec else None
-    if draft_tp is None or draft_tp in (1, cfg.tensor_parallel_size) or not _confirmed(p, facts):
-        return []
-    return [
-        _Hit(
-            "speculative-config.draft_tensor_parallel_size",
-            {"draft_tp": draft_tp, "tp": cfg.tensor_parallel_size},
-        )
-    ]
+def _cfg111(ctx: Context, p: SourceEnumParams) -> list[_Hit]:
+    return _enum_hit(ctx.cfg.cudagraph_mode, "compilation-config.cudagraph_mode", p, ctx.facts)
 
 
-def _cfg108(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
-    spec = cfg.speculative_config
-    if spec is None or spec.tensor_parallel_size is None or not _confirmed(p, facts):
-        return []
-    return [_Hit("speculative-config.tensor_parallel_size", {"value": spec.tensor_parallel_size})]
+def _cfg112(ctx: Context, p: SourceEnumParams) -> list[_Hit]:
+    hits = _enum_hit(ctx.cfg.attention_backend, "attention-backend", p, ctx.facts)
+    hits += _enum_hit(ctx.cfg.draft_backend, "speculative-config.attention_backend", p, ctx.facts)
+    return hits
 
 
-def _cfg109(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
-    spec = cfg.speculative_config
-    if spec is None or not spec.num_speculative_tokens_per_batch_size or cfg.data_parallel_size <= 1:
-        return []
-    if not _confirmed(p, facts):
-        return []
-    k = spec.num_speculative_tokens if spec.num_speculative_tokens is not None else "(the draft model's n_predict)"
-    return [_Hit("speculative-config.num_speculative_tokens_per_batch_size", {"dp": cfg.data_parallel_size, "k": k})]
-
-
-def _cfg110(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
-    if cfg.decode_context_parallel_size <= 1 or cfg.block_size is None:
-        return []
-    interleave, key = _interleave(cfg)
-    if interleave <= cfg.block_size and cfg.block_size % interleave == 0:
-        return []
-    if not _confirmed(p, facts):
-        return []
-    return [
-        _Hit(
-            "block-size",
-            {
-                "block_size": cfg.block_size,
-                "dcp": cfg.decode_context_parallel_size,
-                "interleave": interleave,
-                "interleave_key": key,
-            },
-        )
-    ]
-
-
-def _cfg111(cfg: ServingConfig, p: SourceEnumParams, facts: SourceFacts | None) -> list[_Hit]:
-    return _enum_hit(cfg.cudagraph_mode, "compilation-config.cudagraph_mode", p, facts)
-
-
-def _cfg112(cfg: ServingConfig, p: SourceEnumParams, facts: SourceFacts | None) -> list[_Hit]:
-    return _enum_hit(cfg.attention_backend, "attention-backend", p, facts)
-
-
-def _cfg113(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
-    if cfg.prefill_context_parallel_size <= 1 or cfg.data_parallel_size <= 1 or not _confirmed(p, facts):
-        return []
-    return [
-        _Hit(
-            "prefill-context-parallel-size",
-            {"pcp": cfg.prefill_context_parallel_size, "dp": cfg.data_parallel_size},
-        )
-    ]
-
-
-def _cfg115(cfg: ServingConfig, p: EvidenceParams, facts: SourceFacts | None) -> list[_Hit]:
-    mode = cfg.cudagraph_mode
-    if not cfg.enforce_eager or mode is None or mode == "NONE" or not _confirmed(p, facts):
-        return []
-    return [_Hit("enforce-eager", {"mode": mode})]
-
-
-EVALUATORS: dict[str, Evaluator] = {
+EVALUATORS: dict[str, HazardCheck] = {
     "CFG101": _cfg101,
     "CFG102": _cfg102,
     "CFG103": _cfg103,
@@ -332,22 +576,33 @@ def _render(hazard: Hazard, hit: _Hit, source: str) -> ConfigFinding:
     )
 
 
+NO_SOURCE = "no vLLM source to judge it against"
+
+
 def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None) -> Judgement:
     judgement = Judgement(source=facts.label if facts else None)
-    source = facts.label if facts else "vLLM"
+    if facts is None:
+        judgement.not_judged = {code: NO_SOURCE for code in sorted(catalogue.hazards)}
+        return judgement
+    ctx = Context(cfg, facts)
     for code, hazard in sorted(catalogue.hazards.items()):
-        if facts is None and hazard.needs_source:
-            judgement.not_judged.append(code)
-            continue
         try:
-            hits = EVALUATORS[code](cfg, hazard.params, facts)
+            hits = EVALUATORS[code](ctx, hazard.params)
+        except NotJudged as exc:
+            judgement.not_judged[code] = str(exc)
+            continue
         except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
             judgement.notes.append(f"{code} not judged: reading the source failed ({type(exc).__name__}: {exc})")
             continue
         for hit in hits:
-            judgement.findings.append(_render(hazard, hit, source))
-    if facts is not None and facts.analysis_problems:
-        shown = "; ".join(facts.analysis_problems[:3])
-        more = f" (and {len(facts.analysis_problems) - 3} more)" if len(facts.analysis_problems) > 3 else ""
+            judgement.findings.append(_render(hazard, hit, facts.label))
+    problems = list(
+        dict.fromkeys(
+            [*facts.analysis_problems, *ctx.reach.problems] if "reach" in ctx.__dict__ else facts.analysis_problems
+        )
+    )
+    if problems:
+        shown = "; ".join(problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         judgement.notes.append(f"`specguard check` could not analyze all of the source: {shown}{more}")
     return judgement

@@ -1,30 +1,69 @@
-"""Turn a YAML file or `vllm serve` arguments into a validated ServingConfig, or a one-line UserError.
+"""Turn a YAML file and/or `vllm serve` arguments into a validated ServingConfig, or a one-line UserError.
 
-Both inputs go through the same normalization (dashes, short options, JSON-valued options) so a YAML file and the
-equivalent argv give the same config.
+`specguard config FILE.yaml -- ARGS` is read as `vllm serve ARGS --config FILE.yaml`: the served source's own
+option definitions and vLLM's preprocessing (`cmdline.py`), then the checks vLLM's parser makes on config JSON
+(unknown keys, the field validators of the values the hazards read, run by the static evaluator), then the
+pydantic model of what the hazards read.
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from specguard.deploy.model import (
-    FLAG_OPTIONS,
-    SHORT_OPTIONS,
-    ServingConfig,
-    json_mapping,
-    modelled_keys,
-    nested_keys,
-)
+from specguard.deploy import cmdline
+from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
+from specguard.deploy.facts import SourceFacts
+from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known
+from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
+from specguard.deploy.source import ClassInfo, dotted
 from specguard.errors import UserError
 
-# Known real option names (from the served source) that must never be reported as misspellings.
-KnownOptions = Callable[[], Iterable[str]]
+# Values inside config JSON the hazards read, by option dest: they are validated at reading, as vLLM does.
+NESTED_CHECKS = {"compilation_config": ("cudagraph_mode",), "attention_config": ("backend",)}
+
+
+@dataclass
+class Loaded:
+    config: ServingConfig
+    reading: cmdline.Reading
+    origin: str
+    notes: list[str] = field(default_factory=list)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The data in a `vllm serve --config` YAML file (vLLM needs a mapping; `yaml_to_args` says so)."""
+    try:
+        import yaml  # deferred: only `specguard config` needs PyYAML, never the analyzer
+    except ImportError:
+        raise UserError(
+            f"{path}: reading YAML needs PyYAML: pip install 'specguard[config]' "
+            "(or give the options as vllm serve arguments after --)"
+        ) from None
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}: invalid YAML{where}: {problem}") from None
 
 
 def _edit_distance(a: str, b: str) -> int:
@@ -43,53 +82,168 @@ def _edit_distance(a: str, b: str) -> int:
 
 
 def suggest(key: str, candidates: Sequence[str]) -> str | None:
-    """The modelled key `key` is a likely misspelling of, if any.
-
-    difflib ranks; a small edit distance decides. Ratio alone would flag real vLLM options such as
-    `data-parallel-size-local` as a misspelling of `data-parallel-size`.
-    """
+    """The option `key` is a likely misspelling of, if any (a small edit distance decides)."""
     for match in difflib.get_close_matches(key, candidates, n=3, cutoff=0.75):
-        if match != key and _edit_distance(key, match) <= (1 if len(match) < 8 else 2):
+        if match != key and _edit_distance(key, match) <= (1 if len(match) < 10 else 2):
             return match
     return None
 
 
-def _option_name(key: Any) -> str:
-    name = str(key).strip().lstrip("-").replace("_", "-")
-    return SHORT_OPTIONS.get(name, name)
+class ConfigChecker:
+    """What vLLM's parser checks in a config-dataclass JSON value (`--compilation-config '{...}'`): that every
+    key is a field of the dataclass, and, for the values the hazards read, what the field's validators make
+    of them (e.g. `CUDAGraphMode[value.upper()]`, or the enum member with that value)."""
+
+    def __init__(self, facts: SourceFacts) -> None:
+        self.facts = facts
+        self.tree = facts.tree
+        self.reader = TypeReader(facts.tree)
+
+    def __call__(self, option: OptionDef, value: dict[str, Any]) -> dict[str, Any]:
+        cls = option.value.config
+        if cls is None:
+            return value
+        fields = [name for name, _, _ in self.reader.fields(cls)]
+        for key in value:
+            if key not in fields:
+                dashed = str(key).replace("-", "_")
+                hint = f" (vLLM's keys use underscores: '{dashed}')" if dashed in fields else ""
+                guess = suggest(str(key), fields) if not hint else None
+                hint = hint or (f"; did you mean '{guess}'?" if guess else "")
+                raise argparse.ArgumentTypeError(f"{cls.name} has no field '{key}'{hint}")
+        out = dict(value)
+        for name in NESTED_CHECKS.get(option.dest, ()):
+            if name in out:
+                out[name] = self.field_value(cls, name, out[name])
+        return out
+
+    def field_value(self, cls: ClassInfo, name: str, value: Any, *, at_startup: bool = False) -> Any:
+        """`value` after the class's before-validators and enum coercion; an enum member becomes its name.
+
+        Raises ArgumentTypeError where vLLM fails (with `at_startup`, returns the raw value instead: the
+        hazards report it). A validator the evaluator cannot follow leaves the value as given."""
+        try:
+            return self._field_value(cls, name, value, at_startup)
+        except argparse.ArgumentTypeError:
+            raise
+        except Exception:  # noqa: BLE001 - an unusual validator costs its check, not the run
+            return value
+
+    def startup_value(self, class_name: str, name: str, value: Any) -> Any:
+        """A value vLLM validates only when it builds the config (`--attention-backend`): as the served
+        field validator makes it, or as given where vLLM will refuse it at startup."""
+        cls = self.tree.resolve_class(f"{self.tree.package}.config", class_name)
+        return self.field_value(cls, name, value, at_startup=True) if cls is not None else value
+
+    def _field_value(self, cls: ClassInfo, name: str, value: Any, at_startup: bool) -> Any:
+        ev = Evaluator(self.tree)
+        current: Any = value
+        for validator, owner in self._validators(cls, name):
+            module = self.tree.module(owner.module)
+            if module is None:
+                continue
+            current, _ = ev.call_function(Function(module, validator, owner), [current], {}, self_value=ClassRef(cls))
+            failed = [o for o in ev.outcomes if o.site.kind in ("raise", "assert") and not o.path]
+            if failed:
+                if at_startup:
+                    return value
+                raise argparse.ArgumentTypeError(
+                    f"{cls.name}.{name}: {failed[0].site.message or 'invalid value'} (got {value!r})"
+                )
+            if current is UNKNOWN:
+                return value
+        enum = self.tree.field_enum(cls, name)
+        if enum is not None and current is not None and not isinstance(current, EnumMember) and known(current):
+            current = ev.enum_by_value(enum, current)
+            if current is UNKNOWN:
+                if at_startup:
+                    return value
+                members = ", ".join(ev.enum_members(enum))
+                raise argparse.ArgumentTypeError(f"{cls.name}.{name}: {value!r} is not a {enum.name} ({members})")
+        return current.name if isinstance(current, EnumMember) else current
+
+    def _validators(self, cls: ClassInfo, name: str) -> list[tuple[Any, ClassInfo]]:
+        out = []
+        for klass in self.tree.ancestors(cls):
+            for method in klass.methods.values():
+                for deco in method.decorator_list:
+                    if not isinstance(deco, ast.Call) or (dotted(deco.func) or "").rpartition(".")[2] != (
+                        "field_validator"
+                    ):
+                        continue
+                    names = [a.value for a in deco.args if isinstance(a, ast.Constant)]
+                    mode = next(
+                        (k.value.value for k in deco.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)),
+                        "after",
+                    )
+                    if name in names and mode == "before":
+                        out.append((method, klass))
+        return out
 
 
-def normalize(raw: dict[str, Any], origin: str, known: KnownOptions | None = None) -> dict[str, Any]:
-    """Canonical dashed top-level keys; misspellings of modelled keys (top level and nested) are errors."""
-    keys = modelled_keys()
-    out: dict[str, Any] = {}
-    spelled: dict[str, str] = {}
-    known_set: set[str] | None = None
-    for key, value in raw.items():
-        name = _option_name(key)
-        if name in out:
-            raise UserError(f"{origin}: option '{name}' is given twice (as '{spelled[name]}' and '{key}')")
-        if name not in keys:
-            guess = suggest(name, keys)
+def load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts | None) -> Loaded:
+    """Read the config as `vllm serve [ARGS] [--config FILE]` with the served source's definitions."""
+    argv = list(serve_args or [])
+    if file is not None:
+        argv += ["--config", file]
+    origin = file if file is not None and not serve_args else "vllm serve arguments"
+    notes: list[str] = []
+    checker: ConfigChecker | None = None
+    options = facts.serve_options if facts is not None else ServeOptions()
+    notes += [f"reading the served option definitions: {p}" for p in options.problems]
+    strict = bool(options.options)
+    if strict:
+        checker = ConfigChecker(facts)  # type: ignore[arg-type]
+    else:  # no source, or one whose parser could not be read: the modelled options with their usual shapes
+        options = ServeOptions(options=list(FALLBACK_OPTIONS))
+    try:
+        reading = cmdline.read(argv, options, read_yaml, checker, origin, strict=strict)
+    except cmdline.UnknownOptions as exc:
+        raise UserError(_unknown_message(exc, options, origin)) from None
+    if reading.ignored:
+        notes.append(
+            "read without the served source's option definitions: "
+            f"{' '.join(reading.ignored)} not read (pass --vllm-source DIR)"
+        )
+    config = build(reading.values, origin, checker)
+    return Loaded(config, reading, origin, notes)
+
+
+def _unknown_message(exc: Exception, options: ServeOptions, origin: str) -> str:
+    unknown: list[str] = getattr(exc, "arguments", [])
+    flags = sorted(options.flag_names())
+    for arg in unknown:
+        if arg.startswith("--"):
+            guess = suggest(arg.split("=", 1)[0], flags)
             if guess is not None:
-                if known_set is None:
-                    known_set = {_option_name(k) for k in known()} if known else set()
-                if name not in known_set:
-                    raise UserError(f"{origin}: unknown option '{key}'; did you mean '{guess}'?")
-        spelled[name] = str(key)
-        out[name] = value
-    for option in ("speculative-config", "compilation-config"):
-        value = out.get(option)
-        if isinstance(value, dict):
-            fields = nested_keys(option)
-            for sub in value:
-                sub_name = str(sub).replace("-", "_")
-                if sub_name in fields:
-                    continue
-                guess = suggest(sub_name, fields)
-                if guess is not None:
-                    raise UserError(f"{origin}: unknown key '{option}.{sub}'; did you mean '{option}.{guess}'?")
-    return out
+                return f"{origin}: unknown option '{arg.split('=', 1)[0]}'; did you mean '{guess}'?"
+    return f"{origin}: unrecognized arguments: {' '.join(unknown)}"
+
+
+def build(values: dict[str, Any], origin: str, checker: ConfigChecker | None = None) -> ServingConfig:
+    """The pydantic model of what the hazards read, from a parsed namespace (argparse dests).
+
+    The attention backends are the effective ones: `--attention-backend`, else `--attention-config.backend`,
+    and the draft's `speculative-config.attention_backend`, each as its validator at startup makes it (an
+    unknown name stays as given, for CFG112 to report)."""
+    data = {k: v for k, v in values.items() if v is not None}
+    backend = values.get("attention_backend")
+    attention = values.get("attention_config")
+    if backend is None and isinstance(attention, dict):
+        backend = attention.get("backend")
+    elif backend is not None and checker is not None:
+        backend = checker.startup_value("AttentionConfig", "backend", backend)
+    data["attention_backend"] = backend
+    spec = data.get("speculative_config")
+    if isinstance(spec, dict) and spec.get("attention_backend") is not None and checker is not None:
+        draft = checker.startup_value("SpeculativeConfig", "attention_backend", spec["attention_backend"])
+        data["speculative_config"] = {**spec, "attention_backend": draft}
+    try:
+        return ServingConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        raise UserError(f"{origin}: {_describe(errors[0])}{more}") from None
 
 
 _EXPECTED = {
@@ -111,7 +265,8 @@ _EXPECTED = {
 def _describe(err: dict[str, Any]) -> str:
     loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
     # pydantic may put a validator or union-branch tag in the location (`function-before[...]`); drop it.
-    path = ".".join(p for p in loc if "[" not in p)
+    path = ".".join(p for p in loc if "[" not in p).replace("_config.", "-config.")
+    path = path.split(".")[0].replace("_", "-") + ("." + path.split(".", 1)[1] if "." in path else "")
     template = _EXPECTED.get(err["type"])
     if template is not None:
         expected = template.format(**(err.get("ctx") or {}))
@@ -122,123 +277,3 @@ def _describe(err: dict[str, Any]) -> str:
         shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
         return f"{path or 'config'}: expected {expected}, got {shown}"
     return f"{path or 'config'}: expected {expected}, got a {type(got).__name__}"
-
-
-def build(raw: dict[str, Any], origin: str, known: KnownOptions | None = None) -> ServingConfig:
-    """Normalize and validate; the first problem becomes a UserError naming the key path and the expectation."""
-    data = normalize(raw, origin, known)
-    try:
-        return ServingConfig.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-        raise UserError(f"{origin}: {_describe(errors[0])}{more}") from None
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping in a `vllm serve --config` YAML file."""
-    try:
-        import yaml  # deferred: only `specguard config` needs PyYAML, never the analyzer
-    except ImportError:
-        raise UserError(
-            f"{path}: reading YAML needs PyYAML: pip install 'specguard[config]' "
-            "(or give the options as vllm serve arguments after --)"
-        ) from None
-
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{path}: invalid YAML{where}: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of vllm serve options, got a YAML {type(data).__name__}")
-    return data
-
-
-def parse_argv(argv: Sequence[str]) -> dict[str, Any]:
-    """`vllm serve` arguments -> the mapping a config file would hold.
-
-    The first positional is the model; `--x=v`, `--x v`, switches, `--no-x`, short options (`-tp 2`) and vLLM's
-    dotted JSON keys (`--speculative-config.method dflash`) are understood. `--config FILE` is read first and the
-    other arguments override it, as in vLLM.
-    """
-    out: dict[str, Any] = {}
-    base: dict[str, Any] = {}
-    dotted: dict[str, dict[str, Any]] = {}
-    i = 0
-    args = list(argv)
-    while i < len(args):
-        tok = args[i]
-        i += 1
-        if not tok.startswith("-") or _is_number(tok):
-            if "model" not in out:
-                out["model"] = tok
-                continue
-            raise UserError(f"vllm serve arguments: unexpected positional argument '{tok}'")
-        name, eq, value = tok.lstrip("-").partition("=")
-        head, dot, sub = name.partition(".")
-        name = _option_name(head) + dot + sub  # `-sc.method` is `--speculative-config.method`
-        if not eq:
-            if name in FLAG_OPTIONS:
-                value = True
-            elif name.startswith("no-") and name[3:] in FLAG_OPTIONS:
-                name, value = name[3:], False
-            elif i < len(args) and (not args[i].startswith("-") or _is_number(args[i])):
-                value = args[i]
-                i += 1
-            else:
-                value = True  # an unmodelled switch: accepted and ignored
-        if name == "config":
-            if value is True:
-                raise UserError("vllm serve arguments: --config needs a file")
-            base = read_yaml(value)
-            continue
-        head, dot, sub = name.partition(".")
-        if dot:
-            dotted.setdefault(head, {})[sub.replace("-", "_")] = _scalar(value)
-            continue
-        out[name] = value
-    merged = {_option_name(k): v for k, v in base.items()}
-    merged.update(out)
-    for head, subs in dotted.items():
-        current = merged.get(head)
-        if isinstance(current, str):
-            try:
-                current = json_mapping(current)
-            except ValueError as exc:
-                raise UserError(f"vllm serve arguments: {head}: {exc}") from None
-        merged[head] = {**(current if isinstance(current, dict) else {}), **subs}
-    return merged
-
-
-def _is_number(tok: str) -> bool:
-    try:
-        float(tok)
-    except ValueError:
-        return False
-    return True
-
-
-def _scalar(value: Any) -> Any:
-    """Dotted JSON keys carry a JSON scalar (`--speculative-config.num_speculative_tokens 4`), else a string."""
-    import json
-
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value

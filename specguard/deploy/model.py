@@ -1,19 +1,21 @@
-"""The serving-config options the pre-flight reads, modelled with pydantic.
+"""The serving-config values the hazards read, modelled with pydantic.
 
-Keys are `vllm serve` option names. Only the options a hazard depends on are modelled; every other vLLM option is
-accepted and ignored (extra="allow"), because a pre-flight that rejected valid vLLM configs would be useless.
+Input is what the served vLLM's parser made of the command line or YAML (`cmdline.py`), keyed by argparse dest.
+Only the options a hazard depends on are modelled; every other option is kept as parsed and ignored
+(extra="allow"). The types here check what the hazards rely on (sizes are integers >= 1, ...).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from specguard.deploy.arguments import OptionDef, ValueKind
+
 
 def _int_like(value: Any) -> Any:
-    """Accept ints and decimal strings (argv gives strings); refuse bools and floats, which vLLM refuses too."""
+    """Accept ints and decimal strings; refuse bools and floats, which vLLM refuses too."""
     if isinstance(value, bool):
         # pydantic reports only ValueError/AssertionError raised in validators as validation errors.
         raise ValueError("an integer (not a boolean)")  # noqa: TRY004
@@ -22,30 +24,8 @@ def _int_like(value: Any) -> Any:
     return value
 
 
-def _bool_like(value: Any) -> Any:
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-    return value
-
-
-def json_mapping(value: Any) -> Any:
-    """JSON-valued options (`speculative-config`, `compilation-config`) come as a mapping or a JSON string."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"a mapping or a JSON object string (the JSON is invalid: {exc.msg})") from None
-    if isinstance(value, dict):
-        # vLLM's nested config fields use underscores; accept dashes as the CLI does.
-        return {str(k).replace("-", "_"): v for k, v in value.items()}
-    return value
-
-
 def _upper_name(value: Any) -> Any:
+    """An enum member name as vLLM's validators take it: case-insensitive, `auto` means unset."""
     if isinstance(value, str):
         stripped = value.strip()
         return None if stripped.lower() in ("", "auto") else stripped.upper()
@@ -53,7 +33,6 @@ def _upper_name(value: Any) -> Any:
 
 
 PositiveInt = Annotated[int, BeforeValidator(_int_like), Field(strict=False, ge=1)]
-Flag = Annotated[bool, BeforeValidator(_bool_like)]
 EnumName = Annotated[str | None, BeforeValidator(_upper_name)]
 
 
@@ -70,6 +49,8 @@ class SpeculativeConfig(BaseModel):
     # pre-flight can say so instead of the server.
     tensor_parallel_size: Annotated[int, BeforeValidator(_int_like)] | None = None
     num_speculative_tokens_per_batch_size: list[Any] | None = None
+    # The draft's own attention backend (DSpark drafts use it instead of the target's).
+    attention_backend: EnumName = None
 
 
 class CompilationConfig(BaseModel):
@@ -80,26 +61,34 @@ class CompilationConfig(BaseModel):
     cudagraph_mode: EnumName = None
 
 
+class KVTransferConfig(BaseModel):
+    """`--kv-transfer-config`: the connector decides where vLLM resolves the DCP interleave (NIXL P/D)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kv_connector: str | None = None
+    kv_role: str | None = None
+
+
 class ServingConfig(BaseModel):
-    """A `vllm serve` configuration. Field aliases are the CLI option names with dashes."""
+    """A `vllm serve` configuration, by argparse dest (`data_parallel_size`, ...)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow")
 
-    data_parallel_size: PositiveInt = Field(1, alias="data-parallel-size")
-    tensor_parallel_size: PositiveInt = Field(1, alias="tensor-parallel-size")
-    decode_context_parallel_size: PositiveInt = Field(1, alias="decode-context-parallel-size")
-    prefill_context_parallel_size: PositiveInt = Field(1, alias="prefill-context-parallel-size")
-    cp_kv_cache_interleave_size: PositiveInt | None = Field(None, alias="cp-kv-cache-interleave-size")
-    dcp_kv_cache_interleave_size: PositiveInt | None = Field(None, alias="dcp-kv-cache-interleave-size")
-    block_size: PositiveInt | None = Field(None, alias="block-size")
-    attention_backend: EnumName = Field(None, alias="attention-backend")
-    speculative_config: Annotated[SpeculativeConfig | None, BeforeValidator(json_mapping)] = Field(
-        None, alias="speculative-config"
-    )
-    compilation_config: Annotated[CompilationConfig | None, BeforeValidator(json_mapping)] = Field(
-        None, alias="compilation-config"
-    )
-    enforce_eager: Flag = Field(False, alias="enforce-eager")
+    model: str | None = None
+    data_parallel_size: PositiveInt = 1
+    tensor_parallel_size: PositiveInt = 1
+    decode_context_parallel_size: PositiveInt = 1
+    prefill_context_parallel_size: PositiveInt = 1
+    cp_kv_cache_interleave_size: PositiveInt | None = None
+    dcp_kv_cache_interleave_size: PositiveInt | None = None
+    block_size: PositiveInt | None = None
+    # The effective backend: `--attention-backend` or `--attention-config.backend` (vLLM refuses both).
+    attention_backend: EnumName = None
+    speculative_config: SpeculativeConfig | None = None
+    compilation_config: CompilationConfig | None = None
+    kv_transfer_config: KVTransferConfig | None = None
+    enforce_eager: bool = False
 
     @property
     def method(self) -> str | None:
@@ -109,27 +98,33 @@ class ServingConfig(BaseModel):
     def cudagraph_mode(self) -> str | None:
         return self.compilation_config.cudagraph_mode if self.compilation_config else None
 
-
-def modelled_keys() -> list[str]:
-    """Top-level option names (dashed) the model knows."""
-    return [f.alias or name for name, f in ServingConfig.model_fields.items()]
-
-
-def nested_keys(option: str) -> list[str]:
-    """Field names of a JSON-valued option's model (underscored, as vLLM spells them)."""
-    model = {"speculative-config": SpeculativeConfig, "compilation-config": CompilationConfig}.get(option)
-    return list(model.model_fields) if model else []
+    @property
+    def draft_backend(self) -> str | None:
+        return self.speculative_config.attention_backend if self.speculative_config else None
 
 
-# Short spellings `vllm serve` accepts for the modelled options (from its argument parser).
-SHORT_OPTIONS: dict[str, str] = {
-    "tp": "tensor-parallel-size",
-    "dp": "data-parallel-size",
-    "dcp": "decode-context-parallel-size",
-    "pcp": "prefill-context-parallel-size",
-    "sc": "speculative-config",
-    "cc": "compilation-config",
-}
-
-# Options that are switches on the command line (present = true, `--no-x` = false).
-FLAG_OPTIONS = frozenset({"enforce-eager"})
+# How the modelled options look on the command line, for reading without a served source (nothing is judged
+# then, but a misspelt or mistyped modelled option is still reported). With a source, its own definitions are
+# used for every option.
+FALLBACK_OPTIONS: list[OptionDef] = [
+    OptionDef((), "model_tag", "store", nargs="?"),
+    OptionDef(("--model",), "model", "store"),
+    OptionDef(("--config",), "config", "store"),
+    OptionDef(("--data-parallel-size", "-dp"), "data_parallel_size", "store", value=ValueKind("int")),
+    OptionDef(("--tensor-parallel-size", "-tp"), "tensor_parallel_size", "store", value=ValueKind("int")),
+    OptionDef(
+        ("--decode-context-parallel-size", "-dcp"), "decode_context_parallel_size", "store", value=ValueKind("int")
+    ),
+    OptionDef(
+        ("--prefill-context-parallel-size", "-pcp"), "prefill_context_parallel_size", "store", value=ValueKind("int")
+    ),
+    OptionDef(("--cp-kv-cache-interleave-size",), "cp_kv_cache_interleave_size", "store", value=ValueKind("int")),
+    OptionDef(("--dcp-kv-cache-interleave-size",), "dcp_kv_cache_interleave_size", "store", value=ValueKind("int")),
+    OptionDef(("--block-size",), "block_size", "store", value=ValueKind("int", optional=True)),
+    OptionDef(("--attention-backend",), "attention_backend", "store", value=ValueKind("str", optional=True)),
+    OptionDef(("--speculative-config", "-sc"), "speculative_config", "store", value=ValueKind("json", True)),
+    OptionDef(("--compilation-config", "-cc"), "compilation_config", "store", value=ValueKind("json")),
+    OptionDef(("--attention-config", "-ac"), "attention_config", "store", value=ValueKind("json")),
+    OptionDef(("--kv-transfer-config",), "kv_transfer_config", "store", value=ValueKind("json", True)),
+    OptionDef(("--enforce-eager",), "enforce_eager", "boolean"),
+]

@@ -6,7 +6,7 @@ import json
 import textwrap
 from collections import Counter
 
-from specguard.deploy.hazards import Judgement
+from specguard.deploy.hazards import NO_SOURCE, Judgement
 
 
 def to_json(judgement: Judgement) -> str:
@@ -29,17 +29,37 @@ def to_text(judgement: Judgement, origin: str) -> str:
     for note in judgement.notes:
         lines.append(f"{origin}: note: {note}")
     if judgement.not_judged:
-        lines.append(
-            f"{origin}: no vLLM source (pass --vllm-source DIR or install vllm); not judged: "
-            + ", ".join(judgement.not_judged)
-        )
+        lines.extend(f"{origin}: {line}" for line in not_judged_lines(judgement))
     counts = Counter(f.severity for f in judgement.findings)
     if judgement.findings:
         detail = ", ".join(f"{n} {sev}{'s' if n > 1 else ''}" for sev, n in sorted(counts.items()))
         total = len(judgement.findings)
         lines.append(f"{total} hazard{'s' if total > 1 else ''} ({detail})")
+    elif judgement.not_judged and set(judgement.not_judged.values()) == {NO_SOURCE}:
+        lines.append("no hazard judged: no vLLM source")
     elif judgement.not_judged:
         lines.append("no hazards found among those judged")
     else:
         lines.append("no hazards found")
     return "\n".join(lines)
+
+
+def not_judged_lines(judgement: Judgement) -> list[str]:
+    """One line per reason: without a source every hazard shares one."""
+    by_reason: dict[str, list[str]] = {}
+    for code, reason in judgement.not_judged.items():
+        by_reason.setdefault(reason, []).append(code)
+    out = []
+    for reason, codes in by_reason.items():
+        if reason == NO_SOURCE:
+            out.append(
+                f"no vLLM source (pass --vllm-source DIR or install vllm): {len(codes)} of {len(codes)} hazards "
+                f"not judged ({', '.join(codes)}); --require-source makes this an error"
+            )
+        else:
+            out.append(f"{', '.join(codes)} not judged: {reason}")
+    return out
+
+
+def not_judged_line(judgement: Judgement) -> str:
+    return "; ".join(not_judged_lines(judgement))

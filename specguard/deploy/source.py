@@ -1,144 +1,160 @@
-"""A small, read-only view of a vLLM source tree: modules, classes, class attributes, string literals.
+"""A small, read-only view of a vLLM source tree: modules, classes, functions, imports and string literals.
 
-Everything is read with libcst from the files; the analyzed vLLM is never imported or executed. Only the
-handful of modules a hazard asks about are parsed, so a pre-flight stays cheap on a 3,000-file tree.
+Everything is read from the files with the standard library's `ast`; the analyzed vLLM is never imported or
+executed. Only the modules a pre-flight asks about are parsed (`ast` parses the ~40 config modules a pre-flight
+may evaluate in a fraction of a second, where a concrete syntax tree would take seconds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
-
 from specguard.errors import UserError
 
+ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
 
-@dataclass(frozen=True)
+
+@dataclass(eq=False)
 class ClassInfo:
-    """One class definition as written: where it is, its base expressions and class-level assignments."""
+    """One class definition as written: its bases, class-level assignments, annotated fields and methods."""
 
     name: str
     module: str
     path: Path
-    bases: tuple[cst.BaseExpression, ...] = field(repr=False, compare=False)
-    # Class-body assignments `x = v` / `x: T = v`, value as libcst node.
-    attributes: dict[str, cst.BaseExpression] = field(repr=False, compare=False)
-    node: cst.ClassDef = field(repr=False, compare=False)
+    node: ast.ClassDef = field(repr=False)
+    # Class-body assignments `x = v` / `x: T = v`: name -> value expression.
+    attributes: dict[str, ast.expr] = field(repr=False, default_factory=dict)
+    # Class-body annotations `x: T` (with or without a value), in definition order: a dataclass's fields.
+    annotations: dict[str, ast.expr] = field(repr=False, default_factory=dict)
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(repr=False, default_factory=dict)
+
+    @property
+    def bases(self) -> list[ast.expr]:
+        return list(self.node.bases)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.module, self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClassInfo) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
 
-@dataclass
+@dataclass(eq=False)
 class ParsedModule:
     name: str
     path: Path
-    module: cst.Module
-    classes: dict[str, ClassInfo]
+    is_package: bool
+    tree: ast.Module = field(repr=False)
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict, repr=False)
+    # Module-level `NAME = value` (the last one wins, as at import time).
+    assigns: dict[str, ast.expr] = field(default_factory=dict, repr=False)
     # Local name -> (module, name) for `from m import x as y`; relative imports resolved to absolute.
-    imports: dict[str, tuple[str, str]]
+    imports: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Local name -> module for `import a.b as c` (and `import a.b` binds `a`).
+    module_imports: dict[str, str] = field(default_factory=dict)
+    # Modules named by `from m import *`, searched last.
+    star_imports: list[str] = field(default_factory=list)
 
 
-def _dotted(expr: cst.BaseExpression) -> str | None:
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        head = _dotted(expr.value)
-        return None if head is None else f"{head}.{expr.attr.value}"
+def dotted(expr: ast.expr) -> str | None:
+    """`a.b.c` -> "a.b.c"; anything that is not a plain name chain -> None."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        head = dotted(expr.value)
+        return None if head is None else f"{head}.{expr.attr}"
     return None
 
 
-def base_name(expr: cst.BaseExpression) -> str | None:
+def base_name(expr: ast.expr) -> str | None:
     """`Base`, `pkg.Base` or `Base[T]` -> the dotted name of the base class."""
-    if isinstance(expr, cst.Subscript):
+    if isinstance(expr, ast.Subscript):
         expr = expr.value
-    return _dotted(expr)
+    return dotted(expr)
 
 
 class _Collector:
-    """Top-level classes and `from x import y` of a module.
+    """Top-level classes, functions, assignments and imports of a module.
 
     Walks module-level statements only (and the blocks of top-level `if`/`try`, where vLLM puts TYPE_CHECKING
-    and optional imports): a full CST visit of every function body costs more than the parse itself.
+    and optional imports).
     """
 
-    def __init__(self, module_name: str, path: Path, is_package: bool) -> None:
-        self.module_name = module_name
-        self.path = path
-        self.is_package = is_package
-        self.classes: dict[str, ClassInfo] = {}
-        self.imports: dict[str, tuple[str, str]] = {}
+    def __init__(self, parsed: ParsedModule) -> None:
+        self.parsed = parsed
 
-    def collect(self, statements: Sequence[cst.CSTNode]) -> None:
+    def collect(self, statements: list[ast.stmt]) -> None:
         for stmt in statements:
-            if isinstance(stmt, cst.ClassDef):
+            if isinstance(stmt, ast.ClassDef):
                 self._class(stmt)
-            elif isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, cst.ImportFrom):
-                        self._import_from(small)
-            elif isinstance(stmt, cst.If):
-                self.collect(stmt.body.body)
-                orelse: Any = stmt.orelse
-                while orelse is not None:
-                    self.collect(orelse.body.body)
-                    orelse = getattr(orelse, "orelse", None)
-            elif isinstance(stmt, cst.Try):
-                self.collect(stmt.body.body)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.parsed.functions[stmt.name] = stmt
+            elif isinstance(stmt, ast.ImportFrom):
+                self._import_from(stmt)
+            elif isinstance(stmt, ast.Import):
+                for alias in stmt.names:
+                    if alias.asname:
+                        self.parsed.module_imports[alias.asname] = alias.name
+                    else:
+                        head = alias.name.split(".")[0]
+                        self.parsed.module_imports[head] = head
+            elif isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    if isinstance(target, ast.Name):
+                        self.parsed.assigns[target.id] = stmt.value
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(stmt.target, ast.Name):
+                self.parsed.assigns[stmt.target.id] = stmt.value
+            elif isinstance(stmt, ast.If):
+                self.collect(stmt.body)
+                self.collect(stmt.orelse)
+            elif isinstance(stmt, ast.Try):
+                self.collect(stmt.body)
                 for handler in stmt.handlers:
-                    self.collect(handler.body.body)
-                for block in (stmt.orelse, stmt.finalbody):
-                    if block is not None:
-                        self.collect(block.body.body)
+                    self.collect(handler.body)
+                self.collect(stmt.orelse)
+                self.collect(stmt.finalbody)
 
-    def _absolute(self, node: cst.ImportFrom) -> str | None:
-        level = len(node.relative)
-        mod = _dotted(node.module) if node.module is not None else ""
-        if level == 0:
+    def _absolute(self, node: ast.ImportFrom) -> str:
+        mod = node.module or ""
+        if not node.level:
             return mod
-        parts = self.module_name.split(".")
-        if not self.is_package:
+        parts = self.parsed.name.split(".")
+        if not self.parsed.is_package:
             parts = parts[:-1]
-        if level > 1:
-            parts = parts[: len(parts) - (level - 1)]
+        if node.level > 1:
+            parts = parts[: len(parts) - (node.level - 1)]
         return ".".join([*parts, mod] if mod else parts)
 
-    def _import_from(self, node: cst.ImportFrom) -> None:
-        if isinstance(node.names, cst.ImportStar):
-            return
+    def _import_from(self, node: ast.ImportFrom) -> None:
         source = self._absolute(node)
-        if source is None:
-            return
         for alias in node.names:
-            name = _dotted(alias.name)
-            if name is None:
+            if alias.name == "*":
+                self.parsed.star_imports.append(source)
                 continue
-            asname = alias.asname.name if alias.asname else None
-            local = asname.value if isinstance(asname, cst.Name) else name
-            self.imports[local] = (source, name)
+            self.parsed.imports[alias.asname or alias.name] = (source, alias.name)
 
-    def _class(self, node: cst.ClassDef) -> None:
-        attrs: dict[str, cst.BaseExpression] = {}
-        for stmt in node.body.body:
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                continue
-            for small in stmt.body:
-                if isinstance(small, cst.AnnAssign) and small.value is not None:
-                    if isinstance(small.target, cst.Name):
-                        attrs[small.target.value] = small.value
-                elif isinstance(small, cst.Assign):
-                    for target in small.targets:
-                        if isinstance(target.target, cst.Name):
-                            attrs[target.target.value] = small.value
-        self.classes[node.name.value] = ClassInfo(
-            name=node.name.value,
-            module=self.module_name,
-            path=self.path,
-            bases=tuple(arg.value for arg in node.bases),
-            attributes=attrs,
-            node=node,
-        )
+    def _class(self, node: ast.ClassDef) -> None:
+        info = ClassInfo(node.name, self.parsed.name, self.parsed.path, node)
+        for stmt in node.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                info.annotations[stmt.target.id] = stmt.annotation
+                if stmt.value is not None:
+                    info.attributes[stmt.target.id] = stmt.value
+            elif isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    if isinstance(target, ast.Name):
+                        info.attributes[target.id] = stmt.value
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                info.methods[stmt.name] = stmt
+        self.parsed.classes[node.name] = info
 
 
 @dataclass
@@ -147,7 +163,12 @@ class SourceTree:
 
     root: Path
     _cache: dict[str, ParsedModule | None] = field(default_factory=dict)
-    _positions: dict[str, Any] = field(default_factory=dict)
+    _texts: dict[Path, str] | None = None
+    # Modules that exist but could not be parsed, for the notes of a judgement.
+    unreadable: dict[str, str] = field(default_factory=dict)
+    # Facts derived from the files that do not depend on a serving config (statements found by their text,
+    # the callers of a function): computed once per tree.
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     @classmethod
     def open(cls, path: str | Path) -> SourceTree:
@@ -171,13 +192,9 @@ class SourceTree:
         parsed = self.module(f"{self.package}._version")
         if parsed is None:
             return None
-        for stmt in parsed.module.body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, cst.Assign) and isinstance(small.value, cst.SimpleString):
-                        names = {t.target.value for t in small.targets if isinstance(t.target, cst.Name)}
-                        if "__version__" in names:
-                            return small.value.evaluated_value  # type: ignore[return-value]
+        value = parsed.assigns.get("__version__")
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return value.value
         return None
 
     def file_of(self, module: str) -> tuple[Path, bool] | None:
@@ -199,73 +216,107 @@ class SourceTree:
         if found is not None:
             path, is_pkg = found
             try:
-                tree = cst.parse_module(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+                tree = ast.parse(self.text(path), filename=str(path))
+            except (SyntaxError, ValueError) as exc:
+                self.unreadable[name] = f"{self.relpath(path)}: {type(exc).__name__}: {exc}"
                 tree = None
             if tree is not None:
-                collector = _Collector(name, path, is_pkg)
-                collector.collect(tree.body)  # no position metadata here: it costs twice the parse
-                parsed = ParsedModule(name, path, tree, collector.classes, collector.imports)
+                parsed = ParsedModule(name, path, is_pkg, tree)
+                _Collector(parsed).collect(tree.body)
         self._cache[name] = parsed
         return parsed
 
-    def positions(self, module: str) -> Any:
-        """Position metadata of a parsed module, computed on first use (only a few modules ever need it)."""
-        if module not in self._positions:
-            parsed = self.module(module)
-            if parsed is None:
-                return None
-            wrapper = MetadataWrapper(parsed.module, unsafe_skip_copy=True)
-            self._positions[module] = wrapper.resolve(PositionProvider)
-        return self._positions[module]
+    def text(self, path: Path) -> str:
+        if self._texts is not None and path in self._texts:
+            return self._texts[path]
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
 
-    def span(self, cls: ClassInfo) -> tuple[int, int]:
-        """First and last line of a class definition."""
-        pos = self.positions(cls.module)[cls.node]
-        return pos.start.line, pos.end.line
+    def module_name(self, path: Path) -> str:
+        rel = path.resolve().relative_to(self.root).with_suffix("")
+        parts = list(rel.parts)
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        return ".".join([self.package, *parts])
+
+    def relpath(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
 
     def module_for_path(self, relpath: str) -> ParsedModule | None:
         """`v1/attention/backends/mla/flashinfer_mla.py` (relative to the package dir) -> its module."""
-        rel = Path(relpath)
-        parts = list(rel.with_suffix("").parts)
-        if parts and parts[-1] == "__init__":
-            parts = parts[:-1]
-        return self.module(".".join([self.package, *parts]))
+        return self.module(self.module_name(self.root / relpath))
 
-    def resolve_class(
-        self, module: str, name: str, _seen: frozenset[tuple[str, str]] = frozenset()
-    ) -> ClassInfo | None:
-        """The definition of `name` as seen from `module`, following `from x import y` re-exports."""
+    def files_containing(self, needle: str) -> list[Path]:
+        """Every .py file of the tree whose text contains `needle` (all texts are read once, then kept)."""
+        if self._texts is None:
+            self._texts = {p: self.text(p) for p in sorted(self.root.rglob("*.py"))}
+        return [p for p, text in self._texts.items() if needle in text]
+
+    def resolve(self, module: str, name: str, _seen: frozenset[tuple[str, str]] = frozenset()) -> object | None:
+        """What `name` means in `module`: a ClassInfo, a (ParsedModule, FunctionDef), a module name (str) or
+        a (ParsedModule, value expression) for a module-level assignment; re-exports are followed."""
         key = (module, name)
         if key in _seen:
             return None
+        seen = _seen | {key}
         parsed = self.module(module)
         if parsed is None:
+            # `from pkg import sub` where sub is a module.
+            return module if self.file_of(module) is not None and not name else None
+        if "." in name:
+            head, _, last = name.partition(".")
+            target = self.resolve(module, head, seen)
+            while isinstance(target, str) and "." in last:
+                nxt, _, last = last.partition(".")
+                target = f"{target}.{nxt}"
+            if isinstance(target, str):
+                return self.resolve(target, last, seen)
+            if isinstance(target, ClassInfo):
+                return target  # nested attribute of a class: the class is as far as we go
             return None
-        if "." in name:  # `pkg.mod.Class` or `alias.Class`
-            head, _, last = name.rpartition(".")
-            target = parsed.imports.get(head, (head, ""))
-            target_module = f"{target[0]}.{target[1]}" if target[1] else target[0]
-            return self.resolve_class(target_module, last, _seen | {key})
         if name in parsed.classes:
             return parsed.classes[name]
+        if name in parsed.functions:
+            return (parsed, parsed.functions[name])
         if name in parsed.imports:
             src_module, src_name = parsed.imports[name]
-            # `from pkg import mod` then `mod.Class` is handled above; here the import names the class.
-            return self.resolve_class(src_module, src_name, _seen | {key})
+            if self.file_of(f"{src_module}.{src_name}") is not None:
+                return f"{src_module}.{src_name}"
+            return self.resolve(src_module, src_name, seen)
+        if name in parsed.module_imports:
+            return parsed.module_imports[name]
+        if name in parsed.assigns:
+            value = parsed.assigns[name]
+            if isinstance(value, (ast.Name, ast.Attribute)):
+                alias = dotted(value)
+                if alias is not None and alias != name:
+                    return self.resolve(module, alias, seen) or (parsed, value)
+            return (parsed, value)
+        for star in parsed.star_imports:
+            found = self.resolve(star, name, seen)
+            if found is not None:
+                return found
         return None
 
+    def resolve_class(self, module: str, name: str) -> ClassInfo | None:
+        found = self.resolve(module, name)
+        return found if isinstance(found, ClassInfo) else None
+
     def ancestors(self, cls: ClassInfo) -> list[ClassInfo]:
-        """The class and its resolvable bases, depth first, each once (an approximation of the MRO)."""
+        """The class and its resolvable bases, breadth first, each once (an approximation of the MRO)."""
         out: list[ClassInfo] = []
         seen: set[tuple[str, str]] = set()
-        stack = [cls]
-        while stack:
-            current = stack.pop(0)
-            key = (current.module, current.name)
-            if key in seen:
+        queue = [cls]
+        while queue:
+            current = queue.pop(0)
+            if current.key in seen:
                 continue
-            seen.add(key)
+            seen.add(current.key)
             out.append(current)
             for base in current.bases:
                 name = base_name(base)
@@ -273,58 +324,123 @@ class SourceTree:
                     continue
                 resolved = self.resolve_class(current.module, name)
                 if resolved is not None:
-                    stack.append(resolved)
+                    queue.append(resolved)
         return out
 
-    def class_attribute(self, cls: ClassInfo, attr: str) -> tuple[cst.BaseExpression, ClassInfo] | None:
+    def base_names(self, cls: ClassInfo) -> set[str]:
+        """Dotted names of every base written in the class and its resolvable ancestors (`enum.Enum`, ...)."""
+        names: set[str] = set()
+        for klass in self.ancestors(cls):
+            for base in klass.bases:
+                name = base_name(base)
+                if name is not None:
+                    names.add(name)
+                    names.add(name.rpartition(".")[2])
+        return names
+
+    def parents(self, module: ParsedModule) -> dict[int, ast.AST]:
+        """id(node) -> its parent, for every node of a module (built once per module)."""
+        key = ("parents", module.name)
+        if key not in self.memo:
+            self.memo[key] = {id(child): node for node in ast.walk(module.tree) for child in ast.iter_child_nodes(node)}
+        return self.memo[key]
+
+    def is_enum(self, cls: ClassInfo) -> bool:
+        return bool(self.base_names(cls) & ENUM_BASES)
+
+    def enum_members(self, cls: ClassInfo) -> list[str]:
+        return [n for n in cls.attributes if not n.startswith("_") and n not in cls.methods]
+
+    def classes_in(self, annotation: ast.expr, module: str) -> list[ClassInfo]:
+        """The classes an annotation names (`KVTransferConfig | None`, `"VllmConfig"`), in order."""
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return []
+        out: list[ClassInfo] = []
+        for node in ast.walk(annotation):
+            name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            found = self.resolve_class(module, name) if name else None
+            if found is not None and found not in out:
+                out.append(found)
+        return out
+
+    def field_enum(self, cls: ClassInfo, name: str) -> ClassInfo | None:
+        """The Enum a dataclass field is annotated with (`cudagraph_mode: CUDAGraphMode | None`), if any."""
+        for klass in self.ancestors(cls):
+            if name in klass.annotations:
+                return next(
+                    (c for c in self.classes_in(klass.annotations[name], klass.module) if self.is_enum(c)), None
+                )
+        return None
+
+    def functions(self, module: ParsedModule) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ClassInfo | None]]:
+        """Every function of a module, nested ones too, with the class it belongs to (built once per module)."""
+        key = ("functions", module.name)
+        if key not in self.memo:
+            out: list[tuple[Any, ClassInfo | None]] = []
+
+            def visit(node: ast.AST, owner: ClassInfo | None) -> None:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        out.append((child, owner))
+                        visit(child, owner)
+                    elif isinstance(child, ast.ClassDef):
+                        info = module.classes.get(child.name)
+                        visit(child, info if info is not None and info.node is child else owner)
+                    else:
+                        visit(child, owner)
+
+            visit(module.tree, None)
+            self.memo[key] = out
+        return self.memo[key]
+
+    def class_attribute(self, cls: ClassInfo, attr: str) -> tuple[ast.expr, ClassInfo] | None:
         """The value `attr` has on `cls`, inherited like Python would find it (nearest definition first)."""
         for klass in self.ancestors(cls):
             if attr in klass.attributes:
                 return klass.attributes[attr], klass
         return None
 
-
-def literal_strings(node: cst.CSTNode) -> list[str]:
-    """Every string literal under `node`, with implicit concatenation joined (vLLM splits long messages)."""
-    out: list[str] = []
-
-    class _V(cst.CSTVisitor):
-        def visit_ConcatenatedString(self, n: cst.ConcatenatedString) -> bool:
-            parts: list[str] = []
-            for piece in _flatten(n):
-                if isinstance(piece, cst.SimpleString):
-                    parts.append(str(piece.evaluated_value))
-                else:  # f-string: keep the literal text, drop the holes
-                    parts.append("".join(p.value for p in piece.parts if isinstance(p, cst.FormattedStringText)))
-            out.append("".join(parts))
-            return False
-
-        def visit_SimpleString(self, n: cst.SimpleString) -> None:
-            out.append(str(n.evaluated_value))
-
-        def visit_FormattedString(self, n: cst.FormattedString) -> None:
-            out.append("".join(p.value for p in n.parts if isinstance(p, cst.FormattedStringText)))
-
-    node.visit(_V())
-    return out
+    def method(self, cls: ClassInfo, name: str) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ClassInfo] | None:
+        for klass in self.ancestors(cls):
+            if name in klass.methods:
+                return klass.methods[name], klass
+        return None
 
 
-def _flatten(node: cst.ConcatenatedString) -> list[cst.SimpleString | cst.FormattedString]:
-    pieces: list[cst.SimpleString | cst.FormattedString] = []
-    for side in (node.left, node.right):
-        if isinstance(side, cst.ConcatenatedString):
-            pieces.extend(_flatten(side))
-        else:
-            pieces.append(side)
-    return pieces
+def _string_pieces(node: ast.AST) -> list[tuple[int, int, str]]:
+    """String literals under `node` with their positions; an f-string counts once, its holes as `{expr}`."""
+    inside: set[int] = set()
+    pieces: list[tuple[int, int, str]] = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.JoinedStr):
+            inside.update(id(n) for v in sub.values for n in ast.walk(v))
+            text = "".join(
+                v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"  # type: ignore[attr-defined]
+                for v in sub.values
+            )
+            pieces.append((sub.lineno, sub.col_offset, text))
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and id(sub) not in inside:
+            pieces.append((sub.lineno, sub.col_offset, sub.value))
+    return sorted(pieces)
 
 
-def literal_value(node: cst.BaseExpression) -> object:
-    """True/False/None/int/str literals as Python values; anything else -> the node's source text."""
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, cst.Integer):
-        return int(node.value, 0)
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value
-    return cst.Module(body=[]).code_for_node(node)
+def literal_strings(node: ast.AST) -> list[str]:
+    """Every string literal under `node`, in source order (an f-string's holes read `{expr}`)."""
+    return [text for _, _, text in _string_pieces(node)]
+
+
+def message_of(node: ast.AST) -> str:
+    """The text a raise, assert or warning says: its literals joined in source order."""
+    return "".join(literal_strings(node))
+
+
+def literal_value(node: ast.expr) -> object:
+    """A literal as a Python value (ints, strings, tuples...); anything else -> its source text."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return ast.unparse(node)

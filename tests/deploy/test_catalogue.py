@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from specguard.deploy.catalogue import PARAMS, EvidenceParams, load_catalogue
+from specguard.deploy.facts import SourceFacts
 from specguard.deploy.hazards import EVALUATORS
 from specguard.errors import UserError
 
@@ -24,12 +26,13 @@ def test_builtin_catalogue_has_every_code_with_an_evaluator() -> None:
     assert catalogue["CFG104"].severity == "warning"
 
 
-def test_the_four_issue_hazards_need_the_source_and_evidence_hazards_do_not() -> None:
+def test_validation_hazards_name_the_statements_that_decide_them() -> None:
     catalogue = load_catalogue()
-    for code in ("CFG101", "CFG102", "CFG103", "CFG104"):
-        assert catalogue[code].needs_source
-    assert not catalogue["CFG105"].needs_source
-    assert isinstance(catalogue["CFG105"].params, EvidenceParams)
+    for code in ("CFG105", "CFG107", "CFG108", "CFG109", "CFG110", "CFG113", "CFG115"):
+        params = catalogue[code].params
+        assert isinstance(params, EvidenceParams) and params.evidence, code
+    # Both branches of the parallel layout's validation (PCP off and on).
+    assert len(catalogue["CFG105"].params.evidence) == 2  # type: ignore[attr-defined]
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -57,7 +60,8 @@ def _write(tmp_path: Path, text: str) -> Path:
             "hazard 'CFG101.params.draft_path_klass': unknown key (did you mean 'draft_path_class'?)",
         ),
         ("[hazards.CFG113]", "[hazards.CFG999]", "hazard 'CFG999': unknown code"),
-        ('kind = "warning"', 'kind = "log"', "hazard 'CFG109.params.evidence.kind'"),
+        ('kind = "warning"', 'kind = "log"', "hazard 'CFG109.params.evidence.0.kind'"),
+        ('text = "PCP does not support data parallelism"', 'text = "PCP"', "CFG113.params.evidence.0.text"),
         ('fix = "use one of: {accepted}"', 'fix = "use one of: {accepted[0]}"', "is not a plain name"),
     ],
 )
@@ -87,16 +91,25 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
         load_catalogue(_write(tmp_path, BUILTIN + "\n[rules]\nx = 1\n"))
 
 
-def test_an_edited_catalogue_changes_what_is_said(tmp_path: Path) -> None:
+def test_an_edited_catalogue_changes_what_is_said(tmp_path: Path, facts: Callable[[str], SourceFacts]) -> None:
     from specguard.deploy.hazards import evaluate
     from specguard.deploy.load import build
 
+    path = _write(tmp_path, BUILTIN.replace("choose decode-context-parallel-size among", "pick DCP from", 1))
+    cfg = build({"tensor_parallel_size": 4, "decode_context_parallel_size": 3}, "t")
+    [finding] = [f for f in evaluate(cfg, load_catalogue(path), facts("0.33.0")).findings if f.code == "CFG105"]
+    assert finding.fix == "pick DCP from the sizes this layout accepts: 1, 2, 4"
+
+
+def test_an_evidence_text_the_source_does_not_have_means_no_hazard(
+    tmp_path: Path, facts: Callable[[str], SourceFacts]
+) -> None:
+    from specguard.deploy.hazards import evaluate
+    from specguard.deploy.load import build
+
+    # A fork that words the refusal differently: the catalogue is what points at it.
     path = _write(
-        tmp_path,
-        BUILTIN.replace('text = "must be divisible by dcp_size"', 'text = "must be divisible by dcp_size"', 1).replace(
-            "choose decode-context-parallel-size among", "pick DCP from", 1
-        ),
+        tmp_path, BUILTIN.replace('text = "must be divisible by dcp_size"', 'text = "not divisible in our fork"')
     )
-    cfg = build({"tensor-parallel-size": 4, "decode-context-parallel-size": 3}, "t")
-    [finding] = evaluate(cfg, load_catalogue(path), None).findings
-    assert finding.fix == "pick DCP from the divisors of tensor-parallel-size (1, 2, 4)"
+    cfg = build({"tensor_parallel_size": 4, "decode_context_parallel_size": 3}, "t")
+    assert "CFG105" not in {f.code for f in evaluate(cfg, load_catalogue(path), facts("0.33.0")).findings}

@@ -1,4 +1,4 @@
-"""Facts read from the real vLLM sources with libcst (the sources are never imported)."""
+"""Facts read from the real vLLM sources with `ast` (the sources are never imported)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specguard.deploy.facts import SourceFacts
+from specguard.deploy.situation import find_sites
 from specguard.deploy.source import SourceTree
 from specguard.errors import UserError
 
@@ -20,7 +21,7 @@ REGISTRY = (
 )
 
 
-@pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.28.0", "0.30.0", "0.33.0"])
 def test_version_is_read_from_the_tree(version: str, facts: Callable[[str], SourceFacts]) -> None:
     assert facts(version).version == version
     assert facts(version).label.startswith(f"vLLM {version} at ")
@@ -41,7 +42,7 @@ def test_method_registry_differs_between_versions(facts: Callable[[str], SourceF
 def test_speculator_ancestry(facts: Callable[[str], SourceFacts]) -> None:
     f = facts("0.33.0")
     [lilicorr] = [c for c in f.method_speculators(*REGISTRY)["dflash"] if c.name == "LiLiCorrSpeculator"]
-    assert [a.name for a in f.ancestors(lilicorr)][:3] == [
+    assert [a.name for a in f.tree.ancestors(lilicorr)][:3] == [
         "LiLiCorrSpeculator",
         "DFlash2Speculator",
         "DFlashSpeculator",
@@ -57,28 +58,34 @@ def test_speculative_methods_are_read_from_the_literal_alias(facts: Callable[[st
 
 
 def test_flashinfer_mla_builder_facts(facts: Callable[[str], SourceFacts]) -> None:
-    for version, declared, required in (("0.28.0", None, None), ("0.33.0", True, 1)):
+    for version, declared in (("0.28.0", None), ("0.33.0", True)):
         f = facts(version)
         backend = f.backend("v1/attention/backends/registry.py", "FLASHINFER_MLA")
         assert backend is not None and backend.builder is not None
         assert backend.builder.name == "FlashInferMLAMetadataBuilder"
         found = f.class_attribute(backend.builder, "supports_non_causal_multi_token_dcp")
         assert (found[0] if found else None) == declared
-        requirement = f.interleave_requirement(backend.builder, "interleave_size")
-        assert (requirement[0] if requirement else None) == required
 
 
-def test_evidence_is_found_only_in_raise_or_warning_strings(facts: Callable[[str], SourceFacts]) -> None:
-    f = facts("0.28.0")
-    assert f.has_evidence("config/parallel.py", "raise", "PCP does not support data parallelism")
-    assert not facts("0.33.0").has_evidence("config/parallel.py", "raise", "PCP does not support data parallelism")
-    # Split over two literals in the source.
-    assert f.has_evidence("config/speculative.py", "raise", "other value than 1 or target model tensor_parallel_size")
-    # Present in a warning, not in a raise.
-    assert f.has_evidence("config/vllm.py", "warning", "Dynamic speculative decoding is not supported with data")
-    assert not f.has_evidence("config/vllm.py", "raise", "Dynamic speculative decoding is not supported with data")
-    # A docstring is not a validation.
-    assert not f.has_evidence("config/parallel.py", "raise", "Block_size should be divisible by")
+def _sites(f: SourceFacts, text: str, kind: str = "raise") -> list[str]:
+    return [s.where for s in find_sites(f.tree, text, kind)]
+
+
+def test_statements_are_found_by_what_they_raise_or_warn(facts: Callable[[str], SourceFacts]) -> None:
+    old, new = facts("0.28.0"), facts("0.33.0")
+    assert [w.split(":")[0] for w in _sites(old, "PCP does not support data parallelism")] == ["config/parallel.py"]
+    assert _sites(new, "PCP does not support data parallelism") == []
+    # 0.30.0 moved it into the platforms (CUDA and ROCm each refuse it in their own words).
+    mid = {w.split(":")[0] for w in _sites(facts("0.30.0"), "PCP does not support data parallelism")}
+    assert mid == {"platforms/cuda.py", "platforms/rocm.py"}
+    # In an f-string, after a hole.
+    assert _sites(old, "other value than 1 or target model tensor_parallel_size")
+    # Split over two literals, in a warning and not in a raise.
+    assert _sites(old, "Dynamic speculative decoding is not supported with data", "warning")
+    assert not _sites(old, "Dynamic speculative decoding is not supported with data")
+    # An assert's message counts; a docstring does not.
+    assert _sites(old, "divisible by cp_kv_cache_interleave_size")
+    assert not _sites(old, "Block_size should be divisible by")
 
 
 def test_findings_come_from_the_analyzer(facts: Callable[[str], SourceFacts]) -> None:
@@ -89,8 +96,21 @@ def test_findings_come_from_the_analyzer(facts: Callable[[str], SourceFacts]) ->
     assert "SG201" in new
 
 
-def test_engine_options_are_real_vllm_options(facts: Callable[[str], SourceFacts]) -> None:
-    assert {"data-parallel-size-local", "max-model-len", "speculative-config"} <= facts("0.33.0").engine_options
+@pytest.mark.parametrize("version", ["0.28.0", "0.30.0", "0.33.0"])
+def test_serve_options_are_read_from_the_parser_construction(version: str, facts: Callable[[str], SourceFacts]) -> None:
+    options = facts(version).serve_options
+    assert options.problems == []
+    flags = options.flag_names()
+    assert {"--data-parallel-size-local", "--max-model-len", "--speculative-config", "-sc", "-tp", "--port"} <= flags
+    by_dest = {o.dest: o for o in options.options}
+    assert by_dest["served_model_name"].nargs == "+"
+    assert by_dest["enforce_eager"].action == "boolean"
+    assert by_dest["compilation_config"].value.kind == "config"
+    assert by_dest["compilation_config"].value.config.name == "CompilationConfig"  # type: ignore[union-attr]
+    assert by_dest["max_model_len"].value.kind == "human_int"
+    assert by_dest["model_tag"].nargs == "?" and by_dest["model_tag"].flags == ()
+    # `--enable-x` pairs with `--disable-x` only where the served FlexibleArgumentParser registers that action.
+    assert bool(options.inverse_prefixes) == (version == "0.33.0")
 
 
 def test_the_analyzed_vllm_is_never_imported(source_dir: Callable[[str], Path]) -> None:
@@ -102,6 +122,8 @@ def test_the_analyzed_vllm_is_never_imported(source_dir: Callable[[str], Path]) 
         "supports_non_causal_multi_token_dcp",
     )
     f.literal_alias("config/speculative.py", "SpeculativeMethod")
+    assert f.serve_options.options
+    find_sites(f.tree, "must be divisible by dcp_size", "raise")
     assert not [m for m in set(sys.modules) - before if m == "vllm" or m.startswith("vllm.")]
 
 

@@ -1,0 +1,541 @@
+"""What the evaluator knows of objects: attributes (fields, properties, methods, class defaults), names of a
+module, enums, comparisons and truth in three-valued logic, and the few builtins it evaluates itself."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from specguard.deploy.flow.paths import Frame, State
+from specguard.deploy.flow.values import (
+    UNKNOWN,
+    Bound,
+    ClassRef,
+    EnumMember,
+    Function,
+    LiteralType,
+    ModuleRef,
+    Obj,
+    Opaque,
+    PyMethod,
+    SuperRef,
+    Token,
+    TokenAttr,
+    known,
+    same_value,
+)
+from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
+
+_PURE_STR = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
+_PURE_STR |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
+
+_DICT = {"get", "items", "keys", "values", "pop", "copy", "setdefault", "update"}
+
+_LIST = {"append", "remove", "extend", "copy", "index", "count", "pop", "insert"}
+
+_SET = {"add", "discard", "copy", "union"}
+
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+
+_BUILTINS = {
+    "getattr",
+    "hasattr",
+    "isinstance",
+    "len",
+    "any",
+    "all",
+    "min",
+    "max",
+    "sorted",
+    "list",
+    "tuple",
+    "set",
+    "frozenset",
+    "dict",
+    "int",
+    "str",
+    "float",
+    "bool",
+    "abs",
+    "sum",
+    "repr",
+    "type",
+    "super",
+}
+
+_PYTYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "dict": dict,
+    "list": list,
+    "tuple": tuple,
+    "set": set,
+}
+
+_ORDER: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+_MISSING: Any = object()
+
+
+class ObjectModel:
+    """Attributes, names, enums, comparisons and truth; `Evaluator` adds statements, expressions and calls."""
+
+    tree: SourceTree
+    _module_values: dict[tuple[str, str], Any]
+    _resolving: set[tuple[str, str]]
+
+    def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
+        raise NotImplementedError
+
+    def _invoke(
+        self,
+        func: Function,
+        self_value: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        state: State,
+        depth: int,
+        force: bool = False,
+    ) -> Any:
+        raise NotImplementedError
+
+    def _py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        target = method.target
+        if not known(args) or not known(kwargs) or (isinstance(target, str) and not known(target)):
+            if method.name in ("append", "extend", "update", "add", "insert") and isinstance(target, (list, dict)):
+                return None  # mutating with an unknown value: the container stays, its new part is unknown
+            return UNKNOWN
+        try:
+            result = getattr(target, method.name)(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - e.g. list.remove of a missing value: no effect we can model
+            return UNKNOWN
+        if isinstance(result, (type({}.items()), type({}.keys()), type({}.values()))):
+            return list(result)
+        return result
+
+    def _builtin(
+        self, name: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+    ) -> Any:
+        short = name.rpartition(".")[2]
+        if name.startswith("builtins."):
+            return self._python_builtin(short, args, kwargs, node, frame, state)
+        if short == "get_args" and len(args) == 1:
+            value = args[0]
+            return value.values if isinstance(value, LiteralType) else UNKNOWN
+        if short == "cast" and len(args) == 2:
+            return args[1]
+        return UNKNOWN
+
+    def _python_builtin(
+        self, short: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+    ) -> Any:
+        if short == "getattr" and len(args) in (2, 3) and isinstance(args[1], str):
+            value = self.getattr(args[0], args[1], state, frame.depth, missing=_MISSING)
+            if value is _MISSING:
+                return args[2] if len(args) == 3 else UNKNOWN
+            return value
+        if short == "hasattr" and len(args) == 2 and isinstance(args[1], str):
+            value = self.getattr(args[0], args[1], state, frame.depth, missing=_MISSING)
+            return UNKNOWN if value is UNKNOWN else value is not _MISSING
+        if short == "isinstance" and len(args) == 2:
+            return self._isinstance(args[0], args[1])
+        if short == "super":
+            if frame.owner is not None and "self" in state.locals:
+                return SuperRef(frame.owner, state.locals["self"])
+            if frame.owner is not None and "cls" in state.locals:
+                return SuperRef(frame.owner, state.locals["cls"])
+            return UNKNOWN
+        if short in ("any", "all") and len(args) == 1:
+            items = args[0] if isinstance(args[0], (list, tuple, set)) else None
+            if items is None:
+                return UNKNOWN
+            truths = [self.truth(v, frame, state) for v in items]
+            if short == "any":
+                return True if True in truths else (UNKNOWN if UNKNOWN in truths else False)
+            return False if False in truths else (UNKNOWN if UNKNOWN in truths else True)
+        if short == "type":
+            return UNKNOWN
+        if not known(args) or not known(kwargs):
+            return UNKNOWN
+        fn = {
+            "len": len,
+            "min": min,
+            "max": max,
+            "sorted": sorted,
+            "list": list,
+            "tuple": tuple,
+            "set": set,
+            "frozenset": frozenset,
+            "dict": dict,
+            "int": int,
+            "str": str,
+            "float": float,
+            "bool": bool,
+            "abs": abs,
+            "sum": sum,
+            "repr": repr,
+        }.get(short)
+        if fn is None:
+            return UNKNOWN
+        if any(isinstance(a, (Obj, ClassRef, EnumMember, Function, Bound, Opaque)) for a in args):
+            return UNKNOWN
+        try:
+            return fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - a builtin refusing its input: the value is not known
+            return UNKNOWN
+
+    def _isinstance(self, value: Any, types: Any) -> Any:
+        options = list(types) if isinstance(types, tuple) else [types]
+        if value is UNKNOWN:
+            return UNKNOWN
+        for t in options:
+            if isinstance(t, Opaque) and t.name.startswith("builtins."):
+                pytype = _PYTYPES.get(t.name.rpartition(".")[2])
+                if pytype is None:
+                    return UNKNOWN
+                if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
+                    continue
+                if isinstance(value, pytype) and not (pytype is int and isinstance(value, bool)):
+                    return True
+            elif isinstance(t, ClassRef):
+                cls = value.cls if isinstance(value, (Obj, EnumMember)) else None
+                if cls is None:
+                    if isinstance(value, (str, int, float, bool, dict, list, tuple, type(None))):
+                        continue
+                    return UNKNOWN
+                if any(a.key == t.info.key for a in self.tree.ancestors(cls)):
+                    return True
+            else:
+                return UNKNOWN
+        return False
+
+    def getattr(self, base: Any, attr: str, state: State, depth: int, missing: Any = UNKNOWN) -> Any:
+        if base is UNKNOWN:
+            return UNKNOWN
+        if isinstance(base, Obj):
+            key = (id(base), attr)
+            if key in state.writes:
+                return state.writes[key]
+            if attr in base.fields:
+                return base.fields[attr]
+            if base.cls is None:
+                return UNKNOWN
+            return self._class_member(
+                base.cls, attr, base, state, depth, instance=True, missing=missing, defaults=base.defaults
+            )
+        if isinstance(base, ClassRef):
+            if self.is_enum(base.info) and attr in self.enum_members(base.info):
+                return EnumMember(base.info, attr)
+            return self._class_member(
+                base.info, attr, base, state, depth, instance=False, missing=missing, defaults=True
+            )
+        if isinstance(base, EnumMember):
+            if attr == "name":
+                return base.name
+            if attr == "value":
+                return self.enum_value(base)
+            return self._class_member(
+                base.cls, attr, base, state, depth, instance=True, missing=missing, defaults=False
+            )
+        if isinstance(base, SuperRef):
+            cls = (
+                base.self_value.cls
+                if isinstance(base.self_value, Obj)
+                else (base.self_value.info if isinstance(base.self_value, ClassRef) else None)
+            )
+            if cls is None:
+                return UNKNOWN
+            chain = self.tree.ancestors(cls)
+            after = [
+                c
+                for i, c in enumerate(chain)
+                if i > next((j for j, k in enumerate(chain) if k == base.owner), len(chain))
+            ]
+            for klass in after:
+                if attr in klass.methods:
+                    return self._method_value(klass, klass.methods[attr], base.self_value, state, depth)
+            return UNKNOWN
+        if isinstance(base, ModuleRef):
+            return self._resolved(base.name, attr)
+        if isinstance(base, Token):
+            return TokenAttr(base, attr)
+        if isinstance(base, Opaque):
+            return Opaque(f"{base.name}.{attr}")
+        if isinstance(base, str) and attr in _PURE_STR:
+            return PyMethod(base, attr)
+        if isinstance(base, dict) and attr in _DICT:
+            return PyMethod(base, attr)
+        if isinstance(base, list) and attr in _LIST:
+            return PyMethod(base, attr)
+        if isinstance(base, set) and attr in _SET:
+            return PyMethod(base, attr)
+        return missing if missing is not UNKNOWN and base is None else UNKNOWN
+
+    def _class_member(
+        self,
+        cls: ClassInfo,
+        attr: str,
+        owner_value: Any,
+        state: State,
+        depth: int,
+        *,
+        instance: bool,
+        missing: Any,
+        defaults: bool,
+    ) -> Any:
+        for klass in self.tree.ancestors(cls):
+            if attr in klass.methods:
+                return self._method_value(klass, klass.methods[attr], owner_value, state, depth)
+            if attr in klass.attributes:
+                module = self.tree.module(klass.module)
+                if module is None or (not defaults and not _is_classvar(klass.annotations.get(attr))):
+                    return UNKNOWN
+                value = _field_default(klass.attributes[attr])
+                if value is None:
+                    return UNKNOWN
+                return self.eval(value, Frame(module, klass, None, depth), State({}, {}, frozenset()))
+            if attr in klass.annotations:
+                return UNKNOWN  # a declared field without a class-level value
+        return missing
+
+    def _method_value(
+        self, klass: ClassInfo, node: ast.FunctionDef | ast.AsyncFunctionDef, owner_value: Any, state: State, depth: int
+    ) -> Any:
+        module = self.tree.module(klass.module)
+        if module is None:
+            return UNKNOWN
+        func = Function(module, node, klass)
+        decorators = {dotted(d) or "" for d in node.decorator_list}
+        names = {d.rpartition(".")[2] for d in decorators}
+        if names & {"property", "cached_property"}:
+            if isinstance(owner_value, ClassRef):
+                return UNKNOWN
+            return self._invoke(func, owner_value, [], {}, state, depth + 1)
+        if "staticmethod" in names:
+            return func
+        if "classmethod" in names or "field_validator" in names or "model_validator" in names:
+            owner = (
+                owner_value
+                if isinstance(owner_value, ClassRef)
+                else (
+                    ClassRef(owner_value.cls)
+                    if isinstance(owner_value, (Obj, EnumMember)) and owner_value.cls
+                    else ClassRef(klass)
+                )
+            )
+            return Bound(func, owner)
+        if isinstance(owner_value, ClassRef):
+            return func  # an unbound method reached through the class
+        return Bound(func, owner_value)
+
+    def module_value(self, module: ParsedModule, name: str) -> Any:
+        shadowed = name in module.assigns or name in module.functions or name in module.imports
+        if name in _BUILTINS and not shadowed and name not in module.classes:
+            return Opaque(f"builtins.{name}")
+        if name in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[name]
+        return self._resolved(module.name, name)
+
+    def _resolved(self, module: str, name: str) -> Any:
+        key = (module, name)
+        if key in self._module_values:
+            return self._module_values[key]
+        if key in self._resolving:
+            return UNKNOWN
+        self._resolving.add(key)
+        try:
+            value = self._resolve_uncached(module, name)
+        finally:
+            self._resolving.discard(key)
+        self._module_values[key] = value
+        return value
+
+    def _resolve_uncached(self, module: str, name: str) -> Any:
+        found = self.tree.resolve(module, name)
+        if isinstance(found, ClassInfo):
+            return ClassRef(found)
+        if isinstance(found, str):
+            return ModuleRef(found) if found.startswith(self.tree.package) else Opaque(found)
+        if isinstance(found, tuple):
+            parsed, node = found
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return Function(parsed, node)
+            frame = Frame(parsed, None, None, 0)
+            return self.eval(node, frame, State({}, {}, frozenset()))
+        parsed = self.tree.module(module)
+        if parsed is not None and name in parsed.imports:
+            src, orig = parsed.imports[name]
+            if not src.startswith(self.tree.package):
+                return Opaque(f"{src}.{orig}")
+        if parsed is not None and name in parsed.module_imports:
+            target = parsed.module_imports[name]
+            return ModuleRef(target) if target.startswith(self.tree.package) else Opaque(target)
+        if self.tree.file_of(f"{module}.{name}") is not None:
+            return ModuleRef(f"{module}.{name}")
+        return UNKNOWN
+
+    def is_enum(self, cls: ClassInfo) -> bool:
+        return self.tree.is_enum(cls)
+
+    def enum_members(self, cls: ClassInfo) -> list[str]:
+        return self.tree.enum_members(cls)
+
+    def enum_value(self, member: EnumMember) -> Any:
+        expr = member.cls.attributes.get(member.name)
+        if expr is None:
+            return UNKNOWN
+        module = self.tree.module(member.cls.module)
+        if module is None:
+            return UNKNOWN
+        # Members may name earlier members (`FULL_DECODE_ONLY = (FULL, NONE)`): they mean their values there.
+        siblings = {n: UNKNOWN for n in self.enum_members(member.cls)}
+        state = State({}, {}, frozenset())
+        for name in self.enum_members(member.cls):
+            if name == member.name:
+                break
+            value = member.cls.attributes[name]
+            siblings[name] = self.eval(value, Frame(module, member.cls, siblings, 0), state)
+        return self.eval(expr, Frame(module, member.cls, siblings, 0), state)
+
+    def enum_by_value(self, cls: ClassInfo, value: Any) -> Any:
+        if isinstance(value, EnumMember) and value.cls == cls:
+            return value
+        if not known(value):
+            return UNKNOWN
+        for name in self.enum_members(cls):
+            if same_value(self.enum_value(EnumMember(cls, name)), value):
+                return EnumMember(cls, name)
+        return UNKNOWN
+
+    def compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            same = self._identical(left, right)
+            if same is UNKNOWN:
+                return UNKNOWN
+            return same if isinstance(op, ast.Is) else not same
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            equal = self.equal(left, right)
+            if equal is UNKNOWN:
+                return UNKNOWN
+            return equal if isinstance(op, ast.Eq) else not equal
+        if isinstance(op, (ast.In, ast.NotIn)):
+            inside = self._contains(right, left)
+            if inside is UNKNOWN:
+                return UNKNOWN
+            return inside if isinstance(op, ast.In) else not inside
+        fn = _ORDER.get(type(op))
+        if fn is None or not known(left) or not known(right):
+            return UNKNOWN
+        if not all(isinstance(v, (int, float)) for v in (left, right)):
+            return UNKNOWN
+        return fn(left, right)
+
+    def _identical(self, a: Any, b: Any) -> Any:
+        if a is UNKNOWN or b is UNKNOWN:
+            return UNKNOWN
+        if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
+            return a is b
+        if isinstance(a, EnumMember) and isinstance(b, EnumMember):
+            return a == b
+        if isinstance(a, Obj) or isinstance(b, Obj):
+            return a is b
+        if isinstance(a, ClassRef) and isinstance(b, ClassRef):
+            return a.info == b.info
+        return UNKNOWN
+
+    def equal(self, a: Any, b: Any) -> Any:
+        if not known(a) or not known(b):
+            return UNKNOWN
+        if isinstance(a, EnumMember) or isinstance(b, EnumMember):
+            if isinstance(a, EnumMember) and isinstance(b, EnumMember):
+                return a == b
+            member, other = (a, b) if isinstance(a, EnumMember) else (b, a)
+            if self.tree.base_names(member.cls) & {"str", "int", "StrEnum", "IntEnum"}:
+                return self.equal(self.enum_value(member), other)
+            return False
+        if isinstance(a, Obj) or isinstance(b, Obj):
+            if a is b:
+                return True
+            obj = a if isinstance(a, Obj) else b
+            if obj.cls is not None and self.tree.method(obj.cls, "__eq__") is not None:
+                return UNKNOWN
+            return False
+        if isinstance(a, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
+            return a == b
+        if isinstance(b, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
+            return False
+        try:
+            return bool(a == b)
+        except Exception:  # noqa: BLE001 - values whose comparison fails: not decided
+            return UNKNOWN
+
+    def _contains(self, container: Any, item: Any) -> Any:
+        if isinstance(container, str) and isinstance(item, str):
+            return item in container
+        if isinstance(container, LiteralType):
+            container = list(container.values)
+        if isinstance(container, dict):
+            container = list(container.keys())
+        if not isinstance(container, (list, tuple, set, frozenset)):
+            return UNKNOWN
+        undecided = False
+        for element in container:
+            eq = self.equal(element, item)
+            if eq is True:
+                return True
+            if eq is UNKNOWN:
+                undecided = True
+        return UNKNOWN if undecided else False
+
+    def truth(self, value: Any, frame: Frame, state: State) -> Any:
+        if value is UNKNOWN:
+            return UNKNOWN
+        if isinstance(value, (Obj, EnumMember)):
+            cls = value.cls
+            if cls is None:
+                return True
+            found = self.tree.method(cls, "__bool__") or self.tree.method(cls, "__len__")
+            if found is None:
+                return True
+            module = self.tree.module(found[1].module)
+            if module is None or found[0].name != "__bool__":
+                return UNKNOWN
+            result = self._invoke(Function(module, found[0], found[1]), value, [], {}, state, frame.depth + 1)
+            return UNKNOWN if result is UNKNOWN else bool(result) if known(result) else UNKNOWN
+        if isinstance(value, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
+            return True
+        if isinstance(value, _CONTAINERS):
+            return len(value) > 0
+        try:
+            return bool(value)
+        except Exception:  # noqa: BLE001 - an evaluated value without a truth value: undecided
+            return UNKNOWN
+
+
+def _field_default(value: ast.expr) -> ast.expr | None:
+    """A class-level value as a dataclass field's default: `field(default=x)` / `Field(x)` mean x; a default
+    factory means "computed" (None here)."""
+    if isinstance(value, ast.Call) and (dotted(value.func) or "").rpartition(".")[2] in ("field", "Field"):
+        for kw in value.keywords:
+            if kw.arg == "default":
+                return kw.value
+        if value.args and not isinstance(value.args[0], ast.Starred):
+            return value.args[0]
+        return None
+    return value
+
+
+def _is_classvar(annotation: ast.expr | None) -> bool:
+    if annotation is None:
+        return False
+    text = ast.unparse(annotation)
+    return text.startswith(("ClassVar", "typing.ClassVar"))

@@ -1,0 +1,240 @@
+"""The static evaluator on small synthetic sources: three-valued tests, paths, inlining, and nothing executed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, Obj, OutOfBudget, verdict
+from specguard.deploy.source import SourceTree
+
+CODE = """
+import enum
+import os
+from typing import Literal, get_args
+
+Role = Literal["producer", "consumer"]
+Both = Literal[Role, "both"]
+
+
+class Mode(enum.Enum):
+    NONE = 0
+    FULL = 2
+    MIXED = (FULL, NONE)
+
+    def __bool__(self):
+        return self != Mode.NONE
+
+
+class Parallel:
+    size: int = 1
+    interleave: int = 1
+
+    @property
+    def big(self):
+        return self.size > 4
+
+
+class Base:
+    flag = False
+
+    def __init__(self, cfg, varlen=False):
+        self.cfg = cfg
+        self._check(varlen)
+
+    def _check(self, varlen):
+        supported = self.flag if self.cfg.size > 1 else varlen
+        if not supported:
+            raise ValueError(f"refused for size {self.cfg.size}")
+
+
+class Child(Base):
+    flag = True
+
+    def __init__(self, cfg):
+        super().__init__(cfg, varlen=cfg.interleave == 1)
+
+
+def size_check(p):
+    if p.size > 2:
+        raise ValueError("too big")
+
+
+def early_return(p, gpu):
+    if gpu.is_old():
+        return
+    if p.size > 2:
+        raise ValueError("too big after return")
+
+
+def raise_under_unknown(p, gpu):
+    if gpu.is_old():
+        raise ValueError("old gpu")
+    if p.size > 2:
+        raise ValueError("too big after raise")
+
+
+def both_branches(p, gpu):
+    if gpu.fault_tolerant:
+        logger.warning("eager everywhere (ft)")
+    else:
+        logger.warning("eager everywhere")
+
+
+def roles(role):
+    if role not in get_args(Both):
+        raise ValueError("bad role")
+
+
+def modes(value):
+    if Mode[value.upper()]:
+        raise ValueError("a graph mode")
+
+
+def by_value(value):
+    if Mode(value) == Mode.FULL:
+        raise ValueError("full by value")
+
+
+def hostile(p):
+    os.system("touch {marker}")
+    open("{marker}", "w").write("x")
+    __import__("os").system("touch {marker}")
+    if p.size > 2:
+        raise ValueError("after hostile calls")
+
+
+def forever(p):
+    return forever(p)
+
+
+open("{marker}", "w").write("module level")
+"""
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[SourceTree, Path]:
+    pkg = tmp_path / "vllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    marker = tmp_path / "executed"
+    (pkg / "m.py").write_text(textwrap.dedent(CODE).replace("{marker}", str(marker)))
+    return SourceTree.open(pkg), marker
+
+
+def _run(tree: SourceTree, name: str, *args: Any, self_value: Any = None) -> Evaluator:
+    module = tree.module("vllm.m")
+    assert module is not None
+    ev = Evaluator(tree)
+    if "." in name:
+        cls, _, meth = name.partition(".")
+        info = module.classes[cls]
+        func = Function(module, tree.method(info, meth)[0], tree.method(info, meth)[1])  # type: ignore[index]
+    else:
+        func = Function(module, module.functions[name])
+    ev.call_function(func, list(args), {}, self_value=self_value)
+    return ev
+
+
+def _parallel(tree: SourceTree, **fields: Any) -> Obj:
+    return Obj(tree.module("vllm.m").classes["Parallel"], fields, defaults=True)  # type: ignore[union-attr]
+
+
+def _messages(ev: Evaluator) -> list[str]:
+    return [o.site.message for o in ev.outcomes]
+
+
+def test_a_decided_test_picks_its_branch(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    assert verdict(_run(t, "size_check", _parallel(t, size=4)).outcomes).value is True
+    assert verdict(_run(t, "size_check", _parallel(t, size=2)).outcomes).value is False
+    # A field not given takes the class default.
+    assert verdict(_run(t, "size_check", _parallel(t)).outcomes).value is False
+
+
+def test_an_undecided_test_names_itself(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    v = verdict(_run(t, "size_check", _parallel(t, size=UNKNOWN)).outcomes)
+    assert v.value is UNKNOWN
+    assert "`p.size > 2` (m.py:" in v.reasons()
+
+
+def test_an_undecided_return_makes_the_rest_conditional_a_raise_does_not(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    gpu = Obj(None, {})
+    after_return = [o for o in _run(t, "early_return", _parallel(t, size=4), gpu).outcomes]
+    assert verdict(after_return).value is UNKNOWN and "gpu.is_old()" in verdict(after_return).reasons()
+    after_raise = [
+        o
+        for o in _run(t, "raise_under_unknown", _parallel(t, size=4), gpu).outcomes
+        if o.site.message == "too big after raise"
+    ]
+    assert verdict(after_raise).value is True
+
+
+def test_outcomes_on_every_branch_of_an_undecided_test_are_certain(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    ev = _run(t, "both_branches", _parallel(t), Obj(None, {}))
+    assert sorted(_messages(ev)) == ["eager everywhere", "eager everywhere (ft)"]
+    assert verdict(ev.outcomes).value is True  # together they cover every case
+    assert verdict(ev.outcomes[:1]).value is UNKNOWN
+
+
+def test_literal_aliases_and_enums(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    assert _messages(_run(t, "roles", "both")) == []
+    assert _messages(_run(t, "roles", "neither")) == ["bad role"]
+    assert _messages(_run(t, "modes", "full")) == ["a graph mode"]  # Mode.FULL is truthy by its __bool__
+    assert _messages(_run(t, "modes", "none")) == []
+    # An unknown name raises KeyError, as `Mode[...]` does; what follows reads an unknown value.
+    certain = [o.site.message for o in _run(t, "modes", "auto").outcomes if not o.path]
+    assert certain == ["KeyError: 'AUTO' is not a member of Mode"]
+    assert _messages(_run(t, "by_value", 2)) == ["full by value"]
+    assert _messages(_run(t, "by_value", 0)) == []
+
+
+def test_methods_properties_and_super_are_inlined(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    module = t.module("vllm.m")
+    assert module is not None
+    child = module.classes["Child"]
+    for cfg, refused in ((dict(size=2, interleave=1), False), (dict(size=1, interleave=2), True)):
+        ev = _run(t, "Child.__init__", _parallel(t, **cfg), self_value=Obj(child, {}, defaults=True))
+        assert (verdict(ev.outcomes).value is True) == refused, cfg
+    [outcome] = _run(
+        t, "Child.__init__", _parallel(t, size=1, interleave=2), self_value=Obj(child, {}, defaults=True)
+    ).outcomes
+    assert outcome.site.message == "refused for size {self.cfg.size}"
+    ev = Evaluator(t)
+    assert ev.getattr(_parallel(t, size=8), "big", _state(), 0) is True
+    assert ev.getattr(ClassRef(module.classes["Mode"]), "FULL", _state(), 0) == EnumMember(
+        module.classes["Mode"], "FULL"
+    )
+    assert ev.enum_value(EnumMember(module.classes["Mode"], "MIXED")) == (2, 0)
+
+
+def test_nothing_of_the_evaluated_source_runs(tree: tuple[SourceTree, Path]) -> None:
+    t, marker = tree
+    ev = _run(t, "hostile", _parallel(t, size=4))
+    assert _messages(ev) == ["after hostile calls"]
+    assert not marker.exists()
+
+
+def test_recursion_is_bounded(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    ev = _run(t, "forever", _parallel(t))
+    assert ev.outcomes == []
+    ev = Evaluator(t, budget=2)
+    module = t.module("vllm.m")
+    assert module is not None
+    with pytest.raises(OutOfBudget):
+        ev.call_function(Function(module, module.functions["both_branches"]), [_parallel(t), Obj(None, {})], {})
+
+
+def _state() -> Any:
+    from specguard.deploy.flow import State
+
+    return State({}, {}, frozenset())
