@@ -849,3 +849,25 @@ def test_sg103_fix_uses_the_modules_own_name_for_the_mode_and_refuses_a_clash() 
     assert "(d.num_tokens if num_reqs else 0) if d.cg_mode == Mode.FULL else num_query_tokens)" in after
     clash = sg103(body, SG103_HEAD + "from mymodes import Mode as CUDAGraphMode\n")
     assert [f.fix for f in check_source(clash)] == [None]
+
+
+def test_two_fixes_that_need_the_same_import_add_it_once_over_two_rounds() -> None:
+    """Both insert the import at the same place, so they overlap: the second waits for the re-check, which finds
+    the import there and the finding's message now naming lines one further down."""
+    text = sg103("""
+    def propose(self, num_reqs, num_query_tokens):
+        d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, num_query_tokens)
+        n = d.num_tokens
+        return self._build_draft_attn_metadata(num_tokens_padded=n)
+
+    def propose_again(self, num_reqs, num_query_tokens):
+        d, _ = dispatch_cg_and_sync_dp(self.cg, num_reqs, num_query_tokens)
+        n = d.num_tokens
+        return self._build_draft_attn_metadata(num_tokens_padded=n)
+    """)
+    first, second = check_source(text)
+    assert "(line " in first.message and first.fix.overlaps([second.fix])  # type: ignore[union-attr, list-item]
+    result = fix_text(text, [first, second], check_source, lambda f: True)
+    assert len(result.applied) == 2 and result.refused == []
+    assert result.text.count("from vllm.config.compilation import CUDAGraphMode\n") == 1
+    assert check_source(result.text) == []

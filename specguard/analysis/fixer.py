@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -30,10 +31,11 @@ from specguard.analysis.fix_model import Fix, apply_edits, split_lines
 MAX_ROUNDS = 10
 
 Key = tuple[str, str | None, str]  # what identifies a finding across edits that move it: code, scope, message
+_LINE_REFERENCE = re.compile(r"\(line \d+\)")  # messages name the lines a value passed through; edits move them
 
 
 def key(finding: Finding) -> Key:
-    return finding.code, finding.symbol, finding.message
+    return finding.code, finding.symbol, _LINE_REFERENCE.sub("(line)", finding.message)
 
 
 @dataclass(frozen=True)
