@@ -50,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--baseline", type=Path, help="ignore the findings recorded in this file")
     check.add_argument("--write-baseline", type=Path, help="record the current findings in this file")
     check.add_argument("--output", type=Path, help="write the report to this file instead of stdout")
+    fix = check.add_argument_group("fixes (as in ruff)")
+    fix.add_argument("--fix", action=argparse.BooleanOptionalAction, help="apply safe fixes in place")
+    fix.add_argument(
+        "--unsafe-fixes",
+        action=argparse.BooleanOptionalAction,
+        help="also apply unsafe fixes (alone: show them as available)",
+    )
+    fix.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
+    fix.add_argument("--fixable", help="comma-separated codes or prefixes that may be fixed (default: all)")
+    fix.add_argument("--unfixable", help="comma-separated codes or prefixes never to fix")
 
     sub.add_parser("rules", help="list the rules")
     explain = sub.add_parser("explain", help="print a rule's documentation")
@@ -75,7 +85,7 @@ def _installed_vllm() -> Path:
 def run_check(args: argparse.Namespace) -> int:
     from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
     from specguard.analysis.engine import check_paths
-    from specguard.report import FORMATS
+    from specguard.report import FORMATS, text
     from specguard.settings import load_settings
 
     if args.statistics and args.format not in ("text", "json"):
@@ -85,9 +95,12 @@ def run_check(args: argparse.Namespace) -> int:
         paths.append(_installed_vllm())
     settings = load_settings(args.config, paths[0])
     updates: dict = {}
-    for key in ("select", "ignore", "extend_select"):
+    for key in ("select", "ignore", "extend_select", "fixable", "unfixable"):
         if (value := _codes(getattr(args, key))) is not None:
             updates[key] = value
+    for key in ("fix", "unsafe_fixes"):
+        if getattr(args, key) is not None:
+            updates[key] = getattr(args, key)
     if args.rule_pack:
         updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
     if args.cache_dir:
@@ -99,13 +112,25 @@ def run_check(args: argparse.Namespace) -> int:
     _reject_unknown_codes(settings)
 
     result = check_paths(paths, settings, use_cache=not args.no_cache)
+    fixed = 0
+    if args.diff or settings.fix:
+        result, fixed = _run_fixes(args, paths, settings, result)
+        if args.diff:
+            return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed else EXIT_CLEAN
     findings = result.findings
     if args.write_baseline:
         write_baseline(args.write_baseline, findings, settings)
     if args.baseline:
         findings = filter_baseline(findings, read_baseline(args.baseline), settings)
 
-    _emit(_statistics(findings, args.format) if args.statistics else FORMATS[args.format](findings), args.output)
+    findings = _offered_fixes(findings, settings)
+    if args.statistics:
+        report = _statistics(findings, args.format, settings.unsafe_fixes)
+    elif args.format == "text":
+        report = text.render(findings, settings.unsafe_fixes, fixed)
+    else:
+        report = FORMATS[args.format](findings)
+    _emit(report, args.output)
     for note in result.notes:
         print(f"specguard: note: {note}", file=sys.stderr)
     for error in result.errors:
@@ -117,7 +142,7 @@ def run_check(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 
-def _statistics(findings: list[Finding], output_format: str) -> str:
+def _statistics(findings: list[Finding], output_format: str, unsafe_fixes: bool | None) -> str:
     """Counts per rule: ruff's text table, or its JSON (`code`, `name`, `count`, `fixable`...)."""
     from collections import Counter
 
@@ -130,15 +155,65 @@ def _statistics(findings: list[Finding], output_format: str) -> str:
     import json
 
     counts = Counter(f.code for f in findings).most_common()
-    rows = [{"code": c, "name": names.get(c, ""), "count": n, "fixable": False, "fixable_count": 0} for c, n in counts]
+    fixable = Counter(f.code for f in findings if f.fix is not None and f.fix.applies(unsafe_fixes))
+    rows = [
+        {"code": c, "name": names.get(c, ""), "count": n, "fixable": fixable[c] > 0, "fixable_count": fixable[c]}
+        for c, n in counts
+    ]
     return json.dumps(rows, indent=2)
+
+
+def _fix_policy(settings):  # type: ignore[no-untyped-def]
+    from specguard.analysis.fixer import FixPolicy
+
+    return FixPolicy(settings.unsafe_fixes, settings.is_fixable)
+
+
+def _offered_fixes(findings: list, settings) -> list:  # type: ignore[no-untyped-def]
+    """The findings as reported: an unfixable code's finding shows no fix, as in ruff."""
+    if settings.fixable is None and not settings.unfixable:
+        return findings
+    policy = _fix_policy(settings)
+    return [dataclasses.replace(f, fix=policy.offered(f)) if f.fix else f for f in findings]
+
+
+def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  # type: ignore[no-untyped-def]
+    """`--fix` or `--diff` on the reported findings. `--diff` prints the diffs and the count it would fix;
+    `--fix` writes the files and checks again, so the report shows what remains, where it now is."""
+    import linecache
+
+    from specguard.analysis.baseline import filter_baseline, read_baseline
+    from specguard.analysis.engine import check_paths
+    from specguard.analysis.fixer import fix_files, unified_diff
+    from specguard.report.text import diff_summary
+
+    reported = result.findings
+    if args.baseline:
+        reported = filter_baseline(reported, read_baseline(args.baseline), settings)
+    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff)
+    for note in outcome.notes:
+        print(f"specguard: warning: {note}", file=sys.stderr)
+    if args.diff:
+        diffs = [unified_diff(path, *texts) for path, texts in sorted(outcome.changed.items())]
+        summary = diff_summary(outcome.fixed, _offered_fixes(reported, settings), settings.unsafe_fixes)
+        _emit("\n".join([*diffs, summary]).strip("\n"), args.output)
+        for note in result.notes:
+            print(f"specguard: note: {note}", file=sys.stderr)
+        for error in result.errors:
+            print(f"specguard: error: {error}", file=sys.stderr)
+        return result, outcome.fixed
+    if outcome.changed:
+        linecache.checkcache()  # suppressions and baselines read the fixed lines, not the ones cached
+        result = check_paths(paths, settings, use_cache=not args.no_cache)
+    return result, outcome.fixed
 
 
 def _reject_unknown_codes(settings) -> None:  # type: ignore[no-untyped-def]
     from specguard.rules import ALL_CODES
 
     known = ["SG000", *ALL_CODES, "ALL"]
-    for selector in [*(settings.select or []), *settings.ignore, *settings.extend_select]:
+    selectors = [*(settings.select or []), *settings.ignore, *settings.extend_select]
+    for selector in [*selectors, *(settings.fixable or []), *settings.unfixable]:
         if not any(code.startswith(selector) for code in known):
             raise UserError(f"unknown rule selector '{selector}'; see `specguard rules`")
 

@@ -23,7 +23,8 @@ from specguard.analysis.dataflow.values import ANY, EQUALS, ONE_ELEMENT, SAME, F
 from specguard.errors import UserError
 
 BUILTIN_PACK = "vllm.toml"
-_OPTIONAL = frozenset({"replace", "description", "descriptor_params"})  # keys a pack may leave empty
+# Keys a pack may leave empty.
+_OPTIONAL = frozenset({"replace", "description", "descriptor_params", "real_counts", "real_count_arrays", "mode_enum"})
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
 
@@ -61,6 +62,10 @@ class Padding(_Section):
     padded_attribute: str | None = None
     mode_attribute: str | None = None
     full_mode: str | None = None
+    # SG103's fix (optional): the real query token count where a speculator has one, and the mode enum it tests
+    real_counts: list[str] = field(default_factory=list)  # locals or parameters holding it
+    real_count_arrays: list[str] = field(default_factory=list)  # host arrays of query offsets: `int(<array>[-1])`
+    mode_enum: str | None = None  # qualified name, imported where the fix needs it and the module lacks it
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,17 @@ class Settings:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     rule_packs: list[Path] = field(default_factory=list)
     cache_dir: Path | None = None
+    # Fixes, as in ruff: `fix` applies them, `unsafe-fixes` also the unsafe ones (false: not even mentioned),
+    # `fixable`/`unfixable` choose the codes (default all; prefixes match, as in select).
+    fix: bool = False
+    unsafe_fixes: bool | None = None
+    fixable: list[str] | None = None
+    unfixable: list[str] = field(default_factory=list)
     # The folder relative paths in the settings are resolved against (the pyproject's folder); not a key.
     root: Path = field(default_factory=Path.cwd)
 
     def __post_init__(self) -> None:
-        for name in ("select", "ignore", "extend_select"):
+        for name in ("select", "ignore", "extend_select", "fixable", "unfixable"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, [c.strip().upper() for c in value])
@@ -53,6 +59,14 @@ class Settings:
         chosen = expand(self.select) if self.select is not None else set(all_codes)
         return (chosen | expand(self.extend_select)) - expand(self.ignore)
 
+    def is_fixable(self, code: str) -> bool:
+        """Whether `--fix` may fix this code's findings: fixable (default all) minus unfixable."""
+
+        def matches(selectors: list[str]) -> bool:
+            return any(code.startswith(s) or s == "ALL" for s in selectors)
+
+        return (self.fixable is None or matches(self.fixable)) and not matches(self.unfixable)
+
     def relative(self, path: str | Path) -> str:
         """A path as `exclude`, `per-file-ignores` and baselines see it: relative to the configuration root,
         whichever way it was typed; absolute (resolved) for a file outside the root."""
@@ -64,10 +78,12 @@ class Settings:
 
     def fingerprint(self) -> str:
         """What the analysis cache is keyed by: everything that changes which findings a file gets."""
-        data = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("root", "cache_dir")}
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_ANALYSIS}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# Settings that change what is done with the findings, not which findings a file gets.
+_NOT_ANALYSIS = ("root", "cache_dir", "fix", "unsafe_fixes", "fixable", "unfixable")
 _KEYS = sorted(f.name.replace("_", "-") for f in dataclasses.fields(Settings) if f.name != "root")
 
 

@@ -102,3 +102,34 @@ def test_warm_run_imports_neither_pydantic_nor_libcst_nor_the_runtime_stack(tmp_
     warm = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, env=env)
     assert warm.stdout.splitlines()[-1] == "1 []"
     assert list((tmp_path / "xdg" / "specguard" / "validated").glob("pack-*.msgpack"))
+
+
+FORWARD = textwrap.dedent("""
+    from fork.base import Mid
+
+    class Leaf(Mid):
+        def _build_attn_metadata(self, n):
+            return super()._build_attn_metadata(n)
+""")
+
+
+def test_a_finding_with_its_fix_survives_the_cache_and_fix_flags_share_it(tmp_path: Path) -> None:
+    from specguard import _datafile
+    from specguard.analysis.cache import ResultTable
+    from specguard.analysis.findings import Finding
+    from specguard.analysis.fix_model import Edit, Fix
+
+    fix = Fix("unsafe", "Rewrite it", (Edit("x if y else z", 3, 5, 3, 9), Edit("", 1, 1, 2, 1)))
+    table = {"key": [Finding("a.py", 3, 5, "SG103", "m", 3, 9, "A.f", fix), Finding("b.py", 1, 1, "SG000", "e")]}
+    decoded = _datafile.decode(_datafile.encode("results", table), "results", ResultTable)
+    assert decoded == table and decoded["key"][0].fix == fix and decoded["key"][1].fix is None
+
+    root = tree(tmp_path, "DraftModelSpeculator")
+    (root / "fork" / "leaf.py").write_text(FORWARD)
+    settings = Settings(root=root, cache_dir=root / "cache")
+    cold = check_paths([root / "fork"], settings).findings
+    assert cold[0].fix is not None
+    for fix_settings in [{}, {"fix": True, "unsafe_fixes": True, "unfixable": ["SG1"]}]:  # one cache for all
+        warm = check_paths([root / "fork"], Settings(root=root, cache_dir=root / "cache", **fix_settings)).findings
+        assert [(f, f.fix) for f in warm] == [(f, f.fix) for f in cold]
+    assert len(list((root / "cache").glob("v*"))) == 1

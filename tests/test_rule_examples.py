@@ -1,4 +1,5 @@
-"""Every rule's own bad and good examples are its first tests (as fixit does): bad fires, good stays quiet."""
+"""Every rule's own bad and good examples are its first tests (as fixit does): bad fires, good stays quiet, and
+a rule that offers a fix turns its bad example into its documented `fixed` one."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import textwrap
 import pytest
 
 from specguard.analysis.engine import check_source
-from specguard.rules import ALL_CODES, all_rules
+from specguard.analysis.fixer import fix_text
+from specguard.rules import ALL_CODES, all_rules, rule_name
 
 RULES = all_rules()
 
@@ -17,6 +19,36 @@ def test_every_rule_module_declares_the_code_in_its_file_name() -> None:
     for code, rule in RULES.items():
         assert rule.code == code
         assert rule.name and rule.summary and rule.why and rule.bad.strip() and rule.good.strip()
+        assert rule_name(code) == rule.name  # what JSON output reads without importing the rule
+
+
+def fixed_by_specguard(text: str) -> str:
+    """`text` after every fix the rules offer, unsafe ones included, through the same fixer as `--fix`."""
+    return fix_text(text, check_source(text), check_source, lambda f: True).text
+
+
+@pytest.mark.parametrize("code", ALL_CODES)
+def test_a_rules_fix_turns_its_bad_example_into_the_documented_fixed_one(code: str) -> None:
+    rule, bad = RULES[code], textwrap.dedent(RULES[code].bad)
+    findings = check_source(bad)
+    if rule.fix_availability == "never":
+        assert all(f.fix is None for f in findings) and rule.fixed == ""
+        return
+    assert any(f.fix is not None for f in findings) and all(f.fix.message for f in findings if f.fix)
+    after = fixed_by_specguard(bad)
+    assert after == textwrap.dedent(rule.fixed), after
+    # what had a fix is gone; what had none is still reported
+    assert len(check_source(after)) == len([f for f in findings if f.fix is None])
+    assert fixed_by_specguard(after) == after  # a second pass changes nothing
+    compile(after, "fixed.py", "exec")
+
+
+@pytest.mark.parametrize("code", [c for c in ALL_CODES if RULES[c].fix_availability != "never"])
+def test_docs_say_what_the_fix_does_and_show_the_fixed_example(code: str) -> None:
+    docs = RULES[code].docs()
+    assert f"Fix is {RULES[code].fix_availability} available." in docs
+    assert "## Fix" in docs and textwrap.dedent(RULES[code].fixed).strip() in docs
+    assert ("Unsafe" in RULES[code].fix_summary) != ("Safe" in RULES[code].fix_summary)
 
 
 @pytest.mark.parametrize("code", ALL_CODES)

@@ -154,3 +154,11 @@ def walk_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
     for child in kids(node):
         if not isinstance(child, cst.ClassDef):
             yield from walk_calls(child)
+
+
+def parameters(function: cst.FunctionDef) -> list[cst.Param]:
+    """Every parameter of a function in order: positional-only, positional, *args, keyword-only, **kwargs."""
+    p = function.params
+    star = [p.star_arg] if isinstance(p.star_arg, cst.Param) else []
+    kwarg = [p.star_kwarg] if p.star_kwarg is not None else []
+    return [*p.posonly_params, *p.params, *star, *p.kwonly_params, *kwarg]

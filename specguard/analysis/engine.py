@@ -40,6 +40,7 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # what the run could not see; not findings, not errors
     files: int = 0
     parsed: int = 0
+    project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
 
 
 _CRASH = "the parser crashed on this file (pathologically deep nesting?)"
@@ -187,6 +188,18 @@ class _Run:
             result.findings.extend(findings)
         self.cache.save(set(self.scans) | self.borrowed, live_results)
 
+    def digest(self, path: str) -> str | None:
+        """The content hash of the file as it was checked, None if it was never summarized."""
+        scan = self.scans.get(path)
+        return scan.digest if scan is not None and scan.summary is not None else None
+
+    def recheck(self, path: str, text: str) -> list[Finding]:
+        """Every finding of new text for a checked file (a fix's result), against the same project, unsuppressed."""
+        scan = self.scans[path]
+        assert scan.summary is not None
+        module, is_package = scan.summary.module, scan.summary.is_package
+        return _evaluate_text(text, path, module, is_package, self.index, self.pack, self.codes, scan.root)
+
 
 def check_paths(
     paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True, pack: Pack | None = None
@@ -205,6 +218,7 @@ def check_paths(
         run.evaluate(result, pool)
     result.notes.extend(_unresolved_note(run.index.unresolved, run.pack, settings))
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
+    result.project = run
     return result
 
 
@@ -252,23 +266,39 @@ def check_source(
 
     What the rules' own examples and the property tests run; a source error comes back as SG000.
     """
-    from specguard.analysis.evaluate import evaluate_source
-    from specguard.analysis.source import parse_ast
-    from specguard.analysis.summary import function_flows, summarize
-    from specguard.errors import SourceError
-
     settings = settings or Settings()
     pack = pack or load_pack(settings.rule_packs)
+    index = ProjectIndex(ModuleLocator(installed=False), lambda _: None)
+    codes = frozenset(settings.enabled(ALL_CODES))
+    return sorted(_evaluate_text(text, path, module, False, index, pack, codes))
+
+
+def _evaluate_text(
+    text: str,
+    path: str,
+    module: str,
+    is_package: bool,
+    index: ProjectIndex,
+    pack: Pack,
+    codes: frozenset[str],
+    root: Path = Path(),
+) -> list[Finding]:
+    """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter."""
+    from specguard.analysis.evaluate import evaluate_source
+    from specguard.analysis.scan import call_owners
+    from specguard.analysis.source import parse_ast
+    from specguard.analysis.summary import function_flows, nested_class_lines, summarize
+    from specguard.errors import SourceError
+
+    data = text.encode()
     try:
         tree = parse_ast(text, path)
-        summary = summarize(tree, module, False)
+        summary = summarize(tree, module, is_package, nested_class_lines(data))
     except SourceError as exc:
         return [source_error(path, str(exc), exc.line)]
-    index = ProjectIndex(
-        ModuleLocator(installed=False), lambda _: None, lambda s, _: function_flows(s, tree, pack.padding_flow)
-    )
-    index.add(summary, Path())
-    facts = index.facts(summary, Path(), pack)
+    function_flows(summary, tree, pack.padding_flow)  # of this text: the index would read the file on disk
+    owners = call_owners(data, pack.needles)
+    index.add(summary, root)
+    facts = index.facts(summary, root, pack, owners)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
-    codes = frozenset(settings.enabled(ALL_CODES))
-    return sorted(evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions))
+    return evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions)

@@ -7,6 +7,7 @@ from pathlib import Path
 import libcst as cst
 
 from specguard.analysis.findings import Finding, source_error
+from specguard.analysis.fix_edits import checked_fix
 from specguard.analysis.index import FileFacts
 from specguard.analysis.positions import spans
 from specguard.analysis.source import decode, read_bytes
@@ -37,20 +38,21 @@ def evaluate_source(
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
     try:
-        source = sparse_source(text, definitions, _names_to_keep(facts, pack))
-        module = cst.parse_module(source)
-        ctx = RuleContext(module, facts, pack, mentions, source)
+        parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
+        module = cst.parse_module(parsed)
+        ctx = RuleContext(module, facts, pack, mentions, parsed, source=text)
         found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         nodes = [diag.node for _, diag in found if diag.node is not None]
         located = iter(spans(module, nodes) if nodes else [])
         places = [ctx.span(diag.span) if diag.span is not None else next(located) for _, diag in found]
+        fixes = [checked_fix(module, diag.fix, text, parsed) if diag.fix else None for _, diag in found]
     except cst.ParserSyntaxError as exc:
         return [source_error(path, f"syntax error (libcst): {exc.message}", exc.raw_line)]
     except RecursionError:  # libcst's and the rules' tree walks are recursive; CPython's parser let it through
         return [source_error(path, "cannot analyze: expression nesting too deep")]
     return [
-        Finding(path, line, col, code, diag.message, end_line, end_col, diag.symbol)
-        for (code, diag), (line, col, end_line, end_col) in zip(found, places, strict=True)
+        Finding(path, line, col, code, diag.message, end_line, end_col, diag.symbol, fix)
+        for (code, diag), (line, col, end_line, end_col), fix in zip(found, places, fixes, strict=True)
     ]
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from specguard.analysis.fix_model import Fix
 
 
 @dataclass(frozen=True, order=True)
@@ -15,6 +17,7 @@ class Finding:
     end_line: int = 0
     end_col: int = 0
     symbol: str | None = None  # the qualified scope it was found in, e.g. "DFlashSpeculator.propose"
+    fix: Fix | None = field(default=None, compare=False)  # what `--fix` would change, if the rule offers it
 
 
 def source_error(path: str, reason: str, line: int = 1) -> Finding:

@@ -55,12 +55,12 @@ def scan_file(
     except SourceError as exc:
         return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=exc.line)
     module, is_package, root = module_name(Path(path))
-    owners = _call_owners(data, needles) if mentions else frozenset()
+    owners = call_owners(data, needles) if mentions else frozenset()
     summary = summarize(tree, module, is_package, nested_class_lines(data))
     return FileScan(path, stamp, mentions, digest, summary, owners, root=root)
 
 
-def _call_owners(data: bytes, needles: tuple[bytes, ...]) -> frozenset[str]:
+def call_owners(data: bytes, needles: tuple[bytes, ...]) -> frozenset[str]:
     owners = set()
     for match in re.finditer(rb"\.(?:" + b"|".join(map(re.escape, needles)) + rb")\s*\(", data):
         start = end = match.start()

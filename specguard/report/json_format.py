@@ -1,4 +1,4 @@
-"""ruff-compatible JSON: an array of objects with code, message, filename, location, end_location, url."""
+"""ruff-compatible JSON: the array `ruff check --output-format json` prints, key for key, `fix` included."""
 
 from __future__ import annotations
 
@@ -6,23 +6,51 @@ import json
 from pathlib import Path
 
 from specguard.analysis.findings import Finding
+from specguard.analysis.fix_model import Fix
 from specguard.report.docs_url import rule_url
+from specguard.rules import rule_name
+
+
+def _location(row: int, column: int) -> dict[str, int]:
+    return {"row": row, "column": column}
+
+
+def fix_object(fix: Fix | None) -> dict | None:
+    """ruff's `fix`: what editors and review bots apply."""
+    if fix is None:
+        return None
+    return {
+        "applicability": fix.applicability,
+        "message": fix.message,
+        "edits": [
+            {
+                "content": e.content,
+                "location": _location(e.line, e.col),
+                "end_location": _location(e.end_line, e.end_col),
+            }
+            for e in fix.edits
+        ],
+    }
 
 
 def render(findings: list[Finding]) -> str:
     return json.dumps(
         [
             {
+                "cell": None,  # ruff's notebook cell; specguard reads .py files only
                 "code": f.code,
-                "message": f.message,
+                "end_location": _location(f.end_line or f.line, f.end_col or f.col),
                 "filename": str(Path(f.path).resolve()),
-                "location": {"row": f.line, "column": f.col},
-                "end_location": {"row": f.end_line or f.line, "column": f.end_col or f.col},
-                "fix": None,
+                "fix": fix_object(f.fix),
+                "location": _location(f.line, f.col),
+                "message": f.message,
+                "name": rule_name(f.code),
                 "noqa_row": f.line,
+                "severity": "error",
                 "url": rule_url(f.code),
             }
             for f in findings
         ],
         indent=2,
+        sort_keys=True,
     )

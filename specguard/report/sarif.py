@@ -45,6 +45,21 @@ def _uri(path: str) -> str:
     return p.as_posix() if not p.is_absolute() else p.as_uri()
 
 
+def _fixes(f: Finding) -> dict:
+    """SARIF's `fixes`: one per finding that has one, replacing regions of its file."""
+    if f.fix is None:
+        return {}
+    replacements = [
+        {
+            "deletedRegion": {"startLine": e.line, "startColumn": e.col, "endLine": e.end_line, "endColumn": e.end_col},
+            **({"insertedContent": {"text": e.content}} if e.content else {}),
+        }
+        for e in f.fix.edits
+    ]
+    change = {"artifactLocation": {"uri": _uri(f.path)}, "replacements": replacements}
+    return {"fixes": [{"description": {"text": f.fix.message}, "artifactChanges": [change]}]}
+
+
 def render(findings: list[Finding]) -> str:
     rules = _rules()
     index = {r["id"]: i for i, r in enumerate(rules)}
@@ -68,6 +83,7 @@ def render(findings: list[Finding]) -> str:
                     **({"logicalLocations": [{"fullyQualifiedName": f.symbol}]} if f.symbol else {}),
                 }
             ],
+            **_fixes(f),
         }
         for f in findings
     ]

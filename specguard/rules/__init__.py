@@ -44,6 +44,13 @@ def _modules() -> dict[str, str]:
 ALL_CODES: list[str] = list(_modules())
 
 
+def rule_name(code: str) -> str:
+    """A rule's name without importing it: its module's name says it (sg102_helper_override: helper-override)."""
+    if code == "SG000":
+        return "source-error"
+    return _modules()[code].rpartition(".")[2].split("_", 1)[1].replace("_", "-")
+
+
 def load_rule(code: str) -> Rule:
     return importlib.import_module(_modules()[code]).RULE
 

@@ -7,14 +7,29 @@ import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Literal
 
 import libcst as cst
 
 from specguard.analysis.cst_tools import dotted, is_self_call, last_name, walk_calls
+from specguard.analysis.fix_edits import Change
+from specguard.analysis.fix_model import Applicability, Edit
 from specguard.analysis.index import FileFacts
 from specguard.analysis.source import parse_ast
 from specguard.analysis.sparse import sparse_lines
 from specguard.packs import Pack
+
+
+@dataclass(frozen=True)
+class NodeFix:
+    """A fix as a rule writes it: nodes of the module it was given, replaced or removed (a libcst
+    transformation), plus text edits for what lies outside the definitions rules see (an import line).
+    The engine turns the changes into text edits on the original source."""
+
+    applicability: Applicability
+    message: str
+    changes: tuple[Change, ...]
+    edits: tuple[Edit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -23,6 +38,7 @@ class Diagnostic:
     message: str
     symbol: str | None = None
     span: tuple[int, int, int, int] | None = None  # for rules on `ast`: the node's line, byte column, end line...
+    fix: NodeFix | None = None
 
 
 @dataclass
@@ -32,6 +48,7 @@ class RuleContext:
     pack: Pack
     mentions: frozenset[str] = field(default_factory=frozenset)
     text: str = ""  # the source `module` was parsed from (only the definitions rules read; lines as in the file)
+    source: str = ""  # the whole file (`text` holds only the definitions rules read); fixes edit its imports
     _calls: dict[int, list[cst.Call]] = field(default_factory=dict)
 
     @cached_property
@@ -93,6 +110,7 @@ class RuleContext:
 
 Check = Callable[[RuleContext], Iterator[Diagnostic]]
 Applies = Callable[[FileFacts, Pack, frozenset[str]], bool]
+FixAvailability = Literal["always", "sometimes", "never"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,11 @@ class Rule:
     check: Check
     applies: Applies
     analysis: tuple[str, ...] = ()  # paragraphs on how the rule follows values, and its limits
+    # Fixes, as ruff declares them: whether the rule offers one, what it does and how safe it is (`fix_summary`),
+    # and, as fixit does, what the bad example becomes under `--fix --unsafe-fixes` (run as a test).
+    fix_availability: FixAvailability = "never"
+    fix_summary: str = ""
+    fixed: str = ""
 
     def docs(self) -> str:
         """The text `specguard explain CODE` prints, in ruff's layout."""
@@ -119,6 +142,7 @@ class Rule:
             [
                 f"# {self.name} ({self.code})",
                 "",
+                *([f"Fix is {self.fix_availability} available.", ""] if self.fix_availability != "never" else []),
                 "## What it does",
                 fill(self.summary),
                 "",
@@ -135,8 +159,23 @@ class Rule:
                 "```python",
                 textwrap.dedent(self.good).strip(),
                 "```",
+                *self._fix_docs(),
             ]
         )
+
+    def _fix_docs(self) -> list[str]:
+        if self.fix_availability == "never":
+            return []
+        return [
+            "",
+            "## Fix",
+            textwrap.fill(self.fix_summary, 100, break_on_hyphens=False),
+            "",
+            "The example above, after `specguard check --fix --unsafe-fixes`:",
+            "```python",
+            textwrap.dedent(self.fixed).strip(),
+            "```",
+        ]
 
 
 def speculator_module(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:

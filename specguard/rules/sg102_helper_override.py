@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specguard.analysis.cst_tools import scopes
-from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
+import libcst as cst
+
+from specguard.analysis.cst_edits import delete_statement
+from specguard.analysis.cst_tools import dotted, kids, parameters, scopes
+from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -15,12 +18,132 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
         if cls is None or cls not in ctx.facts.speculator_classes or cls in ctx.facts.base_classes:
             continue
         if scope.name in helpers:
-            yield Diagnostic(
-                scope.function.name,
+            message = (
                 f"speculator `{cls}` overrides the shared metadata helper `{scope.name}`; pass what differs "
-                f"as arguments to the base helper instead of overriding it",
-                scope.qualname,
+                f"as arguments to the base helper instead of overriding it"
             )
+            problems = forward_problems(scope.function)
+            if problems:
+                message += f"; no fix offered: the override is not a pure forward ({'; '.join(problems[:2])})"
+            fix = None
+            if not problems:
+                what = f"Delete `{scope.qualname}`, which only forwards its arguments to the base helper"
+                fix = NodeFix("safe", what, (delete_statement(ctx.module, scope.function),))
+            yield Diagnostic(scope.function.name, message, scope.qualname, fix=fix)
+
+
+# ---- is the override a pure forward? -----------------------------------------------------------------------
+
+
+def forward_problems(function: cst.FunctionDef) -> list[str]:
+    """Why deleting this override could change what runs; empty when its body only returns
+    `super().<same name>(...)` with each of its own parameters passed on unchanged."""
+    name = function.name.value
+    statements = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
+    if statements and _is_docstring(statements[0]):
+        statements = statements[1:]
+    forward = next((c for c in map(_super_forward, statements) if c is not None), None)
+    problems = []
+    others = [s for s in statements if _super_forward(s) is None]
+    if forward is None:
+        problems.append(f"it does not return `super().{name}(...)`")
+    elif _called_method(forward) != name:
+        problems.append(f"it returns `super().{_called_method(forward)}(...)`, another method")
+    if others:
+        problems.append("it also " + " and ".join(_describe(s) for s in others[:2]))
+    if forward is not None:
+        problems.extend(_argument_problems(function, forward))
+    with_defaults = [p.name.value for p in parameters(function)[1:] if p.default is not None]
+    if with_defaults:
+        problems.append(f"it gives {_names(with_defaults)} defaults of its own, which may differ from the base's")
+    if function.decorators:
+        decorator = function.decorators[0].decorator
+        name = dotted(decorator.func if isinstance(decorator, cst.Call) else decorator)
+        problems.append(f"it is decorated with `@{name or '...'}`")
+    if function.asynchronous is not None:
+        problems.append("it is `async`")
+    return problems
+
+
+def _is_docstring(stmt: cst.BaseStatement) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _super_forward(stmt: cst.BaseStatement) -> cst.Call | None:
+    """The call in `return super().m(...)` (or `super(Cls, self).m(...)`)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return None
+    ret = stmt.body[0]
+    if not isinstance(ret, cst.Return) or not isinstance(ret.value, cst.Call):
+        return None
+    func = ret.value.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and dotted(func.value.func) == "super":
+        return ret.value
+    return None
+
+
+def _called_method(call: cst.Call) -> str:
+    return call.func.attr.value  # type: ignore[attr-defined]
+
+
+def _describe(stmt: cst.BaseStatement) -> str:
+    if isinstance(stmt, cst.If):
+        return "runs an `if` that returns early" if _returns(stmt) else "runs an `if`"
+    if isinstance(stmt, cst.SimpleStatementLine) and stmt.body:
+        small = stmt.body[0]
+        if isinstance(small, cst.Assert):
+            return "asserts"
+        if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            return "assigns a value"
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            return f"calls `{dotted(small.value.func) or '...'}`"
+        if isinstance(small, cst.Return):
+            return "returns something else"
+    return f"runs a `{type(stmt).__name__.lower()}` statement"
+
+
+def _returns(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Return) or any(_returns(k) for k in kids(node))
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def _argument_problems(function: cst.FunctionDef, call: cst.Call) -> list[str]:
+    params = function.params
+    positional = [p.name.value for p in [*params.posonly_params, *params.params][1:]]
+    keywordable = {p.name.value for p in [*params.params, *params.kwonly_params]}
+    star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
+    kwarg = params.star_kwarg.name.value if params.star_kwarg is not None else None
+    forwarded: list[str] = []
+    problems: list[str] = []
+    next_positional = iter(positional)
+    for arg in call.args:
+        value = arg.value.value if isinstance(arg.value, cst.Name) else None
+        if arg.star == "*":
+            expected = star
+        elif arg.star == "**":
+            expected = kwarg
+        elif arg.keyword is None:
+            expected = next(next_positional, None)
+        else:
+            expected = arg.keyword.value if arg.keyword.value in keywordable else None
+        if expected is None or value != expected:
+            shown = cst.Module([]).code_for_node(arg.value)
+            where = f" for `{arg.keyword.value}`" if arg.keyword is not None else ""
+            problems.append(f"it passes `{shown}`{where}")
+        else:
+            forwarded.append(value)
+    missing = [p.name.value for p in parameters(function)[1:] if p.name.value not in forwarded]
+    if missing:
+        problems.append(f"it does not pass on {_names(missing)}")
+    return problems
 
 
 RULE = Rule(
@@ -57,4 +180,19 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    fix_availability="sometimes",
+    fix_summary=(
+        "Safe, and offered only for an override that is a pure forward: its body only returns "
+        "`super().<same helper>(...)`, passing each of its own parameters on unchanged (positionally in order, as "
+        "`name=name`, `*args`, `**kwargs`), and it has no defaults of its own, no decorator and no other "
+        "statement. The fix deletes the override, so the base helper runs with the same arguments. Any other "
+        "override keeps its finding without a fix, and the message says why (vLLM 0.28.0's DFlash override "
+        "returns early and passes `self.num_query_per_req`, so its removal needs a person)."
+    ),
+    fixed="""
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+        class MyDFlashSpeculator(DraftModelSpeculator):
+            pass
+    """,
 )

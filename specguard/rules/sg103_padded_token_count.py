@@ -5,14 +5,17 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from specguard.analysis.ast_tools import callee_text, is_bound_method, scopes, span
+from specguard.analysis.ast_edits import replace_node
+from specguard.analysis.ast_tools import callee_text, dotted, is_bound_method, scopes, span
 from specguard.analysis.dataflow.calls import Passed, bind
 from specguard.analysis.dataflow.project import ProjectHooks
 from specguard.analysis.dataflow.resolve import MAX_DEPTH
 from specguard.analysis.dataflow.resolve import MAX_ROUNDS as ATTRIBUTE_ROUNDS
 from specguard.analysis.dataflow.values import Item, Value
 from specguard.analysis.dataflow.walker import MAX_ROUNDS, FlowWalker, parameter_env
-from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
+from specguard.analysis.fix_model import Edit
+from specguard.analysis.import_edits import add_import
+from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 
 PADDED = "padded"  # the label Pack.padding_flow gives a descriptor's padded count
 
@@ -20,9 +23,16 @@ PADDED = "padded"  # the label Pack.padding_flow gives a descriptor's padded cou
 class _Sinks(ProjectHooks):
     """At each call of the sink or of a shared helper: a padded count reaching a token-count parameter."""
 
-    def __init__(self, ctx: RuleContext, class_name: str | None, self_name: str | None, qualname: str) -> None:
+    def __init__(
+        self,
+        ctx: RuleContext,
+        class_name: str | None,
+        self_name: str | None,
+        qualname: str,
+        function: ast.FunctionDef | ast.AsyncFunctionDef,
+    ) -> None:
         super().__init__(ctx.facts, ctx.pack.padding_flow, class_name, self_name)
-        self.ctx = ctx
+        self.ctx, self.function = ctx, function
         self.qualname = qualname
         self.found: list[Diagnostic] = []
 
@@ -46,10 +56,11 @@ class _Sinks(ProjectHooks):
                 padded = [i for i in value.values() if i.label == PADDED and i.key is None]
                 if padded:
                     first = min(padded, key=lambda i: len(i.steps))
-                    self.found.append(self._diagnostic(callee, param, arg, first))
+                    fix = full_or_real_fix(self.ctx, self.function, arg, first)
+                    self.found.append(self._diagnostic(callee, param, arg, first, fix))
                     break
 
-    def _diagnostic(self, callee: str, param: str, arg: Passed, item: Item) -> Diagnostic:
+    def _diagnostic(self, callee: str, param: str, arg: Passed, item: Item, fix: NodeFix | None) -> Diagnostic:
         pad = self.ctx.pack.padding
         passed = {
             "": f"`{param}=`" if arg.keyword else f"`{param}` (by position)",
@@ -65,7 +76,74 @@ class _Sinks(ProjectHooks):
             + (f"; it gets there {how}" if how else ""),
             self.qualname,
             span(arg.node),  # type: ignore[arg-type]
+            fix=fix,
         )
+
+
+# ---- the fix: the padded count under FULL graphs, the real one otherwise ----------------------------------
+
+
+def full_or_real_fix(
+    ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, arg: Passed, item: Item
+) -> NodeFix | None:
+    """Rewrite the argument to `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, what the
+    shared helper of upstream's fix decides. Offered where the padded count is read from a descriptor in this
+    function (so the descriptor is in scope) and the pack names a real count that is (`real_counts`, or
+    `int(<array>[-1])` of a `real_count_arrays` array reached from a parameter); unsafe, since which count is
+    the real one is the pack's guess by name."""
+    pad = ctx.pack.padding
+    if arg.star or not (pad.mode_attribute and pad.full_mode and pad.mode_enum):
+        return None
+    read = next((n for n in ast.walk(function) if isinstance(n, ast.Attribute) and span(n) == item.span), None)
+    descriptor = dotted(read.value) if read is not None else None
+    value = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
+    real, enum = _real_count(ctx, function, value), _mode_enum(ctx, pad.mode_enum)
+    padded = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
+    if descriptor is None or real is None or enum is None or padded is None:
+        return None
+    if isinstance(value, (ast.IfExp, ast.Lambda, ast.NamedExpr)):
+        padded = f"({padded})"
+    name, import_edit = enum
+    rewritten = f"{padded} if {descriptor}.{pad.mode_attribute} == {name}.{pad.full_mode} else {real}"
+    return NodeFix(
+        "unsafe",
+        f"Pass `{padded}` only under FULL CUDA graphs and the real count `{real}` otherwise",
+        (),
+        (replace_node(ctx.text, value, rewritten), *import_edit),  # type: ignore[arg-type]
+    )
+
+
+def _real_count(ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, use: ast.AST) -> str | None:
+    """The real query token count the pack names, if this function has one where `use` is: a parameter, a local
+    assigned at the function's top level before it, or `int(<array>[-1])` of an array reached from a parameter."""
+    pad = ctx.pack.padding
+    params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    assigned = {
+        t.id
+        for stmt in function.body
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.lineno < use.lineno  # type: ignore[attr-defined]
+        for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+        if isinstance(t, ast.Name)
+    }
+    for name in pad.real_counts:
+        if name in params or name in assigned:
+            return name
+    for node in ast.walk(function):
+        text = dotted(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
+        if text and text.rpartition(".")[2] in pad.real_count_arrays and text.partition(".")[0] in params:
+            return f"int({text}[-1])"
+    return None
+
+
+def _mode_enum(ctx: RuleContext, qualified: str) -> tuple[str, tuple[Edit, ...]] | None:
+    """The local name of the mode enum, and the import that binds it where the module has none."""
+    module, _, name = qualified.rpartition(".")
+    for local, target in ctx.facts.imports:
+        if target == qualified or target.rpartition(".")[2] == name:  # also re-exported, or imported as another name
+            return local, ()
+    if name in ctx.facts.local_names or any(local == name for local, _ in ctx.facts.imports):
+        return None  # the name means something else here
+    return name, (add_import(ctx.source, module, name),)
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -77,7 +155,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
         first = [*func.args.posonlyargs, *func.args.args][:1]
         self_name = first[0].arg if bound and first else None
         qualname = f"{class_name}.{func.name}" if class_name else func.name
-        hooks = _Sinks(ctx, class_name, self_name, qualname)
+        hooks = _Sinks(ctx, class_name, self_name, qualname, func)
         env: dict[str, Value] = parameter_env(func, spec, symbolic=False, bound=bound)[0]
         FlowWalker(spec, hooks, self_name=self_name, qualname=qualname).run(func, env)
         yield from hooks.found
@@ -145,6 +223,13 @@ RULE = Rule(
             def propose_step(self, num_reqs, batch_desc):
                 kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
                 return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
+
+            def propose_block(self, num_reqs, num_query_tokens):
+                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+                return self._build_draft_attn_metadata(
+                    num_reqs=num_reqs,
+                    num_tokens_padded=d.num_tokens,  # SG103
+                )
     """,
     good="""
         from vllm.config.compilation import CUDAGraphMode
@@ -174,4 +259,41 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    fix_availability="sometimes",
+    fix_summary=(
+        "Unsafe: the argument becomes `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, "
+        "the choice upstream's shared helper makes, and `CUDAGraphMode` is imported where the module lacks it. "
+        "Offered where the padded count is read from a descriptor in the flagged function (so the descriptor is "
+        "in scope) and a real query token count is too: a local assigned before the call or a parameter with a "
+        "name the pack lists (`[padding] real_counts`, DFlash's `num_query_tokens`), or `int(<array>[-1])` of a "
+        "host array of query offsets the pack lists (`real_count_arrays`, `query_start_loc_np`) reached from a "
+        "parameter. A count from a helper, a container or `**kwargs`, or a function with no real count (the "
+        "autoregressive decode steps) keeps its finding without a fix. It is unsafe because the real count is "
+        "recognised by its name, and the better fix, moving to the shared helper that decides, needs a person."
+    ),
+    fixed="""
+        from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+        from vllm.config.compilation import CUDAGraphMode
+
+        class MyDraftSpeculator(DraftModelSpeculator):
+            def _padded(self, batch_desc):
+                return batch_desc.num_tokens
+
+            def propose(self, num_reqs, num_tokens):
+                batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                n = self._padded(batch_desc)  # a helper's return value
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # SG103
+
+            def propose_step(self, num_reqs, batch_desc):
+                kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
+                return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
+
+            def propose_block(self, num_reqs, num_query_tokens):
+                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+                return self._build_draft_attn_metadata(
+                    num_reqs=num_reqs,
+                    num_tokens_padded=d.num_tokens if d.cg_mode == CUDAGraphMode.FULL else num_query_tokens,  # SG103
+                )
+    """,
 )

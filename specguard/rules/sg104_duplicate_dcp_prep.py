@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from specguard.analysis.cst_tools import scopes
-from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
+import libcst as cst
+
+from specguard.analysis.cst_edits import delete_statements, without_keyword
+from specguard.analysis.cst_tools import Scope, dotted, is_self_call, kids, last_name, parameters, scopes
+from specguard.analysis.import_edits import drop_import
+from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 from specguard.rules.sg101_metadata_outside_helper import is_capture_builder_call
 
 
@@ -28,7 +32,104 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
                     f"`{scope.qualname}` calls `{ctx.callee(call)}` itself; the speculator base's shared helper "
                     f"already recomputes DCP rank-local lengths, so this duplicates (and can diverge from) it",
                     scope.qualname,
+                    fix=_drop_duplicate(ctx, scope, call),
                 )
+
+
+# ---- the fix: delete the call when its result only feeds the helper's `dcp_local_seq_lens=` ---------------
+
+
+def _statements(node: cst.CSTNode) -> Iterator[cst.SimpleStatementLine]:
+    """Every one-statement line of a function, nested blocks included (not nested functions or classes)."""
+    for child in kids(node):
+        if isinstance(child, cst.SimpleStatementLine):
+            if len(child.body) == 1:
+                yield child
+        elif not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            yield from _statements(child)
+
+
+def _assignment(line: cst.SimpleStatementLine) -> tuple[str, cst.BaseExpression] | None:
+    """`name = value` with one plain name as its target."""
+    stmt = line.body[0]
+    if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):
+        return stmt.targets[0].target.value, stmt.value
+    return None
+
+
+def _holds_result(value: cst.BaseExpression, buffer: str, aliases: set[str], call: cst.Call) -> bool:
+    """A value that is the prepared buffer, an alias of it, None, or a choice between those."""
+    if isinstance(value, cst.IfExp):
+        return all(_holds_result(v, buffer, aliases, call) for v in (value.body, value.orelse))
+    name = dotted(value)
+    return value is call or name in (buffer, "None") or name in aliases
+
+
+def _drop_duplicate(ctx: RuleContext, scope: Scope, call: cst.Call) -> NodeFix | None:
+    """Delete the call, the locals that only carry its buffer, and the `dcp_local_seq_lens=` they feed.
+
+    Offered only when everything that reads the buffer (the call's first argument, or what it returns) is such a
+    local or that argument of a shared helper's call: then the helper, which recomputes the lengths itself, is
+    the only consumer of this copy of them.
+    """
+    param, helpers = ctx.pack.metadata.dcp_param, ctx.pack.speculators.shared_helpers
+    buffer = dotted(call.args[0].value) if call.args and call.args[0].keyword is None else None
+    lines = list(_statements(scope.function))
+    home = next((ln for ln in lines if getattr(ln.body[0], "value", None) is call), None)
+    if param is None or buffer is None or home is None:
+        return None
+    # Locals that only ever hold the buffer (or None), found to a fixed point: `lens = buffer`, `x = lens`.
+    assigned: dict[str, list[cst.SimpleStatementLine]] = {}
+    for line in lines:
+        if (pair := _assignment(line)) is not None:
+            assigned.setdefault(pair[0], []).append(line)
+    aliases: set[str] = set()
+    while True:
+        more = {
+            name
+            for name, homes in assigned.items()
+            if name not in aliases
+            and all(_holds_result(_assignment(h)[1], buffer, aliases, call) for h in homes)  # type: ignore[index]
+            and any(dotted(_assignment(h)[1]) != "None" for h in homes)  # type: ignore[index]
+        }
+        if not more:
+            break
+        aliases |= more
+    if aliases & {p.name.value for p in parameters(scope.function)}:
+        return None
+    carriers = [h for name in aliases for h in assigned[name]]
+    feeds = [c for c in ctx.calls_in(scope.function) if is_self_call(c) and last_name(c.func) in helpers]
+    feeds = [c for c in feeds if any(a.keyword and a.keyword.value == param for a in c.args)]
+    if not feeds:
+        return None
+    allowed = [home, *carriers, *(a.value for c in feeds for a in c.args if a.keyword and a.keyword.value == param)]
+    if _reads_elsewhere(scope.function, buffer, aliases, {id(n) for n in allowed}):
+        return None
+    deletions = delete_statements(scope.function, list({id(n): n for n in [home, *carriers]}.values()))
+    if deletions is None:
+        return None
+    deleted = "".join(ctx.module.code_for_node(node) for node, _ in deletions)
+    unused_import = drop_import(ctx.source, call.func.value, deleted) if isinstance(call.func, cst.Name) else None
+    return NodeFix(
+        "unsafe",
+        f"Delete the duplicate `{ctx.callee(call)}` call and the `{param}=` it feeds; the shared helper "
+        f"recomputes them",
+        (*deletions, *(without_keyword(c, param) for c in feeds)),
+        (unused_import,) if unused_import else (),
+    )
+
+
+def _reads_elsewhere(node: cst.CSTNode, buffer: str, aliases: set[str], allowed: set[int]) -> bool:
+    """Whether the buffer or an alias of it is used anywhere outside the nodes whose ids are `allowed`."""
+    if id(node) in allowed:
+        return False
+    if isinstance(node, cst.Attribute):  # `a.b.buf`, not the attribute name `buf` of something else
+        return dotted(node) == buffer or _reads_elsewhere(node.value, buffer, aliases, allowed)
+    if isinstance(node, cst.Name):
+        return node.value == buffer or node.value in aliases
+    if isinstance(node, cst.Arg):  # the value, not the keyword's name
+        return _reads_elsewhere(node.value, buffer, aliases, allowed)
+    return any(_reads_elsewhere(k, buffer, aliases, allowed) for k in kids(node))
 
 
 RULE = Rule(
@@ -52,11 +153,16 @@ RULE = Rule(
 
         class MyDFlashSpeculator(DraftModelSpeculator):
             def propose(self, num_reqs, batch_desc, query_start_loc_np):
-                prepare_dcp_local_seq_lens(
-                    self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
-                    self.block_tables.cp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
+                dcp_local_seq_lens = None
+                if self.block_tables.cp_size > 1:
+                    prepare_dcp_local_seq_lens(
+                        self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
+                        self.block_tables.cp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
+                    )
+                    dcp_local_seq_lens = self.input_buffers.dcp_local_seq_lens
+                return self._build_attn_metadata(
+                    num_reqs, batch_desc, query_start_loc_np, dcp_local_seq_lens=dcp_local_seq_lens
                 )
-                return self._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
     """,
     good="""
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
@@ -68,4 +174,23 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    fix_availability="sometimes",
+    fix_summary=(
+        "Unsafe, and offered only when what the call prepares (its first argument, the buffer it fills, or what "
+        "it returns) is read nowhere but in the shared helper's `dcp_local_seq_lens=` argument, directly or "
+        "through locals that only carry it (or None). The fix deletes the call, those locals and the argument, "
+        "an `if` it leaves empty and the import nothing else uses, so the helper recomputes the lengths once, "
+        "itself. It is unsafe because "
+        "the buffer may be read after the call returns (another method, a CUDA graph), and because the helper "
+        "must be one that recomputes them (vLLM's does since the DCP fix)."
+    ),
+    fixed="""
+        from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+        class MyDFlashSpeculator(DraftModelSpeculator):
+            def propose(self, num_reqs, batch_desc, query_start_loc_np):
+                return self._build_attn_metadata(
+                    num_reqs, batch_desc, query_start_loc_np
+                )
+    """,
 )

@@ -5,12 +5,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from specguard.analysis.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
 from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, span
 from specguard.analysis.dataflow.calls import Passed
 from specguard.analysis.dataflow.project import ProjectHooks
 from specguard.analysis.dataflow.values import ANY, Item, Value
 from specguard.analysis.dataflow.walker import FlowWalker
-from specguard.rules.base import Diagnostic, Rule, RuleContext
+from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
 
 REDUCTION = "reduction"  # the label Pack.merge_flow gives a reduction's or a fold's result
 
@@ -33,8 +34,9 @@ class _FlagSinks(ProjectHooks):
     """Where a merged flag leaves the merge: a keyword argument (`cls(flag=...)`, `replace(spec, flag=...)`),
     a `**kwargs` dict holding it, or an attribute store (`merged.flag = ...`)."""
 
-    def __init__(self, ctx: RuleContext, qualname: str) -> None:
+    def __init__(self, ctx: RuleContext, qualname: str, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         super().__init__(ctx.facts, ctx.pack.merge_flow, None, None)
+        self.ctx, self.method = ctx, method
         self.qualname = qualname
         self.flags = ctx.pack.kv_groups.flags
         self.found: list[Diagnostic] = []
@@ -68,8 +70,51 @@ class _FlagSinks(ProjectHooks):
                 f"whose layers disagree",
                 self.qualname,
                 span(node),  # type: ignore[arg-type]
+                fix=agreement_fix(self.ctx.text, self.method, flag, item),
             )
         )
+
+
+# ---- the fix: require agreement where the reduction was -------------------------------------------------
+
+_AGREEING = ("any", "all", "max", "min")  # reductions that give the one value back when every layer agrees
+
+
+def agreement_fix(text: str, method: ast.FunctionDef | ast.AsyncFunctionDef, flag: str, item: Item) -> NodeFix | None:
+    """Replace `any(<per-spec values>)` (all, max, min) by an agreement check: collect the values in a set just
+    before the statement that held the reduction, raise ValueError naming the class and the flag unless there is
+    exactly one, and pass that one value on. Upstream's DCP fix in shape, with an error that survives `python -O`."""
+    reduction = next((n for n in ast.walk(method) if isinstance(n, ast.Call) and span(n) == item.span), None)
+    if item.source not in _AGREEING or reduction is None or not method.args.args:
+        return None
+    collected, statement = set_of_iterable(text, reduction), enclosing_statement(method, reduction)
+    if collected is None or statement is None:
+        return None
+    owner, unit = method.args.args[0].arg, indent_unit(text, method)
+    taken = {n.id for n in ast.walk(method) if isinstance(n, ast.Name)} | {
+        a.arg for a in ast.walk(method) if isinstance(a, ast.arg)
+    }
+    values = next(v for v in (f"{flag}_values{i or ''}" for i in range(len(taken) + 1)) if v not in taken)
+    check = insert_before(
+        text,
+        statement,
+        [
+            f"{values} = {collected}",
+            f"if len({values}) != 1:",
+            f"{unit}raise ValueError(",
+            f'{unit * 2}f"{{{owner}.__name__}}: the layers of one KV cache group disagree on "',
+            f'{unit * 2}f"{flag}: {{sorted({values})}}"',
+            f"{unit})",
+        ],
+    )
+    if check is None:
+        return None
+    return NodeFix(
+        "safe",
+        f"Require every spec to agree on `{flag}`: raise ValueError when they differ, pass the one value",
+        (),
+        (check, replace_node(text, reduction, f"{values}.pop()")),
+    )
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -83,7 +128,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
             if not has_decorator(func, "classmethod"):
                 continue
             qualname = f"{cls.name}.{func.name}"
-            hooks = _FlagSinks(ctx, qualname)
+            hooks = _FlagSinks(ctx, qualname, func)
             FlowWalker(ctx.pack.merge_flow, hooks, qualname=qualname).run(func, {})
             yield from hooks.found
 
@@ -177,4 +222,47 @@ RULE = Rule(
     """,
     check=check,
     applies=_spec_class_with_flag,
+    fix_availability="sometimes",
+    fix_summary=(
+        "Safe: the reduction becomes an agreement check, the shape of upstream's DCP fix. The values are "
+        "collected in a set just before the statement that held the reduction, a `ValueError` naming the class and "
+        "the flag is raised unless there is exactly one, and that one value is passed on; a group that agrees "
+        "merges exactly as before. Offered for `any`, `all`, `max` and `min` of one iterable, in the merge method "
+        "itself (not inside a lambda or comprehension, whose names the check could not see); `sum`, `reduce` and "
+        "folds in a loop keep their finding without a fix."
+    ),
+    fixed="""
+        from dataclasses import dataclass
+
+        @dataclass
+        class MLAAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                non_causal_multi_token_decode_values = {s.non_causal_multi_token_decode for s in specs}
+                if len(non_causal_multi_token_decode_values) != 1:
+                    raise ValueError(
+                        f"{cls.__name__}: the layers of one KV cache group disagree on "
+                        f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
+                    )
+                return cls(
+                    non_causal_multi_token_decode=non_causal_multi_token_decode_values.pop(),  # SG201
+                )
+
+        @dataclass
+        class DraftAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                non_causal_multi_token_decode_values = {s.non_causal_multi_token_decode for s in specs}
+                if len(non_causal_multi_token_decode_values) != 1:
+                    raise ValueError(
+                        f"{cls.__name__}: the layers of one KV cache group disagree on "
+                        f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
+                    )
+                flag = non_causal_multi_token_decode_values.pop()
+                return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
+    """,
 )

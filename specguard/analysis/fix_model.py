@@ -1,0 +1,78 @@
+"""What a fix is, as plain data: ruff's model, so that the JSON and SARIF reports can carry it as it is.
+
+A fix is an applicability (safe: keeps the code's meaning; unsafe: may change it, applied only with
+`--unsafe-fixes`), a one-line message saying what it does, and text edits on the original source, each the
+replacement of a span by new text. Findings carry their fix into the cache, so these stay plain frozen dataclasses
+of strings and integers (no libcst node), and importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Applicability = Literal["safe", "unsafe"]
+_LINE_STARTS = re.compile(r"\n")
+_LINES = re.compile(r"[^\n]*\n|[^\n]+$")
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from (line, col) up to (end_line, end_col), 1-based and end-exclusive, by `content`."""
+
+    content: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    @property
+    def start(self) -> tuple[int, int]:
+        return self.line, self.col
+
+    @property
+    def end(self) -> tuple[int, int]:
+        return self.end_line, self.end_col
+
+
+@dataclass(frozen=True)
+class Fix:
+    applicability: Applicability
+    message: str
+    edits: tuple[Edit, ...]
+
+    def applies(self, unsafe_fixes: bool | None) -> bool:
+        """Whether `--fix` applies it: safe fixes always, unsafe ones only with `--unsafe-fixes`."""
+        return self.applicability == "safe" or unsafe_fixes is True
+
+    def overlaps(self, others: Sequence[Fix]) -> bool:
+        """Two fixes overlap when any of their edits touch, as in ruff: the second waits for a re-check."""
+        for mine in self.edits:
+            for other in (e for fix in others for e in fix.edits):
+                if mine.start <= other.end and other.start <= mine.end:
+                    return True
+        return False
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, split at "\\n" only, as line numbers in edits count them."""
+    return _LINES.findall(text)
+
+
+def apply_edits(text: str, edits: Iterable[Edit]) -> str:
+    """`text` with non-overlapping edits applied; positions are 1-based (line, column) in `text`."""
+    starts = [0, *(m.end() for m in _LINE_STARTS.finditer(text))]
+
+    def offset(line: int, col: int) -> int:
+        return (starts[line - 1] if line <= len(starts) else len(text)) + col - 1
+
+    out, done = [], 0
+    for edit in sorted(edits, key=lambda e: (e.start, e.end)):
+        start, end = offset(*edit.start), offset(*edit.end)
+        if start < done:
+            raise ValueError(f"overlapping edits at line {edit.line}")
+        out += [text[done:start], edit.content]
+        done = end
+    return "".join([*out, text[done:]])

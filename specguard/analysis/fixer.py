@@ -1,0 +1,241 @@
+"""`--fix` and `--diff`: the findings' fixes applied to the text of their files, each checked before it is kept.
+
+Per file, as ruff does: apply every fix whose edits do not overlap another's, re-parse the result and re-run the
+rules on it, and keep the round only if it parses and no fixed finding is still reported; a round that fails is
+retried one fix at a time and the culprit refused. Fixes that overlapped one applied in this round wait for the
+next round, which starts from the re-check's findings (bounded, as ruff bounds its iterations). Only then is the
+file written, atomically and only if nobody changed it meanwhile. A file with SG000 is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import io
+import os
+import re
+import stat
+import tempfile
+import tokenize
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from specguard.analysis.findings import Finding
+from specguard.analysis.fix_model import Fix, apply_edits, split_lines
+
+# How many re-check rounds one file gets; ruff stops at 100, but specguard's fixes rarely overlap at all.
+MAX_ROUNDS = 10
+
+Key = tuple[str, str | None, str]  # what identifies a finding across edits that move it: code, scope, message
+_LINE_REFERENCE = re.compile(r"\(line \d+\)")  # messages name the lines a value passed through; edits move them
+
+
+def key(finding: Finding) -> Key:
+    return finding.code, finding.symbol, _LINE_REFERENCE.sub("(line)", finding.message)
+
+
+@dataclass(frozen=True)
+class FixPolicy:
+    """Which fixes `--fix` may apply: safe ones, unsafe ones too with `--unsafe-fixes`, of the fixable codes."""
+
+    unsafe_fixes: bool | None = None
+    fixable: Callable[[str], bool] = lambda code: True
+
+    def offered(self, finding: Finding) -> Fix | None:
+        """The fix a report shows for a finding: none for an unfixable code, as in ruff."""
+        return finding.fix if finding.fix is not None and self.fixable(finding.code) else None
+
+    def applies(self, finding: Finding) -> bool:
+        fix = self.offered(finding)
+        return fix is not None and fix.applies(self.unsafe_fixes)
+
+
+@dataclass
+class FixedText:
+    text: str
+    applied: list[Finding] = field(default_factory=list)  # as each was found before its fix
+    refused: list[str] = field(default_factory=list)  # one line per fix that was not kept, saying why
+
+
+def fix_text(
+    text: str,
+    findings: Sequence[Finding],
+    recheck: Callable[[str], list[Finding]],
+    applies: Callable[[Finding], bool],
+    chosen: Sequence[Finding] | None = None,
+) -> FixedText:
+    """Apply the fixes of `findings` (the findings of `text`) that `applies` accepts.
+
+    `chosen` limits them to some findings (the reported ones, not the suppressed): in the first round by
+    position, later, after edits moved them, by code, scope and message, as many times as chosen.
+    """
+    chosen = findings if chosen is None else chosen
+    first, budget = {_place(f) for f in chosen}, Counter(map(key, chosen))
+    result, current, refused = FixedText(text), list(findings), set()
+    for round_ in range(MAX_ROUNDS):
+        candidates = [
+            f
+            for f in current
+            if f.fix is not None
+            and budget[key(f)] > 0
+            and key(f) not in refused
+            and (round_ > 0 or _place(f) in first)
+            and applies(f)
+        ]
+        batch: list[Finding] = []
+        for finding in sorted(candidates, key=lambda f: f.fix.edits[0].start):  # type: ignore[union-attr]
+            if not finding.fix.overlaps([b.fix for b in batch]):  # type: ignore[union-attr, misc]
+                batch.append(finding)
+        if not batch:
+            break
+        attempt = _attempt(result.text, batch, current, recheck)
+        if attempt is None:  # find the fix that broke the round; the others are tried again next round
+            for finding in batch:
+                attempt = _attempt(result.text, [finding], current, recheck)
+                if attempt is not None:
+                    batch = [finding]
+                    break
+                refused.add(key(finding))
+                result.refused.append(_refusal(finding, recheck, result.text))
+            if attempt is None:
+                continue
+        result.text, current = attempt
+        result.applied.extend(batch)
+        budget.subtract(map(key, batch))
+    return result
+
+
+def _place(finding: Finding) -> tuple[int, int, str, str]:
+    return finding.line, finding.col, finding.code, finding.message
+
+
+def _attempt(
+    text: str, batch: list[Finding], before: list[Finding], recheck: Callable[[str], list[Finding]]
+) -> tuple[str, list[Finding]] | None:
+    """The fixed text and its findings, or None when it does not parse or still reports a fixed finding."""
+    fixed = apply_edits(text, [e for f in batch for e in f.fix.edits])  # type: ignore[union-attr]
+    after = recheck(fixed)
+    if any(f.code == "SG000" for f in after):
+        return None
+    remaining, had, fixing = Counter(map(key, after)), Counter(map(key, before)), Counter(map(key, batch))
+    if any(remaining[k] > had[k] - n for k, n in fixing.items()):
+        return None
+    return fixed, after
+
+
+def _refusal(finding: Finding, recheck: Callable[[str], list[Finding]], text: str) -> str:
+    after = recheck(apply_edits(text, finding.fix.edits))  # type: ignore[union-attr]
+    errors = [f for f in after if f.code == "SG000"]
+    why = f"the result does not parse ({errors[0].message})" if errors else "the rules still report it on the result"
+    return f"{finding.path}:{finding.line}:{finding.col}: {finding.code} fix not applied: {why}"
+
+
+# ---- files -------------------------------------------------------------------------------------------------
+
+
+class Project(Protocol):
+    """What the fixer needs from the run that produced the findings (analysis/engine.py's run)."""
+
+    def digest(self, path: str) -> str | None: ...
+
+    def recheck(self, path: str, text: str) -> list[Finding]: ...
+
+
+@dataclass
+class FixReport:
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (text before, text after)
+    fixed: int = 0  # findings whose fix was applied
+    notes: list[str] = field(default_factory=list)  # one line per file or fix left as it was, saying why
+
+
+def fix_files(project: Project, findings: Sequence[Finding], policy: FixPolicy, *, write: bool) -> FixReport:
+    """Fix the files of the reported `findings` (suppressed and baselined ones are not reported, so not fixed)."""
+    report = FixReport()
+    broken = {f.path for f in findings if f.code == "SG000"}
+    report.notes.extend(f"{path}: not fixed: it has a source error (SG000)" for path in sorted(broken))
+    by_path: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if finding.path not in broken and policy.applies(finding):
+            by_path.setdefault(finding.path, []).append(finding)
+    for path, chosen in sorted(by_path.items()):
+        try:
+            _fix_file(project, path, chosen, policy, report, write)
+        except OSError as exc:
+            report.notes.append(f"{path}: not fixed: cannot read or write it: {exc.strerror or exc}")
+        except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not stop the other files' fixes
+            report.notes.append(f"{path}: not fixed: internal error: {type(exc).__name__}: {exc} (please report it)")
+    return report
+
+
+def _fix_file(
+    project: Project, path: str, chosen: list[Finding], policy: FixPolicy, report: FixReport, write: bool
+) -> None:
+    data = Path(path).read_bytes()
+    if hashlib.blake2b(data, digest_size=16).hexdigest() != project.digest(path):
+        report.notes.append(f"{path}: not fixed: it changed after it was checked; run specguard again")
+        return
+    encoding = _encoding(data)
+    text = data.decode(encoding)
+
+    def recheck(new_text: str) -> list[Finding]:
+        return project.recheck(path, new_text)
+
+    fixed = fix_text(text, recheck(text), recheck, policy.applies, chosen)
+    report.notes.extend(fixed.refused)
+    if fixed.text == text:
+        return
+    if write:
+        try:
+            new_data = fixed.text.encode(encoding)
+        except UnicodeEncodeError:
+            report.notes.append(f"{path}: not fixed: the fixed text cannot be written in its encoding ({encoding})")
+            return
+        note = write_if_unchanged(Path(path), data, new_data)
+        if note is not None:
+            report.notes.append(f"{path}: not fixed: {note}")
+            return
+    report.changed[path] = (text, fixed.text)
+    report.fixed += len(fixed.applied)
+
+
+def _encoding(data: bytes) -> str:
+    """The encoding the file was read in (analysis/source.py's `decode`), to write it back the same way."""
+    if data.startswith(b"\xef\xbb\xbf") or b"coding" in data[:400]:
+        return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+    return "utf-8"
+
+
+def write_if_unchanged(path: Path, expected: bytes, data: bytes) -> str | None:
+    """Replace the file's content atomically (temp file + rename, mode kept), unless its content is no longer
+    `expected`; the reason it was not written, or None. A symlink's target is written, the link kept."""
+    target = Path(os.path.realpath(path))
+    try:
+        if target.read_bytes() != expected:
+            return "it changed while specguard was fixing it; left as it is"
+        st = target.stat()
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".specguard")
+    except OSError as exc:
+        return f"cannot write it: {exc.strerror or exc}"
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            with contextlib.suppress(OSError):  # only root may hand a file back to its owner
+                os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return f"cannot write it: {exc.strerror or exc}"
+    return None
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    """The change as `--diff` prints it (ruff's layout: the same name on both header lines)."""
+    lines = difflib.unified_diff(split_lines(before), split_lines(after), fromfile=path, tofile=path)
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)

@@ -1,0 +1,70 @@
+"""Text edits on a module's top-level imports, for fixes that need a name or stop needing one.
+
+The rules see only the definitions of a module (analysis/sparse.py), so the imports are edited on the original
+text, found with CPython's parser; one statement is rewritten with libcst so its commas and brackets stay right.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import libcst as cst
+
+from specguard.analysis.fix_model import Edit, split_lines
+
+
+def _column(line: str, byte_offset: int) -> int:
+    """ast's UTF-8 byte offset on a line as edits count columns: characters, 1-based."""
+    return len(line.encode()[:byte_offset].decode(errors="replace")) + 1
+
+
+def _top_level_imports(source: str) -> list[ast.Import | ast.ImportFrom]:
+    tree = ast.parse(source)
+    return [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+
+
+def add_import(source: str, module: str, name: str) -> Edit:
+    """`from module import name` on a new line after the last top-level import (after a module docstring, or
+    first, in a module without imports)."""
+    tree = ast.parse(source)
+    imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    head = tree.body[0] if tree.body else None
+    docstring = head if isinstance(head, ast.Expr) and isinstance(head.value, ast.Constant) else None
+    after = imports[-1] if imports else docstring
+    line = (after.end_lineno or after.lineno) + 1 if after is not None else 1
+    newline = "\r\n" if "\r\n" in source[:1000] else "\n"
+    statement = f"from {module} import {name}"
+    lines = split_lines(source)
+    if line > len(lines) and lines and not lines[-1].endswith("\n"):  # no newline after the last import
+        end = len(lines[-1]) + 1
+        return Edit(newline + statement, len(lines), end, len(lines), end)
+    return Edit(statement + newline, line, 1, line, 1)
+
+
+def drop_import(source: str, name: str, deleted: str) -> Edit | None:
+    """Remove `name` from the top-level `from ... import` that binds it, when the module mentions it (as a word,
+    comments and strings included) only there and in `deleted`, the code the same fix deletes."""
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    if len(word.findall(source)) != 1 + len(word.findall(deleted)):
+        return None
+    lines = split_lines(source)
+    for stmt in _top_level_imports(source):
+        if not isinstance(stmt, ast.ImportFrom) or not any((a.asname or a.name) == name for a in stmt.names):
+            continue
+        first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+        start = _column(lines[first - 1], stmt.col_offset)
+        end = _column(lines[last - 1], stmt.end_col_offset or 0)
+        rest = lines[last - 1][end - 1 :].strip()
+        whole_lines = start == 1 and (rest == "" or rest.startswith("#"))  # a comment goes with its import
+        if len(stmt.names) == 1:
+            return Edit("", first, 1, last + 1, 1) if whole_lines else None
+        node = cst.parse_statement(ast.get_source_segment(source, stmt) or "")
+        assert isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.ImportFrom)
+        names = node.body[0].names
+        assert not isinstance(names, cst.ImportStar)
+        kept = [a for a in names if (a.evaluated_alias or a.evaluated_name) != name]
+        kept[-1] = kept[-1].with_changes(comma=names[-1].comma)
+        rewritten = cst.Module([]).code_for_node(node.body[0].with_changes(names=kept))
+        return Edit(rewritten, first, start, last, end)
+    return None
