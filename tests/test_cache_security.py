@@ -117,12 +117,14 @@ def test_a_cache_folder_from_elsewhere_is_never_read(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-# What may deserialize code: a module that imports one of these, or calls one of these names.
+# What may deserialize or run code: a module that imports one of these, a call of one of these builtins (by name
+# or through `builtins`), or a YAML loader that is not the safe one.
 _CODE_LOADERS = {"pickle", "marshal", "shelve", "dill", "cloudpickle", "joblib", "_pickle", "copyreg"}
-_CODE_CALLS = {"eval", "exec", "__import__", "unsafe_load", "full_load"}
+_CODE_BUILTINS = {"eval", "exec", "compile", "__import__"}
+_UNSAFE_YAML = {"load", "unsafe_load", "full_load", "load_all", "unsafe_load_all", "full_load_all"}
 # The one reviewed exception: runtime/mirror.py compiles a wrapper whose text it generates from the signature of
 # an installed FlashInfer function (parameter names only); it reads no file and no cache.
-_ALLOWED = {("specguard/runtime/mirror.py", "exec")}
+_ALLOWED = {("specguard/runtime/mirror.py", "exec"), ("specguard/runtime/mirror.py", "compile")}
 
 
 def _uses(path: Path) -> set[str]:
@@ -134,9 +136,14 @@ def _uses(path: Path) -> set[str]:
             found |= {node.module.split(".")[0]} & _CODE_LOADERS
         elif isinstance(node, ast.Call):
             func = node.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if name in _CODE_CALLS or (name == "load" and "yaml" in ast.unparse(func)):
-                found.add(name)
+            if isinstance(func, ast.Name) and func.id in _CODE_BUILTINS:
+                found.add(func.id)
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                owner = func.value.id
+                if (owner == "builtins" and func.attr in _CODE_BUILTINS) or (
+                    owner == "yaml" and func.attr in _UNSAFE_YAML
+                ):
+                    found.add(func.attr)
     return found
 
 
@@ -161,7 +168,12 @@ def test_the_scan_finds_what_it_looks_for(tmp_path: Path) -> None:
         "x = eval('1')\n": "eval",
         "import yaml\nyaml.load(open('f'))\n": "load",
         "import yaml\nyaml.unsafe_load('')\n": "unsafe_load",
+        "import builtins\nbuiltins.exec('1')\n": "exec",
+        "code = compile('1', 'f', 'eval')\n": "compile",
     }
+    not_code = "class E:\n    def eval(self, x):\n        return x\n\nE().eval(1)\nimport yaml\nyaml.safe_load('')\n"
+    (tmp_path / "sample.py").write_text(not_code)
+    assert _uses(tmp_path / "sample.py") == set()  # a method named eval, the safe YAML loader
     for text, expected in samples.items():
         path = tmp_path / "sample.py"
         path.write_text(text)

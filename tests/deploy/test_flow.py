@@ -107,6 +107,15 @@ def hostile(p):
         raise ValueError("after hostile calls")
 
 
+def costly(p):
+    big = "x" * (10 ** 12)
+    wide = "{:>1000000000}".format(1)
+    huge = 10 ** 10 ** 10
+    padded = "%*d" % (10 ** 9, 1)
+    if p.size > 2:
+        raise ValueError(f"after costly values {big} {wide} {huge} {padded}")
+
+
 def forever(p):
     return forever(p)
 
@@ -221,6 +230,13 @@ def test_nothing_of_the_evaluated_source_runs(tree: tuple[SourceTree, Path]) -> 
     ev = _run(t, "hostile", _parallel(t, size=4))
     assert _messages(ev) == ["after hostile calls"]
     assert not marker.exists()
+
+
+def test_values_too_costly_to_compute_are_unknown(tree: tuple[SourceTree, Path]) -> None:
+    """A served tree is data: arithmetic or formatting that would take gigabytes or minutes is not computed."""
+    t, _ = tree
+    ev = _run(t, "costly", _parallel(t, size=4))
+    assert [m.startswith("after costly values") for m in _messages(ev)] == [True]
 
 
 def test_recursion_is_bounded(tree: tuple[SourceTree, Path]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -51,6 +52,26 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.BitOr: operator.or_,
     ast.BitAnd: operator.and_,
 }
+
+# The largest value the evaluator computes: the served source is data to it, and a tree that multiplies a string by
+# 10**12 or raises to a huge power must cost a "not judged", not the machine's memory or minutes of CPU.
+_MAX_ITEMS = 100_000
+_MAX_EXPONENT = 256
+_WIDE_PRINTF = re.compile(r"%[-+ #0]*(?:\*|\d{6,})")
+
+
+def _too_costly(op: ast.operator, left: Any, right: Any) -> bool:
+    if isinstance(op, ast.Pow):
+        numbers = isinstance(left, (int, float)) and isinstance(right, (int, float))
+        return not numbers or abs(right) > _MAX_EXPONENT or abs(left) > 2**64
+    if isinstance(op, ast.Mult):
+        seq, count = (left, right) if isinstance(left, (str, tuple, list)) else (right, left)
+        sized = isinstance(seq, (str, tuple, list)) and isinstance(count, int)
+        return sized and count * max(len(seq), 1) > _MAX_ITEMS
+    if isinstance(op, ast.Mod) and isinstance(left, str):
+        return bool(_WIDE_PRINTF.search(left))
+    return False
+
 
 _STAR_UNKNOWN: Any = object()
 
@@ -449,6 +470,8 @@ class Evaluator(ObjectModel):
         if fn is None or not known(left) or not known(right):
             return UNKNOWN
         if not all(isinstance(v, (int, float, str, tuple, list, set, frozenset)) for v in (left, right)):
+            return UNKNOWN
+        if _too_costly(op, left, right):
             return UNKNOWN
         try:
             return fn(left, right)

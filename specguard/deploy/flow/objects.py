@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,9 @@ from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
 
 _PURE_STR = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
 _PURE_STR |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
+
+# `{:>1000000000}` or `{0.__class__}`: format fields that do more than insert a value
+_FORMAT_FIELD_SPEC = re.compile(r"\{[^{}]*[:!.\[][^{}]*\}")
 
 _DICT = {"get", "items", "keys", "values", "pop", "copy", "setdefault", "update"}
 
@@ -114,6 +118,8 @@ class ObjectModel:
             if method.name in ("append", "extend", "update", "add", "insert") and isinstance(target, (list, dict)):
                 return None  # mutating with an unknown value: the container stays, its new part is unknown
             return UNKNOWN
+        if method.name == "format" and isinstance(target, str) and _FORMAT_FIELD_SPEC.search(target):
+            return UNKNOWN  # a width or an attribute path in a format field: nothing a hazard needs, and costly
         try:
             result = getattr(target, method.name)(*args, **kwargs)
         except Exception:  # noqa: BLE001 - e.g. list.remove of a missing value: no effect we can model
