@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specguard import __version__
+from specguard.console import emit
 from specguard.errors import UserError
 
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ def _reject_unknown_codes(settings) -> None:  # type: ignore[no-untyped-def]
 def _emit(report: str, output: Path | None) -> None:
     if output is None:
         if report:
-            print(report)
+            emit(report)
         return
     try:
         output.write_text(report + "\n", encoding="utf-8")
@@ -232,10 +233,12 @@ def _emit(report: str, output: Path | None) -> None:
 def run_rules() -> int:
     from specguard.rules import all_rules
 
-    print(f"{'code':<6}  {'name':<26}  what it flags")
-    print(f"{'SG000':<6}  {'source-error':<26}  file cannot be read, decoded or parsed")
-    for rule in all_rules().values():
-        print(f"{rule.code:<6}  {rule.name:<26}  {rule.title}")
+    lines = [
+        f"{'code':<6}  {'name':<26}  what it flags",
+        f"{'SG000':<6}  {'source-error':<26}  file cannot be read, decoded or parsed",
+        *(f"{rule.code:<6}  {rule.name:<26}  {rule.title}" for rule in all_rules().values()),
+    ]
+    emit("\n".join(lines))
     return EXIT_CLEAN
 
 
@@ -244,9 +247,9 @@ def run_explain(code: str) -> int:
 
     code = code.upper()
     if code == "SG000":
-        print(SOURCE_ERROR_DOCS)
+        emit(SOURCE_ERROR_DOCS)
     elif code in ALL_CODES:
-        print(load_rule(code).docs())
+        emit(load_rule(code).docs())
     else:
         raise UserError(f"unknown rule '{code}'; known: SG000, {', '.join(ALL_CODES)}")
     return EXIT_CLEAN

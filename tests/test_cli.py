@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import textwrap
 from importlib import resources
 from pathlib import Path
@@ -301,3 +303,16 @@ def test_explain_unknown_code(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli("explain", "SG999")
     assert out.returncode == 2 and out.stderr.startswith("specguard: error: unknown rule 'SG999'")
     assert "## What it does" in cli("explain", "SG000").stdout
+
+
+@pytest.mark.parametrize("args", [["explain", "SG202"], ["rules"], ["check", "examples"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(args: list[str]) -> None:
+    """`specguard explain SG202 | head -1`: the pipe closes before specguard writes; the exit code stays."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", *args], cwd=EXAMPLES.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before anything is written
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == (1 if args[0] == "check" else 0)
+    assert stderr == ""

@@ -6,25 +6,16 @@ Each owns its argparse and turns every UserError into one line on stderr and exi
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
+from specguard.console import emit
 from specguard.errors import UserError
 
 CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR] [--require-source] [--format text|json]
        specguard config [--vllm-source DIR] [--require-source] [--format text|json] [FILE.yaml]
                         -- <vllm serve arguments>"""
-
-
-def _emit(text: str) -> None:
-    """Print to stdout; a reader that went away (`| head`) is not an error worth a traceback."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,13 +79,13 @@ def _run_config(argv: list[str]) -> int:
     judgement.notes[:0] = loaded.notes
 
     if args.format == "json":
-        _emit(to_json(judgement))
+        emit(to_json(judgement))
         for note in judgement.notes:
             print(f"specguard config: note: {note}", file=sys.stderr)
         if judgement.not_judged:
             print(f"specguard config: {not_judged_line(judgement)}", file=sys.stderr)
     else:
-        _emit(to_text(judgement, loaded.origin))
+        emit(to_text(judgement, loaded.origin))
     return 1 if judgement.findings else 0
 
 
@@ -138,5 +129,5 @@ def doctor_main(argv: list[str]) -> int:
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    _emit(to_json(report) if args.format == "json" else to_text(report))
+    emit(to_json(report) if args.format == "json" else to_text(report))
     return 0
