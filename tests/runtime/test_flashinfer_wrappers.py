@@ -114,3 +114,29 @@ def test_aliases_follow_the_wrapped_methods(guard) -> None:
     assert is_wrapped(Prefill.__dict__["begin_forward"]) and Prefill.begin_forward is Prefill.plan
     rrl = Prefill.__dict__["run_return_lse"]
     assert isinstance(rrl, functools.partialmethod) and rrl.func is Prefill.__dict__["run"]
+
+
+def test_decode_plan_binds_q_len_per_req_positionally(calls, guard) -> None:
+    """Issue 12 item 2: q_len_per_req passed positionally (flashinfer-python 0.7.2.post1 maps the optional
+    arguments after page_size by its own list of names) is the one G1 uses: no false G1."""
+    from flashinfer import decode
+
+    guard("raise")
+    indptr, idx, last = (
+        torch.tensor([0, 1, 2, 3, 4], dtype=I32),
+        torch.arange(4, dtype=I32),
+        torch.ones(4, dtype=I32),
+    )
+    legacy = decode._BATCH_DECODE_PLAN_LEGACY_POS_ARGS
+    optional = {name: None for name in legacy}
+    optional.update(pos_encoding_mode="NONE", window_left=-1, non_blocking=True, disable_split_kv=False)
+    optional["q_len_per_req"] = 3
+    w = _wrapper(Decode)
+    Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, *[optional[name] for name in legacy])
+    Decode.run(w, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))  # 4 requests x 3 tokens
+    with pytest.raises(SpecGuardViolation, match=r"expected 12 \(= 4 requests x 3\)"):
+        Decode.run(w, torch.randn(4, 4, 64), torch.zeros(4, 16, 4, 64))
+    # by keyword, and the run query by keyword too
+    Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, q_len_per_req=2)
+    Decode.run(w, q=torch.randn(8, 4, 64), paged_kv_cache=torch.zeros(4, 16, 4, 64))
+    assert stats()["violations"] == {"G1:BatchDecodeWithPagedKVCacheWrapper.run": 1}
