@@ -37,7 +37,9 @@ def causality_flags(spec_cls: type) -> tuple[str, ...]:
 
 
 def _check_merge(cls: type, specs: Any, site: str) -> inv.Violation | None:
-    specs = list(specs)
+    if not isinstance(specs, (list, tuple)):
+        # reading a one-shot iterable would use up what vLLM's merge then reads
+        raise Skip(f"{cls.__name__}.merge called with a {type(specs).__name__}, not a list")
     if len(specs) < 2:
         return None
     names: set[str] = set()
@@ -56,8 +58,6 @@ def make_merge(func: Any, cls_name: str) -> classmethod:
     def merge(cls: type, specs: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_depth, "n", 0)
         if depth == 0:
-            if not isinstance(specs, (list, tuple)):
-                specs = list(specs)  # an iterator would be used up by the check before vLLM sees it
             run_record(counter, _check_merge, cls, specs, site)
         _depth.n = depth + 1
         try:

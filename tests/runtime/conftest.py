@@ -4,12 +4,14 @@ skip, when it is missing."""
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sg_runtime_helpers import CPU_LAYERS, cpu_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,3 +165,64 @@ class MLAHarness:
 @pytest.fixture(params=["entry", "impl"])
 def mla(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> MLAHarness:
     return MLAHarness(monkeypatch, request.param)
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """FlashInfer's paged prefill/decode wrappers with recording stand-ins for plan/run (carrying their
+    signatures): the real ones need CUDA. Request it before `guard`, which then wraps the stand-ins."""
+    from flashinfer.decode import BatchDecodeWithPagedKVCacheWrapper
+    from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper
+
+    record: list[str] = []
+    for cls in (BatchPrefillWithPagedKVCacheWrapper, BatchDecodeWithPagedKVCacheWrapper):
+        for name in ("plan", "run"):
+            real = cls.__dict__[name]
+
+            @functools.wraps(real)
+            def stand_in(self: Any, *args: Any, _name: str = f"{cls.__name__}.{name}", **kwargs: Any) -> None:
+                record.append(_name)
+
+            monkeypatch.setattr(cls, name, stand_in)
+    return record
+
+
+@pytest.fixture
+def cpu_builder(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`cpu_builder(config=None)`: vLLM's real CPU attention builder; only its scheduling op, a C++ kernel of
+    vLLM's CPU build, is a stand-in that records what the builder handed it (`builder.seen`)."""
+    import torch
+    from vllm.v1.attention.backends import cpu_attn
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    seen: list[dict] = []
+
+    def scheduler_metadata(**kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return torch.zeros(4, dtype=torch.int32)
+
+    monkeypatch.setattr(cpu_attn, "ops", types.SimpleNamespace(cpu_attn_get_scheduler_metadata=scheduler_metadata))
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+
+    def make(config: Any = None) -> Any:
+        b = object.__new__(cpu_attn.CPUAttentionMetadataBuilder)
+        b.__dict__.update(
+            kv_cache_spec=spec,
+            layer_names=list(CPU_LAYERS),
+            vllm_config=config or cpu_config(),
+            device=torch.device("cpu"),
+            num_kv_heads=2,
+            num_heads=8,
+            head_dim=64,
+            dtype=torch.bfloat16,
+            window_size=-1,
+            block_size=16,
+            kv_cache_dtype="auto",
+            isa="vec",
+            is_cross_attention=False,
+            is_encoder_only_attention=False,
+        )
+        b.seen = seen
+        return b
+
+    return make

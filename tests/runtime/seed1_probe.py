@@ -39,6 +39,7 @@ def main() -> None:
 
     sg.register()  # after dflash bound dispatch_cg_and_sync_dp: the guard must rebind it there too
     installed, skipped = sg.installed_checks()
+    print(json.dumps({"guard": "raise", "mode": "startup", "line": install.startup_line("raise")}))
     kv_spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
     kv_cache_config = types.SimpleNamespace(kv_cache_groups=[types.SimpleNamespace(kv_cache_spec=kv_spec)])
     seen: list[int] = []
@@ -129,8 +130,9 @@ def main() -> None:
         dflash.DFlashSpeculator, "_build_uniform_attn_metadata"
     )
 
-    def propose(spec, mode: str) -> int:
-        """One draft step's metadata build, as that version's DFlashSpeculator.propose makes it."""
+    def propose(spec, mode: str) -> tuple[int, dict | None]:
+        """One draft step's metadata build, as that version's DFlashSpeculator.propose makes it: the
+        descriptor's token count and what the helper returned."""
         if old_style:  # 0.28.0 DFlashSpeculator.propose
             desc, _ = dflash.dispatch_cg_and_sync_dp(
                 Manager(mode),
@@ -141,7 +143,7 @@ def main() -> None:
                 dp_rank=0,
                 need_eager=mode == "NONE",
             )
-            spec._build_draft_attn_metadata(
+            built = spec._build_draft_attn_metadata(
                 num_reqs=NUM_REQS,
                 num_reqs_padded=desc.num_reqs or NUM_REQS,
                 num_tokens_padded=desc.num_tokens,
@@ -152,7 +154,7 @@ def main() -> None:
         else:  # 0.33.0 DFlashSpeculator.propose, handed the same DP-synced descriptor
             padded = REAL if mode == "NONE" else PEER_TOKENS
             desc = Manager(mode).dispatch(NUM_REQS, padded, PER_REQ)
-            spec._build_uniform_attn_metadata(
+            built = spec._build_uniform_attn_metadata(
                 batch_desc=desc,
                 num_reqs=NUM_REQS,
                 num_query_per_req=PER_REQ,
@@ -160,9 +162,9 @@ def main() -> None:
                 step=PER_REQ,
                 causal=False,
             )
-        return desc.num_tokens
+        return desc.num_tokens, built
 
-    for guard_mode in ("raise", "warn"):
+    for guard_mode in ("off", "raise", "warn"):
         install.uninstall()
         os.environ["VLLM_SPECGUARD"] = guard_mode
         sg.register()
@@ -171,7 +173,8 @@ def main() -> None:
             seen.clear()
             result = {"guard": guard_mode, "mode": mode, "installed": installed, "skipped": skipped}
             try:
-                result["descriptor_tokens"] = propose(speculator(), mode)
+                result["descriptor_tokens"], built = propose(speculator(), mode)
+                result["built_layers"] = sorted(built or ())
                 result["raised"] = None
             except SpecGuardViolation as exc:
                 result["raised"] = type(exc).__name__

@@ -10,7 +10,8 @@ import types
 
 import pytest
 import torch
-from vllm.config.compilation import CUDAGraphMode
+from sg_runtime_helpers import CPU_LAYERS, cpu_config
+from sg_runtime_helpers import common_metadata as _cm
 from vllm.v1.attention import backend as vb
 from vllm.v1.attention.backends import cpu_attn
 from vllm.v1.kv_cache_interface import FullAttentionSpec
@@ -21,70 +22,7 @@ from specguard.runtime import SpecGuardViolation, stats
 from specguard.runtime.scalar_reads import ScalarReads
 
 SPEC = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
-LAYER = "model.layers.0.self_attn.attn"
-
-
-def _config(mode: CUDAGraphMode = CUDAGraphMode.FULL_AND_PIECEWISE, sizes: list[int] | None = None):
-    """The parts of a VllmConfig G0 reads. vLLM's CPU platform empties cudagraph_capture_sizes (its mode
-    may still name FULL graphs, none is ever captured), so that is the default here."""
-    return types.SimpleNamespace(
-        compilation_config=types.SimpleNamespace(cudagraph_mode=mode, cudagraph_capture_sizes=sizes or [])
-    )
-
-
-@pytest.fixture
-def cpu_builder(monkeypatch):
-    """vLLM's real CPU attention builder; only its scheduling op, a C++ kernel of vLLM's CPU build, is a
-    stand-in that records what the builder handed it."""
-    seen: list[dict] = []
-
-    def scheduler_metadata(**kwargs):
-        seen.append(kwargs)
-        return torch.zeros(4, dtype=torch.int32)
-
-    monkeypatch.setattr(cpu_attn, "ops", types.SimpleNamespace(cpu_attn_get_scheduler_metadata=scheduler_metadata))
-
-    def make(config=None):
-        b = object.__new__(cpu_attn.CPUAttentionMetadataBuilder)
-        b.__dict__.update(
-            kv_cache_spec=SPEC,
-            layer_names=[LAYER, "model.layers.1.self_attn.attn"],
-            vllm_config=config or _config(),
-            device=torch.device("cpu"),
-            num_kv_heads=2,
-            num_heads=8,
-            head_dim=64,
-            dtype=torch.bfloat16,
-            window_size=-1,
-            block_size=16,
-            kv_cache_dtype="auto",
-            isa="vec",
-            is_cross_attention=False,
-            is_encoder_only_attention=False,
-        )
-        b.seen = seen
-        return b
-
-    return make
-
-
-def _cm(q_lens: list[int], *, num_actual_tokens: int | None = None, max_query_len: int | None = None, **over):
-    n = len(q_lens)
-    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
-    tokens = sum(q_lens) if num_actual_tokens is None else num_actual_tokens
-    fields = dict(
-        query_start_loc=qsl.clone(),
-        query_start_loc_cpu=qsl,
-        seq_lens=torch.full((n,), 64, dtype=torch.int32),
-        num_reqs=n,
-        num_actual_tokens=tokens,
-        max_query_len=max(q_lens) if max_query_len is None else max_query_len,
-        max_seq_len=64,
-        block_table_tensor=torch.zeros(n, 8, dtype=torch.int32),
-        slot_mapping=torch.zeros(max(tokens, sum(q_lens)), dtype=torch.int64),
-    )
-    fields.update(over)
-    return vb.CommonAttentionMetadata(**fields)
+LAYER = CPU_LAYERS[0]
 
 
 def _v2_build(builder, *, num_tokens: int, q_lens: list[int]):
@@ -184,12 +122,12 @@ def test_each_invariant_names_what_disagrees(cpu_builder, guard, over, needle) -
 def test_more_tokens_than_the_batch_holds_pass_only_where_full_graphs_can_replay(cpu_builder, guard) -> None:
     guard("raise")
     # a GPU config that captures FULL graphs: padded tokens no request owns are legal there
-    full = cpu_builder(_config(CUDAGraphMode.FULL_AND_PIECEWISE, [1, 2, 4, 8]))
+    full = cpu_builder(cpu_config("FULL_AND_PIECEWISE", [1, 2, 4, 8]))
     full.build(0, _cm([4, 4], num_actual_tokens=12))
     # ... but never a query that owns more tokens than the batch has
     with pytest.raises(SpecGuardViolation, match=r"query_start_loc_cpu\[num_reqs\] \(8\) != num_actual_tokens \(6\)"):
         full.build(0, _cm([4, 4], num_actual_tokens=6))
-    for config in (_config(CUDAGraphMode.PIECEWISE, [1, 2]), _config(CUDAGraphMode.FULL_AND_PIECEWISE, [])):
+    for config in (cpu_config("PIECEWISE", [1, 2]), cpu_config("FULL_AND_PIECEWISE", [])):
         with pytest.raises(SpecGuardViolation, match="outside FULL CUDA graphs"):
             cpu_builder(config).build(0, _cm([4, 4], num_actual_tokens=12))
 
@@ -225,7 +163,7 @@ def test_builders_defined_after_install_and_delegating_builders(guard) -> None:
     class PluginBuilder(vb.AttentionMetadataBuilder):
         def __init__(self) -> None:
             self.layer_names = ["plugin.attn"]
-            self.vllm_config = _config()
+            self.vllm_config = cpu_config()
             self.built: list[int] = []
 
         def build(self, common_prefix_len, common_attn_metadata, fast_build=False):

@@ -62,6 +62,40 @@ def test_vllm_0_28_piecewise_dp_padding_trips_g4_and_g0() -> None:
             assert r["stats"]["checks_run"] == {G0_SITE: 1, G4_SITE_028: 1}
 
 
+def _healthy_runs_are_the_same_off_warn_and_raise(results: dict) -> None:
+    """The differential: where the guard finds nothing to stop, the helper, vLLM's build_attn_metadata
+    and the DP dispatch return the same, and the backend is handed the same, with the guard off, warn
+    and raise."""
+    keys = ("raised", "descriptor_tokens", "built_layers", "builder_saw")
+    for mode in ("FULL", "NONE"):
+        off = {k: results[("off", mode)][k] for k in keys}
+        assert off["built_layers"] == ["draft.layers.0.attn"]
+        for guard in ("warn", "raise"):
+            assert {k: results[(guard, mode)][k] for k in keys} == off, (guard, mode)
+
+
+def test_vllm_0_28_guard_off_warn_raise_agree_on_healthy_steps() -> None:
+    results = _probe(old_vllm_path())
+    _healthy_runs_are_the_same_off_warn_and_raise(results)
+    off, warn = results[("off", "PIECEWISE")], results[("warn", "PIECEWISE")]
+    assert off["builder_saw"] == warn["builder_saw"] == [52]  # warn mode reports, vLLM goes on as it would
+    assert off["stats"]["checks_run"] == {}
+
+
+def test_startup_line_says_what_can_fire_on_each_release() -> None:
+    """Issue 12 item 7: G4 and G3's DCP clause are live on 0.28.0 and regression nets on 0.33.0."""
+    old = _probe(old_vllm_path())[("raise", "startup")]["line"]
+    new = _probe(None)[("raise", "startup")]["line"]
+    assert "on vLLM 0.28.0: live [G0 metadata boundary, G1 FlashInfer paged wrappers, G2 MLA launch geometry, " in old
+    assert "G3 non-causal DCP support, G4 draft token count]" in old
+    assert "G2 ragged decode under DCP (the MLA builder declares uniform query lengths" in old
+    assert "on vLLM 0.33.0: live [G0 metadata boundary, G1 FlashInfer paged wrappers, G2 MLA launch geometry, " in new
+    assert "G2 ragged decode under DCP, G3 layer causality]" in new
+    assert "G4 draft token count (the shared helper already hands the real count outside FULL graphs)" in new
+    for line in (old, new):
+        assert "recorded only, never raised [G3 KV-group merge]" in line
+
+
 def test_vllm_0_28_runner_entry_with_the_seed_numbers_is_stopped_by_g0() -> None:
     direct = _probe(old_vllm_path())[("raise", "build_attn_metadata")]
     assert direct["raised"] == "SpecGuardViolation" and direct["builder_saw"] == []
@@ -74,6 +108,9 @@ def test_vllm_0_28_runner_entry_with_the_seed_numbers_is_stopped_by_g0() -> None
 
 def test_vllm_0_33_same_inputs_pass() -> None:
     results = _probe(None)
+    _healthy_runs_are_the_same_off_warn_and_raise(results)
+    for mode in ("PIECEWISE", "FULL", "NONE"):
+        assert results[("off", mode)]["builder_saw"] == results[("raise", mode)]["builder_saw"]
     for guard in ("raise", "warn"):
         for mode in ("PIECEWISE", "FULL", "NONE"):
             r = results[(guard, mode)]
