@@ -19,7 +19,6 @@ import importlib
 import inspect
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,17 +43,13 @@ _INT_OPERANDS = ("block_tables", "seq_lens", "cum_seq_lens_q", "causal_seqlens_k
 DECODE_LENS_ATTR = "_specguard_decode_q_lens"
 
 
-@dataclass(frozen=True)
-class RaggedDecode:
-    q_lens: tuple[int, ...]
-    dcp_world_size: int
-
-
 UNRECORDED = "decode query lengths not recorded"
 
 
 class _Launch(threading.local):
-    pending: RaggedDecode | str | None = None  # what the kernel check on this thread must also look at
+    # For the kernel check on this thread: the ragged decode query lengths of the forward_mqa launching it,
+    # or UNRECORDED for a multi-token decode whose lengths no guarded build recorded.
+    pending: tuple[int, ...] | str | None = None
 
 
 _launch = _Launch()
@@ -91,8 +86,7 @@ def _check_forward(impl: Any, q: Any, md: Any, layer: Any, builder: Any) -> inv.
         # the launch geometry decides whether the query lengths matter: hand them to the kernel check
         recorded = getattr(md, DECODE_LENS_ATTR, None)
         if isinstance(recorded, tuple):
-            dcp = getattr(impl, "dcp_world_size", 1)
-            _launch.pending = RaggedDecode(recorded, dcp if type(dcp) is int else 1)
+            _launch.pending = recorded
         elif recorded is None and multi:
             _launch.pending = UNRECORDED
         return None
@@ -155,6 +149,7 @@ def make_forward_mqa(original: Any, builder: Any, module: Any = None, kernel_wra
             guard_call("G2", KERNEL_SITE, _check_kernel_binding, module, kernel_wrapper)
         # Fast path for a healthy launch, inlined because it runs for every layer of every step. It can
         # only route a launch to the full check, never clear one the full check would flag.
+        recorded = None
         try:
             n_tok = attn_metadata.num_decode_tokens
             causal = attn_metadata.causal
@@ -164,10 +159,11 @@ def make_forward_mqa(original: Any, builder: Any, module: Any = None, kernel_wra
                 and (
                     (
                         causal is True
-                        # decode query lengths recorded as launchable uniformly, or single-token decodes
+                        # decode query lengths recorded at build (uniform: False; ragged: a tuple the
+                        # kernel check gets), or unrecorded single-token decodes
                         and (
-                            (recorded := getattr(attn_metadata, DECODE_LENS_ATTR, None)) is False
-                            or (recorded is None and n_tok == attn_metadata.num_decodes)
+                            (recorded := getattr(attn_metadata, DECODE_LENS_ATTR, None)) is not None
+                            or n_tok == attn_metadata.num_decodes
                         )
                     )
                     # non-causal on a layer that declares it, without DCP or on a backend that
@@ -186,10 +182,13 @@ def make_forward_mqa(original: Any, builder: Any, module: Any = None, kernel_wra
             fast = False
         if fast:
             next(site.counter)
-            return original(self, q, kv_c_and_k_pe_cache, attn_metadata, layer, *args, **kwargs)
-        run_check(site, _check_forward, self, q, attn_metadata, layer, builder)
-        if _launch.pending is None:
-            return original(self, q, kv_c_and_k_pe_cache, attn_metadata, layer, *args, **kwargs)
+            if recorded is None or recorded is False:
+                return original(self, q, kv_c_and_k_pe_cache, attn_metadata, layer, *args, **kwargs)
+            _launch.pending = recorded
+        else:
+            run_check(site, _check_forward, self, q, attn_metadata, layer, builder)
+            if _launch.pending is None:
+                return original(self, q, kv_c_and_k_pe_cache, attn_metadata, layer, *args, **kwargs)
         try:
             return original(self, q, kv_c_and_k_pe_cache, attn_metadata, layer, *args, **kwargs)
         finally:
@@ -212,7 +211,7 @@ def _first_dim(t: Any) -> int | None:
     return None if t is None else t.shape[0]
 
 
-def _check_kernel(bound: dict[str, Any], pending: RaggedDecode | str | None = None) -> inv.Violation | None:
+def _check_kernel(bound: dict[str, Any], pending: tuple[int, ...] | str | None = None) -> inv.Violation | None:
     get = bound.get
     block_tables = bound["block_tables"]
     seq_lens, cum, glob = get("seq_lens"), get("cum_seq_lens_q"), get("causal_seqlens_kv_global")
@@ -240,15 +239,15 @@ def _check_kernel(bound: dict[str, Any], pending: RaggedDecode | str | None = No
     ):
         if pending is None or cum is not None or len(query.shape) != 4:
             return None  # no recorded ragged decode, or not the uniform-reshape launch
-        if not isinstance(pending, RaggedDecode):
+        if not isinstance(pending, tuple):
             raise Skip(
                 f"{pending} at the build of this metadata (no guarded FlashInferMLAMetadataBuilder build made "
                 "it), so a ragged decode on the uniform-reshape launch cannot be ruled out"
             )
         return inv.check_uniform_reshape(
             query_shape=tuple(query.shape),
-            q_lens=pending.q_lens,
-            dcp_world_size=pending.dcp_world_size,
+            q_lens=pending,
+            dcp_world_size=cp_world if enable_dcp else 1,
             site=KERNEL_SITE,
             subject=_calling_layer(),
         )
@@ -265,7 +264,7 @@ def _check_kernel(bound: dict[str, Any], pending: RaggedDecode | str | None = No
         cp_rank=cp_rank,
         site=KERNEL_SITE,
         subject=_calling_layer(),
-        decode_q_lens=pending.q_lens if isinstance(pending, RaggedDecode) else None,
+        decode_q_lens=pending if isinstance(pending, tuple) else None,
     )
 
 
@@ -296,7 +295,7 @@ def make_kernel_check(site: Any) -> Any:
         try:
             n = bt.shape[0]
             fast = (
-                pending is None
+                (pending is None or cum is not None)  # recorded ragged lengths matter only without cum
                 and bt.dtype is i32
                 and (sl is None or (sl.dtype is i32 and sl.shape[0] == n))
                 and (query.shape[0] == n if cum is None else (cum.dtype is i32 and cum.shape[0] == n + 1))
