@@ -103,6 +103,7 @@ def _check_forward(impl: Any, q: Any, md: Any, layer: Any, builder: Any) -> inv.
         layer_non_causal=flag,
         site=FORWARD_SITE,
         subject=_layer_name(layer),
+        mixed_group_recorded=any(check == "G3" for check, _ in POLICY.recorded),
     )
     if violation is not None:
         return violation

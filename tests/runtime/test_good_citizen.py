@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 
 import pytest
-from sg_runtime_helpers import REPO, run_in_venv, venv_python
+from sg_runtime_helpers import run_in_venv
 
 # Logging is left unconfigured, as in vLLM's API server when it loads plugins while adding its CLI arguments.
 SCRIPT = r"""
@@ -113,20 +112,6 @@ def test_unset_guard_does_nothing() -> None:
     report, stderr = _run({})
     assert report["registered"] == {"VLLM_SPECGUARD": False, "VLLM_SPECGUARD_STATS_INTERVAL": False}
     assert report["threads"] == [] and "specguard" not in stderr
-
-
-def test_bad_interval_is_a_startup_error() -> None:
-    env = dict(os.environ, VLLM_SPECGUARD="1", VLLM_SPECGUARD_STATS_INTERVAL="soon")
-    proc = subprocess.run(
-        [venv_python(), "-W", "ignore", "-c", "import specguard.runtime as sg; sg.register()"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-    )
-    assert proc.returncode != 0
-    assert "VLLM_SPECGUARD_STATS_INTERVAL='soon' is not a valid value" in proc.stderr
 
 
 class _Wait:

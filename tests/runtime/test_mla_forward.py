@@ -92,13 +92,25 @@ def test_global_causal_bound_left_per_request(mla, guard) -> None:
 
 
 def test_noncausal_metadata_on_a_causal_layer(mla, guard) -> None:
+    """G3 stops the launch; it names the mixed KV-cache group as the cause only once G3 recorded one."""
+    import dataclasses
+
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
     guard("raise")
-    impl, md, q = _launch(mla, [4, 4], False, 1)
-    with pytest.raises(SpecGuardViolation) as err:
-        mla.forward(impl, q, md, mla.layer(non_causal=False))
+    messages = []
+    for _ in range(2):
+        impl, md, q = _launch(mla, [4, 4], False, 1)
+        with pytest.raises(SpecGuardViolation) as err:
+            mla.forward(impl, q, md, mla.layer(non_causal=False))
+        messages.append(str(err.value))
+        spec = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=mla.torch.bfloat16)
+        MLAAttentionSpec.merge([spec, dataclasses.replace(spec, non_causal_multi_token_decode=True)])
     assert mla.calls == []
-    assert "[specguard G3 group causal consistency]" in str(err.value)
-    assert "SG201 group-flag-any-merge" in str(err.value)
+    for msg in messages:
+        assert "[specguard G3 group causal consistency]" in msg and "SG201 group-flag-any-merge" in msg
+    assert "Likely cause: not determined" in messages[0]
+    assert "(G3 recorded such a group at merge)" in messages[1]
 
 
 def test_noncausal_dcp_needs_backend_support(mla, guard, monkeypatch) -> None:

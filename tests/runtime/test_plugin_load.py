@@ -109,17 +109,27 @@ def test_disabled_register_imports_neither_torch_nor_vllm(value) -> None:
     assert proc.stdout.strip() == repr(LIGHT_MODULES)
 
 
-def test_invalid_value_is_a_startup_error() -> None:
-    env = dict(os.environ, VLLM_SPECGUARD="yes")
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (
+            {"VLLM_SPECGUARD": "yes"},
+            "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'",
+        ),
+        (
+            {"VLLM_SPECGUARD": "1", "VLLM_SPECGUARD_STATS_INTERVAL": "soon"},
+            "VLLM_SPECGUARD_STATS_INTERVAL='soon' is not a valid value; use a number of seconds > 0",
+        ),
+    ],
+)
+def test_invalid_value_is_a_startup_error(env, message) -> None:
     proc = subprocess.run(
         [venv_python(), "-W", "ignore", "-c", "import vllm.plugins; vllm.plugins.load_general_plugins()"],
-        env=env,
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=600,
         cwd=REPO,
     )
     assert proc.returncode != 0
-    assert (
-        "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'" in proc.stderr
-    )
+    assert message in proc.stderr
