@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import operator
 import threading
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from specguard.runtime import adapt_speculator
 from specguard.runtime import invariants as inv
@@ -99,12 +98,14 @@ def _rows(t: Any) -> int:
 
 
 def metadata_numbers(cm: Any) -> inv.MetadataNumbers:
-    """The host-side numbers of one CommonAttentionMetadata (no tensor value is read but the CPU copy)."""
+    """The host-side numbers of one CommonAttentionMetadata (no tensor value is read but the CPU copy's).
+    Plain Python on the numpy view's list: for a batch's few hundred entries at most, numpy's reductions
+    cost more in call overhead than they save."""
     n = host_int(cm.num_reqs, "num_reqs")
-    qsl = np.asarray(host_array(cm.query_start_loc_cpu, "query_start_loc_cpu"))
-    head = qsl[: n + 1]
-    steps = np.diff(head)
-    decreasing = np.flatnonzero(steps < 0)
+    qsl = host_array(cm.query_start_loc_cpu, "query_start_loc_cpu")
+    head = qsl[: n + 1].tolist() if hasattr(qsl, "tolist") else list(qsl[: n + 1])
+    steps = list(map(operator.sub, head[1:], head[:-1]))
+    lowest = min(steps, default=0)
     dcp = getattr(cm, "dcp_local_seq_lens", None)
     return inv.MetadataNumbers(
         num_reqs=n,
@@ -112,10 +113,10 @@ def metadata_numbers(cm: Any) -> inv.MetadataNumbers:
         max_query_len=host_int(cm.max_query_len, "max_query_len"),
         qsl_cpu_len=len(qsl),
         qsl_len=_rows(cm.query_start_loc),
-        qsl_first=int(head[0]) if len(head) else None,
-        qsl_end=int(qsl[n]) if len(qsl) > n else None,
-        first_decrease=int(decreasing[0]) if decreasing.size else None,
-        longest_query=int(steps.max()) if steps.size else 0,
+        qsl_first=int(head[0]) if head else None,
+        qsl_end=int(head[n]) if len(head) > n else None,
+        first_decrease=next(i for i, step in enumerate(steps) if step < 0) if lowest < 0 else None,
+        longest_query=max(steps, default=0),
         slot_rows=_rows(cm.slot_mapping),
         block_table_rows=_rows(cm.block_table_tensor),
         seq_lens_rows=_rows(cm.seq_lens),

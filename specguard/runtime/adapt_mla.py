@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import operator
 import sys
 import threading
 from typing import Any
 
-import numpy as np
 import torch
 
 from specguard.runtime import adapt_metadata
@@ -60,8 +60,9 @@ def record_decode_layout(builder: Any, cm: Any, md: Any) -> None:
     n_dec, n_tok = getattr(md, "num_decodes", None), getattr(md, "num_decode_tokens", None)
     if cm is None or type(n_dec) is not int or type(n_tok) is not int:
         return
-    qsl = np.asarray(host_array(cm.query_start_loc_cpu, "query_start_loc_cpu"))
-    q_lens = tuple(np.diff(qsl[: n_dec + 1]).tolist())
+    head = host_array(cm.query_start_loc_cpu, "query_start_loc_cpu")[: n_dec + 1]
+    head = head.tolist() if hasattr(head, "tolist") else list(head)
+    q_lens = tuple(map(operator.sub, head[1:], head[:-1]))
     setattr(md, DECODE_LENS_ATTR, q_lens if inv.decode_needs_ragged_launch(q_lens, n_tok) else False)
 
 

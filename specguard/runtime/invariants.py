@@ -8,7 +8,7 @@ synchronisation and testable without vLLM.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from specguard.runtime.errors import Violation
 
@@ -444,8 +444,7 @@ def check_draft_token_count(
     )
 
 
-@dataclass(frozen=True)
-class MetadataNumbers:
+class MetadataNumbers(NamedTuple):
     """What G0 reads from one CommonAttentionMetadata, all host-side: its ints, the shapes of its tensors,
     and a summary of query_start_loc_cpu's first num_reqs + 1 entries."""
 
