@@ -33,6 +33,13 @@ FAULT_EXIT_WAIT_S = 120
 STARTUP_LINE = "specguard runtime guard (VLLM_SPECGUARD mode="
 COUNTER_LINE = re.compile(r"specguard counters \((?P<kind>[^,]+), pid (?P<pid>\d+)\): (?P<json>\{.*\})\s*$")
 STARTUP_PID = re.compile(r"specguard runtime guard \(VLLM_SPECGUARD mode=(?P<mode>\w+), pid (?P<pid>\d+)\)")
+G0_MESSAGE = re.compile(r"\[specguard G0 [^\]]*\] (?P<site>\S+).*")
+# what the fault plugin logs the first time it breaks a build in a process
+INJECTED = re.compile(
+    r"e2e-fault-plugin: injecting '(?P<kind>\w+)' into the draft metadata build "
+    r"\(num_actual_tokens (?P<before>\d+) -> (?P<after>\d+), "
+    r"query_start_loc_cpu \[(?P<qsl>[^\]]*)\] -> \[(?P<qsl_after>[^\]]*)\]\)"
+)
 
 
 @dataclass(frozen=True)

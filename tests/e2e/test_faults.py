@@ -11,13 +11,7 @@ from collections import Counter
 
 import openai
 from e2e_server import pid_of
-
-INJECTED = re.compile(
-    r"e2e-fault-plugin: injecting '(?P<kind>\w+)' into the draft metadata build "
-    r"\(num_actual_tokens (?P<before>\d+) -> (?P<after>\d+), "
-    r"query_start_loc_cpu \[(?P<qsl>[^\]]*)\] -> \[(?P<qsl_after>[^\]]*)\]\)"
-)
-G0_MESSAGE = re.compile(r"\[specguard G0 [^\]]*\] (?P<site>\S+).*")
+from scenarios import G0_MESSAGE, INJECTED
 
 
 def injected(run) -> re.Match:
