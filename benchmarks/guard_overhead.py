@@ -109,6 +109,11 @@ def _case(fm: Any, q_lens: list[int], causal: bool, dcp: int, device: str = "cpu
         causal=causal,
         decode=decode,
     )
+    # What the FlashInfer MLA build records on its metadata under the guard (G0's build hook): whether the
+    # decode query lengths allow the uniform launch. Unguarded forward_mqa never reads it.
+    from specguard.runtime.adapt_mla import record_decode_layout
+
+    record_decode_layout(None, types.SimpleNamespace(query_start_loc_cpu=qsl.cpu()), md)
     layer = types.SimpleNamespace(
         layer_name="model.layers.0.self_attn.attn",
         non_causal_multi_token_decode=not causal,

@@ -1,14 +1,15 @@
-"""specguard's runtime guard: FlashInfer launch invariants asserted inside vLLM serving.
+"""specguard's runtime guard: attention-metadata and FlashInfer launch invariants checked inside vLLM serving.
 
 Loaded by vLLM in every process as the general plugin `specguard` (entry point group
 `vllm.general_plugins`). With VLLM_SPECGUARD unset, empty, `0` or `off`, `register()` patches nothing
-and imports neither torch nor vllm; `1`/`raise` raises SpecGuardViolation before a bad launch; `warn`
-logs once per check and site, counts, and lets the launch proceed. See the README, "Runtime guard".
+and imports neither torch nor vllm; `1`/`raise` raises SpecGuardViolation before a bad build or launch;
+`warn` logs once per check and site, counts, and lets it proceed. See the README, "Runtime guard".
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from specguard.runtime.errors import SpecGuardViolation, Violation
 from specguard.runtime.policy import ENV_VAR, POLICY, SpecGuardConfigError, parse_mode
@@ -28,15 +29,24 @@ __all__ = [
 def register() -> None:
     """vLLM general-plugin entry point; safe to call any number of times in a process."""
     mode = parse_mode(os.environ.get(ENV_VAR))  # an unknown value is a startup error
+    if ENV_VAR in os.environ and "vllm.envs" in sys.modules:
+        # vLLM is loading us and the guard is configured (VLLM_SPECGUARD=0 included): make our variables known
+        from specguard.runtime.vllm_env import register_env_vars
+
+        register_env_vars()
     if mode == "off":
         return
+    from specguard.runtime.reporting import STATS_ENV, parse_interval
+
+    interval = parse_interval(os.environ.get(STATS_ENV))  # a bad value is a startup error too
     from specguard.runtime import install  # torch/vllm/flashinfer are imported only from here on
 
-    install.install(mode)
+    install.install(mode, interval)
 
 
 def stats() -> dict[str, object]:
-    """Counters: violations, skips, guard-internal errors and checks run, keyed check:site[:reason]."""
+    """Counters: violations, recorded disagreements, skips, guard-internal errors and checks run, keyed
+    check:site[:reason]."""
     return POLICY.snapshot()
 
 
@@ -46,8 +56,6 @@ def reset_stats() -> None:
 
 def installed_checks() -> tuple[list[str], list[str]]:
     """(installed, skipped-with-reason) as logged by register(); empty when the guard is off."""
-    import sys
-
     install = sys.modules.get("specguard.runtime.install")
     if install is None:
         return [], []

@@ -10,34 +10,51 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 from typing import Any
 
 from specguard.runtime import invariants as inv
 from specguard.runtime.host import host_int, host_last_int, rows
-from specguard.runtime.patching import Patcher, Skip, guard_call, is_wrapped, mark, run_check
+from specguard.runtime.patching import Patcher, Skip, arg_binder, guard_call, is_wrapped, mark, run_check
 from specguard.runtime.policy import POLICY
 
 PREFILL = ("flashinfer.prefill", "BatchPrefillWithPagedKVCacheWrapper")
 DECODE = ("flashinfer.decode", "BatchDecodeWithPagedKVCacheWrapper")
 RECORD_ATTR = "_specguard_planned_layout"
+LEGACY_DECODE_ARGS = "_BATCH_DECODE_PLAN_LEGACY_POS_ARGS"  # flashinfer.decode's names for plan()'s *args
 # Backends whose decode kernels tile a per-request query length different from the planned one.
 _FLEXIBLE_DECODE_BACKENDS = ("trtllm-gen", "cute-dsl")
 
 
-def _first_arg(args: tuple, kwargs: dict, name: str) -> Any:
-    return args[0] if args else kwargs[name]
+def _prefill_recorder(plan: Any) -> Any:
+    get_qo_indptr = arg_binder(plan, "qo_indptr")
+
+    def record(self: Any, args: tuple, kwargs: dict) -> None:
+        qo_indptr = get_qo_indptr(args, kwargs)
+        if qo_indptr is None:
+            raise Skip("plan() called without qo_indptr")
+        reqs = qo_indptr.shape[0] - 1
+        setattr(self, RECORD_ATTR, ("prefill", host_last_int(qo_indptr, "plan() qo_indptr"), reqs))
+
+    return record
 
 
-def _record_prefill(self: Any, args: tuple, kwargs: dict) -> None:
-    qo_indptr = _first_arg(args, kwargs, "qo_indptr")
-    reqs = qo_indptr.shape[0] - 1
-    setattr(self, RECORD_ATTR, ("prefill", host_last_int(qo_indptr, "plan() qo_indptr"), reqs))
+def _decode_recorder(plan: Any) -> Any:
+    # Bound the way plan() binds it: a caller may pass q_len_per_req positionally. flashinfer-python
+    # 0.7.2.post1 takes the optional arguments after page_size as `*deprecated_positional_args` and maps
+    # them by its own list of names; older releases name them as parameters.
+    legacy = getattr(sys.modules.get(getattr(plan, "__module__", "")), LEGACY_DECODE_ARGS, ())
+    get_indptr = arg_binder(plan, "indptr")
+    get_q_len = arg_binder(plan, "q_len_per_req", 1, star_args_names=tuple(legacy))
 
+    def record(self: Any, args: tuple, kwargs: dict) -> None:
+        indptr = get_indptr(args, kwargs)
+        if indptr is None:
+            raise Skip("plan() called without indptr")
+        q_len = host_int(get_q_len(args, kwargs), "plan() q_len_per_req")
+        setattr(self, RECORD_ATTR, ("decode", indptr.shape[0] - 1, q_len))
 
-def _record_decode(self: Any, args: tuple, kwargs: dict) -> None:
-    indptr = _first_arg(args, kwargs, "indptr")
-    q_len = host_int(kwargs.get("q_len_per_req", 1), "plan() q_len_per_req")
-    setattr(self, RECORD_ATTR, ("decode", indptr.shape[0] - 1, q_len))
+    return record
 
 
 def _planned(self: Any) -> tuple:
@@ -58,7 +75,9 @@ def _check_decode_run(self: Any, q: Any, site: str) -> inv.Violation | None:
     return inv.check_decode_rows(rows(q), batch, q_len, exact=exact, site=site, subject=type(self).__name__)
 
 
-def make_plan(original: Any, record: Any, site: str) -> Any:
+def make_plan(original: Any, make_recorder: Any, site: str) -> Any:
+    record = make_recorder(original)
+
     def plan(self: Any, *args: Any, **kwargs: Any) -> Any:
         # Forget the previous layout first: a failed plan must not leave a stale one for run() to trust.
         guard_call("G1", site, setattr, self, RECORD_ATTR, None)
@@ -71,9 +90,10 @@ def make_plan(original: Any, record: Any, site: str) -> Any:
 
 def make_run(original: Any, check: Any, site: str) -> Any:
     counter = POLICY.site("G1", site)
+    get_q = arg_binder(original, "q")
 
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        run_check(counter, check, self, _first_arg(args, kwargs, "q"), site)
+        run_check(counter, check, self, get_q(args, kwargs), site)
         return original(self, *args, **kwargs)
 
     return mark(run, original)
@@ -83,7 +103,7 @@ def _install_wrapper(
     patcher: Patcher,
     module: str,
     cls_name: str,
-    record: Any,
+    make_recorder: Any,
     check: Any,
     installed: list[str],
     skipped: list[str],
@@ -101,7 +121,7 @@ def _install_wrapper(
         installed.append(f"G1@{cls_name}.plan/run")
         return
     site = f"{cls_name}.run"
-    new_plan = make_plan(plan, record, f"{cls_name}.plan")
+    new_plan = make_plan(plan, make_recorder, f"{cls_name}.plan")
     new_run = make_run(run, check, site)
     patcher.replace(cls, "plan", new_plan)
     patcher.replace(cls, "run", new_run)
@@ -115,5 +135,5 @@ def _install_wrapper(
 
 
 def install(patcher: Patcher, installed: list[str], skipped: list[str]) -> None:
-    _install_wrapper(patcher, *PREFILL, _record_prefill, _check_prefill_run, installed, skipped)
-    _install_wrapper(patcher, *DECODE, _record_decode, _check_decode_run, installed, skipped)
+    _install_wrapper(patcher, *PREFILL, _prefill_recorder, _check_prefill_run, installed, skipped)
+    _install_wrapper(patcher, *DECODE, _decode_recorder, _check_decode_run, installed, skipped)

@@ -58,6 +58,17 @@ def _stack() -> list[DraftStep | None]:
     return stack
 
 
+def in_draft_step() -> bool:
+    """Whether this thread is inside a speculator's shared draft-metadata helper (V2 runner)."""
+    return bool(getattr(_tls, "stack", None))
+
+
+def current_draft_step() -> DraftStep | None:
+    """The draft step the helper on this thread described (None outside one, or where it could not)."""
+    stack = getattr(_tls, "stack", None)
+    return stack[-1] if stack else None
+
+
 def _mode_name(desc: Any) -> str:
     mode = getattr(desc, "cg_mode", None)
     name = getattr(mode, "name", None)

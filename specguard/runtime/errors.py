@@ -17,6 +17,7 @@ RULE_NAMES: dict[str, str] = {
 }
 
 CHECK_TITLES: dict[str, str] = {
+    "G0": "attention metadata boundary",
     "G1": "tokens vs query layout",
     "G2": "MLA/DCP launch geometry",
     "G3": "group causal consistency",
@@ -28,27 +29,37 @@ CHECK_TITLES: dict[str, str] = {
 class Violation:
     """One broken launch invariant, with everything an operator needs to act on it."""
 
-    check: str  # "G1".."G4"
+    check: str  # "G0".."G4"
     site: str  # the guarded entry point, e.g. "FlashInferMLAImpl.forward_mqa"
-    subject: str  # the layer, wrapper or speculator involved
+    subject: str  # the layer, wrapper, builder or speculator involved
     summary: str  # the disagreement, with its numbers
-    cause: str  # the likely cause
-    rules: tuple[str, ...]  # static rule ids that find the cause in source
+    cause: str | None  # the likely cause, only when the numbers point at one
+    rules: tuple[str, ...]  # static rule ids that find the cause in source (none for a batch-only condition)
     facts: dict[str, object] = field(default_factory=dict)  # the numbers, machine-readable
 
     @property
     def message(self) -> str:
-        rules = ", ".join(f"{r} {RULE_NAMES.get(r, '')}".strip() for r in self.rules)
         facts = ", ".join(f"{k}={v}" for k, v in self.facts.items())
+        cause = (
+            f"Likely cause: {self.cause}."
+            if self.cause
+            else "Likely cause: not determined from these numbers (the static rule below finds the known ones)."
+        )
+        named = ", ".join(f"{r} {RULE_NAMES.get(r, '')}".strip() for r in self.rules)
+        rules = named or "none (it depends on the batch, not on a pattern in the source)"
         return (
             f"[specguard {self.check} {CHECK_TITLES.get(self.check, '')}] {self.site} ({self.subject}): "
-            f"{self.summary}. Numbers: {facts}. Likely cause: {self.cause}. "
-            f"Static rule that finds it: {rules}."
+            f"{self.summary}. Numbers: {facts}. {cause} Static rule that finds it: {rules}."
         )
 
 
-class SpecGuardViolation(AssertionError):
-    """Raised before a kernel launch whose inputs break a FlashInfer launch invariant."""
+class SpecGuardViolation(Exception):
+    """Raised before a kernel launch or metadata build whose inputs break an invariant.
+
+    Deliberately not an AssertionError (nor a ValueError): vLLM catches those in places where they mean
+    "these inputs are not compatible, choose another way" (KV-cache spec merging), so a guard exception of
+    that type would change what vLLM decides instead of stopping a bad launch.
+    """
 
     def __init__(self, violation: Violation) -> None:
         super().__init__(violation.message)

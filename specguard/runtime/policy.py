@@ -7,6 +7,7 @@ counting.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import threading
@@ -57,20 +58,32 @@ def get_logger() -> logging.Logger:
 
 
 class Site:
-    """One guarded call site of one check; `runs` is bumped on the hot path, so it is a plain slot."""
+    """One guarded call site of one check. `hit()` counts a check run; it is on the hot path, so it is
+    `next()` on an `itertools.count`, which is atomic under the GIL: exact under threads, without a lock."""
 
-    __slots__ = ("check", "name", "runs")
+    __slots__ = ("check", "counter", "name")
 
     def __init__(self, check: str, name: str) -> None:
         self.check = check
         self.name = name
-        self.runs = 0
+        self.counter = itertools.count()
+
+    def hit(self) -> None:
+        next(self.counter)
+
+    @property
+    def runs(self) -> int:
+        return int(repr(self.counter)[len("count(") : -1])  # the next value it would yield = calls so far
+
+    def reset(self) -> None:
+        self.counter = itertools.count()
 
 
 @dataclass
 class Policy:
     mode: str = "off"
     violations: Counter = field(default_factory=Counter)  # (check, site) -> count
+    recorded: Counter = field(default_factory=Counter)  # (check, site) -> disagreements noted, never raised
     skips: Counter = field(default_factory=Counter)  # (check, site, reason) -> count
     guard_errors: Counter = field(default_factory=Counter)  # (check, site) -> count
     sites: dict = field(default_factory=dict)  # (check, site) -> Site, whose runs count checks run
@@ -83,11 +96,13 @@ class Policy:
             self.logger = get_logger()
         return self.logger
 
-    def _once(self, key: tuple) -> bool:
+    def _count(self, counter: Counter, key: tuple, log_key: tuple) -> bool:
+        """Count `key` exactly (threads included); True the first time `log_key` is seen (log it then)."""
         with self._lock:
-            if key in self._logged:
+            counter[key] += 1
+            if log_key in self._logged:
                 return False
-            self._logged.add(key)
+            self._logged.add(log_key)
             return True
 
     def site(self, check: str, name: str) -> Site:
@@ -103,26 +118,36 @@ class Policy:
         if violation is None:
             return
         key = (violation.check, violation.site)
-        self.violations[key] += 1
+        first = self._count(self.violations, key, ("violation", *key))
         if self.mode == "raise":
             raise SpecGuardViolation(violation)
-        if self._once(("violation", *key)):
+        if first:
             self._log().warning(
                 "%s (warn mode: launch proceeds; further %s violations at this site are counted, not logged)",
                 violation.message,
                 violation.check,
             )
 
+    def record(self, violation: Violation | None) -> None:
+        """Count and log once a disagreement that must not change what vLLM decides: never raised, in
+        any mode (the launch it could lead to is what a check stops)."""
+        if violation is None:
+            return
+        key = (violation.check, violation.site)
+        if self._count(self.recorded, key, ("recorded", *key)):
+            self._log().warning(
+                "%s (recorded, not raised: vLLM's own decision stands; further ones at this site are counted)",
+                violation.message,
+            )
+
     def skip(self, check: str, site: str, reason: str) -> None:
         """A check that could not run without a device read (or lacks its inputs): count, log once."""
-        self.skips[(check, site, reason)] += 1
-        if self._once(("skip", check, site, reason)):
+        if self._count(self.skips, (check, site, reason), ("skip", check, site, reason)):
             self._log().info("specguard %s skipped at %s: %s (counted, logged once)", check, site, reason)
 
     def guard_error(self, check: str, site: str, exc: BaseException) -> None:
         """A bug or surprise inside the guard itself: never let it break serving."""
-        self.guard_errors[(check, site)] += 1
-        if self._once(("error", check, site, type(exc).__name__)):
+        if self._count(self.guard_errors, (check, site), ("error", check, site, type(exc).__name__)):
             self._log().warning(
                 "specguard %s check at %s failed internally (%s: %s); launch proceeds unchecked",
                 check,
@@ -135,20 +160,23 @@ class Policy:
         def flat(counter: Counter) -> dict[str, int]:
             return {":".join(map(str, k)): v for k, v in sorted(counter.items())}
 
-        return {
-            "mode": self.mode,
-            "violations": flat(self.violations),
-            "skips": flat(self.skips),
-            "guard_errors": flat(self.guard_errors),
-            "checks_run": {f"{c}:{n}": s.runs for (c, n), s in sorted(self.sites.items()) if s.runs},
-        }
+        with self._lock:
+            return {
+                "mode": self.mode,
+                "violations": flat(self.violations),
+                "recorded": flat(self.recorded),
+                "skips": flat(self.skips),
+                "guard_errors": flat(self.guard_errors),
+                "checks_run": {f"{c}:{n}": s.runs for (c, n), s in sorted(self.sites.items()) if s.runs},
+            }
 
     def reset_counters(self) -> None:
-        for c in (self.violations, self.skips, self.guard_errors):
-            c.clear()
-        for site in self.sites.values():
-            site.runs = 0
-        self._logged.clear()
+        with self._lock:
+            for c in (self.violations, self.recorded, self.skips, self.guard_errors):
+                c.clear()
+            for site in self.sites.values():
+                site.reset()
+            self._logged.clear()
 
 
 POLICY = Policy()

@@ -4,14 +4,16 @@ Run as a script by test_seed1_draft_tokens.py: once with vLLM 0.28.0's code firs
 the installed vLLM 0.33.0. It builds a batch of 12 requests x 4 draft query tokens (48 real tokens) on DP
 rank 0 while the peer DP rank has 52 tokens, so the DP sync pads this rank's descriptor to 52, then calls
 the DFlash speculator's shared draft-metadata helper the way that version's `DFlashSpeculator.propose` does.
-Prints one JSON object per CUDA-graph mode.
+The draft KV-cache group has one attention group whose builder is an out-of-tree one defined here (after
+the guard is on), deployed with FULL and PIECEWISE graphs: G0 checks what reaches it. Prints one JSON object
+per guard mode and CUDA-graph mode, then one for the V2 runner's build_attn_metadata called directly with
+the seed's numbers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import types
 
 import numpy as np
@@ -22,16 +24,45 @@ REAL = NUM_REQS * PER_REQ
 
 
 def main() -> None:
-    os.environ["VLLM_SPECGUARD"] = sys.argv[1] if len(sys.argv) > 1 else "1"
+    os.environ["VLLM_SPECGUARD"] = "1"
     from vllm.config.compilation import CUDAGraphMode
-    from vllm.v1.worker.gpu import dp_utils
+    from vllm.v1.attention.backend import AttentionMetadataBuilder
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.worker.gpu import attn_utils, dp_utils
     from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
     from vllm.v1.worker.gpu.spec_decode.dflash import speculator as dflash
+    from vllm.v1.worker.utils import AttentionGroup
 
     import specguard.runtime as sg
+    from specguard.runtime import install
+    from specguard.runtime.errors import SpecGuardViolation
 
     sg.register()  # after dflash bound dispatch_cg_and_sync_dp: the guard must rebind it there too
     installed, skipped = sg.installed_checks()
+    print(json.dumps({"guard": "raise", "mode": "startup", "line": install.startup_line("raise")}))
+    kv_spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    kv_cache_config = types.SimpleNamespace(kv_cache_groups=[types.SimpleNamespace(kv_cache_spec=kv_spec)])
+    seen: list[int] = []
+
+    class ProbeBuilder(AttentionMetadataBuilder):
+        """An out-of-tree backend's builder: records the token count it is handed."""
+
+        def __init__(self) -> None:
+            self.layer_names = ["draft.layers.0.attn"]
+            self.vllm_config = types.SimpleNamespace(  # a GPU deployment with FULL and PIECEWISE graphs
+                compilation_config=types.SimpleNamespace(
+                    cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE, cudagraph_capture_sizes=[4, 8, 16, 32, 64]
+                )
+            )
+
+        def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+            seen.append(common_attn_metadata.num_actual_tokens)
+            return None
+
+    group = AttentionGroup(
+        backend=None, layer_names=["draft.layers.0.attn"], kv_cache_spec=kv_spec, kv_cache_group_id=0
+    )
+    group.metadata_builders = [ProbeBuilder()]
 
     class Manager:
         """A CUDA-graph manager with graphs of one mode, captured for every size."""
@@ -69,8 +100,8 @@ def main() -> None:
             dp_size=DP_SIZE,
             dp_rank=0,
             dcp_size=1,
-            attn_groups=[],
-            kv_cache_config=types.SimpleNamespace(kv_cache_groups=[]),
+            attn_groups=[[group]],
+            kv_cache_config=kv_cache_config,
             arange=torch.arange(65, dtype=torch.int32),
             arange_np=np.arange(65, dtype=np.int32),
             draft_is_prefilling=torch.zeros(64, dtype=torch.bool),
@@ -98,48 +129,89 @@ def main() -> None:
     old_style = "_build_draft_attn_metadata" in vars(dflash.DFlashSpeculator) or not hasattr(
         dflash.DFlashSpeculator, "_build_uniform_attn_metadata"
     )
-    for mode in ("PIECEWISE", "FULL", "NONE"):
-        sg.reset_stats()
-        spec = speculator()
-        result = {"mode": mode, "installed": installed, "skipped": skipped}
-        try:
-            if old_style:  # 0.28.0 DFlashSpeculator.propose
-                desc, _ = dflash.dispatch_cg_and_sync_dp(
-                    Manager(mode),
-                    NUM_REQS,
-                    REAL,
-                    uniform_token_count=PER_REQ,
-                    dp_size=DP_SIZE,
-                    dp_rank=0,
-                    need_eager=mode == "NONE",
-                )
-                result["descriptor_tokens"] = desc.num_tokens
-                spec._build_draft_attn_metadata(
-                    num_reqs=NUM_REQS,
-                    num_reqs_padded=desc.num_reqs or NUM_REQS,
-                    num_tokens_padded=desc.num_tokens,
-                    seq_lens_cpu_upper_bound=upper,
-                    step=PER_REQ,
-                    causal=False,
-                )
-            else:  # 0.33.0 DFlashSpeculator.propose, handed the same DP-synced descriptor
-                padded = REAL if mode == "NONE" else PEER_TOKENS
-                desc = Manager(mode).dispatch(NUM_REQS, padded, PER_REQ)
-                result["descriptor_tokens"] = desc.num_tokens
-                spec._build_uniform_attn_metadata(
-                    batch_desc=desc,
-                    num_reqs=NUM_REQS,
-                    num_query_per_req=PER_REQ,
-                    seq_lens_cpu_upper_bound=upper,
-                    step=PER_REQ,
-                    causal=False,
-                )
-            result["raised"] = None
-        except AssertionError as exc:
-            result["raised"] = type(exc).__name__
-            result["message"] = str(exc)
-        result["stats"] = sg.stats()
-        print(json.dumps(result))
+
+    def propose(spec, mode: str) -> tuple[int, dict | None]:
+        """One draft step's metadata build, as that version's DFlashSpeculator.propose makes it: the
+        descriptor's token count and what the helper returned."""
+        if old_style:  # 0.28.0 DFlashSpeculator.propose
+            desc, _ = dflash.dispatch_cg_and_sync_dp(
+                Manager(mode),
+                NUM_REQS,
+                REAL,
+                uniform_token_count=PER_REQ,
+                dp_size=DP_SIZE,
+                dp_rank=0,
+                need_eager=mode == "NONE",
+            )
+            built = spec._build_draft_attn_metadata(
+                num_reqs=NUM_REQS,
+                num_reqs_padded=desc.num_reqs or NUM_REQS,
+                num_tokens_padded=desc.num_tokens,
+                seq_lens_cpu_upper_bound=upper,
+                step=PER_REQ,
+                causal=False,
+            )
+        else:  # 0.33.0 DFlashSpeculator.propose, handed the same DP-synced descriptor
+            padded = REAL if mode == "NONE" else PEER_TOKENS
+            desc = Manager(mode).dispatch(NUM_REQS, padded, PER_REQ)
+            built = spec._build_uniform_attn_metadata(
+                batch_desc=desc,
+                num_reqs=NUM_REQS,
+                num_query_per_req=PER_REQ,
+                seq_lens_cpu_upper_bound=upper,
+                step=PER_REQ,
+                causal=False,
+            )
+        return desc.num_tokens, built
+
+    for guard_mode in ("off", "raise", "warn"):
+        install.uninstall()
+        os.environ["VLLM_SPECGUARD"] = guard_mode
+        sg.register()
+        for mode in ("PIECEWISE", "FULL", "NONE"):
+            sg.reset_stats()
+            seen.clear()
+            result = {"guard": guard_mode, "mode": mode, "installed": installed, "skipped": skipped}
+            try:
+                result["descriptor_tokens"], built = propose(speculator(), mode)
+                result["built_layers"] = sorted(built or ())
+                result["raised"] = None
+            except SpecGuardViolation as exc:
+                result["raised"] = type(exc).__name__
+                result["message"] = str(exc)
+            result["stats"] = sg.stats()
+            result["builder_saw"] = list(seen)
+            print(json.dumps(result))
+
+    # The V2 runner's entry itself, handed the seed's numbers outside any speculator helper, in an eager
+    # deployment (no FULL graph could own the 4 extra tokens): G0 alone.
+    group.metadata_builders[0].vllm_config.compilation_config.cudagraph_mode = CUDAGraphMode.NONE
+    install.uninstall()
+    os.environ["VLLM_SPECGUARD"] = "raise"
+    sg.register()
+    sg.reset_stats()
+    seen.clear()
+    result = {"guard": "raise", "mode": "build_attn_metadata", "raised": None}
+    qsl = torch.arange(NUM_REQS + 1, dtype=torch.int32) * PER_REQ
+    try:
+        attn_utils.build_attn_metadata(
+            attn_groups=[[group]],
+            num_reqs=NUM_REQS,
+            num_tokens=PEER_TOKENS,
+            query_start_loc_gpu=qsl.clone(),
+            query_start_loc_cpu=qsl,
+            max_query_len=PER_REQ,
+            seq_lens=torch.full((NUM_REQS,), 100, dtype=torch.int32),
+            max_seq_len=100,
+            block_tables=[torch.zeros(NUM_REQS, 8, dtype=torch.int32)],
+            slot_mappings=torch.zeros(1, 256, dtype=torch.int64),
+            kv_cache_config=kv_cache_config,
+        )
+    except SpecGuardViolation as exc:
+        result["raised"] = type(exc).__name__
+        result["message"] = str(exc)
+    result["builder_saw"] = list(seen)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -31,3 +31,48 @@ def old_vllm_path() -> str:
         f"vLLM 0.28.0 code not found at {path}; run .ci/runtime-env.sh first"
     )
     return str(path)
+
+
+def paged_wrapper(cls: type, backend: str = "fa2") -> object:
+    """A FlashInfer paged wrapper without its __init__, which needs CUDA pinned memory."""
+    w = object.__new__(cls)
+    w._backend = backend
+    return w
+
+
+def common_metadata(q_lens: list[int], *, num_actual_tokens: int | None = None, **over: object) -> object:
+    """vLLM's CommonAttentionMetadata for a batch of these query lengths, CPU tensors, every field
+    consistent unless overridden."""
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    n = len(q_lens)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    tokens = sum(q_lens) if num_actual_tokens is None else num_actual_tokens
+    fields: dict[str, object] = dict(
+        query_start_loc=qsl.clone(),
+        query_start_loc_cpu=qsl,
+        seq_lens=torch.full((n,), 64, dtype=torch.int32),
+        num_reqs=n,
+        num_actual_tokens=tokens,
+        max_query_len=max(q_lens),
+        max_seq_len=64,
+        block_table_tensor=torch.zeros(n, 8, dtype=torch.int32),
+        slot_mapping=torch.zeros(max(tokens, sum(q_lens)), dtype=torch.int64),
+    )
+    fields.update(over)
+    return CommonAttentionMetadata(**fields)
+
+
+CPU_LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
+
+
+def cpu_config(mode: str = "FULL_AND_PIECEWISE", sizes: list[int] | None = None) -> object:
+    """The parts of a VllmConfig G0 reads. vLLM's CPU platform empties cudagraph_capture_sizes (its mode
+    may still name FULL graphs; none is ever captured), so that is the default."""
+    import types
+
+    from vllm.config.compilation import CUDAGraphMode
+
+    compilation = types.SimpleNamespace(cudagraph_mode=CUDAGraphMode[mode], cudagraph_capture_sizes=sizes or [])
+    return types.SimpleNamespace(compilation_config=compilation)

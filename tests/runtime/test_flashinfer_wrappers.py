@@ -2,8 +2,8 @@
 run() checks q.shape[0] against it before the kernel.
 
 The wrappers cannot be constructed or planned without CUDA (pinned memory, JIT modules), so the tests
-replace the classes' own plan/run with recording stand-ins carrying their signatures, then install the
-guard around them, as vLLM would call them."""
+replace the classes' own plan/run with recording stand-ins carrying their signatures (the `calls` fixture,
+conftest.py), then install the guard around them, as vLLM would call them."""
 
 from __future__ import annotations
 
@@ -13,32 +13,12 @@ import pytest
 import torch
 from flashinfer.decode import BatchDecodeWithPagedKVCacheWrapper as Decode
 from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper as Prefill
+from sg_runtime_helpers import paged_wrapper
 
 from specguard.runtime import SpecGuardViolation, stats
 from specguard.runtime.scalar_reads import ScalarReads
 
 I32 = torch.int32
-
-
-@pytest.fixture
-def calls(monkeypatch) -> list[str]:
-    record: list[str] = []
-    for cls in (Prefill, Decode):
-        for name in ("plan", "run"):
-            real = cls.__dict__[name]
-
-            @functools.wraps(real)
-            def stand_in(self, *args, _name=f"{cls.__name__}.{name}", **kwargs):
-                record.append(_name)
-
-            monkeypatch.setattr(cls, name, stand_in)
-    return record
-
-
-def _wrapper(cls, backend: str = "fa2"):
-    w = object.__new__(cls)  # __init__ needs CUDA pinned memory
-    w._backend = backend
-    return w
 
 
 def _prefill_plan(w, qo_indptr) -> None:
@@ -48,7 +28,7 @@ def _prefill_plan(w, qo_indptr) -> None:
 
 def test_prefill_run_matches_plan(calls, guard) -> None:
     guard("raise")
-    w = _wrapper(Prefill)
+    w = paged_wrapper(Prefill)
     _prefill_plan(w, torch.tensor([0, 4, 8, 12], dtype=I32))
     Prefill.run(w, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))
     assert calls == ["BatchPrefillWithPagedKVCacheWrapper.plan", "BatchPrefillWithPagedKVCacheWrapper.run"]
@@ -62,7 +42,7 @@ def test_prefill_run_matches_plan(calls, guard) -> None:
 
 def test_prefill_device_indptr_is_skipped_not_read(calls, guard) -> None:
     guard("raise")
-    w = _wrapper(Prefill)
+    w = paged_wrapper(Prefill)
     _prefill_plan(w, torch.tensor([0, 4, 8, 12], dtype=I32, device="meta"))
     Prefill.run(w, torch.randn(16, 4, 64), torch.zeros(4, 16, 4, 64))  # unchecked, not failed
     skips = stats()["skips"]
@@ -80,12 +60,12 @@ def test_decode_rows_exact_and_tiled_backends(calls, guard) -> None:
         torch.arange(4, dtype=I32),
         torch.ones(4, dtype=I32),
     )
-    w = _wrapper(Decode)
+    w = paged_wrapper(Decode)
     Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, q_len_per_req=2)
     Decode.run(w, torch.randn(8, 4, 64), torch.zeros(4, 16, 4, 64))
     with pytest.raises(SpecGuardViolation, match=r"q.shape\[0\] \(6\) does not match the decode plan: expected 8"):
         Decode.run(w, torch.randn(6, 4, 64), torch.zeros(4, 16, 4, 64))
-    tiled = _wrapper(Decode, backend="trtllm-gen")
+    tiled = paged_wrapper(Decode, backend="trtllm-gen")
     Decode.plan(tiled, indptr, idx, last, 4, 4, 64, 16)
     Decode.run(tiled, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))  # 3 rows per request: allowed here
     with pytest.raises(SpecGuardViolation, match="a multiple of the 4 planned requests"):
@@ -95,7 +75,7 @@ def test_decode_rows_exact_and_tiled_backends(calls, guard) -> None:
 
 def test_plan_and_run_add_no_scalar_reads(calls, guard) -> None:
     def reads() -> int:
-        w = _wrapper(Prefill)
+        w = paged_wrapper(Prefill)
         with ScalarReads() as mode:
             _prefill_plan(w, torch.tensor([0, 4, 8, 12], dtype=I32))
             Prefill.run(w, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))
@@ -114,3 +94,29 @@ def test_aliases_follow_the_wrapped_methods(guard) -> None:
     assert is_wrapped(Prefill.__dict__["begin_forward"]) and Prefill.begin_forward is Prefill.plan
     rrl = Prefill.__dict__["run_return_lse"]
     assert isinstance(rrl, functools.partialmethod) and rrl.func is Prefill.__dict__["run"]
+
+
+def test_decode_plan_binds_q_len_per_req_positionally(calls, guard) -> None:
+    """Issue 12 item 2: q_len_per_req passed positionally (flashinfer-python 0.7.2.post1 maps the optional
+    arguments after page_size by its own list of names) is the one G1 uses: no false G1."""
+    from flashinfer import decode
+
+    guard("raise")
+    indptr, idx, last = (
+        torch.tensor([0, 1, 2, 3, 4], dtype=I32),
+        torch.arange(4, dtype=I32),
+        torch.ones(4, dtype=I32),
+    )
+    legacy = decode._BATCH_DECODE_PLAN_LEGACY_POS_ARGS
+    optional = {name: None for name in legacy}
+    optional.update(pos_encoding_mode="NONE", window_left=-1, non_blocking=True, disable_split_kv=False)
+    optional["q_len_per_req"] = 3
+    w = paged_wrapper(Decode)
+    Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, *[optional[name] for name in legacy])
+    Decode.run(w, torch.randn(12, 4, 64), torch.zeros(4, 16, 4, 64))  # 4 requests x 3 tokens
+    with pytest.raises(SpecGuardViolation, match=r"expected 12 \(= 4 requests x 3\)"):
+        Decode.run(w, torch.randn(4, 4, 64), torch.zeros(4, 16, 4, 64))
+    # by keyword, and the run query by keyword too
+    Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, q_len_per_req=2)
+    Decode.run(w, q=torch.randn(8, 4, 64), paged_kv_cache=torch.zeros(4, 16, 4, 64))
+    assert stats()["violations"] == {"G1:BatchDecodeWithPagedKVCacheWrapper.run": 1}

@@ -140,8 +140,78 @@ def test_draft_token_count() -> None:
     assert "dp_size=2" in v.message and v.facts["padding"] == 4
 
 
-def test_violation_is_an_assertion_error() -> None:
+def test_violation_is_neither_an_assertion_nor_a_value_error() -> None:
+    """vLLM reads AssertionError/ValueError from a spec merge as "cannot merge": the guard's exception must
+    not be one (issue 12, reversing the first runtime issue's AssertionError)."""
     v = inv.check_prefill_rows(2, 1, site=SITE, subject="w")
     assert v is not None
     err = SpecGuardViolation(v)
-    assert isinstance(err, AssertionError) and err.violation is v and str(err) == v.message
+    assert not isinstance(err, (AssertionError, ValueError))
+    assert isinstance(err, Exception) and err.violation is v and str(err) == v.message
+
+
+def test_likely_cause_only_when_the_numbers_show_it() -> None:
+    """Padding explains a count that is too large, never one that is too small."""
+    too_many = inv.check_prefill_rows(52, 48, site=SITE, subject="w")
+    too_few = inv.check_prefill_rows(44, 48, site=SITE, subject="w")
+    assert too_many is not None and too_many.cause is not None and "padded token count" in too_many.message
+    assert too_few is not None and too_few.cause is None
+    assert "Likely cause: not determined from these numbers" in too_few.message
+    short = dict(real_tokens=48, cg_mode="PIECEWISE", speculator="S", num_reqs=12, site=SITE)
+    v = inv.check_draft_token_count(
+        handed_tokens=44, descriptor_tokens=None, dispatched_tokens=None, dp_size=None, **short
+    )
+    assert v is not None and v.cause is None and "4 tokens short" in v.message
+    layer = dict(causal=False, multi_token=True, num_decode_tokens=8, num_decodes=2, site=SITE, subject="L")
+    assert inv.check_noncausal_layer(layer_non_causal=False, **layer).cause is None
+    assert (
+        "recorded such a group"
+        in inv.check_noncausal_layer(layer_non_causal=False, mixed_group_recorded=True, **layer).cause
+    )
+
+
+def test_uniform_reshape_mismatch() -> None:
+    assert inv.uniform_reshape_mismatch([4, 4, 4], 4) is None
+    assert inv.uniform_reshape_mismatch([4, 4, 0], 4) is None  # a graph-padding request of no tokens
+    assert inv.uniform_reshape_mismatch([4, 4, 1], 3) == (3, 0, 3, 1)
+    assert inv.uniform_reshape_mismatch([2, 0], 1) == (1, 0, 1, 1)
+    assert not inv.decode_needs_ragged_launch([1, 1, 1], 3)
+    assert inv.decode_needs_ragged_launch([4, 4, 2], 10) and inv.decode_needs_ragged_launch([4, 4, 1], 9)
+
+
+def _numbers(**over) -> inv.MetadataNumbers:
+    fields = dict(
+        num_reqs=12,
+        num_actual_tokens=48,
+        max_query_len=4,
+        qsl_cpu_len=13,
+        qsl_len=13,
+        qsl_first=0,
+        qsl_end=48,
+        first_decrease=None,
+        longest_query=4,
+        slot_rows=48,
+        block_table_rows=12,
+        seq_lens_rows=12,
+        dcp_local_seq_lens_rows=None,
+    )
+    fields.update(over)
+    return inv.MetadataNumbers(**fields)
+
+
+def test_common_metadata_invariants() -> None:
+    def check(padding_allowed=False, **over):
+        return inv.check_common_metadata(_numbers(**over), padding_allowed=padding_allowed, site="B.build", subject="L")
+
+    assert check() is None
+    assert check(padding_allowed=True, num_actual_tokens=52, slot_rows=52) is None
+    seed = check(num_actual_tokens=52, slot_rows=52)
+    assert seed is not None and seed.check == "G0" and seed.rules == ("SG103", "SG101")
+    assert "query_start_loc_cpu[num_reqs] (48) != num_actual_tokens (52) for 12 requests outside FULL" in seed.message
+    assert "4 tokens that no request owns" in seed.message and "padded token count" in seed.cause
+    over = check(padding_allowed=True, num_actual_tokens=44, slot_rows=44)
+    assert over is not None and over.cause is None  # more tokens owned than the batch has: never padding
+    sliced = check(num_actual_tokens=52)
+    assert "slot_mapping has 48 rows for num_actual_tokens=52" in sliced.message
+    dcp = check(dcp_local_seq_lens_rows=11)
+    assert dcp.rules == ("SG105",) and "dcp_local_seq_lens has 11 rows for num_reqs=12" in dcp.message

@@ -40,6 +40,7 @@ def test_consistent_launches_pass_and_reach_the_kernel_once(mla, guard, case) ->
     s = stats()
     assert s["violations"] == {} and s["guard_errors"] == {} and s["skips"] == {}
     assert s["checks_run"] == {
+        "G0:FlashInferMLAMetadataBuilder.build(target)": 1,
         "G1+G3:FlashInferMLAImpl.forward_mqa": 1,
         "G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla": 1,
     }
@@ -91,13 +92,25 @@ def test_global_causal_bound_left_per_request(mla, guard) -> None:
 
 
 def test_noncausal_metadata_on_a_causal_layer(mla, guard) -> None:
+    """G3 stops the launch; it names the mixed KV-cache group as the cause only once G3 recorded one."""
+    import dataclasses
+
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
     guard("raise")
-    impl, md, q = _launch(mla, [4, 4], False, 1)
-    with pytest.raises(SpecGuardViolation) as err:
-        mla.forward(impl, q, md, mla.layer(non_causal=False))
+    messages = []
+    for _ in range(2):
+        impl, md, q = _launch(mla, [4, 4], False, 1)
+        with pytest.raises(SpecGuardViolation) as err:
+            mla.forward(impl, q, md, mla.layer(non_causal=False))
+        messages.append(str(err.value))
+        spec = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=mla.torch.bfloat16)
+        MLAAttentionSpec.merge([spec, dataclasses.replace(spec, non_causal_multi_token_decode=True)])
     assert mla.calls == []
-    assert "[specguard G3 group causal consistency]" in str(err.value)
-    assert "SG201 group-flag-any-merge" in str(err.value)
+    for msg in messages:
+        assert "[specguard G3 group causal consistency]" in msg and "SG201 group-flag-any-merge" in msg
+    assert "Likely cause: not determined" in messages[0]
+    assert "(G3 recorded such a group at merge)" in messages[1]
 
 
 def test_noncausal_dcp_needs_backend_support(mla, guard, monkeypatch) -> None:
@@ -198,3 +211,134 @@ def test_flashinfer_entry_keeps_its_parameters_under_the_guard(mla, guard) -> No
         assert "block_tables" in params and "causal_seqlens_kv_global" in params
     else:
         assert params == ["args", "kwargs"]
+
+
+# Issue 12 item 4: vLLM 0.33.0 with DCP=2 and MTP k=3 (the builder takes decodes of up to 4 tokens) and
+# a request shorter than the others: with DCP, forward_mqa skips the ragged launch and, since the total
+# divides, views the query as (num_decodes, total / num_decodes, heads, dim).
+def _ragged_dcp_launch(mla, q_lens):
+    impl = mla.impl(dcp_world_size=2, dcp_rank=1)
+    md = mla.metadata(q_lens, causal=True, dcp=True)
+    return impl, md, mla.query(sum(q_lens))
+
+
+def test_ragged_decode_under_dcp_is_silent_without_the_guard(mla) -> None:
+    """The reproduction: query lengths [4, 4, 1] launch as (3, 3, heads, dim); request 0's 4th token is
+    attended as request 1's, and nothing in vLLM or the kernel entry complains."""
+    impl, md, q = _ragged_dcp_launch(mla, [4, 4, 1])
+    mla.forward(impl, q, md, mla.layer())
+    (call,) = mla.calls
+    assert tuple(call["query"].shape) == (3, 3, mla.HEADS, mla.KV_LORA + mla.ROPE)
+    assert call["block_tables"].shape[0] == 3 and call["enable_dcp"] is True
+
+
+def test_ragged_decode_under_dcp_on_the_uniform_reshape_is_stopped(mla, guard) -> None:
+    guard("raise")
+    impl, md, q = _ragged_dcp_launch(mla, [4, 4, 1])
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer())
+    assert mla.calls == []
+    msg = str(err.value)
+    assert "[specguard G2 MLA/DCP launch geometry] flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla" in msg
+    assert f"layer {mla.LAYER}" in msg
+    assert "launched as 3 requests x 3 tokens (3, 3, 16, 576)" in msg
+    assert "query lengths [4, 4, 1] (query_start_loc_cpu at metadata build)" in msg
+    assert "token row 3 (request 0's token 4) is attended as request 1's" in msg
+    assert "Likely cause: a ragged decode batch under DCP, where forward_mqa has no ragged" in msg
+    assert "Static rule that finds it: none" in msg
+
+
+def test_uneven_ragged_decode_under_dcp_names_its_cause(mla, guard) -> None:
+    """Issue 12 item 5: [4, 4, 2] does not divide, vLLM unsqueezes the query to one row per token, and the
+    rows disagree; the cause is the ragged decode under DCP, not the seeds' expansion bugs."""
+    guard("raise")
+    impl, md, q = _ragged_dcp_launch(mla, [4, 4, 2])
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer())
+    msg = str(err.value)
+    assert "batch rows disagree: query=10, block_tables=3, seq_lens=3, causal_seqlens_kv_global=3" in msg
+    assert "decode_query_lens=[4, 4, 2]" in msg
+    assert "Likely cause: a ragged decode batch under DCP" in msg
+    assert "gave the query one row per token while block_tables/seq_lens stay one row per request" in msg
+    assert "expanded, sliced or padded" not in msg
+
+
+def test_rows_that_disagree_without_a_known_pattern_name_no_cause(mla, guard) -> None:
+    """ "Likely cause" only when the numbers show one."""
+    guard("raise")
+    impl, md, q = _launch(mla, [1, 1, 1, 1], True, 1, block_rows=3)
+    with pytest.raises(SpecGuardViolation) as err:
+        mla.forward(impl, q, md, mla.layer())
+    assert "Likely cause: not determined from these numbers" in str(err.value)
+
+
+@pytest.mark.parametrize("q_lens", [[4, 4, 4], [1, 1, 1], [3, 3]])
+def test_uniform_decodes_under_dcp_pass(mla, guard, q_lens) -> None:
+    guard("raise")
+    impl, md, q = _ragged_dcp_launch(mla, q_lens)
+    mla.forward(impl, q, md, mla.layer())
+    assert len(mla.calls) == 1
+    s = stats()
+    assert s["violations"] == {} and s["skips"] == {} and s["guard_errors"] == {}
+
+
+def test_ragged_decode_in_warn_mode_is_counted_and_launches(mla, guard) -> None:
+    guard("warn")
+    for _ in range(2):
+        impl, md, q = _ragged_dcp_launch(mla, [4, 4, 1])
+        mla.forward(impl, q, md, mla.layer())
+    assert len(mla.calls) == 2
+    assert stats()["violations"] == {"G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla": 2}
+
+
+def test_metadata_built_before_the_guard_is_skipped_on_the_reshape_not_trusted(mla, guard) -> None:
+    """No recorded query lengths (the build did not go through the guard): the uniform-reshape launch of a
+    multi-token decode is counted as a skip, never cleared silently."""
+    impl, md, q = _ragged_dcp_launch(mla, [4, 4, 4])  # built unguarded
+    guard("raise")
+    mla.forward(impl, q, md, mla.layer())
+    assert len(mla.calls) == 1
+    (skip,) = stats()["skips"]
+    assert skip.startswith("G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla:decode query lengths not")
+
+
+def test_a_rebound_kernel_name_is_reported_once(mla, guard) -> None:
+    """Issue 12 item 6: something rebinds the name G2 wrapped after install; the first guarded forward_mqa
+    reports it (counted once, logged once), and the launch still proceeds."""
+    guard("raise")
+    rebound_calls = []
+
+    def other_plugin_kernel(**kwargs):
+        rebound_calls.append(kwargs)
+        return mla.torch.zeros(*kwargs["query"].shape[:-1], mla.KV_LORA)
+
+    with pytest.MonkeyPatch.context() as rebind:  # undone before the guard is uninstalled
+        rebind.setattr(mla.fm, "trtllm_batch_decode_with_kv_cache_mla", other_plugin_kernel)
+        for _ in range(3):
+            impl, md, q = _launch(mla, [1, 1], True, 1)
+            mla.forward(impl, q, md, mla.layer())
+    assert len(rebound_calls) == 3
+    assert stats()["skips"] == {
+        "G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla:"
+        "vllm.v1.attention.backends.mla.flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla was rebound after "
+        "the guard wrapped it (now test_mla_forward.test_a_rebound_kernel_name_is_reported_once.<locals>."
+        "other_plugin_kernel): G2 does not see these launches": 1
+    }
+
+
+def test_a_plugin_that_wraps_the_guarded_kernel_keeps_g2(mla, guard) -> None:
+    import functools
+
+    guard("raise")
+    guarded = mla.fm.trtllm_batch_decode_with_kv_cache_mla
+
+    @functools.wraps(guarded)
+    def timing_wrapper(*args, **kwargs):
+        return guarded(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as rebind:
+        rebind.setattr(mla.fm, "trtllm_batch_decode_with_kv_cache_mla", timing_wrapper)
+        impl, md, q = _launch(mla, [1, 1], True, 1)
+        mla.forward(impl, q, md, mla.layer())
+    assert stats()["skips"] == {}
+    assert stats()["checks_run"]["G2:flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla"] == 1

@@ -59,14 +59,16 @@ def test_enabled_installs_every_check(value) -> None:
     assert report["skipped"] == [], report["skipped"]
     installed = " ".join(report["installed"])
     for check in (
+        "G0@AttentionMetadataBuilder.build/build_for_drafting/build_for_cudagraph_capture",
         "G1@BatchPrefillWithPagedKVCacheWrapper.plan/run",
         "G1@BatchDecodeWithPagedKVCacheWrapper",
         "G1+G3@FlashInferMLAImpl.forward_mqa",
         "G2@flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla",
-        "MLAAttentionSpec.merge",
+        "G3@MLAAttentionSpec.merge",
         "G4@DraftModelSpeculator._build_attn_metadata->build_attn_metadata",
     ):
         assert check in installed
+    assert "FullAttentionSpec.merge" not in installed  # its non_causal is no G3 flag
     # one log line naming versions, installed and skipped checks
     lines = [x for x in output.splitlines() if "specguard runtime guard (VLLM_SPECGUARD mode=" in x]
     assert len(lines) == 1, output[-3000:]
@@ -83,9 +85,11 @@ def test_disabled_patches_nothing(value) -> None:
     assert not any(report["wrapped"].values()), report["wrapped"]
     assert report["installed"] == [] and report["skipped"] == []
     # loading the plugins brought in specguard's light modules only: no torch, FlashInfer or vLLM backend,
-    # kv-cache or worker module (vLLM's own general plugins, the LoRA resolvers, load what they load)
+    # kv-cache or worker module (vLLM's own general plugins, the LoRA resolvers, load what they load);
+    # a variable set to off is still made known to vLLM's registry (specguard.runtime.vllm_env)
     loaded = report["loaded_by_plugins"]
-    assert [m for m in loaded if m.startswith("specguard")] == LIGHT_MODULES, loaded
+    light = LIGHT_MODULES + (["specguard.runtime.vllm_env"] if value is not None else [])
+    assert [m for m in loaded if m.startswith("specguard")] == light, loaded
     assert [m for m in loaded if m.split(".")[0] in ("torch", "flashinfer")] == [], loaded
     assert [m for m in loaded if m.startswith("vllm.v1")] == [], loaded
 
@@ -105,17 +109,27 @@ def test_disabled_register_imports_neither_torch_nor_vllm(value) -> None:
     assert proc.stdout.strip() == repr(LIGHT_MODULES)
 
 
-def test_invalid_value_is_a_startup_error() -> None:
-    env = dict(os.environ, VLLM_SPECGUARD="yes")
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (
+            {"VLLM_SPECGUARD": "yes"},
+            "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'",
+        ),
+        (
+            {"VLLM_SPECGUARD": "1", "VLLM_SPECGUARD_STATS_INTERVAL": "soon"},
+            "VLLM_SPECGUARD_STATS_INTERVAL='soon' is not a valid value; use a number of seconds > 0",
+        ),
+    ],
+)
+def test_invalid_value_is_a_startup_error(env, message) -> None:
     proc = subprocess.run(
         [venv_python(), "-W", "ignore", "-c", "import vllm.plugins; vllm.plugins.load_general_plugins()"],
-        env=env,
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=600,
         cwd=REPO,
     )
     assert proc.returncode != 0
-    assert (
-        "VLLM_SPECGUARD='yes' is not a valid value; use one of: unset, '0', 'off', '1', 'raise', 'warn'" in proc.stderr
-    )
+    assert message in proc.stderr

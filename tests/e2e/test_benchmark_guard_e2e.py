@@ -1,0 +1,32 @@
+"""benchmarks/guard_e2e.py runs end to end: two real servers, a couple of tiny rounds (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_e2e_overhead_benchmark_runs(e2e_python: str, tmp_path: Path) -> None:
+    out = tmp_path / "guard_e2e.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/guard_e2e.py", "--python", e2e_python, "--rounds", "2", "--warmup", "0"]
+        + ["--requests", "1", "--max-tokens", "8", "--json", str(out)],
+        cwd=REPO,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    # 0 or 1 is the verdict on the target; anything else (an assertion, a traceback) is a broken benchmark
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert [r["first"] for r in result["rows"]] == ["off", "on"]
+    assert all(r["off_tps"] > 0 and r["on_tps"] > 0 for r in result["rows"])
+    assert result["g0_checks"]["(target)"] > 0 and result["g0_checks"]["(draft)"] > 0
+    assert "specguard lines in the unguarded server's log: 0;" in proc.stdout
+    assert "exit codes {'off': 0, 'on': 0}" in proc.stdout
