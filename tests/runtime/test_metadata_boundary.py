@@ -10,6 +10,8 @@ import types
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sg_runtime_helpers import CPU_LAYERS, cpu_config
 from sg_runtime_helpers import common_metadata as _cm
 from vllm.v1.attention import backend as vb
@@ -216,3 +218,45 @@ def test_mla_builder_records_decode_query_lengths(mla, guard) -> None:
     assert getattr(mla.metadata([4, 4, 1], dcp=True), DECODE_LENS_ATTR) == (4, 4, 1)
     assert getattr(mla.metadata([4, 4, 4], dcp=True), DECODE_LENS_ATTR) is False
     assert stats()["checks_run"] == {"G0:FlashInferMLAMetadataBuilder.build(target)": 2}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    q_lens=st.lists(st.integers(0, 9), min_size=1, max_size=12),
+    token_delta=st.integers(-3, 3),
+    max_query_delta=st.integers(-2, 2),
+    shuffled=st.booleans(),
+    short_rows=st.sampled_from(["", "slot_mapping", "block_table_tensor", "seq_lens", "query_start_loc"]),
+    dcp_rows_delta=st.sampled_from([None, -1, 0, 1]),
+)
+def test_the_fast_path_clears_exactly_what_the_full_check_clears(
+    q_lens, token_delta, max_query_delta, shuffled, short_rows, dcp_rows_delta
+) -> None:  # type: ignore[no-untyped-def]
+    """G0 decides a healthy build from the fewest reads; it may send a build to the full check, never clear one
+    the full check would report (and it clears every build that is healthy whatever the graph mode)."""
+    from specguard.runtime import adapt_metadata
+    from specguard.runtime import invariants as inv
+
+    n, total = len(q_lens), sum(q_lens)
+    over: dict[str, object] = {"max_query_len": max(max(q_lens) + max_query_delta, 0)}
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    if shuffled and n > 1:
+        qsl = qsl.flip(0)
+    over |= {"query_start_loc_cpu": qsl, "query_start_loc": qsl.clone()}
+    if short_rows:
+        rows = {"slot_mapping": total, "query_start_loc": n + 1}.get(short_rows, n) - 1
+        over[short_rows] = torch.zeros(max(rows, 0), dtype=torch.int32)
+    if dcp_rows_delta is not None:
+        over["dcp_local_seq_lens"] = torch.zeros(max(n + dcp_rows_delta, 0), dtype=torch.int32)
+    cm = _cm(q_lens, num_actual_tokens=max(total + token_delta, 0), **over)
+    full = {
+        allowed: inv.check_common_metadata(
+            adapt_metadata.metadata_numbers(cm), padding_allowed=allowed, site="s", subject="x"
+        )
+        for allowed in (False, True)
+    }
+    fast = adapt_metadata._visibly_consistent(cm)
+    if fast:
+        assert full == {False: None, True: None}
+    else:
+        assert full[False] is not None  # healthy in every graph mode is never left to the slow path
