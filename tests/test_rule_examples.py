@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from specguard.analysis.engine import check_source
-from specguard.analysis.fixer import fix_text
+from specguard.fixes.apply import fix_text
 from specguard.rules import ALL_CODES, all_rules, rule_name
 
 RULES = all_rules()

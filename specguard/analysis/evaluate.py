@@ -7,12 +7,12 @@ from pathlib import Path
 import libcst as cst
 
 from specguard.analysis.findings import Finding, source_error
-from specguard.analysis.fix_edits import checked_fix
 from specguard.analysis.index import FileFacts
 from specguard.analysis.positions import spans
 from specguard.analysis.source import decode, read_bytes
 from specguard.analysis.sparse import sparse_source
 from specguard.errors import SourceError
+from specguard.fixes.from_cst import checked_fix
 from specguard.packs import Pack
 from specguard.rules import load_rule
 from specguard.rules.base import Diagnostic, RuleContext

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from specguard.analysis.findings import Finding
-from specguard.analysis.fix_model import Fix
+from specguard.fixes.model import Fix
 from specguard.report.docs_url import rule_url
 from specguard.rules import rule_name
 

@@ -12,11 +12,11 @@ from typing import Literal
 import libcst as cst
 
 from specguard.analysis.cst_tools import dotted, is_self_call, last_name, walk_calls
-from specguard.analysis.fix_edits import Change
-from specguard.analysis.fix_model import Applicability, Edit
 from specguard.analysis.index import FileFacts
 from specguard.analysis.source import parse_ast
 from specguard.analysis.sparse import sparse_lines
+from specguard.fixes.from_cst import Change
+from specguard.fixes.model import Applicability, Edit
 from specguard.packs import Pack
 
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_edits import delete_statement
 from specguard.analysis.cst_tools import dotted, kids, parameters, scopes
+from specguard.fixes.cst_edits import delete_statement
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from specguard.analysis.ast_edits import replace_node
 from specguard.analysis.ast_tools import callee_text, dotted, is_bound_method, scopes, span
 from specguard.analysis.dataflow.calls import Passed, bind
 from specguard.analysis.dataflow.project import ProjectHooks
@@ -13,8 +12,9 @@ from specguard.analysis.dataflow.resolve import MAX_DEPTH
 from specguard.analysis.dataflow.resolve import MAX_ROUNDS as ATTRIBUTE_ROUNDS
 from specguard.analysis.dataflow.values import Item, Value
 from specguard.analysis.dataflow.walker import MAX_ROUNDS, FlowWalker, parameter_env
-from specguard.analysis.fix_model import Edit
-from specguard.analysis.import_edits import add_import
+from specguard.fixes.ast_edits import replace_node
+from specguard.fixes.import_edits import add_import
+from specguard.fixes.model import Edit
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 
 PADDED = "padded"  # the label Pack.padding_flow gives a descriptor's padded count

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_edits import delete_statements, without_keyword
 from specguard.analysis.cst_tools import Scope, dotted, is_self_call, kids, last_name, parameters, scopes
-from specguard.analysis.import_edits import drop_import
+from specguard.fixes.cst_edits import delete_statements, without_keyword
+from specguard.fixes.import_edits import drop_import
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 from specguard.rules.sg101_metadata_outside_helper import is_capture_builder_call
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from specguard.analysis.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
 from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, span
 from specguard.analysis.dataflow.calls import Passed
 from specguard.analysis.dataflow.project import ProjectHooks
 from specguard.analysis.dataflow.values import ANY, Item, Value
 from specguard.analysis.dataflow.walker import FlowWalker
+from specguard.fixes.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
 
 REDUCTION = "reduction"  # the label Pack.merge_flow gives a reduction's or a fold's result

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from specguard.analysis.findings import Finding
-from specguard.analysis.fix_model import Fix, apply_edits, split_lines
+from specguard.fixes.model import Fix, apply_edits, split_lines
 
 # How many re-check rounds one file gets; ruff stops at 100, but specguard's fixes rarely overlap at all.
 MAX_ROUNDS = 10
@@ -119,7 +119,7 @@ def _attempt(
     """The fixed text and its findings, or None when it does not parse or still reports a fixed finding."""
     fixed = apply_edits(text, [e for f in batch for e in f.fix.edits])  # type: ignore[union-attr]
     after = recheck(fixed)
-    if any(f.code == "SG000" for f in after):
+    if any(f.code == "SG000" for f in after) or (compiles(text) and not compiles(fixed)):
         return None
     remaining, had, fixing = Counter(map(key, after)), Counter(map(key, before)), Counter(map(key, batch))
     if any(remaining[k] > had[k] - n for k, n in fixing.items()):
@@ -127,10 +127,25 @@ def _attempt(
     return fixed, after
 
 
+def compiles(text: str) -> bool:
+    """Whether CPython's compiler accepts the text; it runs nothing (the code object is dropped). It catches what
+    the parser lets through (`*a` alone, `return` outside a function), which a fix must not introduce."""
+    try:
+        compile(text, "<fixed>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 def _refusal(finding: Finding, recheck: Callable[[str], list[Finding]], text: str) -> str:
     after = recheck(apply_edits(text, finding.fix.edits))  # type: ignore[union-attr]
     errors = [f for f in after if f.code == "SG000"]
-    why = f"the result does not parse ({errors[0].message})" if errors else "the rules still report it on the result"
+    if errors:
+        why = f"the result does not parse ({errors[0].message})"
+    elif compiles(text) and not compiles(apply_edits(text, finding.fix.edits)):  # type: ignore[union-attr]
+        why = "the result does not compile"
+    else:
+        why = "the rules still report it on the result"
     return f"{finding.path}:{finding.line}:{finding.col}: {finding.code} fix not applied: {why}"
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from specguard.analysis.cst_tools import kids
-from specguard.analysis.fix_edits import Change
+from specguard.fixes.from_cst import Change
 
 
 def _pure(node: cst.CSTNode) -> bool:

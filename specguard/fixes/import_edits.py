@@ -11,7 +11,7 @@ import re
 
 import libcst as cst
 
-from specguard.analysis.fix_model import Edit, split_lines
+from specguard.fixes.model import Edit, split_lines
 
 
 def _column(line: str, byte_offset: int) -> int:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from specguard.analysis.cst_tools import kids
-from specguard.analysis.fix_model import Edit, Fix, split_lines
+from specguard.fixes.model import Edit, Fix, split_lines
 
 if TYPE_CHECKING:
     from specguard.rules.base import NodeFix

@@ -12,7 +12,7 @@ import re
 
 import libcst as cst
 
-from specguard.analysis.fix_model import Edit, split_lines
+from specguard.fixes.model import Edit, split_lines
 
 _SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.FunctionDef, ast.AsyncFunctionDef)
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
