@@ -19,3 +19,12 @@ def test_every_package_is_listed_for_the_wheel() -> None:
     on_disk = {".".join(init.parent.relative_to(REPO).parts) for init in (REPO / "specguard").rglob("__init__.py")}
     assert on_disk <= listed, f"add to [tool.setuptools] packages: {sorted(on_disk - listed)}"
     assert listed - on_disk == {"specguard._packs"}
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    # tests/ has no __init__.py files, so pytest imports each test module by its basename alone: two files with
+    # one name in different folders stop the whole run at collection ("import file mismatch").
+    seen: dict[str, Path] = {}
+    for module in sorted((REPO / "tests").rglob("test_*.py")):
+        assert module.name not in seen, f"rename one of {seen[module.name]} and {module}: pytest cannot import both"
+        seen[module.name] = module

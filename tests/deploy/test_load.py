@@ -1,6 +1,6 @@
 """Loading serving configs: vLLM's reading rules, one-line errors, and the reading without a served source.
 
-Agreement with vLLM's own parser over a large corpus is test_differential.py; these are the rules one by one.
+Agreement with vLLM's own parser over a large corpus is test_parser_differential.py; these are the rules one by one.
 """
 
 from __future__ import annotations
