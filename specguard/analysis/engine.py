@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import linecache
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from specguard.analysis.discover import discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.modules import ModuleLocator
-from specguard.analysis.parallel import Workers, cores
+from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import is_suppressed
@@ -61,13 +60,6 @@ def _evaluate(
         return evaluate_file(path, facts, pack, codes, mentions, definitions), None
     except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not lose the other files' findings
         return [], f"{path}: internal error while analyzing: {type(exc).__name__}: {exc} (please report it)"
-
-
-def _file_size(job: tuple[Any, ...]) -> int:
-    try:
-        return os.path.getsize(job[0])
-    except OSError:
-        return 0
 
 
 def _evaluate_crashed(job: tuple[Any, ...]) -> Outcome:
@@ -161,25 +153,30 @@ class _Run:
         return flows
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
-        """Stage two: the files some enabled rule can match, evaluated (or taken from the cache)."""
+        """Stage two: the files some enabled rule can match, evaluated (or taken from the cache). Each file goes
+        to the workers as soon as its facts are known, so libcst there overlaps the dataflow facts computed here."""
         jobs, keys, live_results = [], {}, set()
-        for path, scan in self.scans.items():
-            if scan.error is not None:
-                result.findings.append(source_error(path, scan.error, scan.error_line))
-                continue
-            if scan.summary is None or not scan.mentions:
-                continue
-            facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
-            key = _result_key(scan, facts, self.codes)
-            live_results.add(key)
-            if key in self.cache.results:
-                result.findings.extend(self.cache.results[key])
-            else:
+
+        def produce() -> Iterator[Job]:
+            for path, scan in self.scans.items():
+                if scan.error is not None:
+                    result.findings.append(source_error(path, scan.error, scan.error_line))
+                    continue
+                if scan.summary is None or not scan.mentions:
+                    continue
+                facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
+                key = _result_key(scan, facts, self.codes)
+                live_results.add(key)
+                if key in self.cache.results:
+                    result.findings.extend(self.cache.results[key])
+                    continue
                 keys[path] = key
                 jobs.append((path, facts, self.pack, self.codes, scan.mentions, scan.summary.definitions))
-        result.parsed = len(jobs)
+                yield jobs[-1]
+
         # With workers, libcst's native parser runs only there: a fault in it must not take the run down.
-        outcomes = pool.run(_evaluate, jobs, on_crash=_evaluate_crashed, weight=_file_size, main_share=0.0)
+        outcomes = pool.run_as_produced(_evaluate, produce(), on_crash=_evaluate_crashed)
+        result.parsed = len(jobs)
         for job, (findings, error) in zip(jobs, outcomes, strict=True):
             if error is not None:
                 result.errors.append(error)

@@ -10,12 +10,12 @@ that kills its process gets on_crash(job) instead of a result.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 R = TypeVar("R")
 Job = tuple[Any, ...]
@@ -91,6 +91,29 @@ class Workers:
             except BrokenProcessPool:
                 for i in shard:
                     results[i] = self._isolated(fn, jobs[i], on_crash)
+        return results
+
+    def run_as_produced(self, fn: Callable[..., R], jobs: Iterable[Job], *, on_crash: Callable[[Job], R]) -> list[R]:
+        """fn(*job) for every job, in order, none in the main process: each job goes to the workers as soon as
+        `jobs` yields it, so the workers run the first jobs while the main process is still producing the rest."""
+        if self.pool is None:
+            return [fn(*job) for job in jobs]
+        from concurrent.futures.process import BrokenProcessPool
+
+        submitted: list[tuple[Job, Future[R] | None]] = []
+        for job in jobs:
+            try:
+                submitted.append((job, self.pool.submit(fn, *job)))
+            except BrokenProcessPool:  # an earlier job killed a worker: this one runs isolated below
+                submitted.append((job, None))
+        results = []
+        for job, future in submitted:
+            try:
+                if future is None:
+                    raise BrokenProcessPool
+                results.append(future.result())
+            except BrokenProcessPool:
+                results.append(self._isolated(fn, job, on_crash))
         return results
 
     def _isolated(self, fn: Callable[..., R], job: Job, on_crash: Callable[[Job], R]) -> R:
