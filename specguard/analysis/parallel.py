@@ -1,10 +1,11 @@
 """Both cores, cheaply: one pool of worker processes per run, jobs in one shard per process.
 
 The pool is forked once, before stage one, and its workers import libcst while the main process scans its share
-of the files; stage two then runs in those already warm workers. Per-job tasks would cost more in pickling and
-scheduling than scanning a file takes, so each process gets one shard. A worker that dies (a native fault in a
-parser) breaks the pool: the jobs of the shards it held then rerun one at a time in fresh processes, and the job
-that kills its process gets on_crash(job) instead of a result.
+of the files; stage two then runs in those already warm workers. Stage one has thousands of jobs, each cheaper
+than pickling and scheduling it, so each process gets one shard of them (`run`); stage two has a few dozen costly
+ones, sent one by one as the main process produces them (`run_as_produced`). A worker that dies (a native fault
+in a parser) breaks the pool: the jobs it had not finished then rerun one at a time in fresh processes, and the
+job that kills its process gets on_crash(job) instead of a result.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ def cores() -> int:
     return max(1, min(count, 8))
 
 
-def _shards(jobs: Sequence[Job], shares: list[float], weight: Callable[[Job], int]) -> list[list[int]]:
-    """Job indices split so that shard i carries about shares[i] of the total weight (heaviest jobs first)."""
+def _shards(count: int, shares: list[float]) -> list[list[int]]:
+    """Job indices 0..count-1 dealt out so that shard i holds about shares[i] of them; interleaved, so that no
+    shard gets a whole folder of large files."""
     shards: list[list[int]] = [[] for _ in shares]
-    loads = [0.0] * len(shares)
-    for index in sorted(range(len(jobs)), key=lambda i: -weight(jobs[i])):
-        target = min(range(len(shares)), key=lambda s: (loads[s] + weight(jobs[index])) / shares[s])
+    for index in range(count):
+        target = min(range(len(shares)), key=lambda s: (len(shards[s]) + 1) / shares[s])
         shards[target].append(index)
-        loads[target] += weight(jobs[index])
     return shards
 
 
@@ -62,29 +62,21 @@ class Workers:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
     def run(
-        self,
-        fn: Callable[..., R],
-        jobs: Sequence[Job],
-        *,
-        on_crash: Callable[[Job], R],
-        weight: Callable[[Job], int] = lambda job: 1,
-        main_share: float = 0.5,
+        self, fn: Callable[..., R], jobs: Sequence[Job], *, on_crash: Callable[[Job], R], main_share: float
     ) -> list[R]:
-        """fn(*job) for every job, in order. The main process takes `main_share` of the work; 0 keeps jobs
-        that could crash the interpreter (a native parser) out of it."""
+        """fn(*job) for every job, in order, in one shard per process; the main process takes `main_share` of
+        the jobs (it starts at once, while the workers first warm up)."""
         if self.pool is None or not jobs:
             return [fn(*job) for job in jobs]
-        worker_share = (1.0 - main_share) / self.count
-        shares = ([main_share] if main_share > 0 else []) + [worker_share] * self.count
-        shards = _shards(jobs, shares, weight)
-        local, remote = (shards[0], shards[1:]) if main_share > 0 else ([], shards)
-        futures = [self.pool.submit(_run_shard, fn, [jobs[i] for i in shard]) for shard in remote if shard]
+        local, *remote = _shards(len(jobs), [main_share] + [(1.0 - main_share) / self.count] * self.count)
+        remote = [shard for shard in remote if shard]
+        futures = [self.pool.submit(_run_shard, fn, [jobs[i] for i in shard]) for shard in remote]
         results: list[Any] = [None] * len(jobs)
         for i in local:
             results[i] = fn(*jobs[i])
         from concurrent.futures.process import BrokenProcessPool
 
-        for shard, future in zip([s for s in remote if s], futures, strict=True):
+        for shard, future in zip(remote, futures, strict=True):
             try:
                 for i, result in zip(shard, future.result(), strict=True):
                     results[i] = result

@@ -1,0 +1,50 @@
+"""The worker pool keeps every job's result in its job's place, whichever process ran it."""
+
+from __future__ import annotations
+
+import os
+
+from specguard.analysis.parallel import Workers, _shards
+
+
+def _square_and_pid(n: int) -> tuple[int, int]:
+    return n * n, os.getpid()
+
+
+def _never(job: tuple[int, ...]) -> tuple[int, int]:
+    raise AssertionError(f"no worker crashed, yet {job} was reported as crashed")
+
+
+def test_shards_deal_out_every_job_once_in_the_given_shares() -> None:
+    shards = _shards(3231, [0.65, 0.35])
+    assert sorted(i for shard in shards for i in shard) == list(range(3231))
+    assert [len(shard) for shard in shards] == [2100, 1131]
+
+
+def test_run_splits_between_the_main_process_and_the_workers_in_order() -> None:
+    with Workers(1) as pool:
+        results = pool.run(_square_and_pid, [(n,) for n in range(40)], on_crash=_never, main_share=0.5)
+    assert [value for value, _ in results] == [n * n for n in range(40)]
+    assert {pid for _, pid in results} - {os.getpid()}, "no job ran in the worker"
+    assert os.getpid() in {pid for _, pid in results}, "the main process took no share"
+
+
+def test_run_as_produced_sends_each_job_to_the_workers_as_it_is_produced() -> None:
+    produced: list[int] = []
+
+    def jobs():  # type: ignore[no-untyped-def]
+        for n in range(12):
+            produced.append(n)
+            yield (n,)
+
+    with Workers(1) as pool:
+        results = pool.run_as_produced(_square_and_pid, jobs(), on_crash=_never)
+    assert produced == list(range(12))
+    assert [value for value, _ in results] == [n * n for n in range(12)]
+    assert os.getpid() not in {pid for _, pid in results}, "a job ran in the main process"
+
+
+def test_without_workers_everything_runs_here() -> None:
+    with Workers(0) as pool:
+        results = pool.run_as_produced(_square_and_pid, iter([(3,), (4,)]), on_crash=_never)
+    assert results == [(9, os.getpid()), (16, os.getpid())]
