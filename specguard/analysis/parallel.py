@@ -1,4 +1,4 @@
-"""Both cores, cheaply: one pool of worker processes per run, forked before the first stage.
+"""Both cores, cheaply: one pool of worker processes per run, and two ways to hand it jobs.
 
 The pool is forked once, before stage one, and its workers import libcst while the main process scans its share
 of the files; stage two then runs in those already warm workers. Stage one has thousands of jobs, each cheaper
