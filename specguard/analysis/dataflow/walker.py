@@ -188,6 +188,13 @@ def _equality(op: ast.cmpop, other: ast.expr, constant: str) -> bool | None:
     return None
 
 
+def _shadow_parameters(args: ast.arguments, inner: State) -> None:
+    """A nested function's or lambda's parameters hide the enclosing locals of the same names."""
+    for p in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+        if p is not None:
+            inner.env.pop(p.arg, None)
+
+
 class FlowWalker:
     """One walk of one function. `run` fills `returns`, `attributes` and reports calls/stores to the hooks."""
 
@@ -462,10 +469,7 @@ class FlowWalker:
         returns, loops = self.returns, self._loops
         self._loops = []
         inner = st.copy()
-        a = node.args
-        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
-            if p is not None:
-                inner.env.pop(p.arg, None)
+        _shadow_parameters(node.args, inner)
         self._block(node.body, inner)
         self.returns, self._loops = returns, loops
         return st
@@ -659,10 +663,7 @@ class FlowWalker:
 
     def _lambda(self, node: ast.Lambda, st: State) -> Value:
         inner = st.copy()
-        a = node.args
-        for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
-            if p is not None:
-                inner.env.pop(p.arg, None)
+        _shadow_parameters(node.args, inner)
         self._expr(node.body, inner)
         return EMPTY
 
