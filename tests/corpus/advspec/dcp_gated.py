@@ -1,0 +1,31 @@
+"""Adversarial corpus, SG105: the target's lengths are handed on unless the caller sets a flag."""
+
+from __future__ import annotations
+
+from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+
+class DraftModelSpeculator:
+    # idiom: the DCP fix's recompute (vllm/v1/worker/gpu/spec_decode/speculator.py), kept behind an opt-in flag:
+    #        the default path still reads the target's state
+    # expect: SG105
+    def _build_draft_attn_metadata(self, num_reqs, num_tokens_padded, query_start_loc_cpu, refresh_dcp=False):
+        lens = self.input_buffers.dcp_local_seq_lens
+        if refresh_dcp:
+            lens = prepare_dcp_local_seq_lens(
+                self.input_buffers.dcp_local_seq_lens,
+                self.input_buffers.seq_lens,
+                num_reqs,
+                self.dcp_size,
+                self.block_tables.cp_rank,
+                self.block_tables.cp_interleave,
+            )
+        return build_attn_metadata(
+            attn_groups=self.attn_groups,
+            num_reqs=num_reqs,
+            num_tokens=num_tokens_padded,
+            query_start_loc_cpu=query_start_loc_cpu,
+            seq_lens=self.input_buffers.seq_lens[:num_reqs],
+            dcp_local_seq_lens=lens,
+        )
