@@ -1,7 +1,8 @@
 """Acceptance on the real vLLM trees: every finding is listed here with the reason it is right.
 
-vLLM 0.28.0 has the code before both upstream fixes, 0.33.0 the code after them. The wheels' Python sources
-are downloaded once and cached (tests/conftest.py). The trees are checked as `specguard check vllm` from the
+vLLM 0.22.0 through 0.33.0: 0.28.0 has the code before both upstream fixes, 0.29.0 after the DCP fix, 0.30.0
+and later after the DP fix too (and 0.30.0 went back to `any()` in the merge). The wheels' Python sources are
+downloaded once and cached (tests/conftest.py). The trees are checked as `specguard check vllm` from the
 folder holding the package, as a user would.
 """
 
@@ -12,58 +13,70 @@ import json
 import pytest
 
 SPEC = "vllm/v1/worker/gpu/spec_decode"
+VERSIONS = [f"0.{minor}.0" for minor in range(22, 34)]
 
-# (file, code, scope) -> why the finding is right
-EXPECTED_0_28_0 = {
-    (
-        f"{SPEC}/dflash/speculator.py",
-        "SG102",
-        "DFlashSpeculator._build_draft_attn_metadata",
-    ): "the DFlash override the DP fix deleted; it forwarded the caller's DP-padded count to the base helper",
-    (
-        f"{SPEC}/dflash/speculator.py",
-        "SG103",
-        "DFlashSpeculator.propose",
-    ): "num_tokens_padded = batch_desc.num_tokens (from dispatch_cg_and_sync_dp) reaches the helper with no "
-    "FULL check: the DFlash DP>1 startup crash of the first seed",
-    (
-        f"{SPEC}/autoregressive/speculator.py",
-        "SG103",
-        "AutoRegressiveSpeculator._multi_step_decode",
-    ): "batch_desc (a BatchExecutionDescriptor parameter) .num_tokens passed as num_tokens_padded= each step",
-    (
-        f"{SPEC}/autoregressive/speculator.py",
-        "SG103",
-        "AutoRegressiveSpeculator._fused_multi_step_decode",
-    ): "same, in the fused path; its `cg_mode != FULL` test guards only the slot mappings, not the helper call",
-    (
-        f"{SPEC}/multi_module_mtp/speculator.py",
-        "SG103",
-        "MultiModuleMTPSpeculator.propose",
-    ): "batch_desc from dispatch_cg_and_sync_dp, .num_tokens passed straight to the helper",
-    (
-        f"{SPEC}/speculator.py",
-        "SG105",
-        "DraftModelSpeculator._build_draft_attn_metadata",
-    ): "the base helper calls build_attn_metadata (which accepts dcp_local_seq_lens) without recomputing them: "
-    "the stale DCP lengths of the second seed",
-    (
-        "vllm/v1/kv_cache_interface.py",
-        "SG201",
-        "MLAAttentionSpec.merge",
-    ): "non_causal_multi_token_decode=any(...): a mixed group carries its most permissive layer's flag, and "
-    "0.28.0's MLA metadata builder reads that merged flag for every layer of the group",
-}
+# What each finding is, and why it is right. Every (file, code, scope) below is reported on exactly the releases
+# listed with it, once each, and nothing else is reported on 0.22.0 through 0.33.0.
+_DFLASH_OVERRIDE = (
+    "the DFlash override the DP fix deleted; it forwarded the caller's DP-padded count to the base helper"
+)
+_DFLASH_PROPOSE = (
+    "num_tokens_padded = batch_desc.num_tokens (from dispatch_cg_and_sync_dp) reaches the helper with no FULL "
+    "check: in eager or PIECEWISE mode the count carries DP padding query_start_loc does not; the DFlash DP>1 "
+    "startup crash of the first seed"
+)
+_MULTI_STEP = (
+    "batch_desc (a BatchExecutionDescriptor parameter) .num_tokens passed as num_tokens_padded= for every mode; "
+    "the `cg_mode == FULL` test after it only chooses between replaying the graph and running eagerly"
+)
+_FUSED = "same, in the fused path; its `cg_mode != FULL` test guards only the slot mappings, not the helper call"
+_MTP = "batch_desc from dispatch_cg_and_sync_dp, .num_tokens passed straight to the helper for every mode"
+_STALE_DCP = (
+    "the base helper calls build_attn_metadata (which accepts dcp_local_seq_lens) without recomputing them and "
+    "without a caller's: the draft attends with the target's stale DCP-local lengths (the second seed); 0.29.0 "
+    "added the recompute"
+)
+_ANY_MERGE = (
+    "non_causal_multi_token_decode=any(...): a group whose layers disagree still merges, carrying its most "
+    "permissive layer's flag, and 0.27.0/0.28.0's MLA metadata builder reads that merged flag for every layer"
+)
+_ANY_MERGE_AGAIN = (
+    "the merge went back to non_causal_multi_token_decode=any(...) after 0.29.0's DCP fix had made it assert one "
+    "value; the MLA builder now recomputes the flag per layer, every other consumer of the union must too (or the "
+    "group must not mix); the runtime guard's G3 is how a deployment verifies its groups"
+)
 
-EXPECTED_0_33_0 = {
+_FINDINGS: list[tuple[tuple[str, str, str], str, list[str]]] = [
     (
-        "vllm/v1/kv_cache_interface.py",
-        "SG201",
-        "MLAAttentionSpec.merge",
-    ): "the merge went back to non_causal_multi_token_decode=any(...) after the DCP fix had made it assert one "
-    "value; the MLA builder now recomputes the flag per layer, every other consumer of the union must too (or "
-    "the group must not mix); the runtime guard's G3 is how a deployment verifies its groups",
-}
+        (f"{SPEC}/autoregressive/speculator.py", "SG103", "AutoRegressiveSpeculator._multi_step_decode"),
+        _MULTI_STEP,
+        VERSIONS[1:8],
+    ),
+    (
+        (f"{SPEC}/autoregressive/speculator.py", "SG103", "AutoRegressiveSpeculator._fused_multi_step_decode"),
+        _FUSED,
+        ["0.28.0", "0.29.0"],
+    ),
+    (
+        (f"{SPEC}/dflash/speculator.py", "SG102", "DFlashSpeculator._build_draft_attn_metadata"),
+        _DFLASH_OVERRIDE,
+        VERSIONS[2:8],
+    ),
+    ((f"{SPEC}/dflash/speculator.py", "SG103", "DFlashSpeculator.propose"), _DFLASH_PROPOSE, VERSIONS[2:8]),
+    ((f"{SPEC}/multi_module_mtp/speculator.py", "SG103", "MultiModuleMTPSpeculator.propose"), _MTP, VERSIONS[5:8]),
+    ((f"{SPEC}/speculator.py", "SG105", "DraftModelSpeculator._build_draft_attn_metadata"), _STALE_DCP, VERSIONS[1:7]),
+    (("vllm/v1/kv_cache_interface.py", "SG201", "MLAAttentionSpec.merge"), _ANY_MERGE, ["0.27.0", "0.28.0"]),
+    (("vllm/v1/kv_cache_interface.py", "SG201", "MLAAttentionSpec.merge"), _ANY_MERGE_AGAIN, VERSIONS[8:]),
+]
+
+
+def expected(version: str) -> dict[tuple[str, str, str], str]:
+    """(file, code, scope) -> why the finding is right, for one release."""
+    return {key: why for key, why, versions in _FINDINGS if version in versions}
+
+
+EXPECTED_0_28_0 = expected("0.28.0")
+EXPECTED_0_33_0 = expected("0.33.0")
 
 
 def _check(cli, root) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -73,8 +86,8 @@ def _check(cli, root) -> list[dict]:  # type: ignore[no-untyped-def]
     return json.loads(out.stdout)
 
 
-@pytest.mark.parametrize(("version", "expected"), [("0.28.0", EXPECTED_0_28_0), ("0.33.0", EXPECTED_0_33_0)])
-def test_every_finding_on_the_real_tree_is_expected(version, expected, vllm_source, cli) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_finding_on_the_real_tree_is_expected(version, vllm_source, cli) -> None:  # type: ignore[no-untyped-def]
     root = vllm_source(version)
     findings = _check(cli, root)
     got = {}
@@ -82,21 +95,21 @@ def test_every_finding_on_the_real_tree_is_expected(version, expected, vllm_sour
         rel = f["filename"][len(str(root.parent)) + 1 :]
         got[(rel, f["code"])] = got.get((rel, f["code"]), 0) + 1
     assert all(f["code"] != "SG000" for f in findings)
-    keyed = {(k[0], k[1]) for k in expected}
+    wanted = expected(version)
+    keyed = {(k[0], k[1]) for k in wanted}
     assert set(got) == keyed, f"unexplained or missing findings: {set(got) ^ keyed}"
     # one finding per expected (file, code, scope): four SG103 in 0.28.0, one per call site
-    assert sum(got.values()) == len(expected)
+    assert sum(got.values()) == len(wanted)
 
 
-@pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
+@pytest.mark.parametrize("version", VERSIONS)
 def test_findings_name_the_scope_they_are_in(version, vllm_source) -> None:  # type: ignore[no-untyped-def]
     from specguard.analysis.engine import check_paths
 
     root = vllm_source(version)
-    expected = EXPECTED_0_28_0 if version == "0.28.0" else EXPECTED_0_33_0
     result = check_paths([root], use_cache=False)
     got = {(f.path[len(str(root.parent)) + 1 :], f.code, f.symbol) for f in result.findings}
-    assert got == set(expected)
+    assert got == set(expected(version))
     assert result.errors == []
 
 
