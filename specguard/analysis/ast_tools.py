@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Container, Iterator
+from typing import Any
 
 Span = tuple[int, int, int, int]  # ast positions: line, byte column, end line, end byte column
 
@@ -131,3 +132,14 @@ def _scopes(
 def is_bound_method(class_name: str | None, func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A method whose first parameter is the instance or class (not a staticmethod, not a plain function)."""
     return class_name is not None and not has_decorator(func, "staticmethod")
+
+
+def cached_on(node: ast.AST, name: str, compute: Callable[[ast.AST], Any]) -> Any:
+    """`compute(node)`, kept on the node itself: it lives exactly as long as the tree (an id-keyed table would
+    answer for a new node that reuses a freed one's id)."""
+    key = f"_specguard_{name}"
+    found = getattr(node, key, None)
+    if found is None:
+        found = compute(node)
+        setattr(node, key, found)
+    return found

@@ -1,0 +1,527 @@
+"""The functions the evaluator evaluates itself: Python's builtins and a few of the standard library's
+(dataclasses, copy, functools, operator), whitelisted methods of plain values, and the methods of values it
+cannot see into (a tensor's `.max()` keeps what the tensor was derived from). Every one is pure over the values
+given, and none builds a value larger than the evaluator's caps."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from specguard.evaluation.objects import FORMAT_FIELD_SPEC, ObjectModel
+from specguard.evaluation.paths import Frame, State, join_values
+from specguard.evaluation.values import (
+    NO_LABELS,
+    UNKNOWN,
+    Abstract,
+    Bound,
+    ClassRef,
+    EnumMember,
+    FieldInfo,
+    Function,
+    Label,
+    LiteralType,
+    Many,
+    Method,
+    Obj,
+    Opaque,
+    Partial,
+    PyMethod,
+    SuperRef,
+    Sym,
+    Tagged,
+    is_unknown,
+    known,
+    labels_of,
+    maybe_of,
+    plain,
+    unknown_from,
+    with_labels,
+)
+
+MAX_ITERATIONS = 256  # a loop or a builtin walks a known sequence this far
+_OPERATORS = {
+    "or_": ast.BitOr,
+    "and_": ast.BitAnd,
+    "xor": ast.BitXor,
+    "add": ast.Add,
+    "sub": ast.Sub,
+    "mul": ast.Mult,
+    "floordiv": ast.FloorDiv,
+    "truediv": ast.Div,
+    "mod": ast.Mod,
+    "iadd": ast.Add,
+    "ior": ast.BitOr,
+}
+# Methods and functions of numeric libraries that give back (a part of) what they are given: what the result was
+# derived from is what their first argument was.
+VALUE_METHODS = frozenset(
+    {"max", "min", "amax", "amin", "sum", "item", "tolist", "cpu", "cuda", "clone", "copy", "to", "int", "long"}
+    | {"float", "numpy", "contiguous", "detach", "view", "reshape", "flatten", "squeeze", "unsqueeze", "ceil"}
+    | {"floor", "round", "asarray", "array", "tensor", "as_tensor", "from_numpy", "cast"}
+)
+_REDUCTIONS = frozenset({"max", "min", "amax", "amin", "sum", "any", "all", "reduce"})
+
+
+class Builtins(ObjectModel):
+    """Calls of builtins, of standard-library functions and of plain values' methods."""
+
+    _dropped: set[int]
+
+    def call(
+        self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+    ) -> Any:
+        raise NotImplementedError
+
+    def binop(self, op: ast.operator, left: Any, right: Any) -> Any:
+        raise NotImplementedError
+
+    def instantiate(
+        self, cls: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+    ) -> Any:
+        raise NotImplementedError
+
+    def store(self, base: Any, attr: str, value: Any, state: State, node: ast.AST | None = None) -> None:
+        raise NotImplementedError
+
+    # ---- sequences ------------------------------------------------------------------------------------------
+
+    def iterate(self, value: Any) -> list[Any] | None:
+        """The elements of a known sequence (each keeping what the sequence was derived from), else None."""
+        inner = plain(value)
+        labels = self.provenance(value) if isinstance(value, Tagged) else NO_LABELS
+        items: list[Any] | None = None
+        if isinstance(inner, dict) and known(list(inner.keys())):
+            items = list(inner.keys())
+        elif isinstance(inner, (list, tuple)):
+            items = list(inner)
+        elif isinstance(inner, (set, frozenset)) and known(inner):
+            items = sorted(inner, key=repr)
+        elif isinstance(inner, str):
+            items = list(inner)
+        if items is None or len(items) > MAX_ITERATIONS:
+            return None
+        return [with_labels(item, labels) for item in items] if labels else items
+
+    def element_of(self, value: Any) -> Any:
+        """Any one element of a collection: what each element may be."""
+        inner = plain(value)
+        if isinstance(inner, Many):
+            return with_labels(inner.element, inner.labels)
+        items = self.iterate(value)
+        if items:
+            return join_values([(item, frozenset()) for item in items])
+        if isinstance(inner, (Abstract, Method)) or is_unknown(inner):
+            return unknown_from(value, keep=frozenset(x.kind for x in labels_of(value)))
+        return UNKNOWN
+
+    def make_set(self, items: list[Any]) -> Any:
+        """A set of these values; of unknown size where two of them may or may not be equal (an unknown)."""
+        if any(is_unknown(plain(i)) and not isinstance(plain(i), Sym) for i in items) or not all(
+            _hashable(i) for i in items
+        ):
+            return Many(join_values([(i, frozenset()) for i in items])) if items else set()
+        return set(items)
+
+    def evaluates(self, name: str) -> bool:
+        """Whether the builtin or library function of this name is one the evaluator computes itself."""
+        module, _, short = name.rpartition(".")
+        return module in ("builtins", "builtins.object") or name in _STDLIB or short in ("get_args", "cast")
+
+    # ---- builtins -------------------------------------------------------------------------------------------
+
+    def builtin(
+        self, name: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+    ) -> Any:
+        module, _, short = name.rpartition(".")
+        if module == "builtins" or module == "builtins.object":
+            return self._python_builtin(
+                short if module == "builtins" else f"object.{short}", args, kwargs, node, frame, state
+            )
+        handler = _STDLIB.get(name)
+        if handler is not None:
+            return handler(self, args, kwargs, node, frame, state)
+        if short == "get_args" and len(args) == 1:
+            value = args[0]
+            return value.values if isinstance(value, LiteralType) else UNKNOWN
+        if short == "cast" and len(args) == 2:
+            return args[1]
+        if short in VALUE_METHODS and args:
+            return self._value_preserving(short, args[0], args[1:], node)
+        return unknown_from(*args, *kwargs.values(), why=f"`{name}` is not evaluated")
+
+    def _python_builtin(
+        self, short: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+    ) -> Any:
+        if short == "getattr" and len(args) in (2, 3) and isinstance(plain(args[1]), str):
+            from specguard.evaluation.objects import MISSING
+
+            value = self.getattr(args[0], plain(args[1]), state, frame.depth, missing=MISSING)
+            if value is MISSING:
+                return args[2] if len(args) == 3 else UNKNOWN
+            return value
+        if short == "hasattr" and len(args) == 2 and isinstance(plain(args[1]), str):
+            from specguard.evaluation.objects import MISSING
+
+            value = self.getattr(args[0], plain(args[1]), state, frame.depth, missing=MISSING)
+            return UNKNOWN if is_unknown(value) else value is not MISSING
+        if short in ("setattr", "object.__setattr__") and len(args) == 3 and isinstance(plain(args[1]), str):
+            self.store(args[0], plain(args[1]), args[2], state, node)
+            return None
+        if short == "isinstance" and len(args) == 2:
+            return self.isinstance_of(args[0], args[1])
+        if short == "super":
+            if frame.owner is not None:
+                for name in ("self", "cls"):
+                    if name in state.locals:
+                        return SuperRef(frame.owner, state.locals[name])
+            if len(args) == 2 and isinstance(plain(args[0]), ClassRef):
+                return SuperRef(plain(args[0]).info, args[1])
+            return UNKNOWN
+        if short in ("any", "all") and len(args) == 1:
+            return self._any_all(short, args[0], node, frame, state)
+        if short in ("max", "min", "sum"):
+            return self._reduce_numbers(short, args, kwargs, node)
+        if short == "len" and len(args) == 1:
+            return self._len(args[0])
+        if short == "range":
+            return self._range(args)
+        if short == "enumerate" and args:
+            items = self.iterate(args[0])
+            if items is None:
+                return Many((UNKNOWN, self.element_of(args[0])))
+            return [(i, item) for i, item in enumerate(items)]
+        if short == "zip" and args:
+            columns = [self.iterate(a) for a in args]
+            if any(c is None for c in columns):
+                return Many(tuple(self.element_of(a) for a in args))
+            return [tuple(row) for row in zip(*columns, strict=False)]  # type: ignore[arg-type]
+        if short in ("next", "iter") and args:
+            if short == "iter":
+                return args[0]
+            items = self.iterate(args[0])
+            if items:
+                return items[0]
+            return args[1] if len(args) > 1 and items == [] else self.element_of(args[0])
+        if short in ("list", "tuple", "set", "frozenset", "sorted", "reversed") and len(args) <= 1:
+            return self._collection(short, args[0] if args else [], kwargs)
+        if short == "vars" and len(args) == 1 and isinstance(plain(args[0]), Obj):
+            obj = plain(args[0])
+            return dict(obj.fields) if obj.cls is not None and self.dataclass_fields(obj.cls) else UNKNOWN
+        if short in ("int", "float", "abs", "bool", "str", "repr") and len(args) == 1 and not known(plain(args[0])):
+            if short in ("bool", "str", "repr"):
+                return unknown_from(args[0], keep=frozenset(x.kind for x in self.provenance(args[0])))
+            return unknown_from(args[0], keep=frozenset(x.kind for x in labels_of(args[0])))
+        if short in ("type", "print"):
+            return UNKNOWN if short == "type" else None
+        if short == "dict" and len(args) <= 1:
+            return self._dict(args[0] if args else {}, kwargs)
+        plain_args = [plain(a) for a in args]
+        plain_kwargs = {k: plain(v) for k, v in kwargs.items()}
+        if not known(plain_args) or not known(plain_kwargs):
+            return unknown_from(*args, *kwargs.values(), why=f"`{short}` of unknown values")
+        fn = {"dict": dict, "int": int, "str": str, "float": float, "bool": bool, "abs": abs, "repr": repr}.get(short)
+        if fn is None or any(isinstance(a, (Obj, ClassRef, EnumMember, Function, Bound, Opaque)) for a in plain_args):
+            if short == "dict" and not args:
+                return dict(kwargs)
+            return UNKNOWN
+        try:
+            result = fn(*plain_args, **plain_kwargs)
+        except Exception:  # noqa: BLE001 - a builtin refusing its input: the value is not known
+            return UNKNOWN
+        if short == "dict" and not plain_args:
+            return dict(kwargs)
+        return with_labels(result, frozenset().union(*(labels_of(a) for a in args)) if args else NO_LABELS)
+
+    def _dict(self, source: Any, kwargs: dict[str, Any]) -> Any:
+        """`dict(mapping or pairs, **kwargs)`: the keys must be known, the values may be anything."""
+        from specguard.evaluation.evaluator import STAR_KWARGS
+
+        inner = plain(source)
+        out: dict[Any, Any] = {}
+        if isinstance(inner, dict):
+            out.update(inner)
+        else:
+            pairs = self.iterate(source)
+            if pairs is None:
+                return unknown_from(source, *kwargs.values())
+            for pair in pairs:
+                pair = plain(pair)
+                if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and known(plain(pair[0]))):
+                    return unknown_from(source, *kwargs.values())
+                out[plain(pair[0])] = pair[1]
+        if STAR_KWARGS in kwargs:
+            return unknown_from(*out.values(), *kwargs.values())
+        out.update(kwargs)
+        return out
+
+    def _len(self, value: Any) -> Any:
+        inner = plain(value)
+        if isinstance(inner, Abstract) and inner.length is not None:
+            return inner.length
+        if isinstance(inner, (list, tuple, set, frozenset, dict, str)):
+            return with_labels(len(inner), self.provenance(value))
+        return unknown_from(value, keep=frozenset(x.kind for x in self.provenance(value)))
+
+    def _range(self, args: list[Any]) -> Any:
+        bounds = [plain(a) for a in args]
+        if known(bounds) and all(isinstance(b, int) for b in bounds) and 1 <= len(bounds) <= 3:
+            try:
+                values = range(*bounds)
+            except ValueError:
+                return UNKNOWN
+            if len(values) <= MAX_ITERATIONS:
+                return list(values)
+        return Many(UNKNOWN)
+
+    def _collection(self, kind: str, source: Any, kwargs: dict[str, Any]) -> Any:
+        items = self.iterate(source)
+        if items is None:
+            inner = plain(source)
+            if isinstance(inner, Many):
+                return inner
+            return Many(self.element_of(source), self.provenance(source))
+        if kind in ("set", "frozenset"):
+            made = self.make_set(items)
+            return frozenset(made) if kind == "frozenset" and isinstance(made, set) else made
+        if kind == "sorted":
+            if kwargs or not known([plain(i) for i in items]):
+                return Many(join_values([(i, frozenset()) for i in items])) if items else []
+            try:
+                return sorted(items, key=plain)
+            except TypeError:
+                return UNKNOWN
+        if kind == "reversed":
+            return list(reversed(items))
+        return tuple(items) if kind == "tuple" else list(items)
+
+    def _any_all(self, kind: str, source: Any, node: ast.AST, frame: Frame, state: State) -> Any:
+        items = self.iterate(source)
+        inputs = items if items is not None else [self.element_of(source)]
+        labels = frozenset().union(*(labels_of(v) for v in inputs)) if inputs else NO_LABELS
+        labels = labels | self.hooks.reduced(self, kind, inputs, node)  # type: ignore[arg-type]
+        if items is None:
+            return unknown_from(source, keep=frozenset(x.kind for x in labels)) if labels else UNKNOWN
+        truths = [self.truth(v, frame, state) for v in items]
+        if kind == "any":
+            result = True if True in truths else (UNKNOWN if UNKNOWN in truths else False)
+        else:
+            result = False if False in truths else (UNKNOWN if UNKNOWN in truths else True)
+        if result is UNKNOWN:
+            return Abstract(labels, frozenset().union(*(maybe_of(v) for v in items)) if items else NO_LABELS)
+        return with_labels(result, labels)
+
+    def _reduce_numbers(self, kind: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST) -> Any:
+        """max/min/sum of known numbers; otherwise an unknown that keeps what its inputs were derived from (for
+        `min`, only what every input was: the smallest of a padded and a real count is the real one)."""
+        if kind == "sum":
+            source = args[0] if args else []
+            start = args[1] if len(args) > 1 else kwargs.get("start", 0)
+            items = self.iterate(source)
+            inputs = [*items, start] if items is not None else [self.element_of(source), start]
+        else:
+            items = self.iterate(args[0]) if len(args) == 1 else list(args)
+            inputs = items if items is not None else [self.element_of(args[0])]
+        labels = self._reduced_labels(kind, inputs, node)
+        if items is not None and items and known([plain(v) for v in inputs]) and "key" not in kwargs:
+            try:
+                values = [plain(v) for v in inputs]
+                result = (
+                    sum(values[:-1], values[-1]) if kind == "sum" else max(values) if kind == "max" else min(values)
+                )
+            except (TypeError, ValueError):
+                return UNKNOWN
+            return with_labels(result, labels)
+        if "default" in kwargs and items == []:
+            return kwargs["default"]
+        maybe = frozenset().union(*(maybe_of(v) for v in inputs)) if inputs else NO_LABELS
+        return Abstract(labels, maybe - labels) if labels or maybe else UNKNOWN
+
+    def _reduced_labels(self, kind: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
+        sets = [labels_of(v) for v in inputs] or [NO_LABELS]
+        if kind in ("min", "amin"):
+            # the smallest keeps what every unknown input is derived from: a known bound only caps it
+            unknown = [s for v, s in zip(inputs, sets, strict=True) if not known(plain(v))] or sets
+            kinds = set.intersection(*({x.kind for x in s} for s in unknown))
+            labels = frozenset(x for s in sets for x in s if x.kind in kinds)
+        else:
+            labels = frozenset().union(*sets)
+        return labels | self.hooks.reduced(self, kind, inputs, node)  # type: ignore[arg-type]
+
+    # ---- methods ----------------------------------------------------------------------------------------------
+
+    def unknown_method(self, method: Method, args: list[Any], kwargs: dict[str, Any], node: ast.AST) -> Any:
+        """`x.name(...)` of a value the evaluator cannot see into."""
+        receiver = method.receiver
+        inner = plain(receiver)
+        if method.name == "size" and isinstance(inner, Abstract) and inner.length is not None and args == [0]:
+            return inner.length
+        if method.name in VALUE_METHODS:
+            return self._value_preserving(method.name, receiver, args, node)
+        return unknown_from(receiver, *args, *kwargs.values(), why=f"cannot resolve `{_call_text(node)}`")
+
+    def _value_preserving(self, name: str, source: Any, rest: list[Any], node: ast.AST) -> Any:
+        inner = plain(source)
+        if isinstance(inner, Many):
+            source = inner.element
+        labels = labels_of(source)
+        if name in _REDUCTIONS:
+            labels = labels | self.hooks.reduced(self, name, [source], node)  # type: ignore[arg-type]
+        if not labels and not maybe_of(source):
+            return UNKNOWN
+        return Abstract(labels, maybe_of(source))
+
+    def py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        target = method.target
+        plain_args = [plain(a) for a in args]
+        if method.name in ("append", "add", "insert", "update", "setdefault") and isinstance(target, (list, set, dict)):
+            try:  # containers keep the values as given (labels included)
+                result = getattr(target, method.name)(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - e.g. an unhashable element: no effect we can model
+                return UNKNOWN
+            return result
+        if method.name == "extend" and isinstance(target, list):
+            items = self.iterate(args[0]) if args else None
+            if items is None:
+                return UNKNOWN
+            target.extend(items)
+            return None
+        if method.name in ("pop", "get", "copy", "values", "items", "keys", "index", "count", "remove", "discard"):
+            if not known(plain_args) or not known({k: plain(v) for k, v in kwargs.items()}):
+                return UNKNOWN
+            call_args = (
+                [plain(a) for a in args] if method.name in ("index", "count", "remove", "discard") else list(args)
+            )
+            if method.name in ("get", "pop") and isinstance(target, dict) and args:
+                call_args = [plain(args[0]), *args[1:]]
+            try:
+                result = getattr(target, method.name)(*call_args)
+            except Exception:  # noqa: BLE001 - e.g. list.remove of a missing value: no effect we can model
+                return UNKNOWN
+            if isinstance(result, (type({}.items()), type({}.keys()), type({}.values()))):
+                return list(result)
+            return result
+        if not known(plain_args) or not known(kwargs) or (isinstance(target, str) and not known(target)):
+            return UNKNOWN
+        if method.name == "format" and isinstance(target, str) and FORMAT_FIELD_SPEC.search(target):
+            return UNKNOWN  # a width or an attribute path in a format field: nothing a verdict needs, and costly
+        try:
+            result = getattr(target, method.name)(*plain_args, **kwargs)
+        except Exception:  # noqa: BLE001 - a method refusing its input: no effect we can model
+            return UNKNOWN
+        if isinstance(result, str) and len(result) > 100_000:
+            return UNKNOWN
+        return result
+
+
+# ---- the standard library ------------------------------------------------------------------------------------
+
+
+def _replace(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    source = plain(args[0]) if args else None
+    if not isinstance(source, Obj):
+        return unknown_from(*args, *kwargs.values())
+    copied = _copy_of(source, state)
+    copied.fields.update(kwargs)
+    if isinstance(node, ast.Call):
+        copied.nodes.update({kw.arg: kw for kw in node.keywords if kw.arg})
+    return copied
+
+
+def _copy(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    source = plain(args[0]) if args else None
+    if isinstance(source, Obj):
+        return _copy_of(source, state)
+    if isinstance(source, (list, dict, set)):
+        return type(source)(source)
+    return args[0] if args else UNKNOWN
+
+
+def _copy_of(source: Obj, state: State) -> Obj:
+    fields = dict(source.fields)
+    for (owner, attr), value in state.writes.items():
+        if owner == id(source):
+            fields[attr] = value
+    return Obj(source.cls, fields, source.defaults, "", source.pinned, source.labels, dict(source.nodes))
+
+
+def _fields(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    target = plain(args[0]) if args else None
+    cls = target.info if isinstance(target, ClassRef) else target.cls if isinstance(target, Obj) else None
+    infos = ev.field_infos(cls) if cls is not None else None
+    return infos if infos is not None else UNKNOWN
+
+
+def _asdict(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    source = plain(args[0]) if args else None
+    if isinstance(source, Obj) and source.cls is not None and ev.dataclass_fields(source.cls) is not None:
+        return dict(_copy_of(source, state).fields)
+    return UNKNOWN
+
+
+def _partial(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    if not args:
+        return UNKNOWN
+    nodes = {kw.arg: kw for kw in node.keywords if kw.arg} if isinstance(node, ast.Call) else {}
+    return Partial(args[0], tuple(args[1:]), dict(kwargs), nodes)
+
+
+def _reduce(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    if len(args) < 2:
+        return UNKNOWN
+    fn, items = plain(args[0]), ev.iterate(args[1])
+    inputs = items if items is not None else [ev.element_of(args[1])]
+    labels = ev._reduced_labels("reduce", [*inputs, *args[2:]], node)
+    if items is None:
+        return Abstract(labels) if labels else UNKNOWN
+    values = list(items)
+    acc = args[2] if len(args) > 2 else (values.pop(0) if values else UNKNOWN)
+    for item in values:
+        ev.step()  # type: ignore[attr-defined]
+        if isinstance(fn, Opaque) and fn.name.startswith("operator.") and fn.name[9:] in _OPERATORS:
+            acc = ev.binop(_OPERATORS[fn.name[9:]](), acc, item)
+        else:
+            acc = ev.call(fn, [acc, item], {}, node, frame, state)
+    return with_labels(acc, labels)
+
+
+def _operator(name: str) -> Any:
+    def apply(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+        return ev.binop(_OPERATORS[name](), args[0], args[1]) if len(args) == 2 else UNKNOWN
+
+    return apply
+
+
+def _math(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    return ev._value_preserving("ceil", args[0], args[1:], node) if args else UNKNOWN
+
+
+_STDLIB = {
+    "dataclasses.replace": _replace,
+    "dataclasses.fields": _fields,
+    "dataclasses.asdict": _asdict,
+    "copy.copy": _copy,
+    "copy.deepcopy": _copy,
+    "functools.partial": _partial,
+    "functools.reduce": _reduce,
+    "math.ceil": _math,
+    "math.floor": _math,
+    **{f"operator.{name}": _operator(name) for name in _OPERATORS},
+}
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _call_text(node: ast.AST) -> str:
+    target = node.func if isinstance(node, ast.Call) else node
+    text = ast.unparse(target)  # type: ignore[arg-type]
+    return (text if len(text) <= 60 else text[:57] + "...") + "(...)"
+
+
+__all__ = ["Builtins", "FieldInfo", "MAX_ITERATIONS", "VALUE_METHODS"]

@@ -1,0 +1,60 @@
+"""What a client of the evaluator tells it: which labels are the subject of its question, how a call, an
+attribute or an annotation it knows better is answered, and what a reduction over labelled values means.
+
+The evaluator knows Python and nothing of vLLM; a rule (or the config pre-flight) subclasses `Hooks` with the
+names from its pack. Every method may answer `NOT_HANDLED` to let the evaluator go on as it would.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Any
+
+from specguard.evaluation.values import NO_LABELS, NOT_HANDLED, Label
+
+if TYPE_CHECKING:
+    from specguard.evaluation.evaluator import Evaluator
+    from specguard.evaluation.paths import Frame, State
+
+
+class Hooks:
+    # Label kinds whose values the question is about (a CUDA-graph mode, a layer's flag): a test on them that the
+    # evaluation cannot decide is a condition its verdicts name, where any other undecided test simply forks.
+    subjects: frozenset[str] = frozenset()
+    # Label kinds that name a value rather than where it came from (a padded count): a comparison or a truth test of
+    # the value does not carry them.
+    value_kinds: frozenset[str] = frozenset()
+    # Label kinds whose path (the locals and helpers' returns a value passes through) a message shows.
+    traced: frozenset[str] = frozenset()
+    # Whether a call the evaluator cannot follow, given a subject, may end the path by raising (the question is
+    # whether the code fails): the path goes on under a condition that names the call.
+    unresolved_may_raise: bool = False
+
+    def call(
+        self,
+        ev: Evaluator,
+        func: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        node: ast.Call,
+        frame: Frame,
+        state: State,
+    ) -> Any:
+        """A call the client answers itself (a sink it watches, a producer it knows)."""
+        return NOT_HANDLED
+
+    def attribute(self, ev: Evaluator, base: Any, attr: str, value: Any, node: ast.AST | None, state: State) -> Any:
+        """`base.attr` after the evaluator found `value` for it (UNKNOWN when it knows nothing)."""
+        return NOT_HANDLED
+
+    def annotation(self, ev: Evaluator, annotation: ast.expr, frame: Frame) -> Any:
+        """The value a parameter (or a call's result) annotated so stands for, when nothing else is known."""
+        return NOT_HANDLED
+
+    def instance_attribute(self, ev: Evaluator, obj: Any, attr: str) -> Any:
+        """What an attribute of an object the client built holds where this evaluation has not written it."""
+        return NOT_HANDLED
+
+    def reduced(self, ev: Evaluator, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
+        """Labels a reduction (`any`, `max`, `sum`, `.max()`, `functools.reduce`, ...) adds to its result."""
+        return NO_LABELS

@@ -1,0 +1,125 @@
+"""What an instance attribute may hold when the evaluation reads it without having written it: the join of what
+every method of the class's lineage writes into `self.<attr>`, each method evaluated on its own with unknown
+arguments. Computed the first time an evaluation reads the attribute, once per class, attribute and client
+state (a CUDA-graph mode), and never through itself: an attribute written from itself reads as unknown there."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import Any
+
+from specguard.analysis.ast_tools import cached_on
+from specguard.deploy.source import ClassInfo, SourceTree
+from specguard.evaluation.paths import join_values
+from specguard.evaluation.values import UNKNOWN, Function, Obj, traced
+
+Evaluate = Callable[[Function, Obj, "dict | None"], list[tuple[Any, dict[tuple[Any, str], Any]]]]
+
+
+def writers(
+    cls: ClassInfo, tree: SourceTree, attr: str
+) -> list[tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """The methods of the lineage that assign `self.<attr>` (to their first parameter's attribute)."""
+    found = []
+    for klass in tree.ancestors(cls):
+        for method in klass.methods.values():
+            if attr in _assigned(method):
+                found.append((klass, method))
+    return found
+
+
+def _assigned(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    return cached_on(method, "assigned", _self_attributes)
+
+
+def _self_attributes(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    params = [*method.args.posonlyargs, *method.args.args]
+    me = params[0].arg if params else None
+    return frozenset(
+        target.attr
+        for node in ast.walk(method)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == me
+    )
+
+
+class InstanceAttributes:
+    """Per (class, attribute, key): the joined value its writers give it. Each writer runs once per (class, key),
+    and what it leaves in every attribute is kept: reading a second attribute it writes costs nothing. While an
+    attribute is being computed it reads as unknown; a writer that read one so (an attribute written from itself,
+    directly or through others) runs a second time after the first, as a second call would, on what the first
+    left: so `self.total = self.total + n` still carries what `n` carries."""
+
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+        self._values: dict[tuple[Any, ...], Any] = {}
+        self._runs: dict[tuple[Any, ...], list[tuple[dict[str, Any], dict[str, int]]]] = {}
+        self._computing: set[tuple[Any, ...]] = set()
+        self._running: set[tuple[Any, ...]] = set()
+        self._cycles = 0  # reads of an attribute (or a writer) still being computed
+
+    def value(
+        self, cls: ClassInfo, attr: str, key: Any, evaluate: Evaluate, traced_kinds: frozenset[str] = frozenset()
+    ) -> Any:
+        """`evaluate(function, self_object, writes)` runs a writer (starting from `writes`, the instance's state of
+        an earlier call, or none) and gives its end states' (value, writes) pairs."""
+        ident = (cls.key, attr, key)
+        if ident in self._values:
+            return self._values[ident]
+        if ident in self._computing:
+            self._cycles += 1
+            return UNKNOWN
+        self._computing.add(ident)
+        try:
+            options = []
+            for klass, method in writers(cls, self.tree, attr):
+                for written, line in self._run(cls, klass, method, key, evaluate):
+                    if attr in written:
+                        hop = f"`self.{attr}`, set in `{klass.name}.{method.name}` (line {line.get(attr, 0)})"
+                        options.append((traced(written[attr], hop, traced_kinds), frozenset()))
+            value = join_values(options) if options else UNKNOWN
+        finally:
+            self._computing.discard(ident)
+        self._values[ident] = value
+        return value
+
+    def _run(
+        self, cls: ClassInfo, klass: ClassInfo, method: Any, key: Any, evaluate: Evaluate
+    ) -> list[tuple[dict[str, Any], dict[str, int]]]:
+        """(what each end state wrote into the instance's attributes, the line of each write)."""
+        ident = (cls.key, klass.key, method.name, key)
+        if ident in self._running:
+            self._cycles += 1
+            return []
+        if ident not in self._runs:
+            self._running.add(ident)
+            try:
+                self._runs[ident] = self._ends(cls, klass, method, evaluate)
+            finally:
+                self._running.discard(ident)
+        return self._runs[ident]
+
+    def _ends(
+        self, cls: ClassInfo, klass: ClassInfo, method: Any, evaluate: Evaluate
+    ) -> list[tuple[dict[str, Any], dict[str, int]]]:
+        module = self.tree.module(klass.module)
+        if module is None:
+            return []
+        me = Obj(cls, label="self")
+        function = Function(module, method, klass)
+        cycles = self._cycles
+        ends = evaluate(function, me, None)
+        if self._cycles != cycles:  # it read its own attributes before writing them: run it again after itself
+            first = join_writes([writes for _, writes in ends])
+            ends = ends + evaluate(function, me, first)
+        lines = {attr: getattr(node, "lineno", 0) for attr, node in me.nodes.items()}
+        return [
+            ({attr: value for (owner, attr), value in writes.items() if owner == id(me)}, lines) for _, writes in ends
+        ]
+
+
+def join_writes(ends: list[dict[tuple[Any, str], Any]]) -> dict[tuple[Any, str], Any]:
+    keys = set().union(*ends) if ends else set()
+    return {key: join_values([(writes.get(key, UNKNOWN), frozenset()) for writes in ends]) for key in keys}

@@ -1,0 +1,629 @@
+"""What the evaluator knows of objects: attributes (fields, properties, methods, class defaults), names of a
+module, enums, dataclasses, comparisons and truth in three-valued logic."""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
+from specguard.evaluation.paths import Frame, State, join_values
+from specguard.evaluation.values import (
+    NO_LABELS,
+    NOT_HANDLED,
+    UNKNOWN,
+    Abstract,
+    Bound,
+    ClassRef,
+    EnumMember,
+    FieldInfo,
+    Function,
+    Label,
+    LiteralType,
+    Many,
+    ModuleRef,
+    Obj,
+    OneOf,
+    Opaque,
+    Partial,
+    PyMethod,
+    SuperRef,
+    Sym,
+    Tagged,
+    Token,
+    TokenAttr,
+    is_unknown,
+    known,
+    labels_of,
+    plain,
+    same_value,
+    unknown_from,
+    with_labels,
+)
+
+if TYPE_CHECKING:
+    from specguard.evaluation.hooks import Hooks
+
+_PURE_STR = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
+_PURE_STR |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
+# `{:>1000000000}` or `{0.__class__}`: format fields that do more than insert a value
+FORMAT_FIELD_SPEC = re.compile(r"\{[^{}]*[:!.\[][^{}]*\}")
+_DICT = {"get", "items", "keys", "values", "pop", "copy", "setdefault", "update"}
+_LIST = {"append", "remove", "extend", "copy", "index", "count", "pop", "insert"}
+_SET = {"add", "discard", "copy", "union", "pop"}
+_CONTAINERS = (list, tuple, set, frozenset, dict)
+_REFERENCES = (ClassRef, Function, Bound, Partial, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod, FieldInfo)
+
+BUILTINS = {
+    "getattr",
+    "hasattr",
+    "setattr",
+    "isinstance",
+    "len",
+    "any",
+    "all",
+    "min",
+    "max",
+    "sum",
+    "sorted",
+    "reversed",
+    "list",
+    "tuple",
+    "set",
+    "frozenset",
+    "dict",
+    "int",
+    "str",
+    "float",
+    "bool",
+    "abs",
+    "repr",
+    "type",
+    "super",
+    "range",
+    "enumerate",
+    "zip",
+    "next",
+    "iter",
+    "vars",
+    "object",
+    "print",
+}
+
+_ORDER: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+MISSING: Any = object()
+_DECLARED: Any = object()  # a field the class declares, whose value on this instance the evaluation does not know
+
+
+class ObjectModel:
+    """Attributes, names, enums, comparisons and truth; `Evaluator` adds statements, expressions and calls."""
+
+    tree: SourceTree
+    hooks: Hooks
+    _module_values: dict[tuple[str, str], Any]
+    _resolving: set[tuple[str, str]]
+
+    def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
+        raise NotImplementedError
+
+    def _invoke(
+        self,
+        func: Function,
+        self_value: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        state: State,
+        depth: int,
+        node: ast.AST | None = None,
+        force: bool = False,
+    ) -> Any:
+        raise NotImplementedError
+
+    # ---- attributes ---------------------------------------------------------------------------------------
+
+    def getattr(
+        self, base: Any, attr: str, state: State, depth: int, missing: Any = UNKNOWN, node: ast.AST | None = None
+    ) -> Any:
+        value = self._getattr(base, attr, state, depth, missing)
+        if value is MISSING:
+            return value
+        answered = self.hooks.attribute(self, base, attr, value, node, state)  # type: ignore[arg-type]
+        return value if answered is NOT_HANDLED else answered
+
+    def _getattr(self, base: Any, attr: str, state: State, depth: int, missing: Any) -> Any:
+        if isinstance(base, OneOf):
+            values = [self._getattr(with_labels(x, base.labels), attr, state, depth, UNKNOWN) for x in base.options]
+            return join_values([(v, frozenset()) for v in values])
+        if isinstance(base, Tagged):
+            inner = self._getattr(base.value, attr, state, depth, missing)
+            return inner if inner is missing else with_labels(inner, self.provenance(base))
+        if isinstance(base, Obj):
+            key = (id(base), attr)
+            if key in state.writes:
+                return state.writes[key]
+            if attr in base.fields:
+                return base.fields[attr]
+            if base.cls is not None:
+                found = self._class_member(
+                    base.cls, attr, base, state, depth, instance=True, missing=MISSING, defaults=base.defaults
+                )
+                if found is not MISSING and found is not _DECLARED:
+                    return found
+            answered = self.hooks.instance_attribute(self, base, attr)  # type: ignore[arg-type]
+            if answered is not NOT_HANDLED:
+                return answered
+            if base.label:  # an object the client named: what is read from it has an identity
+                return Sym(f"{base.label}.{attr}", self.provenance(base))
+            if base.cls is None or base.labels or found is _DECLARED:
+                return with_labels(UNKNOWN, self.provenance(base))
+            return missing if missing is not UNKNOWN else UNKNOWN
+        if isinstance(base, Sym):
+            key = (base.name, attr)
+            if key in state.writes:
+                return state.writes[key]
+            return Sym(f"{base.name}.{attr}", self.provenance(base))
+        if isinstance(base, Abstract) and base.length is not None and attr == "shape":
+            return (base.length,)  # a view `buf[:n]`: its first dimension is n
+        if isinstance(base, (Abstract, Many)) or base is UNKNOWN:
+            return with_labels(UNKNOWN, self.provenance(base))
+        if isinstance(base, ClassRef):
+            if self.tree.is_enum(base.info) and attr in self.tree.enum_members(base.info):
+                return EnumMember(base.info, attr)
+            return self._class_member(
+                base.info, attr, base, state, depth, instance=False, missing=missing, defaults=True
+            )
+        if isinstance(base, EnumMember):
+            if attr == "name":
+                return base.name
+            if attr == "value":
+                return self.enum_value(base)
+            found = self._class_member(
+                base.cls, attr, base, state, depth, instance=True, missing=missing, defaults=False
+            )
+            return UNKNOWN if found is _DECLARED else found
+        if isinstance(base, SuperRef):
+            return self._super_attribute(base, attr, state, depth)
+        if isinstance(base, ModuleRef):
+            return self._resolved(base.name, attr)
+        if isinstance(base, Token):
+            return TokenAttr(base, attr)
+        if isinstance(base, Opaque):
+            return Opaque(f"{base.name}.{attr}")
+        if isinstance(base, FieldInfo):
+            return base.name if attr == "name" else base.compare if attr == "compare" else UNKNOWN
+        if isinstance(base, str) and attr in _PURE_STR:
+            return PyMethod(base, attr)
+        if isinstance(base, dict) and attr in _DICT:
+            return PyMethod(base, attr)
+        if isinstance(base, list) and attr in _LIST:
+            return PyMethod(base, attr)
+        if isinstance(base, set) and attr in _SET:
+            return PyMethod(base, attr)
+        return missing if missing is not UNKNOWN and base is None else UNKNOWN
+
+    def provenance(self, value: Any) -> frozenset[Label]:
+        """The labels of a value that what is read from it inherits: those that say where it came from."""
+        labels = labels_of(value) if isinstance(value, (Abstract, Tagged, Sym, Many, Obj)) else NO_LABELS
+        return frozenset(label for label in labels if label.kind not in self.hooks.value_kinds)
+
+    def _super_attribute(self, base: SuperRef, attr: str, state: State, depth: int) -> Any:
+        owner = base.self_value.value if isinstance(base.self_value, Tagged) else base.self_value
+        cls = owner.cls if isinstance(owner, (Obj, EnumMember)) else owner.info if isinstance(owner, ClassRef) else None
+        if cls is None:
+            return UNKNOWN
+        chain = self.tree.ancestors(cls)
+        start = next((j for j, k in enumerate(chain) if k == base.owner), len(chain))
+        for klass in chain[start + 1 :]:
+            if attr in klass.methods:
+                return self._method_value(klass, klass.methods[attr], base.self_value, state, depth)
+        return UNKNOWN
+
+    def _class_member(
+        self,
+        cls: ClassInfo,
+        attr: str,
+        owner_value: Any,
+        state: State,
+        depth: int,
+        *,
+        instance: bool,
+        missing: Any,
+        defaults: bool,
+    ) -> Any:
+        for klass in self.tree.ancestors(cls):
+            if attr in klass.methods:
+                return self._method_value(klass, klass.methods[attr], owner_value, state, depth)
+            if attr in klass.attributes:
+                module = self.tree.module(klass.module)
+                if module is None:
+                    return UNKNOWN
+                if not defaults and not _is_classvar(klass.annotations.get(attr)):
+                    return _DECLARED if instance and attr in klass.annotations else UNKNOWN
+                value = field_default(klass.attributes[attr])
+                if value is None:
+                    return UNKNOWN
+                return self.eval(value, Frame(module, klass, None, depth), State({}, {}, frozenset()))
+            if attr in klass.annotations:  # a declared field without a class-level value
+                return _DECLARED if instance else UNKNOWN
+        return missing
+
+    def _method_value(
+        self, klass: ClassInfo, node: ast.FunctionDef | ast.AsyncFunctionDef, owner_value: Any, state: State, depth: int
+    ) -> Any:
+        module = self.tree.module(klass.module)
+        if module is None:
+            return UNKNOWN
+        func = Function(module, node, klass)
+        names = {(dotted(d) or "").rpartition(".")[2] for d in node.decorator_list}
+        if names & {"property", "cached_property"}:
+            if isinstance(owner_value, ClassRef):
+                return UNKNOWN
+            return self._invoke(func, owner_value, [], {}, state, depth + 1)
+        if "staticmethod" in names:
+            return func
+        if names & {"classmethod", "field_validator", "model_validator"}:
+            inner = plain(owner_value)
+            owner = (
+                inner
+                if isinstance(inner, ClassRef)
+                else ClassRef(inner.cls)
+                if isinstance(inner, (Obj, EnumMember)) and inner.cls
+                else ClassRef(klass)
+            )
+            return Bound(func, owner)
+        if isinstance(owner_value, ClassRef):
+            return func  # an unbound method reached through the class
+        return Bound(func, owner_value)
+
+    # ---- names ----------------------------------------------------------------------------------------------
+
+    def module_value(self, module: ParsedModule, name: str) -> Any:
+        shadowed = name in module.assigns or name in module.functions or name in module.imports
+        if name in BUILTINS and not shadowed and name not in module.classes:
+            return Opaque(f"builtins.{name}")
+        if name in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[name]
+        return self._resolved(module.name, name)
+
+    def _resolved(self, module: str, name: str) -> Any:
+        key = (module, name)
+        if key in self._module_values:
+            return self._module_values[key]
+        if key in self._resolving:
+            return UNKNOWN
+        self._resolving.add(key)
+        try:
+            value = self._resolve_uncached(module, name)
+        finally:
+            self._resolving.discard(key)
+        self._module_values[key] = value
+        return value
+
+    def _resolve_uncached(self, module: str, name: str) -> Any:
+        found = self.tree.resolve(module, name)
+        package = self.tree.package
+        if isinstance(found, ClassInfo):
+            return ClassRef(found)
+        if isinstance(found, str):  # a module: one the program reads, or one outside it (the standard library)
+            inside = found.startswith(package) and self.tree.file_of(found) is not None
+            return ModuleRef(found) if inside else Opaque(found)
+        if isinstance(found, tuple):
+            parsed, node = found
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return Function(parsed, node)
+            frame = Frame(parsed, None, None, 0)
+            return self.eval(node, frame, State({}, {}, frozenset()))
+        parsed = self.tree.module(module)
+        if parsed is not None and name in parsed.imports:  # imported, and not found where it comes from
+            src, orig = parsed.imports[name]
+            return Opaque(f"{src}.{orig}")
+        if parsed is not None and name in parsed.module_imports:
+            target = parsed.module_imports[name]
+            return ModuleRef(target) if target.startswith(package) and self.tree.module(target) else Opaque(target)
+        if self.tree.file_of(f"{module}.{name}") is not None:
+            return ModuleRef(f"{module}.{name}")
+        return UNKNOWN
+
+    # ---- enums and dataclasses -----------------------------------------------------------------------------
+
+    def enum_value(self, member: EnumMember) -> Any:
+        expr = member.cls.attributes.get(member.name)
+        if expr is None:
+            return UNKNOWN
+        module = self.tree.module(member.cls.module)
+        if module is None:
+            return UNKNOWN
+        # Members may name earlier members (`FULL_DECODE_ONLY = (FULL, NONE)`): they mean their values there.
+        siblings = {n: UNKNOWN for n in self.tree.enum_members(member.cls)}
+        state = State({}, {}, frozenset())
+        for name in self.tree.enum_members(member.cls):
+            if name == member.name:
+                break
+            siblings[name] = self.eval(member.cls.attributes[name], Frame(module, member.cls, siblings, 0), state)
+        return self.eval(expr, Frame(module, member.cls, siblings, 0), state)
+
+    def enum_by_value(self, cls: ClassInfo, value: Any) -> Any:
+        value = plain(value)
+        if isinstance(value, EnumMember) and value.cls == cls:
+            return value
+        if not known(value):
+            return UNKNOWN
+        for name in self.tree.enum_members(cls):
+            if same_value(self.enum_value(EnumMember(cls, name)), value):
+                return EnumMember(cls, name)
+        return UNKNOWN
+
+    def dataclass_fields(self, cls: ClassInfo) -> list[tuple[ClassInfo, str]] | None:
+        """The fields of a dataclass in definition order (bases first), or None if it is not one we can read."""
+        chain = self.tree.ancestors(cls)
+        if not any(_is_dataclass(k) for k in chain):
+            return None
+        seen: dict[str, ClassInfo] = {}
+        for klass in reversed(chain):
+            if not _is_dataclass(klass):
+                continue
+            for name, annotation in klass.annotations.items():
+                if not _is_classvar(annotation):
+                    seen.pop(name, None)
+                    seen[name] = klass
+        return [(klass, name) for name, klass in seen.items()]
+
+    def field_infos(self, cls: ClassInfo) -> tuple[FieldInfo, ...] | None:
+        fields = self.dataclass_fields(cls)
+        if fields is None:
+            return None
+        return tuple(FieldInfo(name, _compares(klass.attributes.get(name))) for klass, name in fields)
+
+    # ---- comparisons and truth -------------------------------------------------------------------------------
+
+    def compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
+        for side, other, flip in ((left, right, False), (right, left, True)):
+            if isinstance(side, OneOf):
+                results = [
+                    self.compare(op, other, with_labels(x, side.labels))
+                    if flip
+                    else self.compare(op, with_labels(x, side.labels), other)
+                    for x in side.options
+                ]
+                return join_values([(r, frozenset()) for r in results])
+        labels = self._compared_labels(left, right)
+        result = self._compare(op, plain(left), plain(right))
+        if result is UNKNOWN:
+            return (
+                unknown_from(left, right, keep=frozenset(k.kind for k in labels))
+                if labels
+                else self._unknown(left, right)
+            )
+        return with_labels(result, labels)
+
+    def _unknown(self, *values: Any) -> Any:
+        return unknown_from(*values)
+
+    def _compared_labels(self, left: Any, right: Any) -> frozenset[Label]:
+        found = (
+            labels_of(left) | labels_of(right)
+            if isinstance(left, (Tagged, Abstract, Sym)) or isinstance(right, (Tagged, Abstract, Sym))
+            else NO_LABELS
+        )
+        return frozenset(label for label in found if label.kind not in self.hooks.value_kinds)
+
+    def _compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            same = self._identical(left, right)
+            if same is UNKNOWN:
+                return UNKNOWN
+            return same if isinstance(op, ast.Is) else not same
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            equal = self.equal(left, right)
+            if equal is UNKNOWN:
+                return UNKNOWN
+            return equal if isinstance(op, ast.Eq) else not equal
+        if isinstance(op, (ast.In, ast.NotIn)):
+            inside = self._contains(right, left)
+            if inside is UNKNOWN:
+                return UNKNOWN
+            return inside if isinstance(op, ast.In) else not inside
+        fn = _ORDER.get(type(op))
+        if fn is None or not known(left) or not known(right):
+            return UNKNOWN
+        if not all(isinstance(v, (int, float)) for v in (left, right)):
+            return UNKNOWN
+        return fn(left, right)
+
+    def _identical(self, a: Any, b: Any) -> Any:
+        if isinstance(a, Sym) and isinstance(b, Sym) and a.name == b.name:
+            return True
+        if is_unknown(a) or is_unknown(b):
+            return UNKNOWN
+        if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
+            return a is b
+        if isinstance(a, EnumMember) and isinstance(b, EnumMember):
+            return a == b
+        if isinstance(a, Obj) or isinstance(b, Obj):
+            return a is b
+        if isinstance(a, ClassRef) and isinstance(b, ClassRef):
+            return a.info == b.info
+        return UNKNOWN
+
+    def equal(self, a: Any, b: Any) -> Any:
+        a, b = plain(a), plain(b)
+        if isinstance(a, Sym) and isinstance(b, Sym) and a.name == b.name:
+            return True
+        if isinstance(a, Obj) and isinstance(b, Obj):
+            return self._objects_equal(a, b)
+        if not known(a) or not known(b):
+            return UNKNOWN
+        if isinstance(a, EnumMember) or isinstance(b, EnumMember):
+            if isinstance(a, EnumMember) and isinstance(b, EnumMember):
+                return a == b
+            member, other = (a, b) if isinstance(a, EnumMember) else (b, a)
+            if self.tree.base_names(member.cls) & {"str", "int", "StrEnum", "IntEnum"}:
+                return self.equal(self.enum_value(member), other)
+            return False
+        if isinstance(a, Obj) or isinstance(b, Obj):
+            obj = a if isinstance(a, Obj) else b
+            if obj.cls is not None and self.tree.method(obj.cls, "__eq__") is not None:
+                return UNKNOWN
+            return False
+        if isinstance(a, _REFERENCES):
+            return a == b
+        if isinstance(b, _REFERENCES):
+            return False
+        try:
+            return bool(a == b)
+        except Exception:  # noqa: BLE001 - values whose comparison fails: not decided
+            return UNKNOWN
+
+    def _objects_equal(self, a: Obj, b: Obj) -> Any:
+        """Two objects: the same one, or instances of one dataclass compared field by field (its `__eq__`)."""
+        if a is b:
+            return True
+        if a.cls is None or b.cls is None or a.cls != b.cls:
+            return UNKNOWN if a.cls is None or b.cls is None else False
+        if self.tree.method(a.cls, "__eq__") is not None:
+            return UNKNOWN
+        infos = self.field_infos(a.cls)
+        if infos is None:
+            return False  # object identity
+        undecided = False
+        for info in infos:
+            if not info.compare:
+                continue
+            left, right = a.fields.get(info.name, UNKNOWN), b.fields.get(info.name, UNKNOWN)
+            same = self.equal(left, right)
+            if same is False:
+                return False
+            if same is UNKNOWN:
+                undecided = True
+        return UNKNOWN if undecided else True
+
+    def _contains(self, container: Any, item: Any) -> Any:
+        container = plain(container)
+        if isinstance(container, str) and isinstance(item, str):
+            return item in container
+        if isinstance(container, LiteralType):
+            container = list(container.values)
+        if isinstance(container, dict):
+            container = list(container.keys())
+        if not isinstance(container, (list, tuple, set, frozenset)):
+            return UNKNOWN
+        undecided = False
+        for element in container:
+            eq = self.equal(element, item)
+            if eq is True:
+                return True
+            if eq is UNKNOWN:
+                undecided = True
+        return UNKNOWN if undecided else False
+
+    def truth(self, value: Any, frame: Frame, state: State) -> Any:
+        if isinstance(value, OneOf):
+            truths = {self.truth(x, frame, state) for x in value.options}
+            return truths.pop() if len(truths) == 1 else UNKNOWN
+        value = plain(value)
+        if is_unknown(value):
+            return UNKNOWN
+        if isinstance(value, (Obj, EnumMember)):
+            cls = value.cls
+            if cls is None:
+                return True
+            found = self.tree.method(cls, "__bool__") or self.tree.method(cls, "__len__")
+            if found is None:
+                return True
+            module = self.tree.module(found[1].module)
+            if module is None or found[0].name != "__bool__":
+                return UNKNOWN
+            result = self._invoke(Function(module, found[0], found[1]), value, [], {}, state, frame.depth + 1)
+            result = plain(result)
+            return UNKNOWN if result is UNKNOWN else bool(result) if known(result) else UNKNOWN
+        if isinstance(value, _REFERENCES):
+            return True
+        if isinstance(value, _CONTAINERS):
+            return len(value) > 0
+        try:
+            return bool(value)
+        except Exception:  # noqa: BLE001 - an evaluated value without a truth value: undecided
+            return UNKNOWN
+
+    def isinstance_of(self, value: Any, types: Any) -> Any:
+        value, types = plain(value), plain(types)
+        options = list(types) if isinstance(types, tuple) else [types]
+        if is_unknown(value):
+            return UNKNOWN
+        for t in options:
+            if isinstance(t, Opaque) and t.name.startswith("builtins."):
+                pytype = _PYTYPES.get(t.name.rpartition(".")[2])
+                if pytype is None:
+                    return UNKNOWN
+                if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
+                    continue
+                if isinstance(value, pytype) and not (pytype is int and isinstance(value, bool)):
+                    return True
+            elif isinstance(t, ClassRef):
+                cls = value.cls if isinstance(value, (Obj, EnumMember)) else None
+                if cls is None:
+                    if isinstance(value, (str, int, float, bool, dict, list, tuple, type(None))):
+                        continue
+                    return UNKNOWN
+                if any(a.key == t.info.key for a in self.tree.ancestors(cls)):
+                    return True
+            else:
+                return UNKNOWN
+        return False
+
+
+_PYTYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "dict": dict,
+    "list": list,
+    "tuple": tuple,
+    "set": set,
+}
+
+
+def field_default(value: ast.expr) -> ast.expr | None:
+    """A class-level value as a dataclass field's default: `field(default=x)` / `Field(x)` mean x; a default
+    factory means "computed" (None here)."""
+    if isinstance(value, ast.Call) and (dotted(value.func) or "").rpartition(".")[2] in ("field", "Field"):
+        for kw in value.keywords:
+            if kw.arg == "default":
+                return kw.value
+        if value.args and not isinstance(value.args[0], ast.Starred):
+            return value.args[0]
+        return None
+    return value
+
+
+def _compares(value: ast.expr | None) -> bool:
+    if isinstance(value, ast.Call) and (dotted(value.func) or "").rpartition(".")[2] == "field":
+        for kw in value.keywords:
+            if kw.arg == "compare" and isinstance(kw.value, ast.Constant):
+                return bool(kw.value.value)
+    return True
+
+
+def _is_classvar(annotation: ast.expr | None) -> bool:
+    if annotation is None:
+        return False
+    text = ast.unparse(annotation)
+    return text.startswith(("ClassVar", "typing.ClassVar"))
+
+
+def _is_dataclass(cls: ClassInfo) -> bool:
+    for decorator in cls.node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if (dotted(target) or "").rpartition(".")[2] == "dataclass":
+            return True
+    return False

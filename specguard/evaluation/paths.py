@@ -1,0 +1,220 @@
+"""Paths through evaluated code: the undecided conditions (Cond) a statement is reached under, what is recorded
+(Outcome), the evaluation state and how the states of two paths join, and the verdict over outcomes (certain,
+impossible, or undecided with why)."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specguard.deploy.source import ClassInfo, ParsedModule
+from specguard.evaluation.values import (
+    NO_LABELS,
+    UNKNOWN,
+    Abstract,
+    Label,
+    Many,
+    Obj,
+    bounded,
+    labels_of,
+    maybe_of,
+    one_of,
+    same_value,
+    why_of,
+)
+
+MAX_JOINED_FIELDS = 64  # objects with more known fields than this join to an unknown
+
+
+@dataclass(frozen=True, eq=False)
+class Cond:
+    """A test the evaluation does not decide and that a verdict depends on; it names the reason a verdict is not
+    certain."""
+
+    node: ast.AST
+    file: Path
+    relpath: str
+
+    @property
+    def text(self) -> str:
+        return " ".join(ast.unparse(self.node).split())
+
+    def describe(self) -> str:
+        return f"`{self.text}` ({self.relpath}:{getattr(self.node, 'lineno', 0)})"
+
+
+@dataclass(frozen=True, eq=False)
+class Site:
+    kind: str  # raise | assert | warning | assign | call | return
+    module: ParsedModule
+    node: ast.AST
+    message: str
+
+    @property
+    def line(self) -> int:
+        return getattr(self.node, "lineno", 0)
+
+
+@dataclass
+class Outcome:
+    site: Site
+    path: frozenset
+    detail: Any = None
+
+
+@dataclass
+class State:
+    locals: dict[str, Any]
+    writes: dict[tuple[Any, str], Any]
+    path: frozenset
+
+    def copy(self, path: frozenset | None = None) -> State:
+        return State(dict(self.locals), dict(self.writes), self.path if path is None else path)
+
+
+@dataclass
+class Flow:
+    normal: State | None = None
+    returns: list[tuple[State, Any]] = field(default_factory=list)
+    breaks: list[State] = field(default_factory=list)
+    continues: list[State] = field(default_factory=list)
+    raises: list[State] = field(default_factory=list)
+
+
+@dataclass
+class Frame:
+    module: ParsedModule
+    owner: ClassInfo | None
+    closure: dict[str, Any] | None
+    depth: int
+
+
+def doubts(path: frozenset) -> tuple[str, ...]:
+    """The undecided tests a path passes, as a verdict names them."""
+    return tuple(sorted(f"{cond.describe()} is {'true' if polarity else 'false'}" for cond, polarity in path))
+
+
+def join_values(options: list[tuple[Any, frozenset]]) -> Any:
+    """One value for a variable that paths set differently: (value, the undecided tests only its path passed).
+
+    Labels of a value reached only under undecided tests become `maybe` labels, with the tests as the reason:
+    the value may be that one, depending on what could not be decided."""
+    first = options[0][0]
+    if all(same_value(first, value) for value, _ in options[1:]):
+        return first
+    if all(isinstance(value, Obj) for value, _ in options) and _same_class(options):
+        return _join_objects(options)
+    if all(isinstance(value, Many) for value, _ in options):
+        return Many(join_values([(value.element, extra) for value, extra in options]))
+    if not any(extra for _, extra in options):
+        scalars = one_of([value for value, _ in options])
+        if scalars is not None:
+            return scalars
+    labels: frozenset[Label] = NO_LABELS
+    maybe: frozenset[Label] = NO_LABELS
+    why: tuple[str, ...] = ()
+    for value, extra in options:
+        if extra:
+            maybe = maybe | labels_of(value)
+            if labels_of(value):
+                why = why + tuple(d for d in doubts(extra) if d not in why)
+        else:
+            labels = labels | labels_of(value)
+        maybe = maybe | maybe_of(value)
+        why = why + tuple(r for r in why_of(value) if r not in why)
+    lengths = [value.length for value, _ in options if isinstance(value, Abstract)]
+    length = lengths[0] if len(lengths) == len(options) and all(same_value(lengths[0], x) for x in lengths) else None
+    if not (labels or maybe) and length is None:
+        return UNKNOWN
+    return Abstract(bounded(labels), bounded(maybe - labels), why[:4], length)
+
+
+def _same_class(options: list[tuple[Any, frozenset]]) -> bool:
+    first = options[0][0]
+    return all(value.cls == first.cls for value, _ in options) and all(
+        len(value.fields) <= MAX_JOINED_FIELDS for value, _ in options
+    )
+
+
+def _join_objects(options: list[tuple[Any, frozenset]]) -> Obj:
+    first: Obj = options[0][0]
+    names = set().union(*(value.fields for value, _ in options))
+    fields = {}
+    for name in names:
+        fields[name] = join_values([(value.fields.get(name, UNKNOWN), extra) for value, extra in options])
+    labels = frozenset().union(*(value.labels for value, _ in options))
+    return Obj(first.cls, fields, first.defaults, first.label, first.pinned, labels, dict(first.nodes))
+
+
+def merge(states: list[State]) -> State | None:
+    """One state for paths that join again: values they disagree on are joined (see join_values)."""
+    if not states:
+        return None
+    if len(states) == 1:
+        return states[0]
+    common = frozenset.intersection(*(s.path for s in states))
+    out = State({}, {}, common)
+    for attr in ("locals", "writes"):
+        target = getattr(out, attr)
+        keys = set().union(*(getattr(s, attr).keys() for s in states))
+        for key in keys:
+            options = [(getattr(s, attr).get(key, UNKNOWN), s.path - common) for s in states]
+            target[key] = join_values(options)
+    return out
+
+
+@dataclass
+class Verdict:
+    """Whether a set of outcomes happens: True, False, or UNKNOWN with the conditions why."""
+
+    value: Any
+    outcomes: list[Outcome]
+    conditions: list[Cond] = field(default_factory=list)
+
+    @property
+    def certain(self) -> bool:
+        return self.value is True
+
+    def reasons(self, limit: int = 3) -> str:
+        shown = [c.describe() for c in self.conditions[:limit]]
+        more = len(self.conditions) - limit
+        return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def verdict(outcomes: list[Outcome]) -> Verdict:
+    """True if some outcome happens whatever the undecided conditions are, UNKNOWN if some may, else False."""
+    live = [o for o in outcomes if not contradictory(o.path)]
+    if not live:
+        return Verdict(False, [])
+    certain = [o for o in live if not o.path]
+    if certain:
+        return Verdict(True, certain)
+    conds: list[Cond] = []
+    for o in live:
+        for cond, _ in sorted(o.path, key=lambda item: (item[0].relpath, getattr(item[0].node, "lineno", 0))):
+            if cond not in conds:
+                conds.append(cond)
+    if len(conds) <= 12 and _covers(live, conds):
+        return Verdict(True, live)
+    return Verdict(UNKNOWN, live, conds)
+
+
+def contradictory(path: frozenset) -> bool:
+    seen: dict[Cond, bool] = {}
+    for cond, polarity in path:
+        if seen.get(cond, polarity) != polarity:
+            return True
+        seen[cond] = polarity
+    return False
+
+
+def _covers(outcomes: list[Outcome], conds: list[Cond]) -> bool:
+    """Every assignment of the undecided conditions satisfies some outcome's path (their union is certain)."""
+    for values in itertools.product((True, False), repeat=len(conds)):
+        assignment = dict(zip(conds, values, strict=True))
+        if not any(all(assignment[c] == p for c, p in o.path) for o in outcomes):
+            return False
+    return True

@@ -1,0 +1,126 @@
+"""The analyzed project as the evaluator reads it: modules parsed with `ast` on first use, found the way the
+analysis engine finds them (the checked roots first, then the installed packages), never imported.
+
+The read model of a module (classes, functions, imports, module-level assignments) and name resolution are the
+served-source view's (`deploy.source.SourceTree`); this subclass only changes where a module's file comes from,
+keeps every parsed module for the whole run, and records which files an evaluation read, so that a cached
+verdict is reused only while they are unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+
+from specguard.analysis.modules import ModuleLocator
+from specguard.analysis.source import decode, parse_ast, read_stamped
+from specguard.deploy.source import ParsedModule, SourceTree, _Collector
+from specguard.errors import SourceError
+
+Stamp = tuple[int, int]
+
+
+class Parsed:
+    """Every module parsed in one run, by file, with the stamp it had when it was read."""
+
+    def __init__(self) -> None:
+        self.by_path: dict[Path, tuple[ParsedModule | None, Stamp]] = {}
+        self.texts: dict[Path, str] = {}
+
+    def module(self, name: str, path: Path, is_package: bool) -> tuple[ParsedModule | None, Stamp]:
+        if path not in self.by_path:
+            try:
+                if path in self.texts:
+                    text, stamp = self.texts[path], (0, 0)
+                else:
+                    data, stamp = read_stamped(path)
+                    text = decode(data)
+                tree = parse_ast(text, str(path))
+            except SourceError:
+                self.by_path[path] = (None, (0, 0))
+            else:
+                parsed = ParsedModule(name, path, is_package, tree)
+                _Collector(parsed).collect(tree.body)
+                self.by_path[path] = (parsed, stamp)
+        return self.by_path[path]
+
+    def add_text(self, path: Path, text: str) -> None:
+        """A module whose text is known already (an in-memory example, a fix being re-checked)."""
+        self.texts[path] = text
+        self.by_path.pop(path, None)
+
+
+class Program(SourceTree):
+    """The project seen from one root (the folder holding a checked file's top package)."""
+
+    def __init__(self, locator: ModuleLocator, root: Path, parsed: Parsed, stubs: dict[str, str] | None = None) -> None:
+        super().__init__(root)
+        self.locator = locator
+        self.parsed = parsed
+        self.stubs = stubs or {}  # module name -> source text standing in for a module nobody can locate
+        self.read: dict[Path, Stamp] = {}  # every file read since the caller last cleared it, for the cache
+        self._stamps: dict[str, tuple[Path, Stamp]] = {}
+
+    @property
+    def package(self) -> str:
+        return ""  # every module the locator finds belongs to the program
+
+    def file_of(self, module: str) -> tuple[Path, bool] | None:
+        found = self.locator.find(module, self.root)
+        if found is None:
+            return None
+        path = found[0]
+        return path, path.name == "__init__.py"
+
+    def module(self, name: str) -> ParsedModule | None:
+        if name in self._cache:
+            if name in self._stamps:
+                path, stamp = self._stamps[name]
+                self.read[path] = stamp
+            return self._cache[name]
+        found = self.file_of(name)
+        parsed: ParsedModule | None = None
+        if found is not None:
+            parsed, stamp = self.parsed.module(name, *found)
+            self._stamps[name] = (found[0], stamp)
+            self.read[found[0]] = stamp
+        elif name in self.stubs:
+            tree = ast.parse(self.stubs[name], filename=f"<stub of {name}>")
+            parsed = ParsedModule(name, Path(f"<stub of {name}>"), False, tree)
+            _Collector(parsed).collect(tree.body)
+        self._cache[name] = parsed
+        return parsed
+
+    def module_at(self, name: str, path: Path, text: str | None = None) -> ParsedModule | None:
+        """The module in this file (with this text, when given) under this name, whatever the locator finds."""
+        if text is not None:
+            self.parsed.add_text(path, text)
+        parsed, stamp = self.parsed.module(name, path, path.name == "__init__.py")
+        self._cache[name] = parsed
+        self._stamps[name] = (path, stamp)
+        self.read[path] = stamp
+        return parsed
+
+    def relpath(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.root.resolve()).as_posix()
+        except (ValueError, OSError):
+            return str(path)
+
+    def text(self, path: Path) -> str:
+        return self.parsed.texts.get(path, "")
+
+
+def program_factory(locator: ModuleLocator, stubs: dict[str, str]) -> Callable[[Path], Program]:
+    """Programs by root, sharing one parse of every module."""
+    parsed = Parsed()
+    made: dict[Path, Program] = {}
+
+    def program(root: Path) -> Program:
+        if root not in made:
+            made[root] = Program(locator, root, parsed, stubs)
+        return made[root]
+
+    program.parsed = parsed  # type: ignore[attr-defined]
+    return program
