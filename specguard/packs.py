@@ -19,12 +19,14 @@ from typing import Any
 
 from specguard._snapshots import validated
 from specguard._toml import load_toml, parse_toml
-from specguard.analysis.dataflow.values import ANY, EQUALS, ONE_ELEMENT, SAME, FlowSpec, Guard
 from specguard.errors import UserError
 
 BUILTIN_PACK = "vllm.toml"
 # Keys a pack may leave empty.
-_OPTIONAL = frozenset({"replace", "description", "descriptor_params", "real_counts", "real_count_arrays", "mode_enum"})
+_OPTIONAL = frozenset(
+    {"replace", "description", "descriptor_params", "real_counts", "real_count_arrays", "mode_enum"}
+    | {"padded_producers", "padded_names", "dp_rank_counts"}
+)
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
 
@@ -60,8 +62,15 @@ class Padding(_Section):
     descriptor_types: list[str] = field(default_factory=list)
     descriptor_params: list[str] = field(default_factory=list)  # optional: parameters that are descriptors by name
     padded_attribute: str | None = None
+    # more sources of padded counts (optional): calls returning one, attributes or parameters holding one (or a
+    # collection of them), and per-rank token counts synchronised across DP ranks, whose maximum is one
+    padded_producers: list[str] = field(default_factory=list)
+    padded_names: list[str] = field(default_factory=list)
+    dp_rank_counts: list[str] = field(default_factory=list)
     mode_attribute: str | None = None
     full_mode: str | None = None
+    # the members of the mode enum a batch runs with: SG103 evaluates each metadata build once per member but FULL
+    runtime_modes: list[str] = field(default_factory=list)
     # SG103's fix (optional): the real query token count where a speculator has one, and the mode enum it tests
     real_counts: list[str] = field(default_factory=list)  # locals or parameters holding it
     real_count_arrays: list[str] = field(default_factory=list)  # host arrays of query offsets: `int(<array>[-1])`
@@ -78,7 +87,6 @@ class KvGroups(_Section):
     merge_methods: list[str] = field(default_factory=list)
     spec_class_suffixes: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    reductions: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -106,42 +114,6 @@ class Pack:
     def fingerprint(self) -> str:
         """Content hash for the analysis cache: a changed name invalidates every cached result."""
         return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:16]
-
-    @cached_property
-    def padding_flow(self) -> FlowSpec:
-        """SG103's dataflow: descriptors (from a producer, an annotation or a parameter name), their padded
-        count and mode, and the test that the mode is FULL, which makes the padded count harmless."""
-        pad = self.padding
-        descriptor, padded, mode = "descriptor", "padded", "mode"
-        attributes = {
-            (descriptor, pad.padded_attribute or ""): (padded, ""),
-            (descriptor, pad.mode_attribute or ""): (mode, ""),
-            (ANY, pad.mode_attribute or ""): (mode, ANY),  # the mode of some other object: any descriptor's
-        }
-        return FlowSpec(
-            producers=dict.fromkeys(pad.descriptor_producers, descriptor),
-            annotations=dict.fromkeys(pad.descriptor_types, descriptor),
-            parameters=dict.fromkeys(pad.descriptor_params, descriptor),
-            attributes=attributes,
-            guards=(Guard(EQUALS, mode, (padded,), constant=pad.full_mode or ""),),
-            sinks=frozenset([*self.metadata.sink, *self.speculators.shared_helpers]),
-        )
-
-    @cached_property
-    def merge_flow(self) -> FlowSpec:
-        """SG201's dataflow: a per-layer flag read from a spec, reductions and folds over such flags, and the
-        agreement checks (one distinct value, each spec equal to the first) that make a reduction harmless."""
-        flag, reduction = "flag", "reduction"
-        return FlowSpec(
-            attributes={(ANY, name): (flag, name) for name in self.kv_groups.flags},
-            reductions=dict.fromkeys(self.kv_groups.reductions, reduction),
-            reduced=flag,
-            fold=reduction,
-            guards=(
-                Guard(ONE_ELEMENT, flag, (reduction,), universal=True),
-                Guard(SAME, flag, (reduction,), universal=True),
-            ),
-        )
 
     @cached_property
     def needles(self) -> tuple[bytes, ...]:

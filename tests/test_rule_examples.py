@@ -73,3 +73,9 @@ def test_explain_prints_the_docs(code: str, cli) -> None:  # type: ignore[no-unt
     assert out.returncode == 0
     assert f"({code})" in out.stdout and "## Why is this bad?" in out.stdout
     assert textwrap.dedent(RULES[code].bad).strip().splitlines()[0] in out.stdout
+
+
+def test_the_rules_on_the_evaluator_are_the_ones_the_engine_loads_in_its_main_process() -> None:
+    from specguard.rules import EVALUATED
+
+    assert {code for code, rule in RULES.items() if rule.judge is not None} == EVALUATED

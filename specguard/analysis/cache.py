@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from specguard import __version__, _datafile
 from specguard._snapshots import user_cache_home
-from specguard.analysis.findings import Finding
+from specguard.analysis.findings import Finding, Judgement
 from specguard.analysis.scan import FileScan
 
-_FORMAT = 6  # bump when a cached type changes shape
-_SCANS, _RESULTS = "scans.msgpack", "results.msgpack"
+_FORMAT = 7  # bump when a cached type changes shape
+_SCANS, _RESULTS, _JUDGED = "scans.msgpack", "results.msgpack", "judged.msgpack"
+
+
+@dataclass(frozen=True)
+class JudgedFile:
+    """A file's judgements, with what they were computed from: the file and its facts (`key`), and every file the
+    evaluation read (`deps`: path, size, mtime_ns)."""
+
+    key: str
+    deps: tuple[tuple[str, int, int], ...]
+    judgements: tuple[Judgement, ...]
+
+
 ScanTable = dict[str, FileScan]
 ResultTable = dict[str, list[Finding]]
+JudgedTable = dict[str, JudgedFile]
 
 
 def _user_key() -> bytes | None:
@@ -44,10 +58,12 @@ class Cache:
         self.folder = folder
         self.scans: ScanTable = {}
         self.results: ResultTable = {}
+        self.judgements: JudgedTable = {}
         self._dirty = False
         if folder is not None:
             self.scans = _datafile.read(folder / _SCANS, "scans", ScanTable) or {}
             self.results = _datafile.read(folder / _RESULTS, "results", ResultTable) or {}
+            self.judgements = _datafile.read(folder / _JUDGED, "judged", JudgedTable) or {}
 
     @classmethod
     def at(cls, root: Path, pack_fp: str, settings_fp: str) -> Cache:
@@ -66,11 +82,16 @@ class Cache:
         self.results[key] = findings
         self._dirty = True
 
+    def put_judged(self, path: str, judged: JudgedFile) -> None:
+        self.judgements[path] = judged
+        self._dirty = True
+
     def save(self, live_paths: set[str], live_results: set[str]) -> None:
         if self.folder is None or not self._dirty:
             return
         self.scans = {p: s for p, s in self.scans.items() if p in live_paths}
         self.results = {k: r for k, r in self.results.items() if k in live_results}
+        self.judgements = {p: j for p, j in self.judgements.items() if p in live_paths}
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             gitignore = self.folder.parent / ".gitignore"
@@ -78,5 +99,6 @@ class Cache:
                 gitignore.write_text("*\n")
             _datafile.write(self.folder / _SCANS, "scans", self.scans)
             _datafile.write(self.folder / _RESULTS, "results", self.results)
+            _datafile.write(self.folder / _JUDGED, "judged", self.judgements)
         except OSError:
             pass  # a read-only tree still gets analyzed, just without a cache

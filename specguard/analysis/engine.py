@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from specguard.analysis.cache import Cache
-from specguard.analysis.dataflow.values import FunctionFlow
 from specguard.analysis.discover import discover
-from specguard.analysis.findings import Finding, source_error
+from specguard.analysis.findings import Finding, Judgement, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
+from specguard.analysis.judge import Judge
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
@@ -39,6 +39,7 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)  # what the run could not see; not findings, not errors
     files: int = 0
     parsed: int = 0
+    undecided: list[tuple[str, Judgement]] = field(default_factory=list)  # sites a rule could not decide, by file
     project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
 
 
@@ -94,7 +95,8 @@ class _Run:
         cache_root = settings.cache_dir or settings.root / ".specguard_cache"
         self.cache = Cache.at(cache_root, pack.fingerprint, settings.fingerprint()) if use_cache else Cache(None)
         self.locator = ModuleLocator()
-        self.index = ProjectIndex(self.locator, self._load_summary, self._load_flows)
+        self.index = ProjectIndex(self.locator, self._load_summary)
+        self._judge: Judge | None = None
         self.scans: dict[str, FileScan] = {}
         self.borrowed: set[str] = set()
 
@@ -132,29 +134,16 @@ class _Run:
         self.borrowed.add(key)
         return cached.summary
 
-    def _load_flows(self, summary: ModuleSummary, root: Path) -> dict[str, FunctionFlow | None]:
-        """The dataflow summaries of a module's functions, computed the first time a rule's facts need them
-        and kept with its cached scan."""
-        from specguard.analysis.source import decode, parse_ast, read_bytes
-        from specguard.analysis.summary import function_flows
-
-        found = self.locator.find(summary.module, root)
-        if found is None:
-            return {}
-        path = found[0]
-        try:
-            tree = parse_ast(decode(read_bytes(path)), str(path))
-        except SourceError:
-            return {}  # changed or gone since it was scanned: no summaries this run
-        flows = function_flows(summary, tree, self.pack.padding_flow)
-        scan = self.scans.get(str(path)) or self.cache.scans.get(str(path))
-        if scan is not None and scan.summary is summary:
-            self.cache.put_scan(str(path), scan)  # the cached scan now carries them
-        return flows
+    @property
+    def judge(self) -> Judge:
+        if self._judge is None:
+            self._judge = Judge(self.locator, self.pack, self.codes, self.cache)
+        return self._judge
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
         """Stage two: the files some enabled rule can match, evaluated (or taken from the cache). Each file goes
-        to the workers as soon as its facts are known, so libcst there overlaps the dataflow facts computed here."""
+        to the workers as soon as its facts are known, so libcst there overlaps the evaluation of the next file's
+        judgements here."""
         jobs, keys, live_results = [], {}, set()
 
         def produce() -> Iterator[Job]:
@@ -165,6 +154,8 @@ class _Run:
                 if scan.summary is None or not scan.mentions:
                     continue
                 facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
+                facts = self.judge.facts(path, scan.root, facts, scan.mentions, scan.digest)
+                result.undecided.extend((path, j) for j in facts.judgements if not j.decided)
                 key = _result_key(scan, facts, self.codes)
                 live_results.add(key)
                 if key in self.cache.results:
@@ -176,6 +167,7 @@ class _Run:
 
         # With workers, libcst's native parser runs only there: a fault in it must not take the run down.
         outcomes = pool.run_as_produced(_evaluate, produce(), on_crash=_evaluate_crashed)
+        result.errors.extend(self.judge.errors)
         result.parsed = len(jobs)
         for job, (findings, error) in zip(jobs, outcomes, strict=True):
             if error is not None:
@@ -195,7 +187,7 @@ class _Run:
         scan = self.scans[path]
         assert scan.summary is not None
         module, is_package = scan.summary.module, scan.summary.is_package
-        return _evaluate_text(text, path, module, is_package, self.index, self.pack, self.codes, scan.root)
+        return _evaluate_text(text, path, module, is_package, self.index, self.pack, self.codes, scan.root, self.judge)
 
 
 def check_paths(
@@ -265,9 +257,11 @@ def check_source(
     """
     settings = settings or Settings()
     pack = pack or load_pack(settings.rule_packs)
-    index = ProjectIndex(ModuleLocator(installed=False), lambda _: None)
+    locator = ModuleLocator(installed=False)
+    index = ProjectIndex(locator, lambda _: None)
     codes = frozenset(settings.enabled(ALL_CODES))
-    return sorted(_evaluate_text(text, path, module, False, index, pack, codes))
+    judge = Judge(locator, pack, codes, Cache(None))
+    return sorted(_evaluate_text(text, path, module, False, index, pack, codes, Path(), judge))
 
 
 def _evaluate_text(
@@ -278,14 +272,14 @@ def _evaluate_text(
     index: ProjectIndex,
     pack: Pack,
     codes: frozenset[str],
-    root: Path = Path(),
+    root: Path,
+    judge: Judge,
 ) -> list[Finding]:
     """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter."""
     from specguard.analysis.evaluate import evaluate_source
     from specguard.analysis.scan import call_owners
     from specguard.analysis.source import parse_ast
-    from specguard.analysis.summary import function_flows, nested_class_lines, summarize
-    from specguard.errors import SourceError
+    from specguard.analysis.summary import nested_class_lines, summarize
 
     data = text.encode()
     try:
@@ -293,9 +287,9 @@ def _evaluate_text(
         summary = summarize(tree, module, is_package, nested_class_lines(data))
     except SourceError as exc:
         return [source_error(path, str(exc), exc.line)]
-    function_flows(summary, tree, pack.padding_flow)  # of this text: the index would read the file on disk
     owners = call_owners(data, pack.needles)
     index.add(summary, root)
     facts = index.facts(summary, root, pack, owners)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
+    facts = judge.facts(path, root, facts, mentions, "", text=text)
     return evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions)

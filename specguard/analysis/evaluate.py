@@ -1,10 +1,8 @@
-"""Stage two, per candidate file: parse with libcst and run the enabled rules over it."""
+"""Stage two, per candidate file: parse with libcst (where a rule walks its tree) and run the enabled rules."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import libcst as cst
 
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts
@@ -15,7 +13,7 @@ from specguard.errors import SourceError
 from specguard.fixes.from_cst import checked_fix
 from specguard.packs import Pack
 from specguard.rules import load_rule
-from specguard.rules.base import Diagnostic, RuleContext
+from specguard.rules.base import Diagnostic, Rule, RuleContext
 
 
 def _names_to_keep(facts: FileFacts, pack: Pack) -> tuple[str, ...]:
@@ -34,16 +32,20 @@ def evaluate_source(
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
-    rules = [r for r in map(load_rule, sorted(codes)) if r.applies(facts, pack, mentions)]
+    rules = [r for r in _rules(codes) if r.applies(facts, pack, mentions)]
+    judged = {j.code for j in facts.judgements if j.decided}
+    rules = [r for r in rules if r.judge is None or r.code in judged]  # a judged rule reports only what it decided
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
+    import libcst as cst
+
     try:
         parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
-        module = cst.parse_module(parsed)
+        module = cst.parse_module(parsed) if any(r.judge is None for r in rules) else None
         ctx = RuleContext(module, facts, pack, mentions, parsed, source=text)
         found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         nodes = [diag.node for _, diag in found if diag.node is not None]
-        located = iter(spans(module, nodes) if nodes else [])
+        located = iter(spans(module, nodes) if nodes and module is not None else [])
         places = [ctx.span(diag.span) if diag.span is not None else next(located) for _, diag in found]
         fixes = [checked_fix(module, diag.fix, text, parsed) if diag.fix else None for _, diag in found]
     except cst.ParserSyntaxError as exc:
@@ -56,6 +58,10 @@ def evaluate_source(
     ]
 
 
+def _rules(codes: frozenset[str]) -> list[Rule]:
+    return [load_rule(code) for code in sorted(codes)]
+
+
 def evaluate_file(
     path: str,
     facts: FileFacts,
@@ -64,7 +70,8 @@ def evaluate_file(
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
-    if not any(load_rule(c).applies(facts, pack, mentions) for c in codes):
+    judged = {j.code for j in facts.judgements if j.decided}
+    if not any(r.applies(facts, pack, mentions) and (r.judge is None or r.code in judged) for r in _rules(codes)):
         return []  # decided before reading the file again
     try:
         text = decode(read_bytes(Path(path)))

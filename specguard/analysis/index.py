@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from specguard.analysis.dataflow.values import FlowFacts, FunctionFlow
+from specguard.analysis.findings import Judgement
 from specguard.analysis.modules import ModuleLocator, is_stdlib
 from specguard.analysis.summary import ModuleSummary
 from specguard.packs import Pack
@@ -25,7 +25,8 @@ class FileFacts:
     spec_classes: frozenset[str]  # KV-cache/attention spec classes defined in this file
     sink_accepts_dcp: bool
     object_imports: frozenset[str] = frozenset()  # imported names known not to be modules (see calls_function)
-    flows: FlowFacts = FlowFacts()  # what the helpers its speculators call return, and their attributes hold
+    # what the rules on the evaluator concluded about its sites (computed with the whole project in view)
+    judgements: tuple[Judgement, ...] = ()
 
     @property
     def is_speculator_module(self) -> bool:
@@ -68,28 +69,14 @@ class ProjectIndex:
         self,
         locator: ModuleLocator,
         load: Callable[[Path], ModuleSummary | None],
-        load_flows: Callable[[ModuleSummary, Path], dict[str, FunctionFlow | None]] | None = None,
     ) -> None:
         self._locator = locator
         self._load = load
-        self._load_flows = load_flows
         self._summaries: dict[tuple[Path, str], ModuleSummary | None] = {}
-        self._roots: dict[int, Path] = {}  # id(summary) -> its root, for the dataflow layer's lookups
         self.unresolved: dict[str, Unresolved] = {}  # by base: what `check` says once instead of guessing
 
     def add(self, summary: ModuleSummary, root: Path) -> None:
         self._summaries[(root, summary.module)] = summary
-        self._roots[id(summary)] = root
-
-    def root_of(self, summary: ModuleSummary) -> Path:
-        return self._roots[id(summary)]
-
-    def flows(self, summary: ModuleSummary) -> dict[str, FunctionFlow | None]:
-        """The dataflow summaries of a module's functions, computed on first use (see analysis/dataflow)."""
-        if summary.flows is None:
-            load = self._load_flows
-            summary.flows = load(summary, self.root_of(summary)) if load is not None else {}
-        return summary.flows or {}
 
     def summary(self, module: str, root: Path) -> tuple[ModuleSummary, Path] | None:
         own = self._summaries.get((root, module))
@@ -100,9 +87,7 @@ class ProjectIndex:
             return None
         path, where = found
         if (where, module) not in self._summaries:
-            loaded = self._summaries[(where, module)] = self._load(path)
-            if loaded is not None:
-                self._roots[id(loaded)] = where
+            self._summaries[(where, module)] = self._load(path)
         summary = self._summaries[(where, module)]
         return (summary, where) if summary is not None else None
 
@@ -174,30 +159,6 @@ class ProjectIndex:
     def ancestors(self, summary: ModuleSummary, root: Path, class_name: str) -> list[str]:
         return self.lineage(summary, root, class_name)[0]
 
-    def lookup(self, qualified: str, near: ModuleSummary) -> tuple[ModuleSummary, str] | None:
-        """Where a qualified name used in module `near` is defined (the dataflow layer's view of `_lookup`)."""
-        found = self._lookup(qualified, self.root_of(near))
-        return (found[0], found[1]) if found is not None else None
-
-    def class_chain(self, summary: ModuleSummary, class_name: str) -> list[tuple[ModuleSummary, str]]:
-        """The class, then its ancestors found in the project, nearest first (Python's order for simple
-        hierarchies): where `self.method` is looked up."""
-        order: list[tuple[ModuleSummary, str]] = []
-        seen: set[tuple[Path, str, str]] = set()
-
-        def visit(mod: ModuleSummary, name: str, where: Path, depth: int) -> None:
-            if (where, mod.module, name) in seen or name not in mod.classes or depth > 50:
-                return
-            seen.add((where, mod.module, name))
-            order.append((mod, name))
-            for base in mod.classes[name].bases:
-                found = self._base(mod, where, base)[1]
-                if found is not None:
-                    visit(*found, depth + 1)
-
-        visit(summary, class_name, self.root_of(summary), 0)
-        return order
-
     def function_params(self, summary: ModuleSummary, root: Path, names: list[str]) -> list[tuple[str, ...]]:
         """Parameter lists of the functions with these names that the module imports or defines."""
         found = []
@@ -259,12 +220,4 @@ class ProjectIndex:
             spec_classes=frozenset(spec_classes),
             sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, root, sink)),
             object_imports=self._object_imports(summary, root, call_owners),
-            flows=self._file_flows(summary, speculators, pack),
         )
-
-    def _file_flows(self, summary: ModuleSummary, speculators: set[str], pack: Pack) -> FlowFacts:
-        if not speculators:  # SG103 follows values only in speculator modules
-            return FlowFacts()
-        from specguard.analysis.dataflow.resolve import FlowResolver
-
-        return FlowResolver(self, pack.padding_flow).file_flows(summary, speculators)

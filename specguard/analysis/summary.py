@@ -13,9 +13,6 @@ from dataclasses import dataclass, field
 
 from specguard.analysis.ast_tools import same_scope as _same_scope
 
-# at run time too: the cache decodes ModuleSummary by its type hints
-from specguard.analysis.dataflow.values import FlowSpec, FunctionFlow
-
 
 @dataclass(frozen=True)
 class ClassSummary:
@@ -36,9 +33,6 @@ class ModuleSummary:
     # (first line, last line) of each top-level statement that is or holds a class or function, decorators
     # included: the only statements rules look into, so the others need not be parsed with libcst (sparse.py)
     definitions: list[tuple[int, int]] = field(default_factory=list)
-    # dataflow summary of each function ("name") and method ("Class.name"), computed only for the modules whose
-    # functions a rule follows values into (analysis/dataflow/summaries.py); None until then
-    flows: dict[str, FunctionFlow | None] | None = None
 
     def resolve(self, dotted: str) -> str:
         """Qualified name of a dotted reference as seen from this module."""
@@ -151,11 +145,3 @@ def summarize(tree: ast.Module, module: str, is_package: bool, nested: list[int]
             summary.functions[stmt.name] = _params(stmt)
     _classes(tree.body, "", summary, nested)
     return summary
-
-
-def function_flows(summary: ModuleSummary, tree: ast.Module, flow: FlowSpec) -> dict[str, FunctionFlow | None]:
-    """Fills in `summary.flows` from the module's tree: what each function does with the values `flow` tracks."""
-    from specguard.analysis.dataflow.summaries import module_flows
-
-    summary.flows = module_flows(_same_scope(tree.body), flow, summary.resolve, summary.imports)
-    return summary.flows

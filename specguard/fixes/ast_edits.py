@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from specguard.fixes.model import Edit, split_lines
 
 _SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -89,6 +87,8 @@ def set_of_iterable(text: str, call: ast.Call) -> str | None:
     source = ast.get_source_segment(text, call)
     if source is None:
         return None
+    import libcst as cst  # only where a fix is built: importing the rules needs no libcst
+
     try:
         parsed = cst.parse_expression(source)
     except cst.ParserSyntaxError:

@@ -89,7 +89,7 @@ def _diff(old: str, new: str, first_line: int) -> Iterator[Edit]:
         yield Edit(content, *_position(old, start, first_line), *_position(old, end, first_line))
 
 
-def text_edits(module: cst.Module, changes: Sequence[Change], parsed: str) -> tuple[Edit, ...]:
+def text_edits(module: cst.Module | None, changes: Sequence[Change], parsed: str) -> tuple[Edit, ...]:
     """The edits that turn `parsed` (the text `module` was parsed from) into `module` with `changes` applied.
 
     Only the top-level definitions holding a change are rendered, before and after, and found in `parsed` by
@@ -97,6 +97,8 @@ def text_edits(module: cst.Module, changes: Sequence[Change], parsed: str) -> tu
     change would add or remove a top-level statement or the lines above one (the sparse source has no text for
     what lies between them); rules change what is inside a definition and add imports as raw edits.
     """
+    if not changes:  # text edits only (a rule on `ast`): nothing to render
+        return ()
     targets, on_paths = {id(old): new for old, new in changes}, set()
     edits: list[Edit] = []
     for old in (stmt for stmt in module.body if _on_paths(stmt, set(targets), on_paths)):
@@ -113,7 +115,7 @@ def text_edits(module: cst.Module, changes: Sequence[Change], parsed: str) -> tu
     return tuple(edits)
 
 
-def checked_fix(module: cst.Module, fix: NodeFix, original: str, parsed: str) -> Fix | None:
+def checked_fix(module: cst.Module | None, fix: NodeFix, original: str, parsed: str) -> Fix | None:
     """The rule's fix as text edits on `original`, or None where it cannot be one.
 
     `parsed` is the text `module` was parsed from (the sparse source): an edit may touch only lines it shares with

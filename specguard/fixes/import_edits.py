@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
 from specguard.fixes.model import Edit, split_lines
 
 
@@ -59,6 +57,8 @@ def drop_import(source: str, name: str, deleted: str) -> Edit | None:
         whole_lines = start == 1 and (rest == "" or rest.startswith("#"))  # a comment goes with its import
         if len(stmt.names) == 1:
             return Edit("", first, 1, last + 1, 1) if whole_lines else None
+        import libcst as cst  # only where a fix is built: importing the rules needs no libcst
+
         node = cst.parse_statement(ast.get_source_segment(source, stmt) or "")
         assert isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.ImportFrom)
         names = node.body[0].names

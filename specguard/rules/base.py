@@ -1,4 +1,8 @@
-"""What a rule is: its code, name and docs (printed by `specguard explain`), and one check function."""
+"""What a rule is: its code, name and docs (printed by `specguard explain`), and one check function.
+
+Importing a rule imports no libcst: the main process loads the rules on the evaluator to judge files (their
+`judge`), and a warm run loads none; libcst comes in where a rule walks a concrete syntax tree, in the workers.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,20 @@ import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import libcst as cst
-
-from specguard.analysis.cst_tools import dotted, is_self_call, last_name, walk_calls
+from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
 from specguard.analysis.source import parse_ast
 from specguard.analysis.sparse import sparse_lines
-from specguard.fixes.from_cst import Change
 from specguard.fixes.model import Applicability, Edit
 from specguard.packs import Pack
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from specguard.fixes.from_cst import Change
+    from specguard.rules.judging import Question
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,7 @@ class Diagnostic:
 
 @dataclass
 class RuleContext:
-    module: cst.Module
+    module: cst.Module | None  # None where only rules on the evaluator run: no libcst parse is needed
     facts: FileFacts
     pack: Pack
     mentions: frozenset[str] = field(default_factory=frozenset)
@@ -70,8 +77,22 @@ class RuleContext:
 
         return line, chars(line, col), end_line, chars(end_line, end_col)
 
+    def function_at(self, judgement: Judgement) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The innermost function of the judgement's scope (by name) that holds its first line."""
+        name, line = judgement.scope.rpartition(".")[2], judgement.span[0]
+        found = [
+            node
+            for node in ast.walk(self.tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == name
+            and node.lineno <= line <= (node.end_lineno or node.lineno)
+        ]
+        return max(found, key=lambda node: node.lineno, default=None)
+
     def calls_in(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Every call in a function, in source order; several rules ask, so it is walked once."""
+        from specguard.analysis.cst_tools import walk_calls
+
         if id(function) not in self._calls:
             self._calls[id(function)] = list(walk_calls(function))
         return self._calls[id(function)]
@@ -82,6 +103,8 @@ class RuleContext:
         Method calls on `self`/`super()` are returned as the method name too; rules that mean the module-level
         sink check `is_self_call` themselves.
         """
+        from specguard.analysis.cst_tools import dotted, is_self_call, last_name
+
         if is_self_call(call):
             return last_name(call.func)
         name = dotted(call.func)
@@ -93,6 +116,8 @@ class RuleContext:
         """A call of a module-level function named in `names`: by its (imported, aliased) name or through an
         imported module, never a method of some object (`self.builder.build_attn_metadata()`, or
         `builders.build_attn_metadata()` after `from fork.registry import builders` where it is an instance)."""
+        from specguard.analysis.cst_tools import dotted, is_self_call
+
         name = dotted(call.func)
         if name is None or is_self_call(call):
             return False
@@ -110,6 +135,7 @@ class RuleContext:
 
 Check = Callable[[RuleContext], Iterator[Diagnostic]]
 Applies = Callable[[FileFacts, Pack, frozenset[str]], bool]
+Judge = Callable[["Question"], Iterator[Judgement]]
 FixAvailability = Literal["always", "sometimes", "never"]
 
 
@@ -124,6 +150,9 @@ class Rule:
     good: str
     check: Check
     applies: Applies
+    # A rule on the evaluator judges each file in the main process, with the whole project in view (see
+    # rules/judging.py); its `check` then reports the decided judgements. Such a rule needs no libcst parse.
+    judge: Judge | None = None
     analysis: tuple[str, ...] = ()  # paragraphs on how the rule follows values, and its limits
     # Fixes, as ruff declares them: whether the rule offers one, what it does and how safe it is (`fix_summary`),
     # and, as fixit does, what the bad example becomes under `--fix --unsafe-fixes` (run as a test).
@@ -180,3 +209,8 @@ class Rule:
 
 def speculator_module(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
     return facts.is_speculator_module
+
+
+def report_judgements(code: str, ctx: RuleContext) -> Iterator[Judgement]:
+    """The decided judgements of one rule in the file `ctx` holds."""
+    return (j for j in ctx.facts.judgements if j.code == code and j.decided)

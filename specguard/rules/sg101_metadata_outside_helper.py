@@ -2,38 +2,92 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from typing import Any
 
-import libcst as cst
+from specguard.analysis.findings import Judgement
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Function, Obj
+from specguard.rules.base import Diagnostic, Rule, RuleContext, report_judgements, speculator_module
+from specguard.rules.judging import (
+    OutOfBudget,
+    Question,
+    Scope,
+    aliases,
+    bind_parameters,
+    callee,
+    inside,
+    unknown_parameter,
+    writes_of,
+)
 
-from specguard.analysis.cst_tools import is_true, keyword, scopes
-from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
+
+class _Builds(Hooks):
+    """Calls written in the function whose callee, as evaluated, is the sink (through an alias, a partial, an
+    attribute the instance was given): a runtime build unless the capture keyword is True."""
+
+    def __init__(self, q: Question, scope: Scope | None, record: bool = True) -> None:
+        self.q, self.scope, self.record = q, scope, record
+        self.sinks = set(q.pack.metadata.sink)
+        self.builds: dict[int, tuple[ast.Call, str]] = {}
+
+    def call(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
+    ) -> Any:
+        target = callee(func)
+        if target is None or target.method or target.name not in self.sinks:
+            return NOT_HANDLED
+        if self.record and self.scope is not None and frame.module is self.q.module and inside(self.scope.node, node):
+            keyword = self.q.pack.metadata.capture_keyword or ""
+            passed = {**dict(target.partial_kwargs), **kwargs}
+            capture = ev.truth(passed[keyword], frame, state) if keyword in passed else False
+            if capture is not True:
+                self.builds.setdefault(id(node), (node, target.name))
+        return UNKNOWN  # a metadata build: not followed into
+
+    def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
+        if obj.label != "self" or obj.cls is None:
+            return NOT_HANDLED
+        return self.q.instance_attributes("SG101").value(obj.cls, attr, None, self._writes)
+
+    def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
+        return writes_of(self.q, _Builds(self.q, None, record=False), function, me, unknown_parameter, writes)
 
 
-def is_capture_builder_call(call: cst.Call, ctx: RuleContext) -> bool:
-    arg = keyword(call, ctx.pack.metadata.capture_keyword or "")
-    return arg is not None and is_true(arg.value)
-
-
-def in_shared_helper(class_name: str | None, function: str, ctx: RuleContext) -> bool:
+def _in_shared_helper(q: Question, scope: Scope) -> bool:
     """The shared helpers count only where the speculator base itself defines them."""
-    return class_name in ctx.facts.base_classes and function in ctx.pack.speculators.shared_helpers
+    return scope.class_name in q.facts.base_classes and scope.node.name in q.pack.speculators.shared_helpers
+
+
+def judge(q: Question) -> Iterator[Judgement]:
+    names = aliases(q, set(q.pack.metadata.sink))
+    for scope in q.scopes:
+        speculator = (
+            q.facts.is_speculator_module if scope.class_name is None else scope.class_name in q.facts.speculator_classes
+        )
+        if not speculator or _in_shared_helper(q, scope) or not scope.mentions(names):
+            continue
+        hooks = _Builds(q, scope)
+        ev = q.evaluator(hooks)
+        try:
+            ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), unknown_parameter))
+        except (OutOfBudget, RecursionError):
+            yield q.undecided("SG101", scope, scope.node, f"`{scope.qualname}`", "evaluation budget exhausted")
+        helpers = q.pack.speculators.shared_helpers
+        for node, name in sorted(hooks.builds.values(), key=lambda item: (item[0].lineno, item[0].col_offset)):
+            yield q.judgement(
+                "SG101",
+                scope,
+                node,
+                f"`{scope.qualname}` calls `{name}` directly; build draft attention metadata through the "
+                f"speculator base's shared helper (`{'` or `'.join(helpers[:2])}`)",
+            )
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
-    sink = ctx.pack.metadata.sink
-    for scope in scopes(ctx.module):
-        if not ctx.speculator_scope(scope.class_name) or in_shared_helper(scope.class_name, scope.name, ctx):
-            continue
-        for call in ctx.calls_in(scope.function):
-            if ctx.calls_function(call, sink) and not is_capture_builder_call(call, ctx):
-                yield Diagnostic(
-                    call,
-                    f"`{scope.qualname}` calls `{ctx.callee(call)}` directly; build draft attention metadata "
-                    f"through the speculator base's shared helper "
-                    f"(`{'` or `'.join(ctx.pack.speculators.shared_helpers[:2])}`)",
-                    scope.qualname,
-                )
+    for judgement in report_judgements("SG101", ctx):
+        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span)
 
 
 RULE = Rule(
@@ -71,4 +125,5 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    judge=judge,
 )

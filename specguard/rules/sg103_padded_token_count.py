@@ -4,87 +4,399 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
-from specguard.analysis.ast_tools import callee_text, dotted, is_bound_method, scopes, span
-from specguard.analysis.dataflow.calls import Passed, bind
-from specguard.analysis.dataflow.project import ProjectHooks
-from specguard.analysis.dataflow.resolve import MAX_DEPTH
-from specguard.analysis.dataflow.resolve import MAX_ROUNDS as ATTRIBUTE_ROUNDS
-from specguard.analysis.dataflow.values import Item, Value
-from specguard.analysis.dataflow.walker import MAX_ROUNDS, FlowWalker, parameter_env
+from specguard.analysis.ast_tools import annotation_names, dotted, span
+from specguard.analysis.findings import Judgement
+from specguard.deploy.source import ClassInfo
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.paths import Frame, doubts
+from specguard.evaluation.values import (
+    NOT_HANDLED,
+    UNKNOWN,
+    Abstract,
+    EnumMember,
+    Function,
+    Label,
+    Many,
+    Obj,
+    OneOf,
+    Tagged,
+    labels_of,
+    maybe_of,
+    plain,
+    why_of,
+    with_labels,
+)
 from specguard.fixes.ast_edits import replace_node
 from specguard.fixes.import_edits import add_import
 from specguard.fixes.model import Edit
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.rules.judging import (
+    MAX_DEPTH,
+    OutOfBudget,
+    Question,
+    Scope,
+    bind_arguments,
+    bind_parameters,
+    callee,
+    writes_of,
+)
 
-PADDED = "padded"  # the label Pack.padding_flow gives a descriptor's padded count
+PADDED, MODE, DP_COUNT = "padded", "mode", "dp-count"  # label kinds: a padded count, the batch's mode, a rank's count
 
 
-class _Sinks(ProjectHooks):
-    """At each call of the sink or of a shared helper: a padded count reaching a token-count parameter."""
+class Passed(NamedTuple):
+    """An argument of the flagged call, as the fix reads it."""
+
+    node: ast.AST
+    keyword: str | None
+    star: str  # "", "*" or "**"
+
+
+class _Source(NamedTuple):
+    span: tuple[int, int, int, int] | None  # where the padded count was read in this file, for the fix
+
+
+class _Counts(Hooks):
+    """One run of a function with the batch's CUDA-graph mode fixed to `mode`: what the pack's sources mean, and
+    what each metadata build's token-count argument is."""
+
+    subjects = frozenset({MODE})
+    value_kinds = frozenset({PADDED, DP_COUNT})
+    traced = frozenset({PADDED})
 
     def __init__(
         self,
-        ctx: RuleContext,
-        class_name: str | None,
-        self_name: str | None,
-        qualname: str,
-        function: ast.FunctionDef | ast.AsyncFunctionDef,
+        q: Question,
+        mode: Tagged,
+        enum: ClassInfo,
+        record: bool = True,
+        subject: str | None = None,
+        modes: tuple[EnumMember, ...] = (),
     ) -> None:
-        super().__init__(ctx.facts, ctx.pack.padding_flow, class_name, self_name)
-        self.ctx, self.function = ctx, function
-        self.qualname = qualname
-        self.found: list[Diagnostic] = []
+        self.q, self.mode, self.enum, self.record = q, mode, enum, record
+        # With several descriptors, each is its own batch: the one named `subject` runs in `mode`, the others in
+        # any mode (None: every descriptor in `mode`).
+        self.subject, self.any_mode = subject, OneOf(modes) if len(modes) > 1 else UNKNOWN
+        self.origins: set[str] = set()
+        pad, meta = q.pack.padding, q.pack.metadata
+        self.sinks, self.helpers = set(meta.sink), set(q.pack.speculators.shared_helpers)
+        self.count_params = set(meta.token_count_params)
+        self.producers, self.padded_producers = set(pad.descriptor_producers), set(pad.padded_producers)
+        self.descriptor_types, self.padded_names = set(pad.descriptor_types), set(pad.padded_names)
+        self.dp_counts = set(pad.dp_rank_counts)
+        # (call in the function, callee, parameter, argument, its value, the path's undecided tests, where the build
+        # itself is: (file, span), in a helper the call reached or the call itself)
+        self.sites: list[tuple[ast.AST, str, str, Passed | None, Any, frozenset, Any]] = []
 
-    def _sink(self, func: ast.expr) -> str | None:
-        text = callee_text(func, self.self_name)
-        if text is not None and text.startswith(("self.", "super().")):
-            name = text.rpartition(".")[2]
-            return name if name in self.ctx.pack.speculators.shared_helpers else None
-        name = self.callee(func)
-        return name if name in self.ctx.pack.metadata.sink else None
+    # ---- the pack's sources ----------------------------------------------------------------------------------
 
-    def on_call(self, node: ast.Call, args: list[Passed]) -> None:
-        callee = self._sink(node.func)
-        if callee is None:
-            return
-        wanted = self.ctx.pack.metadata.token_count_params
-        for param, reaching in bind(self.signature(node.func), args).items():
-            if param not in wanted:
+    def padded(self, text: str, node: ast.AST | None, value: Any = UNKNOWN, origin: str = "") -> Any:
+        where = span(node) if node is not None else None
+        return with_labels(value, frozenset({Label(PADDED, text, where, self.q.path, origin)}))
+
+    def descriptor(self, text: str, node: ast.AST | None) -> Obj:
+        pad = self.q.pack.padding
+        origin = f"{text}@{span(node)}" if node is not None else text
+        self.origins.add(origin)
+        mode = self.mode if self.subject in (None, origin) else self.any_mode
+        fields = {
+            pad.mode_attribute or "": mode,
+            pad.padded_attribute or "": self.padded(f"{text}.{pad.padded_attribute}", None, origin=origin),
+        }
+        return Obj(None, fields, label="descriptor", labels=frozenset({Label(MODE, origin=origin)}))
+
+    def parameter(self, param: ast.arg, frame: Frame) -> Any:
+        if param.annotation is not None:
+            value = self.annotation(None, param.annotation, frame)  # type: ignore[arg-type]
+            if value is not NOT_HANDLED:
+                return value
+        if param.arg in self.q.pack.padding.descriptor_params:
+            return self.descriptor(param.arg, param)
+        if param.arg in self.padded_names:
+            return self.padded(param.arg, param)
+        if param.arg in self.dp_counts:
+            return Many(Abstract(frozenset({Label(DP_COUNT, param.arg)})))
+        return UNKNOWN
+
+    def annotation(self, ev: Any, annotation: ast.expr, frame: Frame) -> Any:
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                annotation = ast.parse(annotation.value, mode="eval").body
+            except SyntaxError:
+                return NOT_HANDLED
+        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+            sides = [self.annotation(ev, side, frame) for side in (annotation.left, annotation.right)]
+            known_sides = [v for v in sides if v is not NOT_HANDLED]
+            return known_sides[0] if len(known_sides) == 1 else NOT_HANDLED
+        if isinstance(annotation, ast.Subscript):
+            outer = (dotted(annotation.value) or "").rpartition(".")[2]
+            inner = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+            if outer in ("tuple", "Tuple") and not any(isinstance(x, ast.Constant) for x in inner):
+                values = [self.annotation(ev, x, frame) for x in inner]
+                return tuple(UNKNOWN if v is NOT_HANDLED else v for v in values)
+            if outer in ("list", "List", "Sequence", "Iterable", "set", "frozenset", "tuple", "Tuple"):
+                element = self.annotation(ev, inner[0], frame)
+                return Many(element) if element is not NOT_HANDLED else NOT_HANDLED
+            if outer in ("Optional", "Annotated", "Final"):
+                return self.annotation(ev, inner[0], frame)
+            return NOT_HANDLED
+        names = annotation_names(annotation)
+        if names & self.descriptor_types:
+            return self.descriptor(ast.unparse(annotation), annotation)
+        text = dotted(annotation)
+        if text is not None and self._is_mode_enum(text, frame):
+            return self.mode
+        return NOT_HANDLED
+
+    def _is_mode_enum(self, text: str, frame: Frame) -> bool:
+        if text.rpartition(".")[2] != self.enum.name:
+            return False
+        found = self.q.program.resolve(frame.module.name, text)
+        return not isinstance(found, ClassInfo) or found.key == self.enum.key
+
+    # ---- calls: the sinks it watches, the producers it knows ---------------------------------------------------
+
+    def call(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
+    ) -> Any:
+        target = callee(func)
+        if target is None:
+            return NOT_HANDLED
+        if (target.name in self.sinks and not target.method) or (target.name in self.helpers and target.method):
+            if self.record:
+                self._site(ev, target, args, kwargs, node, frame, state)
+            return UNKNOWN  # a metadata build: not followed into
+        if not target.method and target.name in self.producers:
+            returns = getattr(target.function.node, "returns", None) if target.function is not None else None
+            value = self.annotation(ev, returns, frame) if returns is not None else NOT_HANDLED
+            return value if value is not NOT_HANDLED else Many(self.descriptor(f"{target.name}(...)", node))
+        if target.name in self.padded_producers:
+            return self.padded(f"{target.name}(...)", node)
+        return NOT_HANDLED
+
+    def _site(
+        self, ev: Any, target: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
+    ) -> None:
+        outer = ev.calls[0] if ev.calls else node
+        for param, (value, passed, how) in bind_arguments(target, args, kwargs, node).items():
+            if param not in self.count_params:
                 continue
-            for arg, value in reaching:
-                padded = [i for i in value.values() if i.label == PADDED and i.key is None]
-                if padded:
-                    first = min(padded, key=lambda i: len(i.steps))
-                    fix = full_or_real_fix(self.ctx, self.function, arg, first)
-                    self.found.append(self._diagnostic(callee, param, arg, first, fix))
-                    break
+            arg = None
+            if outer is node and passed is not None and _inside(self.scope_node, passed):
+                keyword = passed.arg if isinstance(passed, ast.keyword) else None
+                arg = Passed(passed, keyword, how)
+            self.sites.append((outer, target.name, param, arg, value, state.path, (str(frame.module.path), span(node))))
 
-    def _diagnostic(self, callee: str, param: str, arg: Passed, item: Item, fix: NodeFix | None) -> Diagnostic:
-        pad = self.ctx.pack.padding
+    def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
+        inner = plain(base)
+        element = plain(inner.element) if isinstance(inner, Many) else None
+        if isinstance(element, Obj) and element.label == "descriptor":
+            return ev.getattr(element, attr, state, 0, node=node)  # a producer we cannot read: its result
+        if attr in self.padded_names:
+            return self.padded(ast.unparse(node) if node is not None else attr, node, value)
+        if attr in self.dp_counts:
+            return Many(Abstract(frozenset({Label(DP_COUNT, attr)})))
+        padded = [x for x in labels_of(value) if x.kind == PADDED]
+        if padded and node is not None and isinstance(inner, Obj) and attr == self.q.pack.padding.padded_attribute:
+            base_value = plain(value) if not isinstance(value, Abstract) else UNKNOWN
+            return self.padded(ast.unparse(node), node, base_value, padded[0].origin)
+        return NOT_HANDLED
+
+    def reduced(self, ev: Any, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
+        """The largest of the ranks' counts is the count every rank pads to."""
+        if name in ("max", "amax") and any(x.kind == DP_COUNT for v in inputs for x in labels_of(v)):
+            text = ast.unparse(node) if node is not None else name
+            return frozenset({Label(PADDED, text, span(node) if node is not None else None, self.q.path)})
+        return frozenset()
+
+    def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
+        if obj.label != "self" or obj.cls is None:
+            return NOT_HANDLED
+        attributes = self.q.instance_attributes("SG103")
+        return attributes.value(obj.cls, attr, self.mode.value.name, self._writes, self.traced)
+
+    def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
+        hooks = _Counts(self.q, self.mode, self.enum, record=False)
+        return writes_of(self.q, hooks, function, me, hooks.parameter, writes)
+
+    def counts(self, value: Any) -> tuple[list[Label], list[Label]]:
+        """The padded labels of a value that this run judges (of its subject descriptor, or of no descriptor):
+        (derived on a path followed in full, perhaps derived)."""
+        mine = ("", self.subject) if self.subject is not None else None
+
+        def judged(labels: frozenset[Label]) -> list[Label]:
+            return [x for x in labels if x.kind == PADDED and (mine is None or x.origin in mine)]
+
+        return judged(labels_of(value)), judged(maybe_of(value))
+
+    scope_node: ast.AST | None = None
+
+
+def _inside(outer: ast.AST | None, node: ast.AST) -> bool:
+    if outer is None:
+        return False
+    first, last = outer.lineno, outer.end_lineno or outer.lineno  # type: ignore[attr-defined]
+    return first <= getattr(node, "lineno", 0) <= last
+
+
+def _runtime_modes(q: Question) -> tuple[ClassInfo, list[EnumMember]] | None:
+    """The mode enum, and the runtime modes a batch may run in."""
+    pad = q.pack.padding
+    if not pad.mode_enum:
+        return None
+    module, _, name = pad.mode_enum.rpartition(".")
+    found = q.program.resolve(module, name)
+    if not isinstance(found, ClassInfo):
+        return None
+    members = q.program.enum_members(found)
+    return found, [EnumMember(found, m) for m in pad.runtime_modes if m in members]
+
+
+def _candidates(q: Question) -> list[Scope]:
+    """The functions of speculators that build metadata, directly or through a helper of this module."""
+    names = set(q.pack.metadata.sink) | set(q.pack.speculators.shared_helpers)
+    names |= {local for local, target in q.facts.imports if target.rpartition(".")[2] in names}
+    scopes = [s for s in q.scopes if _speculator_scope(q, s)]
+    found: list[Scope] = []
+    grew = True
+    while grew:
+        grew = False
+        for scope in scopes:
+            if scope not in found and scope.mentions(names):
+                found.append(scope)
+                names.add(scope.node.name)
+                grew = True
+    return [s for s in scopes if s in found]
+
+
+def _speculator_scope(q: Question, scope: Scope) -> bool:
+    if scope.class_name is None:
+        return q.facts.is_speculator_module
+    return scope.class_name in q.facts.speculator_classes
+
+
+def judge(q: Question) -> Iterator[Judgement]:
+    found = _runtime_modes(q)
+    if found is None:
+        return
+    enum, every = found
+    modes = [m for m in every if m.name != q.pack.padding.full_mode]  # a padded count is right only under FULL
+    judged = [found for scope in _candidates(q) for found in _judge_scope(q, scope, enum, modes, every)]
+    # a build in a helper that is judged on its own here is reported there, not again at each caller's call
+    direct = {build for judgement, build, through in judged if not through and judgement.decided}
+    for judgement, build, through in judged:
+        if not through or build not in direct:
+            yield judgement
+
+
+def _judge_scope(
+    q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember], all_modes: list[EnumMember]
+) -> Iterator[tuple[Judgement, Any, bool]]:
+    """(judgement, where the build is, whether it is reached through a helper) for each build the function makes."""
+    sites: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+    budget = False
+    origins: set[str] = set()
+    runs: list[tuple[EnumMember, str | None]] = [(member, None) for member in modes]
+    while runs:
+        member, subject = runs.pop(0)
+        mode = Tagged(member, frozenset({Label(MODE, member.name)}))
+        hooks = _Counts(q, mode, enum, subject=subject, modes=tuple(all_modes))
+        hooks.scope_node = scope.node
+        ev = q.evaluator(hooks)
+        bindings = bind_parameters(scope.function, q.self_value(scope), hooks.parameter)
+        try:
+            ev.run(scope.function, bindings)
+        except (OutOfBudget, RecursionError):
+            budget = True
+        if subject is None and len(hooks.origins) > 1 and not origins:
+            # several descriptors: several batches, each with its own mode; judge each with the others free
+            origins = set(hooks.origins)
+            runs += [(m, origin) for origin in sorted(origins) for m in modes]
+        for outer, name, param, arg, value, path, build in hooks.sites:
+            where = arg.node if arg is not None else outer
+            site = sites.setdefault(span(where), {"node": where, "callee": name, "param": param, "arg": arg})
+            site["build"], site["through"] = build, build[1] != span(outer)
+            padded, maybe = hooks.counts(value)
+            if padded and not path:
+                site.setdefault("modes", []).append(member.name)
+                site.setdefault("sources", []).extend(padded)
+            elif padded or maybe:
+                site.setdefault("why", []).extend([*doubts(path), *why_of(value)] or ["a value it could not evaluate"])
+    for site in sites.values():
+        if site.get("modes"):
+            yield _finding(q, scope, site), site["build"], site["through"]
+        elif site.get("why"):
+            why = "; ".join(dict.fromkeys(site["why"]))[:300]
+            undecided = q.undecided("SG103", scope, site["node"], f"`{site['param']}=` of `{site['callee']}`", why)
+            yield undecided, site["build"], site["through"]
+    if budget and not any(s.get("modes") for s in sites.values()):
+        yield q.undecided("SG103", scope, scope.node, f"`{scope.qualname}`", "evaluation budget exhausted"), None, False
+
+
+def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
+    pad = q.pack.padding
+    source: Label = min(site["sources"], key=lambda x: len(x.steps))
+    arg: Passed | None = site["arg"]
+    if arg is None:
+        passed = f"`{site['param']}` (through `{_call_text(site['node'])}`)"
+    else:
         passed = {
-            "": f"`{param}=`" if arg.keyword else f"`{param}` (by position)",
-            "*": f"`{param}` (unpacked with `*`)",
-            "**": f"`{param}` (unpacked with `**`)",
+            "": f"`{site['param']}=`" if arg.keyword else f"`{site['param']}` (by position)",
+            "*": f"`{site['param']}` (unpacked with `*`)",
+            "**": f"`{site['param']}` (unpacked with `**`)",
         }[arg.star]
-        how = item.how()
-        return Diagnostic(
-            None,
-            f"`{self.qualname}` passes a padded batch size (`{pad.padded_attribute}` of a batch-execution "
-            f"descriptor) as {passed} to `{callee}` without a `{pad.mode_attribute} == {pad.full_mode}` check; in "
-            f"eager/PIECEWISE mode it must be the real query token count (`query_start_loc[-1]`)"
-            + (f"; it gets there {how}" if how else ""),
-            self.qualname,
-            span(arg.node),  # type: ignore[arg-type]
-            fix=fix,
-        )
+    where = f" (line {source.span[0]})" if source.span and source.path == q.path else ""
+    modes = " and ".join(dict.fromkeys(site["modes"]))
+    message = (
+        f"`{scope.qualname}` passes `{source.text}`{where}, a padded token count, as {passed} to `{site['callee']}` "
+        f"when the batch's CUDA-graph mode is {modes}; outside `{pad.mode_attribute} == {pad.full_mode}` it must be "
+        f"the real query token count (`query_start_loc[-1]`)"
+        + (f"; it gets there {source.how()}" if source.steps else "")
+    )
+    details = {"param": site["param"]}
+    if arg is not None:
+        details["star"] = arg.star
+        details["keyword"] = arg.keyword or ""
+    if source.span is not None and source.path == q.path:
+        details["source_span"] = ",".join(map(str, source.span))
+    return q.judgement("SG103", scope, site["node"], message, **details)
+
+
+def _call_text(node: ast.AST) -> str:
+    target = node.func if isinstance(node, ast.Call) else node
+    text = ast.unparse(target)
+    return (text if len(text) <= 50 else text[:47] + "...") + "(...)"
+
+
+def check(ctx: RuleContext) -> Iterator[Diagnostic]:
+    for judgement in ctx.facts.judgements:
+        if judgement.code != "SG103" or not judgement.decided:
+            continue
+        fix = None
+        function = ctx.function_at(judgement)
+        node = _node_at(ctx.tree, judgement.span)
+        source = judgement.detail("source_span")
+        if function is not None and node is not None and source and judgement.detail("star") is not None:
+            keyword = judgement.detail("keyword") or None
+            arg = Passed(node, keyword, judgement.detail("star") or "")
+            fix = full_or_real_fix(ctx, function, arg, _Source(tuple(map(int, source.split(",")))))  # type: ignore[arg-type]
+        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span, fix=fix)
+
+
+def _node_at(tree: ast.Module, where: tuple[int, int, int, int]) -> ast.AST | None:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.expr, ast.keyword)) and span(node) == where:
+            return node
+    return None
 
 
 # ---- the fix: the padded count under FULL graphs, the real one otherwise ----------------------------------
 
 
 def full_or_real_fix(
-    ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, arg: Passed, item: Item
+    ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, arg: Passed, item: _Source
 ) -> NodeFix | None:
     """Rewrite the argument to `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, what the
     shared helper of upstream's fix decides. Offered where the padded count is read from a descriptor in this
@@ -146,31 +458,16 @@ def _mode_enum(ctx: RuleContext, qualified: str) -> tuple[str, tuple[Edit, ...]]
     return name, (add_import(ctx.source, module, name),)
 
 
-def check(ctx: RuleContext) -> Iterator[Diagnostic]:
-    spec = ctx.pack.padding_flow
-    for class_name, func in scopes(ctx.tree):
-        if not ctx.speculator_scope(class_name):
-            continue
-        bound = is_bound_method(class_name, func)
-        first = [*func.args.posonlyargs, *func.args.args][:1]
-        self_name = first[0].arg if bound and first else None
-        qualname = f"{class_name}.{func.name}" if class_name else func.name
-        hooks = _Sinks(ctx, class_name, self_name, qualname, func)
-        env: dict[str, Value] = parameter_env(func, spec, symbolic=False, bound=bound)[0]
-        FlowWalker(spec, hooks, self_name=self_name, qualname=qualname).run(func, env)
-        yield from hooks.found
-
-
 RULE = Rule(
     code="SG103",
     name="padded-token-count",
     title="padded token count reaches the metadata builder outside FULL CUDA graphs",
     summary=(
-        "Flags a padded batch size (`num_tokens` of a batch-execution descriptor: the result of "
-        "`dispatch_cg_and_sync_dp`, a parameter or variable annotated `BatchExecutionDescriptor`, or a parameter "
-        "named `batch_desc`) that reaches a token-count parameter (`num_tokens`, `num_tokens_padded`) of the "
-        "metadata sink or of a speculator's shared metadata helper on a path where its CUDA-graph mode is not "
-        "known to be FULL. The message names the path the value took when it is not direct."
+        "Flags a metadata build (a call of the sink `build_attn_metadata` or of a speculator's shared metadata "
+        "helper) whose token-count argument (`num_tokens`, `num_tokens_padded`) is a padded count on a path where "
+        "the batch's CUDA-graph mode is NONE or PIECEWISE. Padded counts are the pack's sources: a "
+        "batch-execution descriptor's `num_tokens`, an input batch's `num_tokens_after_padding`, the DP-synced "
+        "per-rank counts and their maximum, CUDA-graph capture sizes, and what is derived from them."
     ),
     why=(
         "With data parallelism the descriptor's token count includes DP padding that no request owns, while "
@@ -179,35 +476,29 @@ RULE = Rule(
         "which is how DFlash failed to start with DP>1."
     ),
     analysis=(
-        "Sources: the padded attribute of a descriptor. Inside a function the value is followed through "
-        "assignments, augmented assignments, tuple unpacking, conditional and boolean expressions, arithmetic, "
-        "builtins such as `max`/`min`/`int`, containers (`dict(...)`, `{...}`, `[...]`, `d[k] = v`, "
-        "`d.update(...)`) and their `*`/`**` unpacking into a call, in statement order: the value at the use is "
-        "what counts. Slicing a buffer with it (`buf[:n]`) or passing it to an unknown function does not carry it.",
-        "Across functions of the analyzed project: a helper (method of the class or a base, `super()`, or a "
-        "module-level function, imported or not) whose return value is a descriptor's padded count, one of its "
-        "arguments, or another helper's result; and instance attributes written from a padded count in any "
-        "method of the class or a base and read in another. A module's summaries are computed the first time a "
-        f"checked file needs them and cached with its scan; a chain of helpers is followed {MAX_DEPTH} calls "
-        "deep, a recursive helper contributes nothing to itself, attributes written from attributes get "
-        f"{ATTRIBUTE_ROUNDS} rounds, and a loop body is walked until its locals stop changing ({MAX_ROUNDS} times "
-        "at most).",
-        "Sinks: the token-count parameters of the sink and the shared helpers, matched by keyword, by position "
-        "(the signature comes from the project's own definition, when the project defines the callee) and "
-        "through a `**kwargs` dict or `*args` sequence that holds the value.",
-        "Sanitizer: a use is clear when every path to it passes a test that the descriptor's mode is FULL: an "
-        "enclosing `if`/`elif`/conditional expression, an early `return`/`raise`/`continue` under the negated "
-        "test, an `assert`, a `match` case, or a later reassignment of the real count on every other path. "
-        "`==`, `!=`, `is`, `is not` and `in` are understood in either operand order, with the mode read from the "
-        "descriptor or from a local holding it. A mode test on an object that is not a known descriptor "
-        "clears every descriptor.",
-        "Limits: a function of another module is followed only when it is passed a descriptor or a padded "
-        "count; a value passed into a helper that itself calls the sink is judged inside the helper (its "
-        "parameter is not a descriptor there unless named or annotated as one); a tuple returned by a helper "
-        "and unpacked by the caller is not followed element by element; properties, `getattr` and values "
-        "stored on objects other than `self` are not followed.",
+        "The rule judges what the code computes, not how it is spelled. Each speculator function that builds "
+        "metadata (directly or through a helper of its module) is evaluated once with the batch's mode fixed to "
+        "each runtime mode but FULL (NONE, PIECEWISE), along every path: the mode is the descriptor's `cg_mode`, "
+        "a parameter annotated with the mode enum, or a helper's result annotated so, and every test on it is "
+        "evaluated: `==`/`is`/`in`, a local bool, `if`/`elif`/`else`, `match`, an early `return`/`raise`, "
+        "`assert`, and the enum's own methods (`has_full_cudagraphs()`, `__bool__`, `.value`), read from the "
+        "analyzed source (where the enum's module cannot be found, an enum of the pack's runtime modes stands in, "
+        "without methods). A finding is a path where the token-count argument is a padded count.",
+        "Padded values stay padded through assignments, tuple unpacking, the walrus, arithmetic, `max`/`sum` (and "
+        "a tensor's `.max()`/`.item()`), slicing and the length of a buffer sliced by them, containers, "
+        "comprehensions, dicts and `**kwargs`, `functools.partial`, dataclass fields and `dataclasses.replace`, "
+        "and instance attributes (what any method of the class writes into `self.<attr>`). `min` with an unpadded "
+        "count gives an unpadded one. Calls of the project's functions are followed into the callee with the "
+        f"caller's values, {MAX_DEPTH} calls deep: methods of the class and its bases, `super()`, explicit base "
+        "calls (`Base.helper(self, ...)`), static and class methods, methods of objects the class builds, "
+        "bound-method aliases and module functions of any module; a padded count passed to a helper that builds "
+        "metadata is reported at the call into the helper.",
+        "Unknown stays unknown: a padded count that reaches the build only through a call the evaluation cannot "
+        "read, or a test on the mode it cannot decide (a method of an object it cannot see, an evaluation "
+        "budget), is not a finding; such sites are counted (`--statistics`) and listed with the reason (`-v`).",
     ),
     bad="""
+        from vllm.config.compilation import CUDAGraphMode
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -224,8 +515,18 @@ RULE = Rule(
                 kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
                 return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
 
+            def propose_graphed(self, num_reqs, batch_desc, num_query_tokens):
+                graphed = batch_desc.cg_mode != CUDAGraphMode.NONE  # PIECEWISE is graphed, and not FULL
+                n = batch_desc.num_tokens if graphed else num_query_tokens
+                return self._build_draft_attn_metadata(
+                    num_reqs=num_reqs,
+                    num_tokens_padded=n,  # SG103
+                )
+
             def propose_block(self, num_reqs, num_query_tokens):
                 d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+                if d.cg_mode in (CUDAGraphMode.NONE,):  # eager only: PIECEWISE falls through
+                    return None
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
                     num_tokens_padded=d.num_tokens,  # SG103
@@ -237,14 +538,29 @@ RULE = Rule(
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
         class MyDraftSpeculator(DraftModelSpeculator):
+            def _count(self, batch_desc, query_start_loc_np):
+                if batch_desc.cg_mode == CUDAGraphMode.FULL:
+                    return batch_desc.num_tokens
+                return int(query_start_loc_np[-1])
+
             def propose(self, num_reqs, num_tokens, query_start_loc_np):
                 batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
-                num_tokens_padded = batch_desc.num_tokens
-                if batch_desc.cg_mode != CUDAGraphMode.FULL:
-                    num_tokens_padded = int(query_start_loc_np[-1])  # the real count on every other path
-                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_tokens_padded)
+                n = self._count(batch_desc, query_start_loc_np)  # a helper that decides by mode
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
 
             def propose_step(self, num_reqs, batch_desc, query_start_loc_np):
+                full = batch_desc.cg_mode is CUDAGraphMode.FULL  # a local bool
+                kwargs = dict(num_reqs=num_reqs, num_tokens_padded=int(query_start_loc_np[-1]))
+                if full:
+                    kwargs["num_tokens_padded"] = batch_desc.num_tokens
+                return self._build_draft_attn_metadata(**kwargs, step=1)
+
+            def propose_graphed(self, num_reqs, batch_desc, num_query_tokens):
+                if batch_desc.cg_mode in (CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE):  # an early return
+                    return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_query_tokens)
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=batch_desc.num_tokens)
+
+            def propose_block(self, num_reqs, batch_desc, query_start_loc_np):
                 match batch_desc.cg_mode:
                     case CUDAGraphMode.FULL:
                         n = batch_desc.num_tokens
@@ -253,12 +569,12 @@ RULE = Rule(
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n, step=1)
 
             def replay(self, num_reqs, batch_desc):
-                if batch_desc.cg_mode != CUDAGraphMode.FULL:
-                    raise ValueError("replay needs a FULL CUDA graph")
+                assert batch_desc.cg_mode == CUDAGraphMode.FULL, "replay needs a FULL CUDA graph"
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=batch_desc.num_tokens)
     """,
     check=check,
     applies=speculator_module,
+    judge=judge,
     fix_availability="sometimes",
     fix_summary=(
         "Unsafe: the argument becomes `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, "
@@ -272,9 +588,9 @@ RULE = Rule(
         "recognised by its name, and the better fix, moving to the shared helper that decides, needs a person."
     ),
     fixed="""
+        from vllm.config.compilation import CUDAGraphMode
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
-        from vllm.config.compilation import CUDAGraphMode
 
         class MyDraftSpeculator(DraftModelSpeculator):
             def _padded(self, batch_desc):
@@ -289,8 +605,18 @@ RULE = Rule(
                 kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
                 return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
 
+            def propose_graphed(self, num_reqs, batch_desc, num_query_tokens):
+                graphed = batch_desc.cg_mode != CUDAGraphMode.NONE  # PIECEWISE is graphed, and not FULL
+                n = batch_desc.num_tokens if graphed else num_query_tokens
+                return self._build_draft_attn_metadata(
+                    num_reqs=num_reqs,
+                    num_tokens_padded=n if batch_desc.cg_mode == CUDAGraphMode.FULL else num_query_tokens,  # SG103
+                )
+
             def propose_block(self, num_reqs, num_query_tokens):
                 d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+                if d.cg_mode in (CUDAGraphMode.NONE,):  # eager only: PIECEWISE falls through
+                    return None
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
                     num_tokens_padded=d.num_tokens if d.cg_mode == CUDAGraphMode.FULL else num_query_tokens,  # SG103

@@ -6,11 +6,25 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import Scope, dotted, is_self_call, kids, last_name, parameters, scopes
+from specguard.analysis.cst_tools import (
+    Scope,
+    dotted,
+    is_self_call,
+    is_true,
+    keyword,
+    kids,
+    last_name,
+    parameters,
+    scopes,
+)
 from specguard.fixes.cst_edits import delete_statements, without_keyword
 from specguard.fixes.import_edits import drop_import
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
-from specguard.rules.sg101_metadata_outside_helper import is_capture_builder_call
+
+
+def is_capture_builder_call(call: cst.Call, ctx: RuleContext) -> bool:
+    arg = keyword(call, ctx.pack.metadata.capture_keyword or "")
+    return arg is not None and is_true(arg.value)
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:

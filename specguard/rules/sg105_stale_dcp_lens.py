@@ -2,49 +2,110 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from typing import Any
 
-import libcst as cst
+from specguard.analysis.findings import Judgement
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.paths import Frame
+from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Abstract, Label, labels_of, maybe_of, plain, why_of
+from specguard.rules.base import Diagnostic, Rule, RuleContext, report_judgements
+from specguard.rules.judging import OutOfBudget, Question, Scope, bind_arguments, bind_parameters, callee
 
-from specguard.analysis.cst_tools import keyword, kids, scopes
-from specguard.rules.base import Diagnostic, Rule, RuleContext
+STATE, FRESH, PARAM = "state", "fresh", "param"  # the instance's state, lengths recomputed here, the caller's
+ABSENT: Any = object()  # the build got no DCP-local lengths at all
 
 
-def _parameters(function: cst.FunctionDef) -> set[str]:
-    p = function.params
-    return {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+class _Lengths(Hooks):
+    """The shared helper run on its own: what the DCP-local lengths handed to each metadata build are."""
+
+    def __init__(self, q: Question) -> None:
+        self.q = q
+        self.sinks, self.prepare = set(q.pack.metadata.sink), set(q.pack.dcp.prepare)
+        self.sites: list[tuple[ast.Call, Any, ast.AST | None]] = []
+
+    def call(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
+    ) -> Any:
+        target = callee(func)
+        if target is None or target.method:
+            return NOT_HANDLED
+        if target.name in self.sinks:
+            bound = bind_arguments(target, args, kwargs, node)
+            param = self.q.pack.metadata.dcp_param or ""
+            value, passed, _ = bound.get(param, (ABSENT, None, ""))
+            if value is ABSENT and any(kw.arg is None for kw in node.keywords) and "\0**" in kwargs:
+                value = UNKNOWN  # a `**` mapping the evaluation could not read may hold them
+            self.sites.append((node, value, passed))
+            return UNKNOWN
+        if target.name in self.prepare:
+            fresh = Abstract(frozenset({Label(FRESH, target.name)}))
+            out = node.args[0] if node.args and not isinstance(node.args[0], ast.Starred) else None
+            if isinstance(out, (ast.Name, ast.Attribute, ast.Subscript)):
+                ev.assign(out, fresh, frame, state, node)  # it recomputes the lengths into its first argument
+            return fresh
+        return NOT_HANDLED
 
 
-def _names(node: cst.CSTNode) -> set[str]:
-    found = {node.value} if isinstance(node, cst.Name) else set()
-    for child in kids(node):
-        found |= _names(child)
-    return found
+def _parameter(param: ast.arg, frame: Frame) -> Any:
+    return Abstract(frozenset({Label(PARAM, param.arg)}))
+
+
+def judge(q: Question) -> Iterator[Judgement]:
+    helpers = q.pack.speculators.shared_helpers
+    for scope in q.scopes:
+        if scope.class_name in q.facts.base_classes and scope.node.name in helpers:
+            yield from _judge_helper(q, scope)
+
+
+def _judge_helper(q: Question, scope: Scope) -> Iterator[Judgement]:
+    hooks = _Lengths(q)
+    ev = q.evaluator(hooks)
+    me = q.self_value(scope, frozenset({Label(STATE, "self")}))
+    try:
+        ev.run(scope.function, bind_parameters(scope.function, me, _parameter))
+    except (OutOfBudget, RecursionError):
+        yield q.undecided("SG105", scope, scope.node, f"`{scope.qualname}`", "evaluation budget exhausted")
+        return
+    if not hooks.sites:
+        return
+    stale = [(node, passed) for node, value, passed in hooks.sites if any(x.kind == STATE for x in labels_of(value))]
+    sink, prepare, dcp = q.pack.metadata.sink[0], q.pack.dcp.prepare[0], q.pack.metadata.dcp_param
+    if stale:
+        node, passed = stale[0]
+        handed = ast.unparse(passed.value if isinstance(passed, ast.keyword) else passed) if passed is not None else dcp
+        yield q.judgement(
+            "SG105",
+            scope,
+            node,
+            f"shared helper `{scope.qualname}` hands `{sink}` DCP rank-local lengths that are not the draft's own "
+            f"on some path (`{handed}`: the instance's state, which the target model prepared, not recomputed "
+            f"there by `{prepare}` and not from the caller); draft steps then attend with the target's stale "
+            f"lengths",
+        )
+        return
+    if all(value is ABSENT or plain(value) is None for _, value, _ in hooks.sites):
+        node = hooks.sites[0][0]
+        yield q.judgement(
+            "SG105",
+            scope,
+            node,
+            f"shared helper `{scope.qualname}` calls `{sink}` without recomputing DCP rank-local sequence "
+            f"lengths (no `{prepare}` before it and no `{dcp}` from the caller); draft steps then attend with the "
+            f"target's stale lengths",
+        )
+        return
+    for node, value, _ in hooks.sites:
+        if any(x.kind == STATE for x in maybe_of(value)):
+            why = "; ".join(why_of(value)) or "a value it could not evaluate"
+            yield q.undecided("SG105", scope, node, f"`{dcp}=` of `{sink}`", why)
+            return
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
-    if not ctx.facts.sink_accepts_dcp:
-        return
-    dcp_param = ctx.pack.metadata.dcp_param or ""
-    for scope in scopes(ctx.module):
-        if scope.class_name not in ctx.facts.base_classes or scope.name not in ctx.pack.speculators.shared_helpers:
-            continue
-        params = _parameters(scope.function)
-        prepared = False
-        for call in ctx.calls_in(scope.function):
-            if ctx.calls_function(call, ctx.pack.dcp.prepare):
-                prepared = True
-            elif ctx.calls_function(call, ctx.pack.metadata.sink) and not prepared:
-                handed_in = keyword(call, dcp_param)
-                if handed_in is not None and _names(handed_in.value) & params:
-                    continue
-                yield Diagnostic(
-                    call,
-                    f"shared helper `{scope.qualname}` calls `{ctx.callee(call)}` without recomputing DCP "
-                    f"rank-local sequence lengths (no `{ctx.pack.dcp.prepare[0]}` before it and no "
-                    f"`{dcp_param}` from the caller); draft steps then attend with the target's stale lengths",
-                    scope.qualname,
-                )
+    for judgement in report_judgements("SG105", ctx):
+        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span)
 
 
 def _sink_defined_here(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
@@ -56,23 +117,41 @@ RULE = Rule(
     name="stale-dcp-lens",
     title="shared helper builds draft metadata with stale DCP rank-local lengths",
     summary=(
-        "Flags the speculator base's shared metadata helper when it calls the sink without recomputing DCP "
-        "rank-local sequence lengths: no call of the DCP preparation on any path before the sink and no "
-        "`dcp_local_seq_lens` handed in by the caller. Applies only where the sink accepts `dcp_local_seq_lens`."
+        "Flags the speculator base's shared metadata helper when the DCP rank-local sequence lengths it hands the "
+        "sink are not the draft's own on some path: the instance's state (which the target model prepared) not "
+        "recomputed on that path by the DCP preparation, or no lengths on any path. Lengths recomputed before "
+        "the build (the preparation's result, or the buffer it wrote) and lengths the caller handed in are the "
+        "draft's own. Applies only where the sink accepts `dcp_local_seq_lens`."
     ),
     why=(
         "Draft steps advance and rewind their own global sequence lengths after sampling and rejection, so the "
         "rank-local lengths the target model prepared are stale by the time the draft attends. Under decode "
         "context parallelism the draft then reads the wrong KV range on every rank."
     ),
+    analysis=(
+        "The rule evaluates the helper on its own, along every path: its parameters are what the caller hands in, "
+        "what it reads from `self` is the instance's state, and a call of the pack's DCP preparation "
+        "(`prepare_dcp_local_seq_lens`) recomputes lengths into its first argument and returns them. The value "
+        "reaching the sink's `dcp_local_seq_lens` is followed through locals, conditional expressions, slicing, "
+        "`**kwargs` and helper methods; a path on which it is the instance's state, not recomputed there, is a "
+        "finding, whatever the test that chose the path (`if self.dcp_size > 1`, a flag, the order of the calls).",
+    ),
     bad="""
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
         def build_attn_metadata(*, num_reqs, num_tokens, seq_lens, dcp_local_seq_lens=None):
             ...
 
         class DraftModelSpeculator:
             def _build_attn_metadata(self, num_reqs, num_tokens):
+                if self.dcp_size > 1:  # recomputed into a buffer of its own, but not the one it hands on
+                    prepare_dcp_local_seq_lens(
+                        self.draft_dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
+                        self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
+                    )
                 return build_attn_metadata(
                     num_reqs=num_reqs, num_tokens=num_tokens, seq_lens=self.input_buffers.seq_lens,
+                    dcp_local_seq_lens=self.input_buffers.dcp_local_seq_lens if self.dcp_size > 1 else None,
                 )
     """,
     good="""
@@ -82,13 +161,13 @@ RULE = Rule(
             ...
 
         class DraftModelSpeculator:
-            def _build_attn_metadata(self, num_reqs, num_tokens):
-                dcp_local_seq_lens = None
-                if self.dcp_size > 1:
-                    dcp_local_seq_lens = prepare_dcp_local_seq_lens(
+            def _build_attn_metadata(self, num_reqs, num_tokens, dcp_local_seq_lens=None):
+                if dcp_local_seq_lens is None and self.dcp_size > 1:
+                    prepare_dcp_local_seq_lens(
                         self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
                         self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
                     )
+                    dcp_local_seq_lens = self.input_buffers.dcp_local_seq_lens  # recomputed on this path
                 return build_attn_metadata(
                     num_reqs=num_reqs, num_tokens=num_tokens, seq_lens=self.input_buffers.seq_lens,
                     dcp_local_seq_lens=dcp_local_seq_lens,
@@ -96,4 +175,5 @@ RULE = Rule(
     """,
     check=check,
     applies=_sink_defined_here,
+    judge=judge,
 )

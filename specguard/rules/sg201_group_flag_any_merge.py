@@ -4,75 +4,174 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
-from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, span
-from specguard.analysis.dataflow.calls import Passed
-from specguard.analysis.dataflow.project import ProjectHooks
-from specguard.analysis.dataflow.values import ANY, Item, Value
-from specguard.analysis.dataflow.walker import FlowWalker
+from specguard.analysis.ast_tools import has_decorator, span
+from specguard.analysis.findings import Judgement
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.paths import State, doubts
+from specguard.evaluation.values import UNKNOWN, ClassRef, Label, Obj, Tagged, labels_of, plain
 from specguard.fixes.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
+from specguard.rules.judging import OutOfBudget, Question, Scope
 
-REDUCTION = "reduction"  # the label Pack.merge_flow gives a reduction's or a fold's result
+FLAG, REDUCED = "flag", "reduced"  # label kinds: a layer's flag, a reduction over flags (for the fix)
+DISAGREEING = ((True, False), (False, True))
+AGREEING = ((True, True), (False, False))
 
-# What each way of merging gives a group whose layers disagree, in words.
-_UNION = "a union: a group whose layers disagree carries its most permissive layer's flag (True if any layer sets it)"
-_MEET = "an intersection: a group whose layers disagree carries its least permissive layer's flag (True only if "
-_MEET += "every layer sets it)"
-_OTHER = "a combination: a group whose layers disagree carries a value that no single layer declared"
-_MEANING = {"any": _UNION, "max": _UNION, "or": _UNION, "|": _UNION, "all": _MEET, "min": _MEET, "and": _MEET}
-_MEANING["&"] = _MEET
-
-
-def _merging(item: Item) -> str:
-    if item.source in ("or", "and", "|", "&"):
-        return f"an `{item.source}` fold over a loop"
-    return f"`{item.source}()`"
+# What a merged flag means for a group whose layers disagree, in words.
+_UNION = "a union: the group carries its most permissive layer's flag (True if any layer sets it)"
+_MEET = "an intersection: the group carries its least permissive layer's flag (True only if every layer sets it)"
+_OTHER = "a value that does not describe every layer"
 
 
-class _FlagSinks(ProjectHooks):
-    """Where a merged flag leaves the merge: a keyword argument (`cls(flag=...)`, `replace(spec, flag=...)`),
-    a `**kwargs` dict holding it, or an attribute store (`merged.flag = ...`)."""
+class _Reduction(NamedTuple):
+    """The reduction that computed the merged flag, as the fix reads it."""
 
-    def __init__(self, ctx: RuleContext, qualname: str, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        super().__init__(ctx.facts, ctx.pack.merge_flow, None, None)
-        self.ctx, self.method = ctx, method
-        self.qualname = qualname
-        self.flags = ctx.pack.kv_groups.flags
-        self.found: list[Diagnostic] = []
+    span: tuple[int, int, int, int]
+    source: str  # the reduction's name: any, all, max, min, sum, reduce
+    how: str = ""  # the locals it went through
 
-    def on_call(self, node: ast.Call, args: list[Passed]) -> None:
-        for arg in args:
-            if arg.keyword in self.flags:
-                self._report(arg.keyword, arg.node, arg.value, None)
-            elif arg.star == "**":
-                for flag in self.flags:
-                    self._report(flag, arg.node, arg.value, flag)
 
-    def on_store(self, node: ast.Attribute, value: Value) -> None:
-        if node.attr in self.flags:
-            self._report(node.attr, node, value, None)
+class _Layers(Hooks):
+    """A merge evaluated on a concrete group: the layers' flags are the subject, and a reduction over them is
+    remembered (the fix replaces it)."""
 
-    def _report(self, flag: str, node: object, value: Value, key: str | None) -> None:
-        merged = [i for i in value.values() if i.label == REDUCTION and i.key == key and i.origin in (flag, ANY)]
-        if not merged:
-            return
-        item = min(merged, key=lambda i: len(i.steps))
-        how = item.how()
-        self.found.append(
-            Diagnostic(
-                None,
-                f"`{self.qualname}` merges the per-layer flag `{flag}` with {_merging(item)}"
-                + (f" ({how})" if how else "")
-                + f", {_MEANING.get(item.source, _OTHER)}; every consumer of the merged flag must then recompute "
-                f"it per layer, or the merge must require the specs to agree (e.g. a set of the values with "
-                f"exactly one element). The runtime guard's G3 (`VLLM_SPECGUARD=1`) reports a deployment's groups "
-                f"whose layers disagree",
-                self.qualname,
-                span(node),  # type: ignore[arg-type]
-                fix=agreement_fix(self.ctx.text, self.method, flag, item),
-            )
-        )
+    subjects = frozenset({FLAG})
+    traced = frozenset({REDUCED})
+    unresolved_may_raise = True  # a check the evaluation cannot read may be the one that fails a mixed group
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def reduced(self, ev: Any, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
+        if node is None or not any(x.kind == FLAG for v in inputs for x in labels_of(v)):
+            return frozenset()
+        return frozenset({Label(REDUCED, name, span(node), self.path)})
+
+
+def _flag_of(q: Question, scope: Scope, flags: list[str]) -> list[str]:
+    """The pack's flags this merge is about: named in its body, or declared by its class or an ancestor."""
+    assert scope.cls is not None
+    declared = {name for klass in q.program.ancestors(scope.cls) for name in klass.annotations}
+    return [flag for flag in flags if flag in declared or scope.mentions({flag})]
+
+
+def _run(q: Question, scope: Scope, flag: str, group: tuple[bool, ...]) -> list[tuple[State, Any, Any]] | None:
+    """merge(group): (end state, returned value, the merged flag) for every path that returns; None: not decided."""
+    assert scope.cls is not None
+    ev = q.evaluator(_Layers(q.path))
+    label = frozenset({Label(FLAG, flag)})
+    specs = [Obj(scope.cls, {flag: Tagged(value, label)}, label="spec") for value in group]
+    params = [p.arg for p in (*scope.node.args.posonlyargs, *scope.node.args.args, *scope.node.args.kwonlyargs)]
+    bindings: dict[str, Any] = dict.fromkeys(params, UNKNOWN)
+    if params:
+        bindings[params[0]] = ClassRef(scope.cls)
+    if len(params) > 1:
+        bindings[params[1]] = specs
+    try:
+        flow = ev.run(scope.function, bindings)
+    except (OutOfBudget, RecursionError):
+        return None
+    out = []
+    for state, value in flow.returns:
+        merged = plain(value)
+        flag_value = ev.getattr(merged, flag, state, 0) if isinstance(merged, Obj) else UNKNOWN
+        out.append((state, merged, flag_value))
+    return out
+
+
+def judge(q: Question) -> Iterator[Judgement]:
+    groups = q.pack.kv_groups
+    for scope in q.scopes:
+        if scope.class_name not in q.facts.spec_classes or scope.node.name not in groups.merge_methods:
+            continue
+        if not has_decorator(scope.node, "classmethod"):
+            continue
+        for flag in _flag_of(q, scope, groups.flags):
+            found = _judge_flag(q, scope, flag)
+            if found is not None:
+                yield found
+                break
+
+
+def _judge_flag(q: Question, scope: Scope, flag: str) -> Judgement | None:
+    why: list[str] = []
+    for group in DISAGREEING:
+        returns = _run(q, scope, flag, group)
+        if returns is None:
+            return q.undecided("SG201", scope, scope.node, f"`{scope.qualname}` on {list(group)}", "evaluation budget")
+        for state, merged, value in returns:
+            if not isinstance(merged, Obj):
+                continue
+            if not state.path:
+                return _finding(q, scope, flag, group, merged, value)
+            why.extend(doubts(state.path))
+    if why:
+        return q.undecided("SG201", scope, scope.node, f"`{scope.qualname}`", "; ".join(dict.fromkeys(why))[:300])
+    for group in AGREEING:
+        for state, merged, value in _run(q, scope, flag, group) or []:
+            kept = plain(value)
+            if isinstance(merged, Obj) and not state.path and isinstance(kept, bool) and kept != group[0]:
+                return _lost(q, scope, flag, group, merged, value)
+    return None
+
+
+def _where(scope: Scope, merged: Obj, flag: str) -> ast.AST:
+    node = merged.nodes.get(flag)
+    inside = node is not None and scope.node.lineno <= getattr(node, "lineno", 0) <= (scope.node.end_lineno or 0)
+    return node if inside else scope.node  # type: ignore[return-value]
+
+
+def _reduction(value: Any, q: Question) -> _Reduction | None:
+    found = [x for x in labels_of(value) if x.kind == REDUCED and x.span is not None and x.path == q.path]
+    if len({x.span for x in found}) != 1:
+        return None
+    nearest = min(found, key=lambda x: len(x.steps))
+    return _Reduction(nearest.span, nearest.text, nearest.how())  # type: ignore[arg-type]
+
+
+def _finding(q: Question, scope: Scope, flag: str, group: tuple[bool, ...], merged: Obj, value: Any) -> Judgement:
+    result = plain(value)
+    meaning = _UNION if result is True else _MEET if result is False else _OTHER
+    shown = repr(result) if isinstance(result, bool) else "a value it computes"
+    reduction = _reduction(value, q)
+    how = ""
+    if reduction is not None:
+        how = f", merged with `{reduction.source}()`" + (f" ({reduction.how})" if reduction.how else "")
+    message = (
+        f"`{scope.qualname}` merges a KV-cache group whose layers disagree on `{flag}` ({list(group)}) into one "
+        f"spec with `{flag}={shown}`{how}, {meaning}; the merge must require the specs to agree (fail for a "
+        f"mixed group, as the method's other agreement checks do), or every consumer of the merged flag must "
+        f"recompute it per layer. The runtime guard's G3 (`VLLM_SPECGUARD=1`) reports a deployment's groups whose "
+        f"layers disagree"
+    )
+    details = {"flag": flag}
+    if reduction is not None:
+        details["reduction"] = reduction.source
+        details["reduction_span"] = ",".join(map(str, reduction.span))
+    return q.judgement("SG201", scope, _where(scope, merged, flag), message, **details)
+
+
+def _lost(q: Question, scope: Scope, flag: str, group: tuple[bool, ...], merged: Obj, value: Any) -> Judgement:
+    message = (
+        f"`{scope.qualname}` merges a KV-cache group whose layers all have `{flag}={group[0]}` into one spec with "
+        f"`{flag}={plain(value)}`: a merge of layers that agree must keep their flag"
+    )
+    return q.judgement("SG201", scope, _where(scope, merged, flag), message, flag=flag)
+
+
+def check(ctx: RuleContext) -> Iterator[Diagnostic]:
+    for judgement in ctx.facts.judgements:
+        if judgement.code != "SG201" or not judgement.decided:
+            continue
+        fix = None
+        where = judgement.detail("reduction_span")
+        method = ctx.function_at(judgement)
+        if where and method is not None:
+            item = _Reduction(tuple(map(int, where.split(","))), judgement.detail("reduction") or "")  # type: ignore[arg-type]
+            fix = agreement_fix(ctx.text, method, judgement.detail("flag") or "", item)  # type: ignore[arg-type]
+        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span, fix=fix)
 
 
 # ---- the fix: require agreement where the reduction was -------------------------------------------------
@@ -80,7 +179,9 @@ class _FlagSinks(ProjectHooks):
 _AGREEING = ("any", "all", "max", "min")  # reductions that give the one value back when every layer agrees
 
 
-def agreement_fix(text: str, method: ast.FunctionDef | ast.AsyncFunctionDef, flag: str, item: Item) -> NodeFix | None:
+def agreement_fix(
+    text: str, method: ast.FunctionDef | ast.AsyncFunctionDef, flag: str, item: _Reduction
+) -> NodeFix | None:
     """Replace `any(<per-spec values>)` (all, max, min) by an agreement check: collect the values in a set just
     before the statement that held the reduction, raise ValueError naming the class and the flag unless there is
     exactly one, and pass that one value on. Upstream's DCP fix in shape, with an error that survives `python -O`."""
@@ -117,22 +218,6 @@ def agreement_fix(text: str, method: ast.FunctionDef | ast.AsyncFunctionDef, fla
     )
 
 
-def check(ctx: RuleContext) -> Iterator[Diagnostic]:
-    groups = ctx.pack.kv_groups
-    for cls in ctx.tree.body:
-        if not isinstance(cls, ast.ClassDef) or cls.name not in ctx.facts.spec_classes:
-            continue
-        for func in cls.body:
-            if not isinstance(func, FUNCTIONS) or func.name not in groups.merge_methods:
-                continue
-            if not has_decorator(func, "classmethod"):
-                continue
-            qualname = f"{cls.name}.{func.name}"
-            hooks = _FlagSinks(ctx, qualname, func)
-            FlowWalker(ctx.pack.merge_flow, hooks, qualname=qualname).run(func, {})
-            yield from hooks.found
-
-
 def _spec_class_with_flag(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
     return bool(facts.spec_classes) and any(flag in mentions for flag in pack.kv_groups.flags)
 
@@ -140,13 +225,13 @@ def _spec_class_with_flag(facts, pack, mentions) -> bool:  # type: ignore[no-unt
 RULE = Rule(
     code="SG201",
     name="group-flag-any-merge",
-    title="KV-cache group causality flag merged with any()/all() or another reduction",
+    title="KV-cache group merge accepts layers that disagree on a causality flag",
     summary=(
-        "Flags a `merge` classmethod of a KV-cache/attention spec class that hands a per-layer causality flag "
-        "(`non_causal_multi_token_decode`, or another flag the pack lists) to the merged spec when its value "
-        "comes, directly or through local variables, from a reduction over the specs (`any`, `all`, `max`, "
-        "`min`, `functools.reduce`, `sum`, or an `or`/`and` fold in a loop) and the method did not first "
-        "require the specs to agree."
+        "Flags a `merge` classmethod of a KV-cache/attention spec class that, for a group of layers that disagree "
+        "on a per-layer causality flag (`non_causal_multi_token_decode`, or another flag the pack lists), returns "
+        "one merged spec instead of failing, whatever it computes the merged flag with (`any`, `max`, "
+        "`sum(...) > 0`, `not all`, `True in`, `functools.reduce`, a loop, `object.__setattr__`, the first layer's "
+        "spec); and one that loses the flag of a group whose layers agree."
     ),
     why=(
         "A KV-cache group shares one attention-metadata build, and the merge makes one spec stand for every "
@@ -163,17 +248,20 @@ RULE = Rule(
         "(`VLLM_SPECGUARD=1`) reports the groups whose layers actually disagree."
     ),
     analysis=(
-        "Sources: a call of one of the pack's reductions (`[kv_groups] reductions`), or an accumulation "
-        "(`flag = flag or s.flag`, `flag |= s.flag`) inside a loop. The value is followed through local "
-        "variables, containers and their `**` unpacking to a keyword argument named after a flag of any call "
-        "in the merge, or a store into an attribute of that name.",
-        "Agreement clears a flag's reductions on the paths after it: a collection of its values checked to have "
-        "one element (`assert len(flags) == 1`, `if len(set(...)) != 1: raise`), or each spec compared with "
-        "the first (`assert s.flag == first`, `if s.flag != specs[0].flag: raise` in a loop, "
-        "`all(s.flag == first for s in specs)`).",
-        "Limits: flags handed to the constructor by position, and merges spread over helper methods, are not followed.",
+        "The rule evaluates the merge itself on concrete groups: specs of the class whose flag is `[True, False]` "
+        "and `[False, True]` (they disagree) and `[True, True]` and `[False, False]` (they agree), every other "
+        "field the same on every layer. A merge is correct when every disagreeing group fails (an `assert` or a "
+        "`raise`, however the agreement check is written: a set of the values of one element, each spec compared "
+        "with the first, dataclass equality of the specs, in a helper function or method or not) and every "
+        "agreeing group merges to a spec with its flag. A `raise` or a failing `assert` ends its path; calls of "
+        "the project's functions are followed with the group's values.",
+        "Unknown stays unknown: where a disagreeing group returns a spec only past a test the evaluation cannot "
+        "decide about the flags (a helper it cannot read), the merge is not reported; such merges are counted "
+        "(`--statistics`) and listed with the reason (`-v`).",
     ),
     bad="""
+        import functools
+        import operator
         from dataclasses import dataclass
 
         @dataclass
@@ -194,9 +282,24 @@ RULE = Rule(
             def merge(cls, specs):
                 flag = max(s.non_causal_multi_token_decode for s in specs)
                 return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
+
+        @dataclass
+        class DSparkAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                flags = [s.non_causal_multi_token_decode for s in specs]
+                flag = functools.reduce(operator.or_, flags)
+                return cls(non_causal_multi_token_decode=flag)  # SG201: a fold
     """,
     good="""
         from dataclasses import dataclass
+
+        def _one(values, name):
+            if len(values) != 1:
+                raise ValueError(f"layers of one KV cache group disagree on {name}: {sorted(values)}")
+            return next(iter(values))
 
         @dataclass
         class MLAAttentionSpec:
@@ -219,9 +322,19 @@ RULE = Rule(
                     if spec.non_causal_multi_token_decode != first:
                         raise ValueError("layers of one KV cache group must agree on causality")
                 return cls(non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in specs))
+
+        @dataclass
+        class DSparkAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                flag = _one({s.non_causal_multi_token_decode for s in specs}, "non_causal_multi_token_decode")
+                return cls(non_causal_multi_token_decode=flag)  # the check is in a helper
     """,
     check=check,
     applies=_spec_class_with_flag,
+    judge=judge,
     fix_availability="sometimes",
     fix_summary=(
         "Safe: the reduction becomes an agreement check, the shape of upstream's DCP fix. The values are "
@@ -232,6 +345,8 @@ RULE = Rule(
         "folds in a loop keep their finding without a fix."
     ),
     fixed="""
+        import functools
+        import operator
         from dataclasses import dataclass
 
         @dataclass
@@ -264,5 +379,15 @@ RULE = Rule(
                     )
                 flag = non_causal_multi_token_decode_values.pop()
                 return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
+
+        @dataclass
+        class DSparkAttentionSpec:
+            non_causal_multi_token_decode: bool = False
+
+            @classmethod
+            def merge(cls, specs):
+                flags = [s.non_causal_multi_token_decode for s in specs]
+                flag = functools.reduce(operator.or_, flags)
+                return cls(non_causal_multi_token_decode=flag)  # SG201: a fold
     """,
 )

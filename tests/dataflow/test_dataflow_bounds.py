@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.analysis.dataflow.resolve import MAX_DEPTH
+from specguard.rules.judging import MAX_DEPTH
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

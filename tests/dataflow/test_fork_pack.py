@@ -1,5 +1,6 @@
-"""The dataflow layer knows no vLLM names: a fork that renames the descriptor, its producer, its attributes, the
-FULL mode, the helper and the reductions adapts SG103 and SG201 with a pack, without code."""
+"""The evaluator knows no vLLM names: a fork that renames the descriptor, its producer, its attributes, the mode
+enum and its FULL mode, the helper, the spec classes, their merge and its flag adapts SG103 and SG201 with a pack,
+without code (its own reduction helper is evaluated like any other function)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ descriptor_types = ["ForkBatch"]
 descriptor_params = ["fork_batch"]
 padded_attribute = "padded_len"
 mode_attribute = "graph_mode"
+mode_enum = "fork.base.GraphMode"
+runtime_modes = ["EAGER", "PIECES", "WHOLE"]
 full_mode = "WHOLE"
 
 [kv_groups]
@@ -34,7 +37,25 @@ replace = true
 merge_methods = ["combine"]
 spec_class_suffixes = ["Layout"]
 flags = ["bidirectional"]
-reductions = ["any_of"]
+"""
+
+FORK_BASE = """
+import enum
+
+
+class GraphMode(enum.Enum):
+    EAGER = 0
+    PIECES = 1
+    WHOLE = 2
+
+
+def any_of(values):
+    return any(values)
+
+
+class ForkDrafter:
+    def _fork_metadata(self, n, tokens):
+        return fork_build_metadata(n, tokens)
 """
 
 FORK = """
@@ -70,9 +91,7 @@ class CacheLayout:
 def test_a_fork_pack_renames_every_name_the_dataflow_uses(tmp_path: Path) -> None:
     (tmp_path / "fork").mkdir()
     (tmp_path / "fork" / "__init__.py").write_text("")
-    (tmp_path / "fork" / "base.py").write_text(
-        "class ForkDrafter:\n    def _fork_metadata(self, n, tokens):\n        return fork_build_metadata(n, tokens)\n"
-    )
+    (tmp_path / "fork" / "base.py").write_text(FORK_BASE)
     (tmp_path / "fork" / "drafter.py").write_text(textwrap.dedent(FORK))
     (tmp_path / "fork.toml").write_text(FORK_PACK)
     settings = Settings(rule_packs=[tmp_path / "fork.toml"], select=["SG103", "SG201"])

@@ -30,13 +30,30 @@ def test_assert_one_element_then_a_reduction_is_harmless() -> None:
     assert findings == []
 
 
-def test_the_assert_must_come_before_the_use() -> None:
+def test_an_assert_after_the_merged_spec_is_built_still_fails_a_mixed_group() -> None:
+    """What counts is whether the merge returns for layers that disagree, not where the check is written."""
     findings, _ = check_merge(
         """
         @classmethod
         def merge(cls, specs):
             flag = any(s.non_causal_multi_token_decode for s in specs)
             merged = cls(block_size=1, non_causal_multi_token_decode=flag)
+            assert len({s.non_causal_multi_token_decode for s in specs}) == 1
+            return merged
+        """
+    )
+    assert findings == []
+
+
+def test_an_assert_after_the_return_checks_nothing() -> None:
+    findings, _ = check_merge(
+        """
+        @classmethod
+        def merge(cls, specs):
+            flag = any(s.non_causal_multi_token_decode for s in specs)
+            merged = cls(block_size=1, non_causal_multi_token_decode=flag)
+            if merged.block_size:
+                return merged
             assert len({s.non_causal_multi_token_decode for s in specs}) == 1
             return merged
         """

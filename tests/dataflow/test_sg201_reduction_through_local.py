@@ -35,8 +35,8 @@ def test_through_several_locals_a_kwargs_dict_and_an_attribute_store() -> None:
             return spec
         """
     )
-    assert [f.line for f in findings] == [line_of(text, "# kwargs"), line_of(text, "# store")]
-    assert all(f.code == "SG201" for f in findings)
+    # one finding per merge, where the merged flag was last written
+    assert [(f.code, f.line) for f in findings] == [("SG201", line_of(text, "# store"))]
 
 
 def test_a_reduction_over_some_other_attribute_is_not_the_flags_merge() -> None:
@@ -44,8 +44,22 @@ def test_a_reduction_over_some_other_attribute_is_not_the_flags_merge() -> None:
         """
         @classmethod
         def merge(cls, specs):
+            assert all(s.non_causal_multi_token_decode == specs[0].non_causal_multi_token_decode for s in specs)
             block_size = max(s.block_size for s in specs)
             return cls(block_size=block_size, non_causal_multi_token_decode=specs[0].non_causal_multi_token_decode)
         """
     )
     assert findings == []
+
+
+def test_the_first_layers_flag_for_the_group_is_a_merge_of_layers_that_disagree() -> None:
+    findings, text = check_merge(
+        """
+        @classmethod
+        def merge(cls, specs):
+            first = specs[0]
+            return cls(block_size=first.block_size, non_causal_multi_token_decode=first.non_causal_multi_token_decode)
+        """
+    )
+    (finding,) = findings
+    assert finding.code == "SG201" and "([True, False])" in finding.message and "=True" in finding.message

@@ -1,0 +1,99 @@
+"""Stage two's first half, in the main process: the rules on the evaluator (a `judge` in their `Rule`) judge each
+candidate file with the whole project in view, and their judgements join the file's facts for its worker.
+
+Evaluation is lazy (only the functions a rule asks about, and what they reach) and cached per file: a file's
+judgements are reused while its content, its facts and every file the evaluation read are unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+
+from specguard.analysis.cache import Cache, JudgedFile
+from specguard.analysis.findings import Judgement
+from specguard.analysis.index import FileFacts
+from specguard.analysis.modules import ModuleLocator
+from specguard.packs import Pack
+from specguard.rules import EVALUATED, load_rule
+
+
+def mode_enum_stub(pack: Pack) -> dict[str, str]:
+    """Source text standing in for the pack's mode enum where the analyzed project does not have it: an enum of
+    the runtime modes the pack names, and nothing else (no predicate methods)."""
+    pad = pack.padding
+    if not pad.mode_enum or not pad.runtime_modes:
+        return {}
+    module, _, name = pad.mode_enum.rpartition(".")
+    if not (module and name.isidentifier() and all(m.isidentifier() for m in pad.runtime_modes)):
+        return {}
+    members = "".join(f"    {member} = {index}\n" for index, member in enumerate(pad.runtime_modes))
+    return {module: f"import enum\n\n\nclass {name}(enum.Enum):\n{members}"}
+
+
+class Judge:
+    def __init__(self, locator: ModuleLocator, pack: Pack, codes: frozenset[str], cache: Cache) -> None:
+        from specguard.evaluation.program import program_factory
+
+        self.pack, self.cache = pack, cache
+        self.rules = [load_rule(code) for code in sorted(codes & EVALUATED)]
+        self.programs = program_factory(locator, mode_enum_stub(pack))
+        self.live: set[str] = set()
+        self.errors: list[str] = []
+
+    def facts(
+        self, path: str, root: Path, facts: FileFacts, mentions: frozenset[str], digest: str, text: str | None = None
+    ) -> FileFacts:
+        """The file's facts with its judgements. `text`: the file's text when it is not (yet) on disk as checked."""
+        rules = [rule for rule in self.rules if rule.applies(facts, self.pack, mentions)]
+        if not rules:
+            return facts
+        key = _key(digest, facts, [rule.code for rule in rules])
+        self.live.add(path)
+        cached = self.cache.judgements.get(path)
+        if text is None and cached is not None and cached.key == key and _unchanged(cached.deps):
+            return dataclasses.replace(facts, judgements=cached.judgements)
+        from specguard.rules.judging import Question
+
+        program = self.programs(root)
+        program.read.clear()
+        module = program.module_at(facts.module, Path(path), text)
+        if module is None:
+            return facts
+        question = Question(path, module, facts, self.pack, program)
+        judgements: list[Judgement] = []
+        failed = False
+        for rule in rules:
+            try:
+                judgements.extend(rule.judge(question))  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not lose the others' findings
+                failed = True
+                self.errors.append(
+                    f"{path}: internal error while evaluating ({rule.code}): {type(exc).__name__}: {exc} "
+                    "(please report it)"
+                )
+        found = tuple(sorted(judgements))
+        if text is None and not failed:
+            deps = tuple(sorted((str(p), *stamp) for p, stamp in program.read.items()))
+            self.cache.put_judged(path, JudgedFile(key, deps, found))
+        return dataclasses.replace(facts, judgements=found)
+
+
+def _key(digest: str, facts: FileFacts, codes: list[str]) -> str:
+    values = {f.name: getattr(facts, f.name) for f in dataclasses.fields(facts) if f.name != "judgements"}
+    stable = {k: sorted(v) if isinstance(v, frozenset) else v for k, v in values.items()}
+    text = repr((digest, sorted(stable.items()), codes))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def _unchanged(deps: tuple[tuple[str, int, int], ...]) -> bool:
+    for path, size, mtime in deps:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+            return False
+    return True

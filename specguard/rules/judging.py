@@ -1,0 +1,299 @@
+"""The main-process half of the rules on the evaluator (SG101, SG103, SG105, SG201): the question a rule asks
+about one file, with the whole project readable, and what it needs to ask it.
+
+A rule's `judge(question)` evaluates the file's functions with the evaluator (specguard/evaluation) and returns
+`Judgement`s: plain data that travel with the file's facts to its worker, where the rule's `check` turns the
+decided ones into findings (and fixes). Undecided sites are counted by the engine (`--statistics`, `-v`).
+Nothing here imports libcst: the main process never needs it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from specguard.analysis.ast_tools import FUNCTIONS, cached_on, has_decorator, same_scope, span
+from specguard.analysis.findings import Judgement
+from specguard.analysis.index import FileFacts
+from specguard.deploy.source import ClassInfo, ParsedModule
+from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator, OutOfBudget
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.instances import InstanceAttributes
+from specguard.evaluation.paths import Frame
+from specguard.evaluation.program import Program
+from specguard.evaluation.values import (
+    UNKNOWN,
+    Bound,
+    ClassRef,
+    Function,
+    Label,
+    Many,
+    Method,
+    Obj,
+    Opaque,
+    Partial,
+    plain,
+)
+from specguard.packs import Pack
+
+BUDGET = 40_000  # evaluation steps per function a rule asks about; more is "not decided (budget)"
+MAX_DEPTH = 4  # calls followed from a function into helpers of helpers
+__all__ = ["BUDGET", "MAX_DEPTH", "OutOfBudget", "Question", "Scope", "Judgement"]
+
+
+@dataclass(frozen=True, eq=False)
+class Scope:
+    """A function not nested in another: a module-level function or a method of a class at any depth."""
+
+    qualname: str
+    class_name: str | None  # the class's __qualname__
+    cls: ClassInfo | None
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    module: ParsedModule
+
+    @property
+    def function(self) -> Function:
+        return Function(self.module, self.node, self.cls)
+
+    @property
+    def bound(self) -> bool:
+        return self.cls is not None and not has_decorator(self.node, "staticmethod")
+
+    @property
+    def parameters(self) -> list[ast.arg]:
+        a = self.node.args
+        params = [*a.posonlyargs, *a.args]
+        return [*(params[1:] if self.bound else params), *a.kwonlyargs]
+
+    def mentions(self, names: set[str]) -> bool:
+        """Whether the function's body names any of these (as a name or an attribute): a cheap preselection."""
+        return bool(names & _names(self.node))
+
+
+@dataclass
+class Question:
+    """One file a rule judges: its parsed module, its facts, the pack, and the project around it."""
+
+    path: str
+    module: ParsedModule
+    facts: FileFacts
+    pack: Pack
+    program: Program
+    instances: dict[Any, InstanceAttributes] = field(default_factory=dict)
+
+    @cached_property
+    def scopes(self) -> list[Scope]:
+        return list(_scopes(self.module, self.module.tree.body, None, "", methods=True))
+
+    def instance_attributes(self, key: Any) -> InstanceAttributes:
+        """What instance attributes hold, shared by the rules of this file that ask with the same key."""
+        if key not in self.instances:
+            self.instances[key] = InstanceAttributes(self.program)
+        return self.instances[key]
+
+    def evaluator(self, hooks: Hooks, **options: Any) -> Evaluator:
+        return Evaluator(self.program, hooks=hooks, **{"budget": BUDGET, "max_depth": MAX_DEPTH, **options})
+
+    def self_value(self, scope: Scope, labels: frozenset[Label] = frozenset()) -> Any:
+        """The instance (or, for a classmethod, the class) a method runs on."""
+        if scope.cls is None or not scope.bound:
+            return None
+        if has_decorator(scope.node, "classmethod"):
+            return ClassRef(scope.cls)
+        return Obj(scope.cls, label="self", labels=labels)
+
+    def judgement(self, code: str, scope: Scope, node: ast.AST, message: str, **details: str) -> Judgement:
+        return Judgement(code, scope.qualname, span(node), True, message, details=tuple(sorted(details.items())))
+
+    def undecided(self, code: str, scope: Scope, node: ast.AST, what: str, why: str) -> Judgement:
+        return Judgement(code, scope.qualname, span(node), False, what, why)
+
+
+def _scopes(
+    module: ParsedModule, body: list[ast.stmt], cls: ClassInfo | None, prefix: str, methods: bool
+) -> Iterator[Scope]:
+    for stmt in same_scope(body):
+        if isinstance(stmt, FUNCTIONS):
+            if methods:
+                qualname = f"{prefix}{stmt.name}"
+                yield Scope(qualname, prefix[:-1] if cls is not None else None, cls, stmt, module)
+            yield from _scopes(module, stmt.body, None, f"{prefix}{stmt.name}.<locals>.", methods=False)
+        elif isinstance(stmt, ast.ClassDef):
+            qualname = prefix + stmt.name
+            info = module.classes.get(stmt.name)
+            if info is None or info.node is not stmt:
+                info = class_info(module, stmt)
+            yield from _scopes(module, stmt.body, info, qualname + ".", methods=True)
+
+
+def class_info(module: ParsedModule, node: ast.ClassDef) -> ClassInfo:
+    """A class nested in a function or another class, read as the module's own classes are."""
+    info = ClassInfo(node.name, module.name, module.path, node)
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            info.annotations[stmt.target.id] = stmt.annotation
+            if stmt.value is not None:
+                info.attributes[stmt.target.id] = stmt.value
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    info.attributes[target.id] = stmt.value
+        elif isinstance(stmt, FUNCTIONS):
+            info.methods[stmt.name] = stmt
+    return info
+
+
+def _names(node: ast.AST) -> set[str]:
+    return cached_on(
+        node,
+        "names",
+        lambda n: {
+            x.id if isinstance(x, ast.Name) else x.attr for x in ast.walk(n) if isinstance(x, (ast.Name, ast.Attribute))
+        },
+    )
+
+
+# ---- what a callee value denotes ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Callee:
+    """The function a call reaches, as the evaluator resolved it: its name, whether it is a method (of the instance
+    or of some object) or a module-level function, its definition when the project has it, and the arguments a
+    `functools.partial` around it bound."""
+
+    name: str
+    method: bool
+    function: Function | None
+    bound: bool = False  # the instance (or class) is passed implicitly: the first parameter is not in `args`
+    partial_args: tuple[Any, ...] = ()
+    partial_kwargs: tuple[tuple[str, Any], ...] = ()
+    partial_nodes: tuple[tuple[str, ast.AST], ...] = ()
+
+
+def callee(func: Any) -> Callee | None:
+    func = plain(func)
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = {}
+    nodes: dict[str, ast.AST] = {}
+    while isinstance(func, Partial):
+        args = (*func.args, *args)
+        kwargs = {**func.kwargs, **kwargs}
+        nodes = {**func.nodes, **nodes}
+        func = plain(func.func)
+    extra = (args, tuple(kwargs.items()), tuple(nodes.items()))
+    if isinstance(func, Bound):
+        static = has_decorator(func.func.node, "staticmethod") if not isinstance(func.func.node, ast.Lambda) else True
+        return Callee(func.func.name, True, func.func, not static, *extra)
+    if isinstance(func, Function):
+        return Callee(func.name, func.owner is not None, func, False, *extra)
+    if isinstance(func, Opaque):
+        return Callee(func.name.rpartition(".")[2], False, None, False, *extra)
+    if isinstance(func, Method):
+        receiver = plain(func.receiver)
+        if isinstance(receiver, (Obj, ClassRef)) and (isinstance(receiver, ClassRef) or receiver.label == "self"):
+            return Callee(func.name, True, None, True, *extra)  # a method of the instance whose class we cannot read
+    return None
+
+
+def bind_arguments(
+    target: Callee, args: list[Any], kwargs: dict[str, Any], node: ast.Call
+) -> dict[str, tuple[Any, ast.AST | None, str]]:
+    """parameter -> (value, the argument node, how it was passed: "" keyword or position, "*", "**"). Positions map
+    to parameters only where the project defines the callee; otherwise keywords only."""
+    all_args = [*target.partial_args, *args]
+    all_kwargs = {**dict(target.partial_kwargs), **kwargs}
+    nodes = dict(target.partial_nodes)
+    out: dict[str, tuple[Any, ast.AST | None, str]] = {}
+    keyword_nodes = {kw.arg: kw for kw in node.keywords if kw.arg}
+    spread = next((kw for kw in node.keywords if kw.arg is None), None)
+    for name, value in all_kwargs.items():
+        if name == STAR_KWARGS:
+            continue
+        passed = keyword_nodes.get(name) or nodes.get(name)
+        out[name] = (value, passed if passed is not None else spread, "" if passed is not None else "**")
+    if target.function is not None and not isinstance(target.function.node, ast.Lambda):
+        spec = target.function.node.args
+        params = [p.arg for p in (*spec.posonlyargs, *spec.args)]
+        if target.bound and params:
+            params = params[1:]
+        positional = [a for a in node.args if not isinstance(a, ast.Starred)]
+        starred = any(isinstance(a, ast.Starred) for a in node.args)
+        for index, value in enumerate(all_args):
+            if index < len(params) and params[index] not in out:
+                offset = index - len(target.partial_args)
+                arg_node = positional[offset] if 0 <= offset < len(positional) and not starred else None
+                out[params[index]] = (value, arg_node or node, "*" if starred else "")
+    return out
+
+
+Parameter = Callable[[ast.arg, Frame], Any]
+
+
+def bind_parameters(function: Function, me: Any, parameter: Parameter) -> dict[str, Any]:
+    """The values a function is evaluated with on its own: `me` for its first parameter when it is a method, and
+    `parameter(arg, frame)` for the others (what the client's pack says a parameter of that name or annotation
+    is, unknown otherwise)."""
+    node = function.node
+    a = node.args  # type: ignore[union-attr]
+    params = [*a.posonlyargs, *a.args]
+    frame = Frame(function.module, function.owner, None, 0)
+    out: dict[str, Any] = {}
+    if me is not None and params:
+        out[params[0].arg] = me
+        params = params[1:]
+    for param in [*params, *a.kwonlyargs]:
+        out[param.arg] = parameter(param, frame)
+    if a.vararg is not None:
+        out[a.vararg.arg] = Many(UNKNOWN)
+    if a.kwarg is not None:
+        out[a.kwarg.arg] = UNKNOWN
+    return out
+
+
+def writes_of(
+    q: Question, hooks: Hooks, function: Function, me: Obj, parameter: Parameter, writes: dict | None = None
+) -> list[tuple[Any, dict]]:
+    """A method that writes an instance attribute, run on its own (calls in it followed one level deep) from the
+    instance's state `writes` (of an earlier call, or none): what each of its paths leaves written."""
+    ev = q.evaluator(hooks, max_depth=1, inline_unused=False)
+    try:
+        flow = ev.run(function, bind_parameters(function, me, parameter), writes=writes)
+    except (OutOfBudget, RecursionError):
+        return []
+    return [(value, state.writes) for state, value in flow.returns]
+
+
+def unknown_parameter(param: ast.arg, frame: Frame) -> Any:
+    return UNKNOWN
+
+
+def inside(outer: ast.AST, node: ast.AST) -> bool:
+    first, last = getattr(outer, "lineno", 0), getattr(outer, "end_lineno", 0) or 0
+    return first <= getattr(node, "lineno", -1) <= last
+
+
+def aliases(q: Question, names: set[str]) -> set[str]:
+    """The names a module binds to any of `names` (imported as another name, a local or an attribute assigned
+    an expression that mentions one, a `functools.partial` of one), found by reading, for preselection only."""
+    found = set(names) | {local for local, target in q.facts.imports if target.rpartition(".")[2] in names}
+    assignments = [
+        (node.targets if isinstance(node, ast.Assign) else [node.target], node.value)
+        for node in ast.walk(q.module.tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+    ]
+    grew = True
+    while grew:
+        grew = False
+        for targets, value in assignments:
+            if not (_names(value) & found):
+                continue
+            for target in targets:
+                name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)
+                if name and name not in found:
+                    found.add(name)
+                    grew = True
+    return found
