@@ -14,7 +14,9 @@ from specguard.console import emit
 from specguard.errors import UserError
 
 if TYPE_CHECKING:
+    from specguard.analysis.engine import CheckResult
     from specguard.analysis.findings import Finding
+    from specguard.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -45,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="apply `exclude` to files named on the command line too (what the pre-commit hook passes)",
+    )
+    check.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list, on stderr, the sites a rule could not decide (an unresolved call, a budget) and why",
     )
     check.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     check.add_argument("--cache-dir", type=Path, help="where to keep the cache (default: .specguard_cache)")
@@ -134,6 +142,7 @@ def run_check(args: argparse.Namespace) -> int:
     _emit(report, args.output)
     for note in result.notes:
         print(f"specguard: note: {note}", file=sys.stderr)
+    _undecided(result, settings, args.verbose, args.statistics)
     for error in result.errors:
         print(f"specguard: error: {error}", file=sys.stderr)
     if result.errors:
@@ -141,6 +150,24 @@ def run_check(args: argparse.Namespace) -> int:
     if args.write_baseline:
         return EXIT_CLEAN  # the findings were recorded as asked: a success, as ruff's --add-noqa is
     return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _undecided(result: CheckResult, settings: Settings, verbose: bool, statistics: bool) -> None:
+    """Sites the rules could not decide are no findings, and never silent: `--statistics` counts them, `-v` lists
+    them (on stderr, so the report keeps its format)."""
+    from collections import Counter
+
+    if not result.undecided or not (verbose or statistics):
+        return
+    counts = Counter(j.code for _, j in result.undecided)
+    per_rule = ", ".join(f"{code} {n}" for code, n in sorted(counts.items()))
+    sites = "site was" if len(result.undecided) == 1 else "sites were"
+    hint = "" if verbose else "; -v lists them"
+    print(f"specguard: note: {len(result.undecided)} {sites} not decided ({per_rule}){hint}", file=sys.stderr)
+    if verbose:
+        for path, j in result.undecided:
+            where = f"{settings.relative(path)}:{j.span[0]}"
+            print(f"specguard: not decided: {where}: {j.code} `{j.scope}`: {j.message}: {j.why}", file=sys.stderr)
 
 
 def _statistics(findings: list[Finding], output_format: str, unsafe_fixes: bool | None) -> str:

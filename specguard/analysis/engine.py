@@ -28,8 +28,9 @@ from specguard.settings import Settings
 
 # Below this many files to scan, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 200
-# The main process's part of stage one: the workers start by importing libcst, so they take less.
-_MAIN_SCAN_SHARE = 0.65
+# The main process's part of stage one: the workers start by importing libcst, so they take less (and the main
+# process judges the candidate files on the evaluator right after).
+_MAIN_SCAN_SHARE = 0.55
 
 
 @dataclass
@@ -97,6 +98,7 @@ class _Run:
         self.locator = ModuleLocator()
         self.index = ProjectIndex(self.locator, self._load_summary)
         self._judge: Judge | None = None
+        self._borrowed_seen: tuple[int, set[str]] = (-1, set())
         self.scans: dict[str, FileScan] = {}
         self.borrowed: set[str] = set()
 
@@ -134,10 +136,25 @@ class _Run:
         self.borrowed.add(key)
         return cached.summary
 
+    def _borrowed_tops(self) -> set[str]:
+        """Top-level packages outside the checked paths that define a class the pack names (the speculator bases an
+        out-of-tree plugin builds on): the installed packages an evaluation may read."""
+        if self._borrowed_seen[0] == len(self.borrowed):
+            return self._borrowed_seen[1]
+        names = set(self.pack.speculators.bases)
+        tops = set()
+        for path in self.borrowed:
+            scan = self.cache.scans.get(path)
+            summary = scan.summary if scan is not None else None
+            if summary is not None and names & {c.rpartition(".")[2] for c in summary.classes}:
+                tops.add(summary.module.partition(".")[0])
+        self._borrowed_seen = (len(self.borrowed), tops)
+        return tops
+
     @property
     def judge(self) -> Judge:
         if self._judge is None:
-            self._judge = Judge(self.locator, self.pack, self.codes, self.cache)
+            self._judge = Judge(self.locator, self.pack, self.codes, self.cache, self._borrowed_tops)
         return self._judge
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
@@ -207,6 +224,9 @@ def check_paths(
         run.evaluate(result, pool)
     result.notes.extend(_unresolved_note(run.index.unresolved, run.pack, settings))
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
+    result.undecided = sorted(
+        (path, j) for path, j in result.undecided if not _ignored(Finding(path, j.span[0], 1, j.code, ""), settings)
+    )
     result.project = run
     return result
 
@@ -260,7 +280,7 @@ def check_source(
     locator = ModuleLocator(installed=False)
     index = ProjectIndex(locator, lambda _: None)
     codes = frozenset(settings.enabled(ALL_CODES))
-    judge = Judge(locator, pack, codes, Cache(None))
+    judge = Judge(locator, pack, codes, Cache(None), set)
     return sorted(_evaluate_text(text, path, module, False, index, pack, codes, Path(), judge))
 
 

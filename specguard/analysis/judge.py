@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from specguard.analysis.cache import Cache, JudgedFile
@@ -34,12 +35,15 @@ def mode_enum_stub(pack: Pack) -> dict[str, str]:
 
 
 class Judge:
-    def __init__(self, locator: ModuleLocator, pack: Pack, codes: frozenset[str], cache: Cache) -> None:
+    def __init__(
+        self, locator: ModuleLocator, pack: Pack, codes: frozenset[str], cache: Cache, borrowed: Callable[[], set[str]]
+    ) -> None:
         from specguard.evaluation.program import program_factory
 
         self.pack, self.cache = pack, cache
         self.rules = [load_rule(code) for code in sorted(codes & EVALUATED)]
-        self.programs = program_factory(locator, mode_enum_stub(pack))
+        pack_top = (pack.padding.mode_enum or "").partition(".")[0]
+        self.programs = program_factory(locator, mode_enum_stub(pack), lambda top: top == pack_top or top in borrowed())
         self.live: set[str] = set()
         self.errors: list[str] = []
 

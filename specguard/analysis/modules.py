@@ -96,13 +96,17 @@ class ModuleLocator:
                 return path, where
         return None
 
+    def in_tree(self, top: str) -> bool:
+        """Whether an analyzed root holds this top-level package or module."""
+        if top not in self._in_tree:
+            self._in_tree[top] = any((r / top).is_dir() or (r / f"{top}.py").is_file() for r in self._roots)
+        return self._in_tree[top]
+
     def _roots_for(self, module: str, root: Path | None) -> list[Path]:
         """Where to look: the analyzed roots, or the installed copy when no analyzed root holds the top package
         (an installed vLLM never stands in for a module missing from the vLLM tree being checked)."""
         top = module.partition(".")[0]
-        if top not in self._in_tree:
-            self._in_tree[top] = any((r / top).is_dir() or (r / f"{top}.py").is_file() for r in self._roots)
-        if self._in_tree[top]:
+        if self.in_tree(top):
             return [*([root] if root is not None else []), *sorted(self._roots - {root}, key=str)]
         return self.installed(top)
 

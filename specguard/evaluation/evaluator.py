@@ -914,6 +914,11 @@ class Evaluator(Builtins):
     # ---- calls ----------------------------------------------------------------------------------------------
 
     def _e_call(self, e: ast.Call, frame: Frame, state: State) -> Any:
+        if not self.inline_unused and id(e) in self._dropped and self._module_level(e.func, frame, state):
+            values = [self.eval(a.value if isinstance(a, ast.Starred) else a, frame, state) for a in e.args]
+            values += [self.eval(kw.value, frame, state) for kw in e.keywords]
+            if not any(labels_of(v) or maybe_of(v) for v in values):
+                return UNKNOWN  # a module function whose result is dropped and that gets nothing labelled
         if isinstance(e.func, ast.Attribute):
             receiver = self.eval(e.func.value, frame, state)
             func = self.getattr(receiver, e.func.attr, state, frame.depth, node=e.func)
@@ -964,6 +969,14 @@ class Evaluator(Builtins):
             self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
             return UNKNOWN  # the caller only wants to know the call happens, and with what
         return self.call(func, args, kwargs, e, frame, state)
+
+    def _module_level(self, func: ast.expr, frame: Frame, state: State) -> bool:
+        """Whether a callee is named through a module's globals (not a local, not an attribute of an object)."""
+        while isinstance(func, ast.Attribute):
+            func = func.value
+        if not isinstance(func, ast.Name) or func.id in state.locals:
+            return False
+        return frame.closure is None or func.id not in frame.closure
 
     def call(
         self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State

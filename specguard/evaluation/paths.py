@@ -94,7 +94,7 @@ class Frame:
 
 def doubts(path: frozenset) -> tuple[str, ...]:
     """The undecided tests a path passes, as a verdict names them."""
-    return tuple(sorted(f"{cond.describe()} is {'true' if polarity else 'false'}" for cond, polarity in path))
+    return tuple(sorted(f"whether {cond.describe()} is {'true' if polarity else 'false'}" for cond, polarity in path))
 
 
 def join_values(options: list[tuple[Any, frozenset]]) -> Any:
@@ -120,7 +120,7 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
         if extra:
             maybe = maybe | labels_of(value)
             if labels_of(value):
-                why = why + tuple(d for d in doubts(extra) if d not in why)
+                why = why + tuple(f"depends on {d}" for d in doubts(extra) if f"depends on {d}" not in why)
         else:
             labels = labels | labels_of(value)
         maybe = maybe | maybe_of(value)

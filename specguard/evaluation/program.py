@@ -29,6 +29,7 @@ class Parsed:
         self.texts: dict[Path, str] = {}
 
     def module(self, name: str, path: Path, is_package: bool) -> tuple[ParsedModule | None, Stamp]:
+        path = path.absolute()  # one parse per file, however its path was spelled
         if path not in self.by_path:
             try:
                 if path in self.texts:
@@ -42,21 +43,30 @@ class Parsed:
             else:
                 parsed = ParsedModule(name, path, is_package, tree)
                 _Collector(parsed).collect(tree.body)
+                parsed.lines = text.splitlines()  # type: ignore[attr-defined]  # for preselections by reading
                 self.by_path[path] = (parsed, stamp)
         return self.by_path[path]
 
     def add_text(self, path: Path, text: str) -> None:
         """A module whose text is known already (an in-memory example, a fix being re-checked)."""
-        self.texts[path] = text
-        self.by_path.pop(path, None)
+        self.texts[path.absolute()] = text
+        self.by_path.pop(path.absolute(), None)
 
 
 class Program(SourceTree):
     """The project seen from one root (the folder holding a checked file's top package)."""
 
-    def __init__(self, locator: ModuleLocator, root: Path, parsed: Parsed, stubs: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        locator: ModuleLocator,
+        root: Path,
+        parsed: Parsed,
+        stubs: dict[str, str] | None = None,
+        readable: Callable[[str], bool] = lambda top: True,
+    ) -> None:
         super().__init__(root)
         self.locator = locator
+        self.readable = readable  # which installed top-level packages an evaluation may read (not torch, numpy)
         self.parsed = parsed
         self.stubs = stubs or {}  # module name -> source text standing in for a module nobody can locate
         self.read: dict[Path, Stamp] = {}  # every file read since the caller last cleared it, for the cache
@@ -67,6 +77,9 @@ class Program(SourceTree):
         return ""  # every module the locator finds belongs to the program
 
     def file_of(self, module: str) -> tuple[Path, bool] | None:
+        top = module.partition(".")[0]
+        if not (self.locator.in_tree(top) or self.readable(top)):
+            return None
         found = self.locator.find(module, self.root)
         if found is None:
             return None
@@ -112,14 +125,17 @@ class Program(SourceTree):
         return self.parsed.texts.get(path, "")
 
 
-def program_factory(locator: ModuleLocator, stubs: dict[str, str]) -> Callable[[Path], Program]:
-    """Programs by root, sharing one parse of every module."""
+def program_factory(
+    locator: ModuleLocator, stubs: dict[str, str], readable: Callable[[str], bool]
+) -> Callable[[Path], Program]:
+    """Programs by root, sharing one parse of every module. Of the installed packages, only those `readable`
+    allows are read: the analyzed code's own (an out-of-tree plugin's vLLM), never every library it imports."""
     parsed = Parsed()
     made: dict[Path, Program] = {}
 
     def program(root: Path) -> Program:
         if root not in made:
-            made[root] = Program(locator, root, parsed, stubs)
+            made[root] = Program(locator, root, parsed, stubs, readable)
         return made[root]
 
     program.parsed = parsed  # type: ignore[attr-defined]

@@ -10,12 +10,15 @@ Nothing here imports libcst: the main process never needs it.
 from __future__ import annotations
 
 import ast
+import bisect
+import functools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from specguard.analysis.ast_tools import FUNCTIONS, cached_on, has_decorator, same_scope, span
+from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, same_scope, span
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
 from specguard.deploy.source import ClassInfo, ParsedModule
@@ -44,6 +47,16 @@ MAX_DEPTH = 4  # calls followed from a function into helpers of helpers
 __all__ = ["BUDGET", "MAX_DEPTH", "OutOfBudget", "Question", "Scope", "Judgement"]
 
 
+@functools.lru_cache(maxsize=256)
+def _words(names: frozenset[str]) -> re.Pattern[str]:
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
+
+
+def words(names: set[str] | frozenset[str]) -> re.Pattern[str]:
+    """A pattern that finds any of these names as a whole word."""
+    return _words(frozenset(names))
+
+
 @dataclass(frozen=True, eq=False)
 class Scope:
     """A function not nested in another: a module-level function or a method of a class at any depth."""
@@ -68,9 +81,14 @@ class Scope:
         params = [*a.posonlyargs, *a.args]
         return [*(params[1:] if self.bound else params), *a.kwonlyargs]
 
+    @cached_property
+    def text(self) -> str:
+        lines = getattr(self.module, "lines", [])
+        return "\n".join(lines[self.node.lineno - 1 : self.node.end_lineno or self.node.lineno])
+
     def mentions(self, names: set[str]) -> bool:
-        """Whether the function's body names any of these (as a name or an attribute): a cheap preselection."""
-        return bool(names & _names(self.node))
+        """Whether the function's text names any of these as a word: a cheap preselection, by reading."""
+        return bool(names) and words(names).search(self.text) is not None
 
 
 @dataclass
@@ -144,16 +162,6 @@ def class_info(module: ParsedModule, node: ast.ClassDef) -> ClassInfo:
         elif isinstance(stmt, FUNCTIONS):
             info.methods[stmt.name] = stmt
     return info
-
-
-def _names(node: ast.AST) -> set[str]:
-    return cached_on(
-        node,
-        "names",
-        lambda n: {
-            x.id if isinstance(x, ast.Name) else x.attr for x in ast.walk(n) if isinstance(x, (ast.Name, ast.Attribute))
-        },
-    )
 
 
 # ---- what a callee value denotes ----------------------------------------------------------------------------
@@ -277,23 +285,41 @@ def inside(outer: ast.AST, node: ast.AST) -> bool:
 
 
 def aliases(q: Question, names: set[str]) -> set[str]:
-    """The names a module binds to any of `names` (imported as another name, a local or an attribute assigned
-    an expression that mentions one, a `functools.partial` of one), found by reading, for preselection only."""
+    """The names a module binds to any of `names` (imported as another name, a local or an attribute assigned an
+    expression that uses one as a value, e.g. a `functools.partial` of it), found by reading: a preselection."""
     found = set(names) | {local for local, target in q.facts.imports if target.rpartition(".")[2] in names}
-    assignments = [
-        (node.targets if isinstance(node, ast.Assign) else [node.target], node.value)
-        for node in ast.walk(q.module.tree)
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
-    ]
+    lines = getattr(q.module, "lines", [])
     grew = True
     while grew:
         grew = False
-        for targets, value in assignments:
-            if not (_names(value) & found):
-                continue
-            for target in targets:
-                name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)
-                if name and name not in found:
-                    found.add(name)
-                    grew = True
+        used = re.compile(words(found).pattern + r"(?!\s*\()")  # as a value, not called
+        hits = [number for number, line in enumerate(lines, 1) if used.search(line)]
+        for stmt in _statements_at(q.module.tree.body, hits):
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    name = target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)
+                    if name and name not in found:
+                        found.add(name)
+                        grew = True
     return found
+
+
+def _statements_at(body: list[ast.stmt], lines: list[int]) -> Iterator[ast.stmt]:
+    """The statements, at any depth (in functions and classes too), whose lines hold one of `lines` (sorted)."""
+    for stmt in body:
+        first = bisect.bisect_left(lines, stmt.lineno)
+        if first == len(lines) or lines[first] > (stmt.end_lineno or stmt.lineno):
+            continue
+        yield stmt
+        for block in _child_blocks(stmt):
+            yield from _statements_at(block, lines)
+
+
+def _child_blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, name, None)
+        if isinstance(block, list):
+            yield block
+    for holder in (*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())):
+        yield holder.body

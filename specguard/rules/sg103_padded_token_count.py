@@ -37,6 +37,7 @@ from specguard.rules.judging import (
     OutOfBudget,
     Question,
     Scope,
+    aliases,
     bind_arguments,
     bind_parameters,
     callee,
@@ -255,20 +256,37 @@ def _runtime_modes(q: Question) -> tuple[ClassInfo, list[EnumMember]] | None:
 
 
 def _candidates(q: Question) -> list[Scope]:
-    """The functions of speculators that build metadata, directly or through a helper of this module."""
-    names = set(q.pack.metadata.sink) | set(q.pack.speculators.shared_helpers)
-    names |= {local for local, target in q.facts.imports if target.rpartition(".")[2] in names}
+    """The functions of speculators that can hand a metadata build a token count: they call a build (a sink or a
+    shared helper, or an alias of one) or `partial`/`dict` with a token-count keyword, spread arguments or (a
+    build) several positional ones, name a token-count parameter as a dict key, or call such a function of this
+    module. A preselection by reading, so that only these are evaluated: the verdict is the evaluation's."""
+    sinks = aliases(q, set(q.pack.metadata.sink) | set(q.pack.speculators.shared_helpers))
+    counts = set(q.pack.metadata.token_count_params)
     scopes = [s for s in q.scopes if _speculator_scope(q, s)]
-    found: list[Scope] = []
+    found = {s for s in scopes if s.mentions(sinks) and "*" in s.text or s.mentions(counts)}
+    found = {s for s in found if _passes_a_count(s.node, sinks, counts)}
     grew = True
-    while grew:
+    while grew:  # a function calling a helper of the module that passes one does too
         grew = False
         for scope in scopes:
-            if scope not in found and scope.mentions(names):
-                found.append(scope)
-                names.add(scope.node.name)
+            if scope not in found and scope.mentions({f.node.name for f in found}):
+                found.add(scope)
                 grew = True
     return [s for s in scopes if s in found]
+
+
+def _passes_a_count(node: ast.AST, sinks: set[str], counts: set[str]) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            name = sub.func.attr if isinstance(sub.func, ast.Attribute) else getattr(sub.func, "id", None)
+            if name not in sinks and name not in ("partial", "dict"):
+                continue
+            spread = any(kw.arg is None for kw in sub.keywords) or any(isinstance(a, ast.Starred) for a in sub.args)
+            if any(kw.arg in counts for kw in sub.keywords) or spread or (name in sinks and len(sub.args) > 1):
+                return True
+        elif isinstance(sub, ast.Constant) and sub.value in counts:
+            return True
+    return False
 
 
 def _speculator_scope(q: Question, scope: Scope) -> bool:
@@ -323,7 +341,9 @@ def _judge_scope(
                 site.setdefault("modes", []).append(member.name)
                 site.setdefault("sources", []).extend(padded)
             elif padded or maybe:
-                site.setdefault("why", []).extend([*doubts(path), *why_of(value)] or ["a value it could not evaluate"])
+                site.setdefault("why", []).extend(
+                    [*(f"depends on {d}" for d in doubts(path)), *why_of(value)] or ["a value it could not evaluate"]
+                )
     for site in sites.values():
         if site.get("modes"):
             yield _finding(q, scope, site), site["build"], site["through"]

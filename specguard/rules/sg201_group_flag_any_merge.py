@@ -106,7 +106,7 @@ def _judge_flag(q: Question, scope: Scope, flag: str) -> Judgement | None:
                 continue
             if not state.path:
                 return _finding(q, scope, flag, group, merged, value)
-            why.extend(doubts(state.path))
+            why.extend(f"depends on {d}" for d in doubts(state.path))
     if why:
         return q.undecided("SG201", scope, scope.node, f"`{scope.qualname}`", "; ".join(dict.fromkeys(why))[:300])
     for group in AGREEING:
