@@ -184,6 +184,10 @@ class Builtins(ObjectModel):
             return self._reduce_numbers(short, args, kwargs, node)
         if short == "len" and len(args) == 1:
             return self._len(args[0])
+        if short in ("map", "filter") and len(args) == 2:
+            return self._map(short, args[0], args[1], node, frame, state)
+        if short == "round" and args and not known(plain(args[0])):
+            return self._value_preserving("round", args[0], args[1:], node)
         if short == "range":
             return self._range(args)
         if short == "enumerate" and args:
@@ -253,6 +257,27 @@ class Builtins(ObjectModel):
         if STAR_KWARGS in kwargs:
             return unknown_from(*out.values(), *kwargs.values())
         out.update(kwargs)
+        return out
+
+    def _map(self, kind: str, func: Any, source: Any, node: ast.AST, frame: Frame, state: State) -> Any:
+        """`map(f, xs)` and `filter(f, xs)`: `f` called on each element of a known sequence, or on any one."""
+        items = self.iterate(source)
+        if items is None:
+            element = self.element_of(source)
+            result = self.call(func, [element], {}, node, frame, state)
+            return Many(result if kind == "map" else element)
+        out = []
+        for item in items:
+            self.step()  # type: ignore[attr-defined]
+            result = self.call(func, [item], {}, node, frame, state) if func is not None else item
+            if kind == "map":
+                out.append(result)
+                continue
+            truth = self.truth(result, frame, state)
+            if truth is UNKNOWN:
+                return Many(join_values([(i, frozenset()) for i in items]))
+            if truth:
+                out.append(item)
         return out
 
     def _len(self, value: Any) -> Any:

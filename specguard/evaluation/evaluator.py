@@ -94,7 +94,8 @@ class OutOfBudget(Exception):
 
 
 class _PathEnds(Exception):
-    """Every path through a call raised: the path of the statement that made it ends there."""
+    """The statement being evaluated raises on every path (a call whose every path raised, an unpacking of the
+    wrong length): its path ends there, as a raise an enclosing `try` may catch."""
 
 
 def too_costly(op: ast.operator, left: Any, right: Any) -> bool:
@@ -207,6 +208,8 @@ class Evaluator(Builtins):
             try:
                 res = self.exec_stmt(stmt, frame, current)
             except _PathEnds:
+                if self.raise_ends_path:
+                    flow.raises.append(current)
                 current = None
                 break
             except RecursionError:  # nested too deep to evaluate: what it binds is unknown, the rest goes on
@@ -463,6 +466,8 @@ class Evaluator(Builtins):
         """An undecided test that verdicts must name: every one for `doubt_all`, else one about a subject."""
         if self.doubt_all:
             return True
+        if isinstance(value, OneOf):  # one of a few known values: each is a real possibility, forked freely
+            return False
         subjects = self.hooks.subjects
         return bool(subjects) and any(x.kind in subjects for x in labels_of(value) | maybe_of(value))
 
@@ -506,6 +511,12 @@ class Evaluator(Builtins):
             elif star is not None and len(items) >= len(targets) - 1:
                 after = len(targets) - star - 1
                 values = [*items[:star], list(items[star : len(items) - after]), *items[len(items) - after :]]
+        if values is None and isinstance(inner, (list, tuple)) and self.raise_ends_path:
+            raise _PathEnds  # ValueError: too many or not enough values to unpack
+        if values is None and isinstance(inner, (set, frozenset)) and self.raise_ends_path and star is None:
+            if len(inner) != len(targets):
+                raise _PathEnds
+            values = sorted(inner, key=repr)
         if values is None:
             element = self.element_of(value)
             values = [element] * len(targets)

@@ -91,6 +91,9 @@ BUILTINS = {
     "vars",
     "object",
     "print",
+    "round",
+    "map",
+    "filter",
 }
 
 _ORDER: dict[type, Callable[[Any, Any], Any]] = {

@@ -192,6 +192,10 @@ class _Counts(Hooks):
 
     def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
         inner = plain(base)
+        if isinstance(value, EnumMember) and value.cls.key == self.enum.key:
+            # a member of the mode enum: a test of something against it is a test of a mode, which the verdict
+            # must name when the evaluation cannot decide it (a mode it does not know, not the batch's)
+            return Tagged(value, frozenset({Label(MODE)}))
         element = plain(inner.element) if isinstance(inner, Many) else None
         if isinstance(element, Obj) and element.label == "descriptor":
             return ev.getattr(element, attr, state, 0, node=node)  # a producer we cannot read: its result
