@@ -84,6 +84,7 @@ _WIDE_PRINTF = re.compile(r"%[-+ #0]*(?:\*|\d{6,})")
 LOOP_ROUNDS = 3  # a loop over an unknown sequence runs its body until its locals settle, at most this often
 
 _STAR_UNKNOWN: Any = object()
+_RAISED: Any = object()  # an alternative that raises
 
 # A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
 STAR_KWARGS = "\0**"
@@ -650,7 +651,9 @@ class Evaluator(Builtins):
         undecided: list[Any] = []
         value: Any = None
         for operand in e.values:
-            value = self.eval(operand, frame, state)
+            value = self._branch_value(operand, frame, state) if undecided else self.eval(operand, frame, state)
+            if value is _RAISED:  # reached only past an undecided operand: the result is one of those
+                return self._either(undecided)
             truth = self.truth(value, frame, state)
             if truth is UNKNOWN:
                 undecided.append(value)
@@ -728,8 +731,8 @@ class Evaluator(Builtins):
             return UNKNOWN
         try:
             result = fn(a, b)
-        except Exception:  # noqa: BLE001 - division by zero or a type mismatch: the value is simply not known
-            return UNKNOWN
+        except (ZeroDivisionError, TypeError, ValueError, OverflowError):
+            return self.fails()  # what Python raises for these known operands
         return with_labels(result, labels)
 
     def _e_ifexp(self, e: ast.IfExp, frame: Frame, state: State) -> Any:
@@ -739,11 +742,21 @@ class Evaluator(Builtins):
             return self.eval(e.body, frame, state)
         if truth is False:
             return self.eval(e.orelse, frame, state)
-        a, b = self.eval(e.body, frame, state), self.eval(e.orelse, frame, state)
+        a, b = self._branch_value(e.body, frame, state), self._branch_value(e.orelse, frame, state)
+        if a is _RAISED or b is _RAISED:  # one side raises: the value, where there is one, is the other's
+            if a is b:
+                raise _PathEnds
+            return b if a is _RAISED else a
         if self.is_doubt(test):
             cond = self.cond(e.test, frame.module)
             return join_values([(a, frozenset({(cond, True)})), (b, frozenset({(cond, False)}))])
         return join_values([(a, frozenset()), (b, frozenset())])
+
+    def _branch_value(self, e: ast.expr, frame: Frame, state: State) -> Any:
+        try:
+            return self.eval(e, frame, state)
+        except _PathEnds:
+            return _RAISED
 
     def _e_namedexpr(self, e: ast.NamedExpr, frame: Frame, state: State) -> Any:
         value = self.eval(e.value, frame, state)
@@ -790,9 +803,18 @@ class Evaluator(Builtins):
                 return join_values([(v, frozenset()) for v in inner.values()])
             return unknown_from(base, key)
         if isinstance(inner, dict):
-            return inner.get(k, UNKNOWN)
-        if isinstance(inner, (list, tuple, str)) and isinstance(k, int) and -len(inner) <= k < len(inner):
-            return with_labels(inner[k], self.provenance(base))
+            return inner[k] if k in inner else self.fails()  # KeyError
+        if isinstance(inner, (list, tuple, str)) and isinstance(k, int):
+            if -len(inner) <= k < len(inner):
+                return with_labels(inner[k], self.provenance(base))
+            return self.fails()  # IndexError
+        return UNKNOWN
+
+    def fails(self) -> Any:
+        """A known operation that raises in Python (a division by zero, a missing key): its path ends there as a
+        raise, or, where raises do not end paths (the config pre-flight), its value is unknown."""
+        if self.raise_ends_path:
+            raise _PathEnds
         return UNKNOWN
 
     def _slice(self, base: Any, node: ast.Slice, frame: Frame, state: State) -> Any:

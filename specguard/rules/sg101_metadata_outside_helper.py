@@ -97,7 +97,9 @@ RULE = Rule(
     summary=(
         "Flags a speculator method, or a module-level function of a speculator module, that calls the "
         "attention-metadata sink (`build_attn_metadata`) anywhere but in the shared helpers defined by the "
-        "speculator base. Capture-time builders that pass `for_cudagraph_capture=True` are exempt."
+        "speculator base, however it reaches it: by name, through a local alias, a `functools.partial`, or an "
+        "attribute the instance was given. Capture-time builders, whose `for_cudagraph_capture` is True, are "
+        "exempt."
     ),
     why=(
         "Every speculator must agree with `query_start_loc` on how many tokens the batch has. vLLM fixed the "
@@ -105,15 +107,34 @@ RULE = Rule(
         "every speculator through one helper in the base class that picks the padded count only for FULL CUDA "
         "graphs. A speculator that builds metadata itself bypasses that choice and the DCP length recompute."
     ),
+    analysis=(
+        "The rule evaluates each call written in the function: its callee is what the evaluation finds there "
+        "(an import under any name, a local or instance attribute assigned the sink, a partial of it, the "
+        "function a module attribute names), and a method of some other object that shares the sink's name is "
+        "not the sink. The capture keyword is evaluated too (a local, a partial's bound argument): a build is "
+        "exempt only where it is True on every path.",
+    ),
     bad="""
+        import functools
+
         from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
         class MyDraftSpeculator(DraftModelSpeculator):
             def propose(self, num_reqs, batch_desc):
-                return build_attn_metadata(attn_groups=self.attn_groups, num_reqs=num_reqs)
+                return build_attn_metadata(attn_groups=self.attn_groups, num_reqs=num_reqs)  # SG101
+
+            def propose_steps(self, num_reqs, steps):
+                build = functools.partial(build_attn_metadata, attn_groups=self.attn_groups)
+                return [build(num_reqs=num_reqs, step=step) for step in range(steps)]  # SG101: a partial
+
+            def warmup(self, num_reqs, capture=False):
+                return build_attn_metadata(num_reqs=num_reqs, for_cudagraph_capture=capture)  # SG101: maybe not
     """,
     good="""
+        import functools
+
+        from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
         class MyDraftSpeculator(DraftModelSpeculator):
@@ -122,6 +143,11 @@ RULE = Rule(
                     num_reqs=num_reqs, batch_desc=batch_desc, num_query_per_req=1,
                     seq_lens_cpu_upper_bound=self.seq_lens_cpu_upper_bound, step=1,
                 )
+
+            def capture(self, num_reqs):
+                capturing = True
+                build = functools.partial(build_attn_metadata, for_cudagraph_capture=capturing)
+                return build(attn_groups=self.attn_groups, num_reqs=num_reqs)  # a capture-time builder
     """,
     check=check,
     applies=speculator_module,

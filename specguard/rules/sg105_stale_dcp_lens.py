@@ -161,16 +161,24 @@ RULE = Rule(
             ...
 
         class DraftModelSpeculator:
-            def _build_attn_metadata(self, num_reqs, num_tokens, dcp_local_seq_lens=None):
-                if dcp_local_seq_lens is None and self.dcp_size > 1:
+            def _build_attn_metadata(self, num_reqs, num_tokens):
+                lens = None
+                if self.dcp_size > 1:
                     prepare_dcp_local_seq_lens(
                         self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
                         self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
                     )
-                    dcp_local_seq_lens = self.input_buffers.dcp_local_seq_lens  # recomputed on this path
+                    lens = self.input_buffers.dcp_local_seq_lens  # recomputed on this path, just above
                 return build_attn_metadata(
                     num_reqs=num_reqs, num_tokens=num_tokens, seq_lens=self.input_buffers.seq_lens,
-                    dcp_local_seq_lens=dcp_local_seq_lens,
+                    dcp_local_seq_lens=lens,
+                )
+
+        class BaseSpeculator:
+            def _build_uniform_attn_metadata(self, num_reqs, num_tokens, dcp_local_seq_lens):
+                return build_attn_metadata(  # the caller's own lengths
+                    num_reqs=num_reqs, num_tokens=num_tokens, seq_lens=self.input_buffers.seq_lens,
+                    dcp_local_seq_lens=dcp_local_seq_lens[:num_reqs],
                 )
     """,
     check=check,

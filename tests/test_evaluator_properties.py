@@ -1,0 +1,235 @@
+"""Property tests of the static evaluator (specguard/evaluation) on generated programs, against CPython itself.
+
+The programs are generated here (never read from anywhere), so running them with `exec` is the oracle:
+- with known arguments, what the evaluator decides is what Python computes: a value it claims to know is the value
+  Python returns, a path it says always raises is a raise in Python, and what Python returns is among what the
+  evaluator says may be returned;
+- with an argument it does not know but has labelled, every value derived from it by data (arithmetic, builtins,
+  containers, locals, helper calls) carries its label: a padded count stays padded however it is computed;
+- whatever it is given, it ends within its budgets and never raises an error of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specguard.analysis.modules import ModuleLocator
+from specguard.evaluation.evaluator import Evaluator, OutOfBudget
+from specguard.evaluation.program import Parsed, Program
+from specguard.evaluation.values import (
+    UNKNOWN,
+    Abstract,
+    Function,
+    Label,
+    OneOf,
+    Tagged,
+    known,
+    labels_of,
+    maybe_of,
+    plain,
+)
+
+HELPERS = """
+def double(x):
+    return x * 2 + 1
+
+
+def pick(x, y, first=True):
+    if first:
+        return x
+    return y
+
+
+def total(xs):
+    out = 0
+    for x in xs:
+        out += x
+    return out
+"""
+
+NAMES = ["a", "b", "v0", "v1", "v2"]
+SMALL = st.integers(-4, 9)
+
+
+@st.composite
+def expression(draw: st.DrawFn, depth: int = 0, names: tuple[str, ...] = ("a", "b")) -> str:
+    leaves = [st.sampled_from(names), SMALL.map(str)]
+    if depth >= 3:
+        return draw(st.one_of(*leaves))
+    sub = expression(depth=depth + 1, names=names)
+    shapes = [
+        st.one_of(*leaves),
+        st.tuples(sub, st.sampled_from(["+", "-", "*", "//", "%", "|", "&"]), sub).map(
+            lambda t: f"({t[0]} {t[1]} {t[2]})"
+        ),
+        st.tuples(sub, sub).map(lambda t: f"max({t[0]}, {t[1]})"),
+        st.tuples(sub, sub).map(lambda t: f"min({t[0]}, {t[1]})"),
+        sub.map(lambda e: f"abs({e})"),
+        sub.map(lambda e: f"int({e})"),
+        sub.map(lambda e: f"double({e})"),
+        st.tuples(sub, sub).map(lambda t: f"pick({t[0]}, {t[1]})"),
+        st.tuples(sub, sub).map(lambda t: f"total([{t[0]}, {t[1]}, 1])"),
+        st.tuples(sub, sub).map(lambda t: f"[{t[0]}, {t[1]}][1]"),
+        st.tuples(sub, sub).map(lambda t: f"({t[0]}, {t[1]})[0]"),
+        st.tuples(sub, sub).map(lambda t: f"{{'k': {t[0]}, 'j': {t[1]}}}['k']"),
+        sub.map(lambda e: f"sum(x * 2 for x in [{e}, 3])"),
+        sub.map(lambda e: f"(lambda q: q - 1)({e})"),
+        st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} > 0 else {t[2]})"),
+        st.tuples(sub, sub).map(lambda t: f"({t[0]} or {t[1]})"),
+        st.tuples(sub, sub).map(lambda t: f"({t[0]} and {t[1]})"),
+    ]
+    return draw(st.one_of(*shapes))
+
+
+@st.composite
+def condition(draw: st.DrawFn, names: tuple[str, ...]) -> str:
+    left, right = draw(expression(2, names)), draw(expression(2, names))
+    op = draw(st.sampled_from(["<", "<=", "==", "!=", ">", ">="]))
+    test = f"{left} {op} {right}"
+    return draw(st.sampled_from([test, f"not ({test})", f"{test} and b > 0", f"{test} or a < 0"]))
+
+
+@st.composite
+def block(draw: st.DrawFn, depth: int = 0, branches: bool = True) -> list[str]:
+    lines: list[str] = []
+    defined = ["a", "b"]
+    for index in range(draw(st.integers(1, 4))):
+        names = tuple(defined)
+        target = f"v{index}"
+        kind = draw(st.sampled_from(["assign", "assign", "aug", "if", "for", "try", "assert", "unpack"]))
+        if not branches and kind in ("if", "try", "assert"):
+            kind = "assign"
+        if kind == "if" and depth < 2:
+            then = draw(block(depth + 1))
+            other = draw(block(depth + 1))
+            lines.append(f"{target} = 0")
+            lines.append(f"if {draw(condition(names))}:")
+            lines += ["    " + line for line in then] + [f"    {target} = {draw(expression(1, names))}"]
+            lines.append("else:")
+            lines += ["    " + line for line in other]
+            if draw(st.booleans()):
+                lines.append("    raise ValueError('refused')")
+        elif kind == "for" and depth < 2:
+            lines.append(f"{target} = {draw(expression(1, names))}")
+            lines.append(f"for i in range({draw(st.integers(0, 3))}):")
+            lines.append(f"    {target} = {target} + {draw(expression(2, (*names, 'i')))}")
+        elif kind == "try" and depth < 2:
+            lines.append("try:")
+            lines.append(f"    {target} = {draw(expression(1, names))}")
+            lines.append(f"    if {draw(condition(names))}:")
+            lines.append("        raise ValueError('inner')")
+            lines.append("except ValueError:")
+            lines.append(f"    {target} = {draw(expression(1, names))}")
+        elif kind == "assert":
+            lines.append(f"assert {draw(condition(names))}")
+            lines.append(f"{target} = {draw(expression(1, names))}")
+        elif kind == "unpack":
+            lines.append(f"{target}, _skip = {draw(expression(1, names))}, {draw(expression(1, names))}")
+        elif kind == "aug" and index:
+            lines.append(f"{target} = {draw(expression(1, names))}")
+            lines.append(f"{target} += {draw(expression(2, names))}")
+        else:
+            lines.append(f"{target} = {draw(expression(1, names))}")
+        defined.append(target)
+    lines.append(f"return {draw(expression(1, tuple(defined)))}")
+    return lines
+
+
+@st.composite
+def program(draw: st.DrawFn, branches: bool = True) -> str:
+    body = draw(block(branches=branches))
+    return HELPERS + "\n\ndef fn(a, b):\n" + "\n".join("    " + line for line in body) + "\n"
+
+
+def evaluate(text: str, bindings: dict[str, Any]) -> tuple[list[Any], int]:
+    """(the values fn's paths return, how many of its paths raise), as the evaluator says."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        path = root / "generated.py"
+        path.write_text(text)
+        locator = ModuleLocator(installed=False)
+        locator.add("generated", path, root)
+        prog = Program(locator, root, Parsed())
+        module = prog.module("generated")
+        assert module is not None
+        ev = Evaluator(prog, budget=20_000)
+        flow = ev.run(Function(module, module.functions["fn"]), bindings)
+    return [value for _, value in flow.returns], len(flow.raises)
+
+
+def run_python(text: str, a: Any, b: Any) -> tuple[bool, Any]:
+    scope: dict[str, Any] = {}
+    exec(compile(text, "generated.py", "exec"), scope)  # noqa: S102 - a program this test generated
+    try:
+        return True, scope["fn"](a, b)
+    except (ValueError, AssertionError, ZeroDivisionError):
+        return False, None
+
+
+def possible(value: Any) -> list[Any] | None:
+    """The known values an evaluated result may be; None when it is unknown."""
+    value = plain(value)
+    if isinstance(value, OneOf):
+        return [plain(v) for v in value.options]
+    return [value] if known(value) else None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program(), SMALL, SMALL)
+def test_what_the_evaluator_decides_is_what_python_computes(text: str, a: int, b: int) -> None:
+    ast.parse(text)
+    try:
+        returns, raises = evaluate(text, {"a": a, "b": b})
+    except OutOfBudget:
+        return  # not decided: allowed
+    returned, value = run_python(text, a, b)
+    if not returns:
+        assert not returned, (text, a, b, value)  # "always raises" must be true
+        return
+    if returned:
+        options = [possible(v) for v in returns]
+        if all(o is not None for o in options):
+            flat = [x for o in options for x in o]  # type: ignore[union-attr]
+            assert value in flat, (text, a, b, value, returns)
+    elif raises == 0:
+        assert all(possible(v) is None for v in returns), (text, a, b, returns)  # it claimed a value, Python raised
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program(branches=False), SMALL)
+def test_what_is_derived_from_a_labelled_value_keeps_its_label(text: str, b: int) -> None:
+    """Straight-line data flow (no branch on the labelled value, whose influence through control is not tracked):
+    when Python's result depends on `a`, the evaluated result carries `a`'s label."""
+    if any(word in text.split("def fn", 1)[1] for word in (" if ", " or ", " and ")):
+        return  # a choice made on `a` passes its influence by control, which labels do not follow
+    source = Label("src", "a")
+    try:
+        returns, _ = evaluate(text, {"a": Abstract(frozenset({source})), "b": b})
+    except OutOfBudget:
+        return
+    outcomes = {run_python(text, a, b) for a in (2, 3, 7)}
+    if len({value for ok, value in outcomes if ok}) <= 1 or not returns:
+        return  # no dependence on `a` that Python shows
+    for value in returns:
+        carried = labels_of(value) | maybe_of(value) | (value.labels if isinstance(value, Tagged) else frozenset())
+        assert source in carried or any(x.kind == "src" for x in carried), (text, value)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program())
+def test_unknown_arguments_never_make_it_fail(text: str) -> None:
+    with contextlib.suppress(OutOfBudget):  # a budget is a way to end, not an error
+        evaluate(text, {"a": UNKNOWN, "b": UNKNOWN})
+
+
+def test_the_generated_helpers_are_evaluated_not_guessed() -> None:
+    text = HELPERS + "\n\ndef fn(a, b):\n    return pick(double(a), total([b, 2]), first=b > 3)\n"
+    assert evaluate(text, {"a": 4, "b": 5}) == ([9], 0)
+    assert evaluate(text, {"a": 4, "b": 1}) == ([3], 0)
