@@ -129,6 +129,9 @@ class Question:
     def undecided(self, code: str, scope: Scope, node: ast.AST, what: str, why: str) -> Judgement:
         return Judgement(code, scope.qualname, span(node), False, what, why)
 
+    def out_of_budget(self, code: str, scope: Scope, what: str = "the function") -> Judgement:
+        return self.undecided(code, scope, scope.node, what, f"its evaluation ran out of budget ({BUDGET:,} steps)")
+
 
 def _scopes(
     module: ParsedModule, body: list[ast.stmt], cls: ClassInfo | None, prefix: str, methods: bool

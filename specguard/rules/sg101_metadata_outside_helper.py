@@ -73,7 +73,7 @@ def judge(q: Question) -> Iterator[Judgement]:
         try:
             ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), unknown_parameter))
         except (OutOfBudget, RecursionError):
-            yield q.undecided("SG101", scope, scope.node, f"`{scope.qualname}`", "evaluation budget exhausted")
+            yield q.out_of_budget("SG101", scope)
         helpers = q.pack.speculators.shared_helpers
         for node, name in sorted(hooks.builds.values(), key=lambda item: (item[0].lineno, item[0].col_offset)):
             yield q.judgement(

@@ -356,7 +356,7 @@ def _judge_scope(
             undecided = q.undecided("SG103", scope, site["node"], f"`{site['param']}=` of `{site['callee']}`", why)
             yield undecided, site["build"], site["through"]
     if budget and not any(s.get("modes") for s in sites.values()):
-        yield q.undecided("SG103", scope, scope.node, f"`{scope.qualname}`", "evaluation budget exhausted"), None, False
+        yield q.out_of_budget("SG103", scope), None, False
 
 
 def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:

@@ -66,7 +66,7 @@ def _judge_helper(q: Question, scope: Scope) -> Iterator[Judgement]:
     try:
         ev.run(scope.function, bind_parameters(scope.function, me, _parameter))
     except (OutOfBudget, RecursionError):
-        yield q.undecided("SG105", scope, scope.node, f"`{scope.qualname}`", "evaluation budget exhausted")
+        yield q.out_of_budget("SG105", scope)
         return
     if not hooks.sites:
         return

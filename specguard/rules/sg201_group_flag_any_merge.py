@@ -100,7 +100,7 @@ def _judge_flag(q: Question, scope: Scope, flag: str) -> Judgement | None:
     for group in DISAGREEING:
         returns = _run(q, scope, flag, group)
         if returns is None:
-            return q.undecided("SG201", scope, scope.node, f"`{scope.qualname}` on {list(group)}", "evaluation budget")
+            return q.out_of_budget("SG201", scope, f"the merge on layers {list(group)}")
         for state, merged, value in returns:
             if not isinstance(merged, Obj):
                 continue

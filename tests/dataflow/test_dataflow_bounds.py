@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.rules.judging import MAX_DEPTH
+from specguard.rules.judging import BUDGET, MAX_DEPTH
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -92,4 +92,6 @@ def test_loops_carry_values_from_one_iteration_to_the_next(check_speculator) -> 
 
 
 def test_the_readme_states_the_bound_the_code_has() -> None:
-    assert f"a chain of helpers is followed {MAX_DEPTH} calls deep" in " ".join(README.read_text().split())
+    readme = " ".join(README.read_text().split())
+    assert f"calls are followed {MAX_DEPTH} deep" in readme
+    assert f"a budget of {BUDGET:,} steps" in readme
