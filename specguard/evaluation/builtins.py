@@ -35,6 +35,7 @@ from specguard.evaluation.values import (
     labels_of,
     maybe_of,
     plain,
+    settled,
     unknown_from,
     with_labels,
 )
@@ -466,7 +467,7 @@ def _copy_of(source: Obj, state: State) -> Obj:
     fields = dict(source.fields)
     for (owner, attr), value in state.writes.items():
         if owner == id(source):
-            fields[attr] = value
+            fields[attr] = settled(value)
     return Obj(source.cls, fields, source.defaults, "", source.pinned, source.labels, dict(source.nodes))
 
 

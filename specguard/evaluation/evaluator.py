@@ -36,6 +36,7 @@ from specguard.evaluation.values import (
     Abstract,
     Bound,
     ClassRef,
+    Deferred,
     EnumMember,
     Function,
     LiteralType,
@@ -55,6 +56,7 @@ from specguard.evaluation.values import (
     maybe_of,
     plain,
     same_value,
+    settled,
     traced,
     unknown_from,
     with_labels,
@@ -143,6 +145,9 @@ class Evaluator(Builtins):
         self.raise_ends_path = raise_ends_path
         self.doubt_all = doubt_all
         self.inline_unused = inline_unused  # also inline calls whose result is dropped and that get nothing labelled
+        # A writer run's instance: a module-level call stored straight into one of its attributes is evaluated
+        # when something reads the attribute (a Deferred), so the calls behind attributes no one reads cost nothing.
+        self.lazy_owner: Obj | None = None
         self.outcomes: list[Outcome] = []
         self.calls: list[ast.AST] = []  # the call nodes being inlined, outermost first
         self._conds: dict[int, Cond] = {}
@@ -239,15 +244,61 @@ class Evaluator(Builtins):
         return Flow(normal=state)
 
     def _s_assign(self, stmt: ast.Assign, frame: Frame, state: State) -> Flow:
-        value = self.eval(stmt.value, frame, state)
+        value = self._deferred(stmt.targets, stmt.value, frame, state) or self.eval(stmt.value, frame, state)
         for target in stmt.targets:
             self.assign(target, value, frame, state, stmt)
         return Flow(normal=state)
 
     def _s_annassign(self, stmt: ast.AnnAssign, frame: Frame, state: State) -> Flow:
         if stmt.value is not None:
-            self.assign(stmt.target, self.eval(stmt.value, frame, state), frame, state, stmt)
+            value = self._deferred([stmt.target], stmt.value, frame, state) or self.eval(stmt.value, frame, state)
+            self.assign(stmt.target, value, frame, state, stmt)
         return Flow(normal=state)
+
+    def _deferred(self, targets: list[ast.expr], value: ast.expr, frame: Frame, state: State) -> Deferred | None:
+        """In a writer run (see `lazy_owner`), an assignment to locals or to the instance's attributes whose value
+        cannot write the instance: evaluated where it was written, on the state it had there, when first read."""
+        if self.lazy_owner is None or not self._lazy_targets(targets, state) or not self._inert(value, frame, state):
+            return None
+        snapshot = state.copy()
+
+        def evaluate() -> Any:
+            try:
+                return self.eval(value, frame, snapshot)
+            except (OutOfBudget, RecursionError, _PathEnds):
+                return UNKNOWN  # as the whole writer run would have been: nothing known of it
+
+        return Deferred(evaluate)
+
+    def _lazy_targets(self, targets: list[ast.expr], state: State) -> bool:
+        """Locals, attributes of the instance, or tuples of those: what a deferred value may be stored into."""
+        for target in targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                if not self._lazy_targets(target.elts, state):
+                    return False
+            elif isinstance(target, ast.Attribute):
+                if not (isinstance(target.value, ast.Name) and self._owner(target.value.id, state)):
+                    return False
+            elif not isinstance(target, ast.Name):
+                return False
+        return True
+
+    def _owner(self, name: str, state: State) -> bool:
+        return name in state.locals and plain(state.locals[name]) is self.lazy_owner
+
+    def _inert(self, value: ast.expr, frame: Frame, state: State) -> bool:
+        """An expression that cannot write the instance or bind a name: its calls are of module-level functions
+        and classes not handed the instance itself (a method of an object may write anything)."""
+        for node in ast.walk(value):
+            if isinstance(node, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
+                return False
+            if isinstance(node, ast.Call):
+                if not self._module_level(node.func, frame, state):
+                    return False
+                arguments = [*node.args, *(kw.value for kw in node.keywords)]
+                if any(isinstance(a, ast.Name) and self._owner(a.id, state) for a in arguments):
+                    return False
+        return True
 
     def _s_augassign(self, stmt: ast.AugAssign, frame: Frame, state: State) -> Flow:
         current = self.eval(stmt.target, frame, state)
@@ -330,6 +381,7 @@ class Evaluator(Builtins):
         target = getattr(stmt, "target", None)
         exits: list[State] = [state]
         current = state
+        containers = _containers(state)
         for _ in range(LOOP_ROUNDS):
             entry = current.copy()
             if target is not None:
@@ -345,6 +397,7 @@ class Evaluator(Builtins):
             current = again
         after = merge(exits)
         if after is not None:
+            _loosen(after, containers)
             after.path = state.path
             orelse = getattr(stmt, "orelse", [])
             if orelse:
@@ -475,7 +528,15 @@ class Evaluator(Builtins):
     def assign(self, target: ast.expr, value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
         if isinstance(target, ast.Name):
             hop = f"`{target.id}` (line {getattr(stmt, 'lineno', 0)})"
-            state.locals[target.id] = traced(value, hop, self.hooks.traced)
+            kinds = self.hooks.traced
+            if isinstance(value, Deferred):
+                state.locals[target.id] = Deferred(lambda: traced(value.value(), hop, kinds)) if kinds else value
+            else:
+                state.locals[target.id] = traced(value, hop, kinds)
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, Deferred):
+            items = Deferred(lambda: self._unpacked_or_unknown(target.elts, value.value()))
+            for index, element in enumerate(target.elts):
+                self.assign(element, Deferred(lambda i=index: items.value()[i]), frame, state, stmt)
         elif isinstance(target, (ast.Tuple, ast.List)):
             self._unpack(target.elts, value, frame, state, stmt)
         elif isinstance(target, ast.Attribute):
@@ -502,6 +563,20 @@ class Evaluator(Builtins):
             state.writes[(base.name, attr)] = value
 
     def _unpack(self, targets: list[ast.expr], value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
+        for target, item in zip(targets, self._unpacked(targets, value), strict=True):
+            if isinstance(target, ast.Starred):
+                self.assign(target.value, item if isinstance(item, list) else Many(item), frame, state, stmt)
+            else:
+                self.assign(target, item, frame, state, stmt)
+
+    def _unpacked_or_unknown(self, targets: list[ast.expr], value: Any) -> list[Any]:
+        try:
+            return self._unpacked(targets, value)
+        except _PathEnds:  # a deferred unpacking that would raise: read later, it is no value
+            return [UNKNOWN] * len(targets)
+
+    def _unpacked(self, targets: list[ast.expr], value: Any) -> list[Any]:
+        """What each target of `a, *b, c = value` gets (a starred one: a list, or the element of an unknown)."""
         inner = plain(value)
         star = next((i for i, t in enumerate(targets) if isinstance(t, ast.Starred)), None)
         values: list[Any] | None = None
@@ -521,11 +596,7 @@ class Evaluator(Builtins):
         if values is None:
             element = self.element_of(value)
             values = [element] * len(targets)
-        for target, item in zip(targets, values, strict=True):
-            if isinstance(target, ast.Starred):
-                self.assign(target.value, item if isinstance(item, list) else Many(item), frame, state, stmt)
-            else:
-                self.assign(target, item, frame, state, stmt)
+        return values
 
     def _delete(self, target: ast.expr, frame: Frame, state: State) -> None:
         if isinstance(target, ast.Subscript):
@@ -571,9 +642,9 @@ class Evaluator(Builtins):
 
     def _e_name(self, e: ast.Name, frame: Frame, state: State) -> Any:
         if e.id in state.locals:
-            return state.locals[e.id]
+            return settled(state.locals[e.id])
         if frame.closure is not None and e.id in frame.closure:
-            return frame.closure[e.id]
+            return settled(frame.closure[e.id])
         return self.module_value(frame.module, e.id)
 
     def _e_attribute(self, e: ast.Attribute, frame: Frame, state: State) -> Any:
@@ -970,7 +1041,11 @@ class Evaluator(Builtins):
             else:
                 args.append(self.eval(arg, frame, state))
         kwargs: dict[str, Any] = {}
+        reads = self.hooks.reads(self, func)
         for kw in e.keywords:
+            if reads is not None and kw.arg is not None and kw.arg not in reads and _pure(kw.value):
+                kwargs[kw.arg] = UNKNOWN  # the hooks answer this call without reading it
+                continue
             value = self.eval(kw.value, frame, state)
             if kw.arg is None:
                 inner = plain(value)
@@ -1234,6 +1309,61 @@ def _labelled(*values: Any) -> bool:
     return any(isinstance(v, (Tagged, Abstract, Sym, Many, Obj)) for v in values)
 
 
+def _containers(state: State) -> dict[int, Any]:
+    """The lists, dicts and sets a state's variables hold, each with a copy of what it holds now; a deferred value
+    not evaluated yet, with None (if a loop evaluates it, it held its `initial` before the loop)."""
+    found: dict[int, Any] = {}
+    for value in [*state.locals.values(), *state.writes.values()]:
+        if isinstance(value, Deferred) and not value.settled:
+            found[id(value)] = None
+        elif isinstance(inner := _held(value), (list, dict, set)):
+            found[id(inner)] = type(inner)(inner)
+    return found
+
+
+def _held(value: Any) -> Any:
+    if isinstance(value, Deferred):
+        return plain(value.value()) if value.settled else None
+    return plain(value)
+
+
+def _loosen(state: State, before: dict[int, Any]) -> None:
+    """After a loop that ran an unknown number of times, a container it changed (`append`, `d[k] = ...`) holds what
+    it held before or after any of its rounds: a list that grew has an unknown length, the values are joined."""
+    for table in (state.locals, state.writes):
+        for key, value in table.items():
+            inner = _held(value)
+            if not isinstance(inner, (list, dict, set)):
+                continue
+            old = before.get(id(inner))
+            if old is None and isinstance(value, Deferred) and id(value) in before:
+                old = value.initial  # evaluated in the loop: it held that before
+            if old is not None and not _same_items(old, inner):
+                table[key] = with_labels(_joined(old, inner), labels_of(settled(value)))
+
+
+def _same_items(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+    if isinstance(a, set):
+        return a == b
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _joined(old: Any, new: Any) -> Any:
+    def join(*values: Any) -> Any:
+        return join_values([(v, frozenset()) for v in values])
+
+    if isinstance(new, dict):
+        return {k: join(old[k], v) if k in old else v for k, v in new.items()} | {
+            k: v for k, v in old.items() if k not in new
+        }
+    if isinstance(new, list) and len(old) == len(new):
+        return [join(a, b) for a, b in zip(old, new, strict=True)]
+    items = [*old, *new]
+    return Many(join(*items) if items else UNKNOWN)
+
+
 def _settled(before: State, after: State) -> bool:
     keys = set(before.locals) | set(after.locals)
     return (
@@ -1275,6 +1405,13 @@ def _own_nodes(node: ast.AST) -> Iterable[ast.AST]:
         yield sub
         if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             todo.extend(ast.iter_child_nodes(sub))
+
+
+def _pure(expr: ast.expr) -> bool:
+    """An expression whose evaluation changes nothing (no call, no binding): skipping it loses nothing else."""
+    return not any(
+        isinstance(node, (ast.Call, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)) for node in ast.walk(expr)
+    )
 
 
 def _dropped_calls(node: ast.AST) -> set[int]:

@@ -43,6 +43,12 @@ class Hooks:
         """A call the client answers itself (a sink it watches, a producer it knows)."""
         return NOT_HANDLED
 
+    def reads(self, ev: Evaluator, func: Any) -> frozenset[str] | None:
+        """For a call `call` answers: the keyword arguments it reads (None: every one). The evaluator does not
+        evaluate the others where that cannot change anything else (no call in them): a build's count is all SG103
+        reads, and the instance attributes its other arguments name are never computed."""
+        return None
+
     def attribute(self, ev: Evaluator, base: Any, attr: str, value: Any, node: ast.AST | None, state: State) -> Any:
         """`base.attr` after the evaluator found `value` for it (UNKNOWN when it knows nothing)."""
         return NOT_HANDLED

@@ -12,7 +12,7 @@ from typing import Any
 from specguard.analysis.ast_tools import cached_on
 from specguard.deploy.source import ClassInfo, SourceTree
 from specguard.evaluation.paths import join_values
-from specguard.evaluation.values import UNKNOWN, Function, Obj, traced
+from specguard.evaluation.values import UNKNOWN, Function, Obj, settled, traced
 
 Evaluate = Callable[[Function, Obj, "dict | None"], list[tuple[Any, dict[tuple[Any, str], Any]]]]
 
@@ -40,9 +40,20 @@ def _self_attributes(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozense
         target.attr
         for node in ast.walk(method)
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for target in _flat(node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == me
     )
+
+
+def _flat(targets: list[ast.expr]) -> list[ast.expr]:
+    """Assignment targets with tuples unpacked: `self.a, (self.b, *self.c) = ...` assigns a, b and c."""
+    out: list[ast.expr] = []
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            out.extend(_flat(target.elts))
+        else:
+            out.append(target.value if isinstance(target, ast.Starred) else target)
+    return out
 
 
 class InstanceAttributes:
@@ -78,7 +89,7 @@ class InstanceAttributes:
                 for written, line in self._run(cls, klass, method, key, evaluate):
                     if attr in written:
                         hop = f"`self.{attr}`, set in `{klass.name}.{method.name}` (line {line.get(attr, 0)})"
-                        options.append((traced(written[attr], hop, traced_kinds), frozenset()))
+                        options.append((traced(settled(written[attr]), hop, traced_kinds), frozenset()))
             value = join_values(options) if options else UNKNOWN
         finally:
             self._computing.discard(ident)

@@ -40,6 +40,7 @@ from specguard.evaluation.values import (
     labels_of,
     plain,
     same_value,
+    settled,
     unknown_from,
     with_labels,
 )
@@ -152,7 +153,7 @@ class ObjectModel:
         if isinstance(base, Obj):
             key = (id(base), attr)
             if key in state.writes:
-                return state.writes[key]
+                return settled(state.writes[key])
             if attr in base.fields:
                 return base.fields[attr]
             if base.cls is not None:

@@ -15,6 +15,7 @@ from specguard.evaluation.values import (
     NO_LABELS,
     UNKNOWN,
     Abstract,
+    Deferred,
     Label,
     Many,
     Obj,
@@ -23,6 +24,7 @@ from specguard.evaluation.values import (
     maybe_of,
     one_of,
     same_value,
+    settled,
     why_of,
 )
 
@@ -105,6 +107,8 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
     first = options[0][0]
     if all(same_value(first, value) for value, _ in options[1:]):
         return first
+    if any(isinstance(value, Deferred) for value, _ in options):  # joined when read, as each option is
+        return Deferred(lambda: join_values([(settled(value), extra) for value, extra in options]))
     if all(isinstance(value, Obj) for value, _ in options) and _same_class(options):
         return _join_objects(options)
     if all(isinstance(value, Many) for value, _ in options):

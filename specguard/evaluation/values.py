@@ -12,6 +12,7 @@ analyzed source defines (classes, functions, enum members, objects) or what lies
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,6 +233,37 @@ class Partial:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     nodes: dict[str, ast.AST] = field(default_factory=dict)
+
+
+class Deferred:
+    """What a call stored into an attribute will be, evaluated the first time something reads it: a writer of
+    instance attributes, run for one of them, does not evaluate (or parse the module of) the calls behind the
+    others. `thunk` evaluates it where it was written; a read of it while it is being evaluated is unknown."""
+
+    __slots__ = ("_thunk", "_value", "initial")
+
+    def __init__(self, thunk: Callable[[], Any]) -> None:
+        self._thunk: Callable[[], Any] | None = thunk
+        self._value: Any = UNKNOWN
+        self.initial: Any = None  # a container it evaluated to, as it was then (code may change it after)
+
+    @property
+    def settled(self) -> bool:
+        return self._thunk is None
+
+    def value(self) -> Any:
+        if self._thunk is not None:
+            thunk, self._thunk = self._thunk, None
+            self._value = thunk()
+            inner = plain(self._value)
+            if isinstance(inner, (list, dict, set)):
+                self.initial = type(inner)(inner)
+        return self._value
+
+
+def settled(value: Any) -> Any:
+    """A stored value as it is read: a deferred one evaluated."""
+    return value.value() if isinstance(value, Deferred) else value
 
 
 @dataclass(frozen=True, eq=False)

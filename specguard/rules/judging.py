@@ -269,8 +269,10 @@ def writes_of(
     q: Question, hooks: Hooks, function: Function, me: Obj, parameter: Parameter, writes: dict | None = None
 ) -> list[tuple[Any, dict]]:
     """A method that writes an instance attribute, run on its own (calls in it followed one level deep) from the
-    instance's state `writes` (of an earlier call, or none): what each of its paths leaves written."""
+    instance's state `writes` (of an earlier call, or none): what each of its paths leaves written. What it assigns
+    that cannot write the instance is evaluated when read, so an attribute costs only the statements it needs."""
     ev = q.evaluator(hooks, max_depth=1, inline_unused=False)
+    ev.lazy_owner = me
     try:
         flow = ev.run(function, bind_parameters(function, me, parameter), writes=writes)
     except (OutOfBudget, RecursionError):

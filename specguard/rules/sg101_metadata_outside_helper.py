@@ -46,6 +46,12 @@ class _Builds(Hooks):
                 self.builds.setdefault(id(node), (node, target.name))
         return UNKNOWN  # a metadata build: not followed into
 
+    def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
+        target = callee(func)
+        if target is None or target.method or target.name not in self.sinks:
+            return None
+        return frozenset({self.q.pack.metadata.capture_keyword or ""})
+
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED

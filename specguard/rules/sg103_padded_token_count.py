@@ -34,6 +34,7 @@ from specguard.fixes.model import Edit
 from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
 from specguard.rules.judging import (
     MAX_DEPTH,
+    Callee,
     OutOfBudget,
     Question,
     Scope,
@@ -83,7 +84,7 @@ class _Counts(Hooks):
         self.origins: set[str] = set()
         pad, meta = q.pack.padding, q.pack.metadata
         self.sinks, self.helpers = set(meta.sink), set(q.pack.speculators.shared_helpers)
-        self.count_params = set(meta.token_count_params)
+        self.count_params = frozenset(meta.token_count_params)
         self.producers, self.padded_producers = set(pad.descriptor_producers), set(pad.padded_producers)
         self.descriptor_types, self.padded_names = set(pad.descriptor_types), set(pad.padded_names)
         self.dp_counts = set(pad.dp_rank_counts)
@@ -159,13 +160,19 @@ class _Counts(Hooks):
 
     # ---- calls: the sinks it watches, the producers it knows ---------------------------------------------------
 
+    def _build(self, target: Callee | None) -> bool:
+        """A metadata build: the sink, or a shared helper called as a method."""
+        if target is None:
+            return False
+        return (target.name in self.sinks and not target.method) or (target.name in self.helpers and target.method)
+
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
     ) -> Any:
         target = callee(func)
         if target is None:
             return NOT_HANDLED
-        if (target.name in self.sinks and not target.method) or (target.name in self.helpers and target.method):
+        if self._build(target):
             if self.record:
                 self._site(ev, target, args, kwargs, node, frame, state)
             return UNKNOWN  # a metadata build: not followed into
@@ -176,6 +183,9 @@ class _Counts(Hooks):
         if target.name in self.padded_producers:
             return self.padded(f"{target.name}(...)", node)
         return NOT_HANDLED
+
+    def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
+        return self.count_params if self._build(callee(func)) else None
 
     def _site(
         self, ev: Any, target: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any

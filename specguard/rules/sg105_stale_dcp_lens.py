@@ -47,6 +47,12 @@ class _Lengths(Hooks):
             return fresh
         return NOT_HANDLED
 
+    def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
+        target = callee(func)
+        if target is None or target.method or target.name not in self.sinks:
+            return None
+        return frozenset({self.q.pack.metadata.dcp_param or ""})
+
 
 def _parameter(param: ast.arg, frame: Frame) -> Any:
     return Abstract(frozenset({Label(PARAM, param.arg)}))

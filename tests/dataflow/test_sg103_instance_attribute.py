@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from specguard.analysis.engine import check_paths
+
 
 def test_attribute_written_in_one_method_and_read_in_another_is_flagged(check_speculator) -> None:  # type: ignore[no-untyped-def]
     checked = check_speculator(
@@ -78,3 +84,106 @@ def test_reassigned_locally_before_the_use(check_speculator) -> None:  # type: i
         """
     )
     assert checked.findings == []
+
+
+# Issue #20: a writer of instance attributes evaluates what it assigns only when the attribute is read.
+
+
+def test_attributes_a_writer_sets_through_calls_and_tuples_still_carry_the_padded_count(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        from myspec import counts
+
+        class TupleSpeculator(DraftModelSpeculator):
+            def prepare(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                pair = counts.both(batch_desc, num_reqs)
+                self.real_reqs, self.tokens = pair
+                self.first, _ = counts.both(batch_desc, num_reqs)
+
+            def propose(self, num_reqs):
+                self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=self.real_reqs)
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=self.tokens)  # flagged
+        """,
+        counts="""
+        def both(desc, num_reqs):
+            return num_reqs, desc.num_tokens
+        """,
+    )
+    (finding,) = checked.findings
+    assert finding.line == checked.line("# flagged")
+    assert "`self.tokens`, set in `TupleSpeculator.prepare`" in finding.message
+
+
+WRITER = """\
+from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+from myspec import counts, heavy
+
+
+class LazySpeculator(DraftModelSpeculator):
+    def __init__(self, cfg, batch_desc: BatchExecutionDescriptor):
+        self.tables = heavy.build_tables(cfg)
+        names = [name for name in heavy.layer_names(cfg)]
+        self.layer_names = set(names)
+        self.tokens = counts.padded(batch_desc)
+
+    def propose(self, num_reqs):
+        {guard}
+        return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=self.tokens, tables=self.tables)
+"""
+
+
+@pytest.mark.parametrize("reads_tables", [False, True])
+def test_a_writer_reads_only_the_modules_the_attributes_read_need(tmp_path: Path, vllm_source, reads_tables) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "project"
+    (root / "myspec").mkdir(parents=True)
+    (root / "vllm").symlink_to(vllm_source("0.28.0"))
+    (root / "myspec" / "__init__.py").write_text("")
+    drafter = root / "myspec" / "drafter.py"
+    # a build reads only its count: the tables it is handed are computed only where a test reads them
+    drafter.write_text(WRITER.format(guard="if not self.tables:\n            return None" if reads_tables else "pass"))
+    (root / "myspec" / "counts.py").write_text("def padded(desc):\n    return desc.num_tokens\n")
+    (root / "myspec" / "heavy.py").write_text(
+        "def build_tables(cfg):\n    return [cfg]\n\n\ndef layer_names(cfg):\n    return []\n"
+    )
+    result = check_paths([root / "myspec"], use_cache=False)
+    assert [f.code for f in result.findings] == ["SG103"]
+    assert result.project is not None
+    read = {Path(path).name for path, *_ in result.project.cache.judgements[str(drafter)].deps}
+    assert "counts.py" in read
+    assert ("heavy.py" in read) is reads_tables
+
+
+def test_a_list_a_loop_of_unknown_length_appends_to_has_an_unknown_length(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    """vLLM 0.24.0's DFlash: `self.attn_groups, _, _ = init_attn_backend(...)` builds its groups in loops over the
+    KV-cache config, and `set_attn` asserts exactly one of them has layers. The loops run an unknown number of times:
+    the list may have any length (not the evaluator's three rounds), so the assert may hold."""
+    checked = check_speculator(
+        """
+        def init_groups(cfg):
+            groups = []
+            for group in cfg.kv_cache_groups:
+                names = []
+                for name in group.layer_names:
+                    names.append(name)
+                groups.append(names)
+            return groups, None, None
+
+        class GroupSpeculator(DraftModelSpeculator):
+            def __init__(self):
+                self.group_id = -1
+
+            def set_attn(self, cfg):
+                self.attn_groups, _, _ = init_groups(cfg)
+                drafts = [gid for gid, g in enumerate(self.attn_groups) if g]
+                assert len(drafts) == 1
+                self.group_id = drafts[0]
+
+            def propose(self, num_reqs, batch_desc: BatchExecutionDescriptor):
+                assert self.group_id >= 0
+                n = batch_desc.num_tokens
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # flagged
+        """
+    )
+    assert [f.line for f in checked.findings] == [checked.line("# flagged")]
