@@ -87,18 +87,19 @@ def test_a_corrupt_cache_is_only_a_slower_run(tmp_path: Path) -> None:
     assert run(root) == ["leaf.py:7:SG101"]
 
 
-def test_warm_run_imports_neither_pydantic_nor_libcst_nor_the_runtime_stack(tmp_path: Path) -> None:
+def test_warm_run_imports_neither_pydantic_nor_libcst_nor_the_evaluator_nor_the_runtime_stack(tmp_path: Path) -> None:
     root = tree(tmp_path, "DraftModelSpeculator")
     probe = textwrap.dedent("""
         import sys
         from specguard.cli import main
         code = main(["check", "fork", "--cache-dir", "cache"])
-        heavy = sorted(m for m in ("libcst", "pydantic", "torch", "vllm", "flashinfer") if m in sys.modules)
-        print(code, heavy)
+        names = ("libcst", "pydantic", "specguard.evaluation", "torch", "vllm", "flashinfer")
+        print(code, sorted(m for m in names if m in sys.modules))
     """)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}  # no validated pack from earlier runs
     cold = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, env=env)
-    assert cold.stdout.splitlines()[-1] == "1 ['libcst', 'pydantic']"  # validates the pack, parses leaf.py
+    # It validates the pack, judges leaf.py on the evaluator and parses it with libcst for the other rules.
+    assert cold.stdout.splitlines()[-1] == "1 ['libcst', 'pydantic', 'specguard.evaluation']"
     warm = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, env=env)
     assert warm.stdout.splitlines()[-1] == "1 []"
     assert list((tmp_path / "xdg" / "specguard" / "validated").glob("pack-*.msgpack"))

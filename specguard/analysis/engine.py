@@ -23,7 +23,7 @@ from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import is_suppressed
 from specguard.errors import SourceError
 from specguard.packs import Pack, load_pack
-from specguard.rules import ALL_CODES
+from specguard.rules import ALL_CODES, EVALUATED, load_rule
 from specguard.settings import Settings
 
 # Below this many files to scan, forking workers costs more than it saves.
@@ -80,11 +80,15 @@ def _result_key(scan: FileScan, facts: FileFacts, codes: frozenset[str]) -> str:
 
 
 def _warm_up() -> None:
-    """Runs first in each worker: import libcst and the rules while the main process scans files."""
-    from specguard.analysis import evaluate  # noqa: F401
-    from specguard.rules import all_rules
+    """Runs first in each worker: import libcst and the rules on it while the main process scans files."""
+    import libcst  # noqa: F401
 
-    all_rules()
+    from specguard.analysis import evaluate  # noqa: F401
+    from specguard.analysis.positions import spans  # noqa: F401
+    from specguard.fixes.from_cst import checked_fix  # noqa: F401
+
+    for code in set(ALL_CODES) - EVALUATED:
+        load_rule(code)
 
 
 class _Run:
@@ -158,10 +162,21 @@ class _Run:
         return self._judge
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
-        """Stage two: the files some enabled rule can match, evaluated (or taken from the cache). Each file goes
-        to the workers as soon as its facts are known, so libcst there overlaps the evaluation of the next file's
-        judgements here."""
-        jobs, keys, live_results = [], {}, set()
+        """Stage two: the files some enabled rule can match, evaluated (or taken from the cache). A file goes to
+        the workers for the rules on libcst as soon as its facts are known, and this process judges it meanwhile
+        (the rules on the evaluator need the whole project in view); its judgements then go to the workers too,
+        to be reported with their fixes."""
+        jobs: list[Job] = []
+        keys: dict[str, str] = {}
+        live_results: set[str] = set()
+        cst_codes, judged_codes = self.codes - EVALUATED, self.codes & EVALUATED
+
+        def settle(path: str, scan: FileScan, facts: FileFacts) -> str:
+            """Record a file's judgements; the key of its findings."""
+            result.undecided.extend((path, j) for j in facts.judgements if not j.decided)
+            keys[path] = _result_key(scan, facts, self.codes)
+            live_results.add(keys[path])
+            return keys[path]
 
         def produce() -> Iterator[Job]:
             for path, scan in self.scans.items():
@@ -171,26 +186,39 @@ class _Run:
                 if scan.summary is None or not scan.mentions:
                     continue
                 facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
-                facts = self.judge.facts(path, scan.root, facts, scan.mentions, scan.digest)
-                result.undecided.extend((path, j) for j in facts.judgements if not j.decided)
-                key = _result_key(scan, facts, self.codes)
-                live_results.add(key)
-                if key in self.cache.results:
-                    result.findings.extend(self.cache.results[key])
+                known = self.judge.cached(path, facts, scan.digest)
+                if known is not None and settle(path, scan, known) in self.cache.results:
+                    result.findings.extend(self.cache.results[keys[path]])
                     continue
-                keys[path] = key
-                jobs.append((path, facts, self.pack, self.codes, scan.mentions, scan.summary.definitions))
+                definitions = scan.summary.definitions
+                jobs.append((path, facts, self.pack, cst_codes, scan.mentions, definitions))
                 yield jobs[-1]
+                if known is None:
+                    known = self.judge.facts(path, scan.root, facts, scan.mentions, scan.digest)
+                    settle(path, scan, known)
+                if any(j.decided for j in known.judgements):
+                    jobs.append((path, known, self.pack, judged_codes, scan.mentions, definitions))
+                    yield jobs[-1]
 
         # With workers, libcst's native parser runs only there: a fault in it must not take the run down.
         outcomes = pool.run_as_produced(_evaluate, produce(), on_crash=_evaluate_crashed)
         result.errors.extend(self.judge.errors)
-        result.parsed = len(jobs)
+        result.parsed = len({job[0] for job in jobs})
+        per_file: dict[str, list[Finding]] = {}
+        failed: set[str] = set()
         for job, (findings, error) in zip(jobs, outcomes, strict=True):
-            if error is not None:
+            if error is not None and job[0] not in failed:  # one line per file, whichever of its jobs failed
                 result.errors.append(error)
+            if error is not None:
+                failed.add(job[0])
+            else:
+                per_file.setdefault(job[0], []).extend(findings)
+        for path, findings in per_file.items():
+            if path in failed:
                 continue
-            self.cache.put_result(keys[job[0]], findings)
+            unreadable = list(dict.fromkeys(f for f in findings if f.code == "SG000"))
+            findings = unreadable or findings  # a file libcst cannot read is reported as that alone
+            self.cache.put_result(keys[path], findings)
             result.findings.extend(findings)
         self.cache.save(set(self.scans) | self.borrowed, live_results)
 
@@ -311,5 +339,8 @@ def _evaluate_text(
     index.add(summary, root)
     facts = index.facts(summary, root, pack, owners)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
+    errors = len(judge.errors)
     facts = judge.facts(path, root, facts, mentions, "", text=text)
+    if len(judge.errors) > errors:  # an in-memory check has no report to put it in: it must not pass unseen
+        raise RuntimeError(judge.errors[-1])
     return evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions)

@@ -1,4 +1,7 @@
-"""Stage two, per candidate file: parse with libcst (where a rule walks its tree) and run the enabled rules."""
+"""Stage two, per candidate file: parse with libcst (where a rule walks its tree) and run the enabled rules.
+
+The rules on the evaluator only report the judgements the main process made: a file with nothing else to check
+is not parsed again, nor is libcst imported for it."""
 
 from __future__ import annotations
 
@@ -6,11 +9,10 @@ from pathlib import Path
 
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts
-from specguard.analysis.positions import spans
 from specguard.analysis.source import decode, read_bytes
 from specguard.analysis.sparse import sparse_source
 from specguard.errors import SourceError
-from specguard.fixes.from_cst import checked_fix
+from specguard.fixes.model import fix_of
 from specguard.packs import Pack
 from specguard.rules import load_rule
 from specguard.rules.base import Diagnostic, Rule, RuleContext
@@ -37,21 +39,36 @@ def evaluate_source(
     rules = [r for r in rules if r.judge is None or r.code in judged]  # a judged rule reports only what it decided
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
+    parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
+    if all(r.judge is not None for r in rules):  # rules on `ast`, fixed by text edits: no libcst
+        ctx = RuleContext(None, facts, pack, mentions, parsed, source=text)
+        found = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
+        places = [ctx.span(d.span) for _, d in found if d.span is not None]
+        fixes = [fix_of(d.fix.applicability, d.fix.message, d.fix.edits) if d.fix else None for _, d in found]
+        return _findings(path, found, places, fixes)
     import libcst as cst
 
+    from specguard.analysis.positions import spans
+    from specguard.fixes.from_cst import checked_fix
+
     try:
-        parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
-        module = cst.parse_module(parsed) if any(r.judge is None for r in rules) else None
+        module = cst.parse_module(parsed)
         ctx = RuleContext(module, facts, pack, mentions, parsed, source=text)
-        found: list[tuple[str, Diagnostic]] = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
+        found = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         nodes = [diag.node for _, diag in found if diag.node is not None]
-        located = iter(spans(module, nodes) if nodes and module is not None else [])
+        located = iter(spans(module, nodes) if nodes else [])
         places = [ctx.span(diag.span) if diag.span is not None else next(located) for _, diag in found]
         fixes = [checked_fix(module, diag.fix, text, parsed) if diag.fix else None for _, diag in found]
     except cst.ParserSyntaxError as exc:
         return [source_error(path, f"syntax error (libcst): {exc.message}", exc.raw_line)]
     except RecursionError:  # libcst's and the rules' tree walks are recursive; CPython's parser let it through
         return [source_error(path, "cannot analyze: expression nesting too deep")]
+    return _findings(path, found, places, fixes)
+
+
+def _findings(
+    path: str, found: list[tuple[str, Diagnostic]], places: list[tuple[int, int, int, int]], fixes: list
+) -> list[Finding]:
     return [
         Finding(path, line, col, code, diag.message, end_line, end_col, diag.symbol, fix)
         for (code, diag), (line, col, end_line, end_col), fix in zip(found, places, fixes, strict=True)

@@ -12,6 +12,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specguard.analysis.cache import Cache, JudgedFile
 from specguard.analysis.findings import Judgement
@@ -19,6 +20,10 @@ from specguard.analysis.index import FileFacts
 from specguard.analysis.modules import ModuleLocator
 from specguard.packs import Pack
 from specguard.rules import EVALUATED, load_rule
+
+if TYPE_CHECKING:
+    from specguard.evaluation.program import Program
+    from specguard.rules.base import Rule
 
 
 def mode_enum_stub(pack: Pack) -> dict[str, str]:
@@ -35,37 +40,61 @@ def mode_enum_stub(pack: Pack) -> dict[str, str]:
 
 
 class Judge:
+    """Judges candidate files. A warm run takes every judgement from the cache: it imports neither the rules on the
+    evaluator nor the evaluator, which load the first time a file must be judged."""
+
     def __init__(
         self, locator: ModuleLocator, pack: Pack, codes: frozenset[str], cache: Cache, borrowed: Callable[[], set[str]]
     ) -> None:
-        from specguard.evaluation.program import program_factory
-
         self.pack, self.cache = pack, cache
-        self.rules = [load_rule(code) for code in sorted(codes & EVALUATED)]
-        pack_top = (pack.padding.mode_enum or "").partition(".")[0]
-        self.programs = program_factory(locator, mode_enum_stub(pack), lambda top: top == pack_top or top in borrowed())
-        self.live: set[str] = set()
+        self.codes = sorted(codes & EVALUATED)
+        self._locator, self._borrowed = locator, borrowed
+        self._rules: list[Rule] | None = None
+        self._programs: Callable[[Path], Program] | None = None
         self.errors: list[str] = []
 
     def facts(
         self, path: str, root: Path, facts: FileFacts, mentions: frozenset[str], digest: str, text: str | None = None
     ) -> FileFacts:
         """The file's facts with its judgements. `text`: the file's text when it is not (yet) on disk as checked."""
-        rules = [rule for rule in self.rules if rule.applies(facts, self.pack, mentions)]
-        if not rules:
+        if not self.codes:
             return facts
-        key = _key(digest, facts, [rule.code for rule in rules])
-        self.live.add(path)
+        if text is None and (known := self.cached(path, facts, digest)) is not None:
+            return known
+        found, deps, failed = self._judge(path, root, facts, mentions, text)
+        key = _key(digest, facts, self.codes)
+        if text is None and not failed:
+            self.cache.put_judged(path, JudgedFile(key, deps, found))
+        return dataclasses.replace(facts, judgements=found)
+
+    def cached(self, path: str, facts: FileFacts, digest: str) -> FileFacts | None:
+        """The file's facts with its judgements when the cache has them (for every file the evaluation read
+        unchanged), else None: then `facts` computes them."""
+        if not self.codes:
+            return facts
+        # Whether a rule applies is a function of what the key holds (the content, the facts, the pack).
+        key = _key(digest, facts, self.codes)
         cached = self.cache.judgements.get(path)
-        if text is None and cached is not None and cached.key == key and _unchanged(cached.deps):
+        if cached is not None and cached.key == key and _unchanged(cached.deps):
             return dataclasses.replace(facts, judgements=cached.judgements)
+        return None
+
+    def _judge(
+        self, path: str, root: Path, facts: FileFacts, mentions: frozenset[str], text: str | None
+    ) -> tuple[tuple[Judgement, ...], tuple[tuple[str, int, int], ...], bool]:
+        """(the judgements, the files the evaluation read with their stamps, whether a rule failed)."""
+        if self._rules is None:
+            self._rules = [load_rule(code) for code in self.codes]
+        rules = [rule for rule in self._rules if rule.applies(facts, self.pack, mentions)]
+        if not rules:
+            return (), (), False
         from specguard.rules.judging import Question
 
-        program = self.programs(root)
+        program = self._program(root)
         program.read.clear()
         module = program.module_at(facts.module, Path(path), text)
         if module is None:
-            return facts
+            return (), (), False
         question = Question(path, module, facts, self.pack, program)
         judgements: list[Judgement] = []
         failed = False
@@ -78,11 +107,17 @@ class Judge:
                     f"{path}: internal error while evaluating ({rule.code}): {type(exc).__name__}: {exc} "
                     "(please report it)"
                 )
-        found = tuple(sorted(judgements))
-        if text is None and not failed:
-            deps = tuple(sorted((str(p), *stamp) for p, stamp in program.read.items()))
-            self.cache.put_judged(path, JudgedFile(key, deps, found))
-        return dataclasses.replace(facts, judgements=found)
+        deps = tuple(sorted((str(p), *stamp) for p, stamp in program.read.items()))
+        return tuple(sorted(judgements)), deps, failed
+
+    def _program(self, root: Path) -> Program:
+        if self._programs is None:
+            from specguard.evaluation.program import program_factory
+
+            pack_top = (self.pack.padding.mode_enum or "").partition(".")[0]
+            readable = lambda top: top == pack_top or top in self._borrowed()  # noqa: E731
+            self._programs = program_factory(self._locator, mode_enum_stub(self.pack), readable)
+        return self._programs(root)
 
 
 def _key(digest: str, facts: FileFacts, codes: list[str]) -> str:

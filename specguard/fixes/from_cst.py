@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from specguard.analysis.cst_tools import kids
-from specguard.fixes.model import Edit, Fix, split_lines
+from specguard.fixes.model import Edit, Fix, fix_of, split_lines
 
 if TYPE_CHECKING:
     from specguard.rules.base import NodeFix
@@ -132,6 +132,4 @@ def checked_fix(module: cst.Module | None, fix: NodeFix, original: str, parsed: 
         for number in range(edit.line, last + 1):
             if number > len(parsed_lines) or original_lines[number - 1] != parsed_lines[number - 1]:
                 return None
-    if not edits and not fix.edits:
-        return None
-    return Fix(fix.applicability, fix.message, tuple(sorted([*edits, *fix.edits], key=lambda e: (e.start, e.end))))
+    return fix_of(fix.applicability, fix.message, [*edits, *fix.edits])

@@ -56,6 +56,12 @@ class Fix:
         return False
 
 
+def fix_of(applicability: Applicability, message: str, edits: Iterable[Edit]) -> Fix | None:
+    """A fix made of these edits, in order; none without an edit."""
+    ordered = tuple(sorted(edits, key=lambda e: (e.start, e.end)))
+    return Fix(applicability, message, ordered) if ordered else None
+
+
 def split_lines(text: str) -> list[str]:
     """Lines with their endings, split at "\\n" only, as line numbers in edits count them."""
     return _LINES.findall(text)
