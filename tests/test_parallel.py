@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from specguard.analysis.parallel import Workers, _shards
 
@@ -48,3 +49,23 @@ def test_without_workers_everything_runs_here() -> None:
     with Workers(0) as pool:
         results = pool.run_as_produced(_square_and_pid, iter([(3,), (4,)]), on_crash=_never)
     assert results == [(9, os.getpid()), (16, os.getpid())]
+
+
+def _slow_in_a_worker(n: int, main: int) -> int:
+    if os.getpid() != main:
+        time.sleep(0.5)  # the worker is still busy when the main process has done its share
+    return n
+
+
+def test_the_main_process_uses_its_wait_for_the_workers() -> None:
+    waited: list[bool] = []
+    with Workers(1) as pool:
+        jobs = [(n, os.getpid()) for n in range(4)]
+        results = pool.run(
+            _slow_in_a_worker, jobs, on_crash=_never, main_share=0.5, while_waiting=lambda: waited.append(True)
+        )
+    assert results == [0, 1, 2, 3]
+    assert waited == [True]
+    with Workers(0) as pool:  # no worker to wait for
+        pool.run(_slow_in_a_worker, jobs, on_crash=_never, main_share=0.5, while_waiting=lambda: waited.append(False))
+    assert waited == [True]

@@ -119,7 +119,11 @@ class _Run:
                 pass
             todo.append((path, self.pack.needles, self.pack.needle_groups))
         pool = workers(len(todo))
-        for scan in pool.run(scan_file, todo, on_crash=_scan_crashed, main_share=_MAIN_SCAN_SHARE):
+        # Waiting for the workers' shards, this process loads what judging will need (the rules on the evaluator).
+        scans = pool.run(
+            scan_file, todo, on_crash=_scan_crashed, main_share=_MAIN_SCAN_SHARE, while_waiting=self.judge.load
+        )
+        for scan in scans:
             self.scans[scan.path] = scan
             if scan.stamp != (0, 0):
                 self.cache.put_scan(scan.path, scan)

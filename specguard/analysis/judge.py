@@ -83,9 +83,7 @@ class Judge:
         self, path: str, root: Path, facts: FileFacts, mentions: frozenset[str], text: str | None
     ) -> tuple[tuple[Judgement, ...], tuple[tuple[str, int, int], ...], bool]:
         """(the judgements, the files the evaluation read with their stamps, whether a rule failed)."""
-        if self._rules is None:
-            self._rules = [load_rule(code) for code in self.codes]
-        rules = [rule for rule in self._rules if rule.applies(facts, self.pack, mentions)]
+        rules = [rule for rule in self.load() if rule.applies(facts, self.pack, mentions)]
         if not rules:
             return (), (), False
         from specguard.rules.judging import Question
@@ -109,6 +107,12 @@ class Judge:
                 )
         deps = tuple(sorted((str(p), *stamp) for p, stamp in program.read.items()))
         return tuple(sorted(judgements)), deps, failed
+
+    def load(self) -> list[Rule]:
+        """The rules on the evaluator, imported (and the evaluator with them) the first time they are needed."""
+        if self._rules is None:
+            self._rules = [load_rule(code) for code in self.codes]
+        return self._rules
 
     def _program(self, root: Path) -> Program:
         if self._programs is None:

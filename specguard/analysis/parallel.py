@@ -62,10 +62,17 @@ class Workers:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
     def run(
-        self, fn: Callable[..., R], jobs: Sequence[Job], *, on_crash: Callable[[Job], R], main_share: float
+        self,
+        fn: Callable[..., R],
+        jobs: Sequence[Job],
+        *,
+        on_crash: Callable[[Job], R],
+        main_share: float,
+        while_waiting: Callable[[], object] | None = None,
     ) -> list[R]:
         """fn(*job) for every job, in order, in one shard per process; the main process takes `main_share` of
-        the jobs (it starts at once, while the workers first warm up)."""
+        the jobs (it starts at once, while the workers first warm up), then runs `while_waiting` if a worker is
+        still busy."""
         if self.pool is None or not jobs:
             return [fn(*job) for job in jobs]
         local, *remote = _shards(len(jobs), [main_share] + [(1.0 - main_share) / self.count] * self.count)
@@ -74,6 +81,8 @@ class Workers:
         results: list[Any] = [None] * len(jobs)
         for i in local:
             results[i] = fn(*jobs[i])
+        if while_waiting is not None and not all(future.done() for future in futures):
+            while_waiting()
         from concurrent.futures.process import BrokenProcessPool
 
         for shard, future in zip(remote, futures, strict=True):
