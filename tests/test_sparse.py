@@ -53,3 +53,27 @@ def test_a_definition_that_names_the_sink_only_through_an_alias_is_kept(tmp_path
         "        return bam()\n"
     )
     assert [f.line for f in check_paths([tmp_path], use_cache=False).findings] == [5]
+
+
+def test_libcst_parses_only_a_file_whose_summary_shows_what_a_libcst_rule_matches(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """SG102 needs a speculator subclass that defines a shared helper, SG104 a name of the DCP preparation: a
+    speculator module with neither is judged on the evaluator and never parsed with libcst."""
+    import libcst
+
+    from specguard.analysis import engine
+
+    header = "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n"
+    (tmp_path / "plain.py").write_text(
+        header
+        + "class Plain(DraftModelSpeculator):\n    def propose(self, n):\n        return self._build_attn_metadata(n)\n"
+    )
+    (tmp_path / "override.py").write_text(
+        header + "class Override(DraftModelSpeculator):\n    def _build_attn_metadata(self, n):\n        return n\n"
+    )
+    parsed: list[str] = []
+    real = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda text, *a, **k: parsed.append(text) or real(text, *a, **k))
+    monkeypatch.setattr(engine, "cores", lambda: 1)  # every job in this process, where the patch holds
+    findings = check_paths([tmp_path], use_cache=False).findings
+    assert [(f.path.rpartition("/")[2], f.code) for f in findings] == [("override.py", "SG102")]
+    assert len(parsed) == 1 and "class Override" in parsed[0]

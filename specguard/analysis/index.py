@@ -25,6 +25,8 @@ class FileFacts:
     spec_classes: frozenset[str]  # KV-cache/attention spec classes defined in this file
     sink_accepts_dcp: bool
     object_imports: frozenset[str] = frozenset()  # imported names known not to be modules (see calls_function)
+    # methods named as a shared helper that a speculator class of this file, not a base, defines ("Class.method")
+    helper_overrides: frozenset[str] = frozenset()
     # what the rules on the evaluator concluded about its sites (computed with the whole project in view)
     judgements: tuple[Judgement, ...] = ()
 
@@ -220,4 +222,10 @@ class ProjectIndex:
             spec_classes=frozenset(spec_classes),
             sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, root, sink)),
             object_imports=self._object_imports(summary, root, call_owners),
+            helper_overrides=frozenset(
+                f"{name}.{method}"
+                for name in speculators
+                if last(name) not in bases
+                for method in sorted(summary.classes[name].methods & set(pack.speculators.shared_helpers))
+            ),
         )

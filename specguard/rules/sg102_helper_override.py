@@ -7,8 +7,15 @@ from collections.abc import Iterator
 import libcst as cst
 
 from specguard.analysis.cst_tools import dotted, kids, parameters, scopes
+from specguard.analysis.index import FileFacts
 from specguard.fixes.cst_edits import delete_statement
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.packs import Pack
+from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
+
+
+def _overrides_a_helper(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
+    """A speculator subclass of the file defines a shared helper (from the summary: no parse needed to know)."""
+    return bool(facts.helper_overrides)
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -179,7 +186,7 @@ RULE = Rule(
                 )
     """,
     check=check,
-    applies=speculator_module,
+    applies=_overrides_a_helper,
     fix_availability="sometimes",
     fix_summary=(
         "Safe, and offered only for an override that is a pure forward: its body only returns "

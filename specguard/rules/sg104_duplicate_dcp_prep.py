@@ -17,14 +17,20 @@ from specguard.analysis.cst_tools import (
     parameters,
     scopes,
 )
+from specguard.analysis.index import FileFacts
 from specguard.fixes.cst_edits import delete_statements, without_keyword
 from specguard.fixes.import_edits import drop_import
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.packs import Pack
+from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
 
 
 def is_capture_builder_call(call: cst.Call, ctx: RuleContext) -> bool:
     arg = keyword(call, ctx.pack.metadata.capture_keyword or "")
     return arg is not None and is_true(arg.value)
+
+
+def _names_a_preparation(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
+    return facts.is_speculator_module and bool(mentions & set(pack.dcp.prepare))
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -187,7 +193,7 @@ RULE = Rule(
                 return self._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
     """,
     check=check,
-    applies=speculator_module,
+    applies=_names_a_preparation,
     fix_availability="sometimes",
     fix_summary=(
         "Unsafe, and offered only when what the call prepares (its first argument, the buffer it fills, or what "
