@@ -43,7 +43,7 @@ def test_text_output_and_exit_code_1(cli, project: Path) -> None:  # type: ignor
 def test_clean_tree_exits_0(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "ok.py").write_text("def build_attn_metadata():\n    return 1\n")
     out = cli("check", ".", cwd=tmp_path)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "All checks passed!\n", "")
 
 
 def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
@@ -194,7 +194,7 @@ def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-unty
     """)
     )
     out = cli("check", "pkg", cwd=project)
-    assert (out.returncode, out.stdout) == (0, "")
+    assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
     # walking up: the config is found from a subfolder too
     assert cli("check", ".", cwd=project / "pkg").returncode == 0
 
