@@ -131,8 +131,19 @@ def test_statistics(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli("check", str(EXAMPLES), "--statistics", "--no-cache")
     assert out.returncode == 1
     lines = out.stdout.splitlines()
-    assert len(lines) == 7 and all(line.split()[0] == "1" for line in lines)
-    assert any("SG103  padded-token-count" in line for line in lines)
+    assert lines[:7] == [
+        "1\tSG101\t[ ] metadata-outside-helper",
+        "1\tSG102\t[*] helper-override",
+        "1\tSG103\t[ ] padded-token-count",
+        "1\tSG104\t[ ] duplicate-dcp-prep",
+        "1\tSG105\t[ ] stale-dcp-lens",
+        "1\tSG201\t[*] group-flag-any-merge",
+        "1\tSG202\t[ ] dcp-causal-bound-geometry",
+    ]
+    assert lines[7:] == [
+        "Found 7 findings.",
+        "[*] 2 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`).",
+    ]
 
 
 def test_statistics_as_json_like_ruff(cli) -> None:  # type: ignore[no-untyped-def]
@@ -141,14 +152,15 @@ def test_statistics_as_json_like_ruff(cli) -> None:  # type: ignore[no-untyped-d
     rows = json.loads(out.stdout)
     assert len(rows) == 7 and {r["count"] for r in rows} == {1}
     assert {"code": "SG103", "name": "padded-token-count", "count": 1, "fixable": False, "fixable_count": 0} in rows
+    assert {"code": "SG102", "name": "helper-override", "count": 1, "fixable": True, "fixable_count": 1} in rows
 
 
 @pytest.mark.parametrize("fmt", ["sarif", "github"])
 def test_statistics_with_a_format_that_cannot_carry_counts_is_refused(cli, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    out = cli("check", str(EXAMPLES), "--statistics", "--format", fmt, "--no-cache")
+    out = cli("check", str(EXAMPLES), "--statistics", "--output-format", fmt, "--no-cache")
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr.splitlines() == [
-        f"specguard: error: --statistics prints counts as text or json, not {fmt}; drop one of the two"
+        f"specguard: error: --statistics prints counts as concise or json, not {fmt}; drop one of the two"
     ]
 
 

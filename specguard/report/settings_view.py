@@ -30,7 +30,7 @@ def _quoted(items: list[str]) -> list[str]:
 
 
 def render_settings(settings: Settings, file: Path, source: Path | None, args: argparse.Namespace) -> str:
-    enabled = ["SG000", *sorted(settings.enabled(ALL_CODES))]  # SG000 always runs
+    rules = sorted(settings.enabled(ALL_CODES))
     unsafe = {None: "hint", True: "true", False: "false"}[settings.unsafe_fixes]
     cache_dir = settings.cache_dir or settings.root / ".specguard_cache"
     per_file = {pattern: sorted(codes) for pattern, codes in settings.per_file_ignores.items()}
@@ -52,8 +52,9 @@ def render_settings(settings: Settings, file: Path, source: Path | None, args: a
         f"file_resolver.project_root = {_value(settings.root.resolve())}",
         "",
         "# Linter Settings",
-        f"linter.rules.enabled = {_list([f'{rule_name(c)} ({c})' for c in enabled])}",
-        f"linter.rules.should_fix = {_list([f'{rule_name(c)} ({c})' for c in ALL_CODES if settings.is_fixable(c)])}",
+        # SG000 is reported whatever the selection, and never fixed
+        f"linter.rules.enabled = {_list([f'{rule_name(c)} ({c})' for c in ['SG000', *rules]])}",
+        f"linter.rules.should_fix = {_list([f'{rule_name(c)} ({c})' for c in rules if settings.is_fixable(c)])}",
         f"linter.per_file_ignores = {per_file}",
         f"linter.rule_packs = {_list(_quoted([str(p) for p in settings.rule_packs]))}",
     ]
