@@ -328,3 +328,15 @@ def test_a_reader_that_leaves_early_gets_no_traceback(args: list[str]) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == (1 if args[0] == "check" else 0)
     assert stderr == ""
+
+
+def test_a_file_level_noqa_never_hides_a_file_that_does_not_parse(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "broken.py").write_text("# specguard: noqa\nfrom vllm import build_attn_metadata\ndef f(:\n")
+    out = cli("check", "broken.py", "--output-format", "json", cwd=tmp_path)
+    assert out.returncode == 1 and [i["code"] for i in json.loads(out.stdout)] == ["SG000"]
+
+
+@pytest.mark.parametrize("level", ["-q", "-s"])
+def test_quiet_and_silent_still_say_errors(cli, project: Path, level: str) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "pkg", "missing.py", level, cwd=project)
+    assert out.returncode == 2 and out.stderr == "specguard: error: missing.py: no such file or directory\n"
