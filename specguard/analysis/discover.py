@@ -109,7 +109,8 @@ class _Walker:
         seen.add(key)
         return True
 
-    def walk(self, folder: str, rel: str, ignores: Ignores | None) -> Iterator[str]:
+    def walk(self, folder: str, rel: str, ignores: Ignores | None, absolute: str) -> Iterator[str]:
+        """The files under `folder` (as typed; `absolute` is the same folder as ignore files see it)."""
         try:
             st = os.stat(folder)
         except OSError:
@@ -122,7 +123,6 @@ class _Walker:
             return
         prefix = "" if rel == "." else rel + "/"
         if ignores is not None:
-            absolute = os.path.abspath(folder)  # ignore files match the path as walked, links not resolved
             ignores = ignores.enter(absolute, {e.name for e in entries})
         for entry in entries:
             entry_rel = prefix + entry.name
@@ -133,7 +133,7 @@ class _Walker:
                 if ignores is not None and ignores.ignored(f"{absolute}/{entry.name}", is_dir):
                     continue
                 if is_dir:
-                    yield from self.walk(entry.path, entry_rel, ignores)
+                    yield from self.walk(entry.path, entry_rel, ignores, f"{absolute}/{entry.name}")
                 elif entry.name.endswith(".py") and entry.is_file():
                     # a plain file's identity needs no stat: its folder's device and the inode scandir read
                     if entry.is_symlink():
@@ -165,8 +165,9 @@ def discover(
             continue
         elif path.is_dir():
             folder = os.path.normpath(path)
-            ignores = Ignores.above(os.path.dirname(os.path.abspath(folder))) if respect_gitignore else None
-            for file in walker.walk(folder, walker.relative(str(path)), ignores):
+            absolute = os.path.abspath(folder)  # ignore files match the path as walked, links not resolved
+            ignores = Ignores.above(os.path.dirname(absolute)) if respect_gitignore else None
+            for file in walker.walk(folder, walker.relative(str(path)), ignores, absolute):
                 result.files.append(file[2:] if file.startswith("./") else file)  # as Path would print it
         elif path.is_file():
             if walker.first_visit(walker.seen_files, str(path)):

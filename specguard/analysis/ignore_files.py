@@ -17,9 +17,9 @@ from specguard._files import DATA_CAP, UnreadableFile, read_regular
 
 
 def _translate(glob: str) -> str:
-    """A gitignore glob (no leading `!`, no trailing `/`) as a regular expression over a `/`-separated path
-    relative to the ignore file's folder: `*`, `?` and `[...]` never cross a `/`, `**` does where git says so."""
-    anchored = "/" in glob
+    """A gitignore glob (no leading `!`, no trailing `/`) as a regular expression: over a name for a glob without
+    a `/` (git matches those at any depth, against the name), else over the `/`-separated path relative to the
+    ignore file's folder. `*`, `?` and `[...]` never cross a `/`; `**` does where git says so."""
     glob = glob.removeprefix("/")
     out, i = [], 0
     while i < len(glob):
@@ -48,9 +48,7 @@ def _translate(glob: str) -> str:
         else:
             out.append(re.escape(c))
         i += 1
-    body = "".join(out)
-    # a pattern without a slash (other than a trailing one) matches a name at any depth
-    return body if anchored else f"(?:.*/)?{body}"
+    return "".join(out)
 
 
 _POSIX_CLASSES = {
@@ -102,9 +100,14 @@ def _class_end(glob: str, start: int) -> int | None:
     return None
 
 
+_SPECIAL = frozenset("*?[\\")
+
+
 @dataclass(frozen=True)
 class _Pattern:
+    glob: str
     regex: re.Pattern[str]
+    on_name: bool  # no `/`: matched against the name, at any depth
     negated: bool
     dir_only: bool
 
@@ -132,26 +135,64 @@ def _parse(text: str) -> list[_Pattern]:
         if not line:
             continue
         try:
-            patterns.append(_Pattern(re.compile(_translate(line), re.DOTALL), negated, dir_only))
+            regex = re.compile(_translate(line), re.DOTALL)
         except re.error:
             continue  # a pattern git could not use either (a reversed range, `[z-a]`)
+        patterns.append(_Pattern(line, regex, "/" not in line, negated, dir_only))
     return patterns
 
 
+_ANY_DEPTH = "(?:.*/)?"
+
+
+def _any(patterns: list[_Pattern]) -> re.Pattern[str] | None:
+    """One expression matching where any of `patterns` does. Those that start at any depth (`**/x`) share that
+    start, so the expression walks back over the path's folders once, not once per pattern."""
+    if not patterns:
+        return None
+    deep = [p.regex.pattern[len(_ANY_DEPTH) :] for p in patterns if p.regex.pattern.startswith(_ANY_DEPTH)]
+    rest = [p.regex.pattern for p in patterns if not p.regex.pattern.startswith(_ANY_DEPTH)]
+    parts = [*(f"(?:{r})" for r in rest), *([f"{_ANY_DEPTH}(?:{'|'.join(deep)})"] if deep else [])]
+    return re.compile("|".join(parts), re.DOTALL)
+
+
 class IgnoreFile:
-    """One file's patterns; `decide` answers for a path relative to the folder the file applies to."""
+    """One file's patterns; `decide` answers for a path relative to the folder the file applies to.
+
+    Most paths match no pattern, and a file can hold hundreds: a first pass tells those apart cheaply (literal names
+    by a set, `*.ext` names by one `endswith`, the rest by one expression for names and one for paths); only a path
+    that some pattern matches is walked through the patterns to find the last one that does."""
 
     def __init__(self, text: str) -> None:
         self.patterns = _parse(text)
-        # one pass of one expression tells the usual case (no pattern matches) apart
-        self.any = re.compile("|".join(f"(?:{p.regex.pattern})" for p in self.patterns), re.DOTALL)
+        names, suffixes, other_names, paths = [], [], [], []
+        for p in self.patterns:
+            if not p.on_name:
+                paths.append(p)
+            elif not _SPECIAL & set(p.glob):
+                names.append(p.glob)
+            elif p.glob[:1] == "*" and not _SPECIAL & set(p.glob[1:]):
+                suffixes.append(p.glob[1:])
+            else:
+                other_names.append(p)
+        self.names, self.suffixes = frozenset(names), tuple(suffixes)
+        self.name_any, self.path_any = _any(other_names), _any(paths)
+
+    def _hit(self, rel: str, name: str) -> bool:
+        return (
+            name in self.names
+            or (bool(self.suffixes) and name.endswith(self.suffixes))
+            or (self.name_any is not None and self.name_any.fullmatch(name) is not None)
+            or (self.path_any is not None and self.path_any.fullmatch(rel) is not None)
+        )
 
     def decide(self, rel: str, is_dir: bool) -> bool | None:
         """True: ignored; False: re-included by a `!` pattern; None: no pattern matches."""
-        if not self.patterns or not self.any.fullmatch(rel):
+        name = rel.rpartition("/")[2]
+        if not self._hit(rel, name):
             return None
         for pattern in reversed(self.patterns):
-            if (is_dir or not pattern.dir_only) and pattern.regex.fullmatch(rel):
+            if (is_dir or not pattern.dir_only) and pattern.regex.fullmatch(name if pattern.on_name else rel):
                 return not pattern.negated
         return None
 
