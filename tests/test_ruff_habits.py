@@ -46,6 +46,7 @@ class MySpeculator(DraftModelSpeculator):
     def _build_attn_metadata(self, *args, **kwargs):
         return super()._build_attn_metadata(*args, **kwargs)
 """
+RUFF_JSON = ["check", "--no-cache", "--output-format", "json"]
 # ruff's counterpart, selected with RUFF_TWO_RULES: E741 on line 1 (no fix), F401 on line 2 (a safe fix).
 RUFF_TWO_FINDINGS = "l = 1\nimport os\n"
 RUFF_TWO_RULES = ["--select", "E741,F401"]
@@ -319,10 +320,7 @@ def test_select_most_specific_finds_what_it_selects(cli, tmp_path: Path, env) ->
     """The issue's case end to end: today both tools report the one selected rule's finding."""
     write(tmp_path, "late.py", text="import os\nfrom __future__ import annotations\n")  # F401 and F404
     theirs = ruff(
-        "check",
-        "--no-cache",
-        "--output-format",
-        "json",
+        *RUFF_JSON,
         "--select",
         "F404",
         "--ignore",
@@ -495,10 +493,7 @@ def test_file_level_noqa_as_ruff_reads_it(cli, tmp_path: Path, env, directive: s
     write(tmp_path, "theirs/lint.py", text=theirs_text)
     ours = cli("check", "--no-cache", "--output-format", "json", "spec.py", cwd=tmp_path / "ours", env=env)
     theirs = ruff(
-        "check",
-        "--no-cache",
-        "--output-format",
-        "json",
+        *RUFF_JSON,
         "--select",
         "F401,E741",
         "lint.py",
