@@ -154,7 +154,7 @@ def run_check(args: argparse.Namespace) -> int:
     if args.diff or settings.fix:
         result, fixed = _run_fixes(args, paths, settings, result)
         if args.diff:
-            return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed else EXIT_CLEAN
+            return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed and not args.exit_zero else EXIT_CLEAN
     findings = result.findings
     if args.write_baseline:
         write_baseline(args.write_baseline, findings, settings)
@@ -167,7 +167,7 @@ def run_check(args: argparse.Namespace) -> int:
     if result.errors:
         return EXIT_ERROR
     if args.write_baseline or args.exit_zero:
-        return EXIT_CLEAN  # the findings were recorded as asked: a success, as ruff's --add-noqa is
+        return EXIT_CLEAN  # recorded as asked (a success, as ruff's --add-noqa is), or asked for outright
     return EXIT_FINDINGS if findings else EXIT_CLEAN
 
 
