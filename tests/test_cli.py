@@ -340,3 +340,13 @@ def test_a_file_level_noqa_never_hides_a_file_that_does_not_parse(cli, tmp_path:
 def test_quiet_and_silent_still_say_errors(cli, project: Path, level: str) -> None:  # type: ignore[no-untyped-def]
     out = cli("check", "pkg", "missing.py", level, cwd=project)
     assert out.returncode == 2 and out.stderr == "specguard: error: missing.py: no such file or directory\n"
+
+
+def test_clean_removes_the_configured_cache_dir_too(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    (project / "pyproject.toml").write_text('[tool.specguard]\ncache-dir = "caches/sg"\n')
+    assert cli("check", "pkg", cwd=project).returncode == 1
+    names = sorted(p.name for p in (project / "caches" / "sg").iterdir())
+    assert names[0] == ".gitignore" and names[1].startswith("v") and len(names) == 2
+    out = cli("clean", cwd=project)
+    assert (out.returncode, out.stderr) == (0, "Removing cache at: caches/sg\n")
+    assert not (project / "caches" / "sg").exists() and (project / "caches").is_dir()
