@@ -13,14 +13,14 @@ from typing import Any
 
 from specguard.analysis.cache import Cache
 from specguard.analysis.dataflow.values import FunctionFlow
-from specguard.analysis.discover import discover
+from specguard.analysis.discover import Discovery, discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
-from specguard.analysis.suppress import is_suppressed
+from specguard.analysis.suppress import file_exemption, is_suppressed
 from specguard.errors import SourceError
 from specguard.packs import Pack, load_pack
 from specguard.rules import ALL_CODES
@@ -37,6 +37,7 @@ class CheckResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the run could not see; not findings, not errors
+    warnings: list[str] = field(default_factory=list)  # the user's own mistakes that cost nothing yet (a stray noqa)
     files: int = 0
     parsed: int = 0
     project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
@@ -203,7 +204,7 @@ def check_paths(
 ) -> CheckResult:
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
-    found = discover([Path(p) for p in paths], settings.exclude, settings.root, settings.force_exclude)
+    found = discover_files(paths, settings)
     result = CheckResult(errors=list(found.errors), files=len(found.files))
 
     def workers(files_to_scan: int) -> Workers:
@@ -214,9 +215,19 @@ def check_paths(
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
     result.notes.extend(_unresolved_note(run.index.unresolved, run.pack, settings))
+    # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
+    result.warnings = [w for path in sorted({f.path for f in result.findings}) for w in file_exemption(path).unused]
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
     result.project = run
     return result
+
+
+def discover_files(paths: Sequence[str | Path], settings: Settings) -> Discovery:
+    """The files `check_paths` analyzes (what `--show-files` lists)."""
+    patterns = [*settings.exclude, *settings.extend_exclude]
+    return discover(
+        [Path(p) for p in paths], patterns, settings.root, settings.force_exclude, settings.respect_gitignore
+    )
 
 
 def _unresolved_note(unresolved: dict[str, Unresolved], pack: Pack, settings: Settings) -> list[str]:
