@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_cli
-
 from specguard.report.docs_url import DOCS, PAGES, hazard_page, rule_page
 from specguard.rules import ALL_CODES
 
@@ -85,22 +83,22 @@ def _page_for(url: str) -> Path:
     return page
 
 
-def test_every_link_the_cli_prints_leads_to_a_page_in_docs(tmp_path: Path) -> None:
+def test_every_link_the_cli_prints_leads_to_a_page_in_docs(cli) -> None:  # type: ignore[no-untyped-def]
     examples = str(REPO / "examples")
     printed: list[str] = []
     for fmt in ("concise", "json", "github"):
-        printed.append(run_cli("check", examples, "--output-format", fmt, "--no-cache").stdout)
-    printed.append(run_cli("check", examples, "--statistics", "--no-cache").stdout)
-    printed.append(run_cli("check", examples, "--statistics", "--output-format", "json", "--no-cache").stdout)
-    printed += [run_cli(*args).stdout for args in (["rules"], ["--help"], ["check", "--help"], ["config", "--help"])]
-    printed += [run_cli("explain", code).stdout for code in ["SG000", *ALL_CODES]]
+        printed.append(cli("check", examples, "--output-format", fmt, "--no-cache").stdout)
+    printed.append(cli("check", examples, "--statistics", "--no-cache").stdout)
+    printed.append(cli("check", examples, "--statistics", "--output-format", "json", "--no-cache").stdout)
+    printed += [cli(*args).stdout for args in (["rules"], ["--help"], ["check", "--help"], ["config", "--help"])]
+    printed += [cli("explain", code).stdout for code in ["SG000", *ALL_CODES]]
     for fmt in ("text", "json"):
-        done = run_cli("config", str(REPO / "examples" / "configs" / "dflash-dp2.yaml"), "--format", fmt)
+        done = cli("config", str(REPO / "examples" / "configs" / "dflash-dp2.yaml"), "--format", fmt)
         printed += [done.stdout, done.stderr]
 
-    findings = json.loads(run_cli("check", examples, "--output-format", "json", "--no-cache").stdout)
+    findings = json.loads(cli("check", examples, "--output-format", "json", "--no-cache").stdout)
     assert findings and all(f["url"] == PAGES + rule_page(f["code"]) for f in findings)
-    sarif = json.loads(run_cli("check", examples, "--output-format", "sarif", "--no-cache").stdout)
+    sarif = json.loads(cli("check", examples, "--output-format", "sarif", "--no-cache").stdout)
     sarif.pop("$schema")  # the format's schema, not a page of specguard's: SARIF requires it
     driver = sarif["runs"][0]["tool"]["driver"]
     assert driver["informationUri"] == DOCS
