@@ -68,31 +68,81 @@ def _chosen(code: str, layers: list[Selection]) -> bool:
     return chosen
 
 
+def _doc(meaning: str) -> dict[str, str]:
+    """A key's meaning, where pydantic keeps it as the field's description; docs/settings.md is generated from it."""
+    return {"description": meaning}
+
+
 @dataclass(frozen=True)
 class Settings:
     """What `specguard check` runs and how. Keys are written with dashes in pyproject.toml."""
 
     __pydantic_config__ = {"extra": "forbid"}
 
-    select: list[str] | None = None
-    ignore: list[str] = field(default_factory=list)
-    extend_select: list[str] = field(default_factory=list)
-    # As in ruff: `exclude` replaces the default list (.git, .venv, ...), `extend-exclude` adds to it.
-    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
-    extend_exclude: list[str] = field(default_factory=list)
-    # apply `exclude` to files named on the command line too (as pre-commit passes them), like ruff's
-    force_exclude: bool = False
-    # skip what .gitignore (inside a git repository), .git/info/exclude and .ignore files exclude, like ruff's
-    respect_gitignore: bool = True
-    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
-    rule_packs: list[Path] = field(default_factory=list)
-    cache_dir: Path | None = None
-    # Fixes, as in ruff: `fix` applies them, `unsafe-fixes` also the unsafe ones (false: not even mentioned),
-    # `fixable`/`unfixable` choose the codes (default all; prefixes match, as in select).
-    fix: bool = False
-    unsafe_fixes: bool | None = None
-    fixable: list[str] | None = None
-    unfixable: list[str] = field(default_factory=list)
+    select: list[str] | None = field(
+        default=None,
+        metadata=_doc("Rule codes or prefixes to run (`ALL`: every rule); unset, every rule runs."),
+    )
+    ignore: list[str] = field(
+        default_factory=list,
+        metadata=_doc(
+            "Codes or prefixes not to run. The most specific selector that matches a code decides (`SG103` over "
+            "`SG1` over `ALL`); at equal specificity `ignore` wins."
+        ),
+    )
+    extend_select: list[str] = field(
+        default_factory=list, metadata=_doc("Codes or prefixes to run besides those `select` chooses.")
+    )
+    exclude: list[str] = field(
+        default_factory=lambda: list(DEFAULT_EXCLUDE),
+        metadata=_doc(
+            "fnmatch patterns of files and folders not to check, matched against a name or the path from the "
+            "configuration root; setting it replaces the default list (`extend-exclude` adds to it)."
+        ),
+    )
+    extend_exclude: list[str] = field(
+        default_factory=list, metadata=_doc("Patterns not to check, besides those of `exclude`.")
+    )
+    force_exclude: bool = field(
+        default=False,
+        metadata=_doc(
+            "Apply the excludes to files named on the command line too, as pre-commit names them (the hook "
+            "passes `--force-exclude`)."
+        ),
+    )
+    respect_gitignore: bool = field(
+        default=True,
+        metadata=_doc(
+            "Skip what `.gitignore` files (inside a git repository), `.git/info/exclude` and `.ignore` files "
+            "exclude, read as git reads them."
+        ),
+    )
+    per_file_ignores: dict[str, list[str]] = field(
+        default_factory=dict,
+        metadata=_doc('Codes or prefixes not to report in the files a pattern matches: `{ "legacy/*" = ["SG103"] }`.'),
+    )
+    rule_packs: list[Path] = field(
+        default_factory=list,
+        metadata=_doc("Rule packs (TOML) that adapt the rules to a fork, relative to the configuration root."),
+    )
+    cache_dir: Path | None = field(
+        default=None,
+        metadata=_doc(
+            "Where the analysis cache is kept, relative to the configuration root; unset, `.specguard_cache` there."
+        ),
+    )
+    fix: bool = field(default=False, metadata=_doc("Apply the safe fixes in place, as `--fix` does."))
+    unsafe_fixes: bool | None = field(
+        default=None,
+        metadata=_doc(
+            "`true`: `fix` applies the unsafe fixes too; `false`: they are not even mentioned; unset, they are "
+            "shown as available and not applied."
+        ),
+    )
+    fixable: list[str] | None = field(
+        default=None, metadata=_doc("Codes or prefixes whose findings `--fix` may fix; unset, every rule's.")
+    )
+    unfixable: list[str] = field(default_factory=list, metadata=_doc("Codes or prefixes never to fix."))
     # Not keys. The folder relative paths in the settings are resolved against (the pyproject's folder), and the
     # command line's layers of selection (--select/--ignore/--extend-select, --fixable/--unfixable).
     root: Path = field(default_factory=Path.cwd)
@@ -143,8 +193,9 @@ def path_from(root: Path, path: str | Path) -> str:
 
 # Settings that change what is done with the findings, not which findings a file gets.
 _NOT_ANALYSIS = ("root", "cache_dir", "fix", "unsafe_fixes", "fixable", "unfixable", "cli_fixes")
-_NOT_KEYS = ("root", "cli_rules", "cli_fixes")
-_KEYS = sorted(f.name.replace("_", "-") for f in dataclasses.fields(Settings) if f.name not in _NOT_KEYS)
+# The fields that are [tool.specguard] keys, in the order docs/settings.md lists them.
+KEY_FIELDS = [f for f in dataclasses.fields(Settings) if f.name not in ("root", "cli_rules", "cli_fixes")]
+_KEYS = sorted(f.name.replace("_", "-") for f in KEY_FIELDS)
 
 
 def _unknown_key_message(key: str, origin: str) -> str:

@@ -64,7 +64,7 @@ def test_the_wheel_builds_without_warnings_and_ships_license_types_and_metadata(
     import trove_classifiers
     from packaging.requirements import Requirement
 
-    from specguard.report.docs_url import DOCS
+    from specguard.report.docs_url import DOCS, REPOSITORY
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     (needed,) = [Requirement(r) for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
@@ -82,6 +82,7 @@ def test_the_wheel_builds_without_warnings_and_ships_license_types_and_metadata(
     assert meta["License-Expression"] == "Apache-2.0" and meta.get_all("License-File") == ["LICENSE"]
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
     assert set(urls) == {"Homepage", "Documentation", "Repository", "Issues"} and urls["Documentation"] == DOCS
+    assert urls["Homepage"] == urls["Repository"] == REPOSITORY and urls["Issues"] == f"{REPOSITORY}/issues"
     classifiers = meta.get_all("Classifier")
     assert classifiers and all(c in trove_classifiers.classifiers for c in classifiers)
     assert not [c for c in classifiers if c.startswith("License ::")]  # the SPDX expression says it, once

@@ -73,3 +73,16 @@ def test_explain_prints_the_docs(code: str, cli) -> None:  # type: ignore[no-unt
     assert out.returncode == 0
     assert f"({code})" in out.stdout and "## Why is this bad?" in out.stdout
     assert textwrap.dedent(RULES[code].bad).strip().splitlines()[0] in out.stdout
+
+
+@pytest.mark.parametrize("code", ALL_CODES)
+def test_a_limits_example_is_code_the_rule_misses(code: str) -> None:
+    """Each rule says what it cannot see and where the pattern comes from; a limit's example is code of the kind the
+    rule means that it does not flag, so the sentence has to go when the rule learns to see it."""
+    rule = RULES[code]
+    assert rule.limits and rule.references
+    for limit in rule.limits:
+        if limit.missed:
+            text = textwrap.dedent(limit.missed)
+            compile(text, "missed.py", "exec")
+            assert [f for f in check_source(text) if f.code == code] == [], limit.text

@@ -8,7 +8,7 @@ import libcst as cst
 
 from specguard.analysis.cst_tools import dotted, kids, parameters, scopes
 from specguard.fixes.cst_edits import delete_statement
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext, speculator_module
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -180,6 +180,26 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    limits=(
+        Limit(
+            "Only a method defined in the class body is an override: a helper name bound to another function by "
+            "assignment is not flagged.",
+            missed="""
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                def my_builder(self, num_reqs, num_tokens_padded):
+                    return None
+
+                class MyDFlashSpeculator(DraftModelSpeculator):
+                    _build_attn_metadata = my_builder
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#56181 ("Fix DP token padding in dflash attention metadata", in vLLM 0.30.0): deletes '
+        "`DFlashSpeculator._build_draft_attn_metadata`, which vLLM 0.28.0 and 0.29.0 define in "
+        "`vllm/v1/worker/gpu/spec_decode/dflash/speculator.py`.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
         "Safe, and offered only for an override that is a pure forward: its body only returns "

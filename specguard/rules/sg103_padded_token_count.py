@@ -15,7 +15,7 @@ from specguard.analysis.dataflow.walker import MAX_ROUNDS, FlowWalker, parameter
 from specguard.fixes.ast_edits import replace_node
 from specguard.fixes.import_edits import add_import
 from specguard.fixes.model import Edit
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext, speculator_module
 
 PADDED = "padded"  # the label Pack.padding_flow gives a descriptor's padded count
 
@@ -201,11 +201,36 @@ RULE = Rule(
         "`==`, `!=`, `is`, `is not` and `in` are understood in either operand order, with the mode read from the "
         "descriptor or from a local holding it. A mode test on an object that is not a known descriptor "
         "clears every descriptor.",
-        "Limits: a function of another module is followed only when it is passed a descriptor or a padded "
-        "count; a value passed into a helper that itself calls the sink is judged inside the helper (its "
-        "parameter is not a descriptor there unless named or annotated as one); a tuple returned by a helper "
-        "and unpacked by the caller is not followed element by element; properties, `getattr` and values "
-        "stored on objects other than `self` are not followed.",
+    ),
+    limits=(
+        Limit(
+            "Properties, `getattr` and values stored on objects other than `self` are not followed.",
+            missed="""
+                from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def prepare(self, num_reqs, num_tokens):
+                        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                        self.state.padded = batch_desc.num_tokens
+
+                    def propose(self, num_reqs):
+                        return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=self.state.padded)
+            """,
+        ),
+        Limit(
+            "A function of another module is followed only when it is passed a descriptor or a padded count, and a "
+            "value passed into a helper that itself calls the sink is judged inside the helper (its parameter is "
+            "not a descriptor there unless named or annotated as one)."
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#56181 ("Fix DP token padding in dflash attention metadata", in vLLM 0.30.0): the shared '
+        "helper `DraftModelSpeculator._build_attn_metadata` takes the descriptor's count for FULL CUDA graphs and "
+        "`query_start_loc_np[-1]` otherwise; DFlash's `q.shape[0] (52) does not match qo_indptr[-1] (48)` at "
+        "startup with DP>1 is the failure it fixed.",
+        'vllm-project/vllm#55458 ("Exclude DP token padding from draft attention metadata"): the same DP '
+        "padding, fixed first in the autoregressive draft decode.",
     ),
     bad="""
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp

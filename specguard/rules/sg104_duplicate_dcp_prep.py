@@ -9,7 +9,7 @@ import libcst as cst
 from specguard.analysis.cst_tools import Scope, dotted, is_self_call, kids, last_name, parameters, scopes
 from specguard.fixes.cst_edits import delete_statements, without_keyword
 from specguard.fixes.import_edits import drop_import
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext, speculator_module
 from specguard.rules.sg101_metadata_outside_helper import is_capture_builder_call
 
 
@@ -174,6 +174,26 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    limits=(
+        Limit(
+            "The preparation is recognised where it is called, by the name it was imported under or through its "
+            "module: a call through a local variable or `getattr` is not followed.",
+            missed="""
+                from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDFlashSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs):
+                        prepare = prepare_dcp_local_seq_lens
+                        prepare(self.dcp_lens, self.input_buffers.seq_lens, num_reqs)
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): the shared draft '
+        "metadata helper recomputes the rank-local lengths, and DFlash's own preparation "
+        "is removed.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
         "Unsafe, and offered only when what the call prepares (its first argument, the buffer it fills, or what "

@@ -11,7 +11,7 @@ from specguard.analysis.dataflow.project import ProjectHooks
 from specguard.analysis.dataflow.values import ANY, Item, Value
 from specguard.analysis.dataflow.walker import FlowWalker
 from specguard.fixes.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
+from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext
 
 REDUCTION = "reduction"  # the label Pack.merge_flow gives a reduction's or a fold's result
 
@@ -171,7 +171,40 @@ RULE = Rule(
         "one element (`assert len(flags) == 1`, `if len(set(...)) != 1: raise`), or each spec compared with "
         "the first (`assert s.flag == first`, `if s.flag != specs[0].flag: raise` in a loop, "
         "`all(s.flag == first for s in specs)`).",
-        "Limits: flags handed to the constructor by position, and merges spread over helper methods, are not followed.",
+    ),
+    limits=(
+        Limit(
+            "A flag handed to the constructor by position is not followed.",
+            missed="""
+                from dataclasses import dataclass
+
+                @dataclass
+                class MLAAttentionSpec:
+                    non_causal_multi_token_decode: bool = False
+
+                    @classmethod
+                    def merge(cls, specs):
+                        return cls(any(s.non_causal_multi_token_decode for s in specs))
+            """,
+        ),
+        Limit(
+            "A reduction made in another method that the merge calls is not followed.",
+            missed="""
+                from dataclasses import dataclass
+
+                @dataclass
+                class MLAAttentionSpec:
+                    non_causal_multi_token_decode: bool = False
+
+                    @classmethod
+                    def _merged_flag(cls, specs):
+                        return any(s.non_causal_multi_token_decode for s in specs)
+
+                    @classmethod
+                    def merge(cls, specs):
+                        return cls(non_causal_multi_token_decode=cls._merged_flag(specs))
+            """,
+        ),
     ),
     bad="""
         from dataclasses import dataclass
@@ -222,6 +255,11 @@ RULE = Rule(
     """,
     check=check,
     applies=_spec_class_with_flag,
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): '
+        "`MLAAttentionSpec.merge` (`vllm/v1/kv_cache_interface.py`) asserts that the layers of a KV-cache group agree "
+        "on `non_causal_multi_token_decode`; vLLM 0.30.0 and later merge it with `any()` again.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
         "Safe: the reduction becomes an agreement check, the shape of upstream's DCP fix. The values are "
