@@ -18,7 +18,7 @@ from specguard._snapshots import user_cache_home
 from specguard.analysis.findings import Finding
 from specguard.analysis.scan import FileScan
 
-_FORMAT = 6  # bump when a cached type changes shape
+_FORMAT = 7  # bump when a cached type changes shape
 _SCANS, _RESULTS = "scans.msgpack", "results.msgpack"
 ScanTable = dict[str, FileScan]
 ResultTable = dict[str, list[Finding]]
