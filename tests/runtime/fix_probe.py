@@ -15,6 +15,8 @@ JSON line. `fix_probe.py merges PATH...` runs the `merges` scenario on each modu
   12 requests, a descriptor padded to 16), under FULL and PIECEWISE graphs.
 - `merges`: the same grouping decisions for every spec class of the module at PATH that merges the flag
   (the rule's examples and other merge shapes, fixed), with vLLM 0.28.0's `kv_cache_utils`.
+- `plugin sg102` / `plugin sg104`: a speculator plugin outside vLLM's tree, before and after its SG102 or SG104
+  fix, calling vLLM's shared helper (0.28.0's for SG102, 0.33.0's, which recomputes DCP lengths, for SG104).
 - `mtp`: `MultiModuleMTPSpeculator.propose`'s draft prefill build for a mixed batch (query lengths 1..4, 30
   tokens padded to 32) under FULL and PIECEWISE graphs.
 """
@@ -348,14 +350,112 @@ def mtp() -> dict[str, Any]:
     return out
 
 
+# ---- SG102 and SG104: a speculator plugin outside vLLM's tree, before and after its fix ----------------------
+
+
+def _load(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sg102(path: str, name: str) -> list[Any]:
+    """vLLM 0.28.0's shared draft-metadata helper reached through the plugin's speculator, called the ways a
+    caller may call the override (by position, by keyword, with the optional arguments, wrongly)."""
+    import numpy as np
+    import torch
+
+    seen: list[dict[str, int]] = []
+    spec = _speculator_state(_load(path, name).PluginSpeculator, seen)
+    upper = torch.full((256,), 100, dtype=torch.int32)
+    qsl = np.array([0, 1, 3, 6, 10], dtype=np.int32)
+    calls = [
+        lambda: spec._build_draft_attn_metadata(4, 4, 10, upper, 1, query_start_loc_np=qsl),
+        lambda: spec._build_draft_attn_metadata(
+            num_reqs=NUM_REQS, num_reqs_padded=16, num_tokens_padded=48, seq_lens_cpu_upper_bound=upper, step=2
+        ),
+        lambda: spec._build_draft_attn_metadata(NUM_REQS, 16, 48, upper, 2, num_query_per_req=PER_REQ),
+        lambda: spec._build_draft_attn_metadata(NUM_REQS, 16, 48, upper),  # no step: a TypeError either way
+    ]
+    out: list[Any] = []
+    for call in calls:
+        seen.clear()
+        try:
+            call()
+            out.append(list(seen))
+        except TypeError:
+            out.append("TypeError")
+    return out
+
+
+def sg104(path: str, name: str) -> list[Any]:
+    """vLLM 0.33.0's shared helper reached from the plugin's draft step under DCP (2 ranks, this one rank 1):
+    the DCP-local lengths the draft group's builder is handed. The preparation is a Triton kernel; a CPU
+    stand-in with the kernel's signature fills the buffer from what it is given, the same for both runs."""
+    import numpy as np
+    import torch
+    from vllm.v1.worker.gpu import cp_utils
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+    from vllm.v1.worker.gpu.spec_decode import speculator as base
+
+    prepared: list[list[Any]] = []
+
+    def prepare(buffer, seq_lens, num_reqs, size, rank, interleave, *, num_reqs_padded=None):  # type: ignore[no-untyped-def]
+        prepared.append([num_reqs, size, rank, interleave])
+        buffer[:num_reqs] = (seq_lens[:num_reqs] + size - 1 - rank) // size
+        return buffer[:num_reqs_padded]
+
+    module = _load(path, name)
+    for owner in (cp_utils, base, module):
+        if hasattr(owner, "prepare_dcp_local_seq_lens"):
+            owner.prepare_dcp_local_seq_lens = prepare
+    seen: list[Any] = []
+    spec = _speculator_state(module.PluginSpeculator, [])
+    spec.attn_groups[0][0].metadata_builders = [_dcp_recorder(seen)]
+    spec.__dict__.update(
+        dcp_size=2,
+        draft_is_prefilling=torch.zeros(256, dtype=torch.bool),
+        vllm_config=types.SimpleNamespace(model_config=types.SimpleNamespace(max_model_len=4096)),
+    )
+    spec.block_tables.cp_rank, spec.block_tables.cp_interleave, spec.block_tables.cp_size = 1, 1, 2
+    spec.input_buffers.dcp_local_seq_lens = torch.zeros(256, dtype=torch.int32)
+    spec.input_buffers.seq_lens[:NUM_REQS] = torch.arange(90, 90 + NUM_REQS, dtype=torch.int32)
+    desc = BatchExecutionDescriptor(cg_mode=_Graphs("NONE").mode, num_tokens=NUM_REQS, num_reqs=None)
+    qsl = np.arange(NUM_REQS + 1, dtype=np.int32)
+    spec.draft_step(NUM_REQS, desc, qsl, torch.full((256,), 100, dtype=torch.int32))
+    return [seen, prepared]
+
+
+def _dcp_recorder(seen: list[Any]) -> Any:
+    from vllm.v1.attention.backend import AttentionMetadataBuilder
+
+    class DcpProbeBuilder(AttentionMetadataBuilder):
+        def __init__(self) -> None:
+            self.layer_names = ["draft.layers.0.attn"]
+
+        def build(self, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False) -> Any:
+            lens = common_attn_metadata.dcp_local_seq_lens
+            seen.append(None if lens is None else lens[: common_attn_metadata.num_reqs].tolist())
+
+    return DcpProbeBuilder()
+
+
+PLUGINS = {"sg102": sg102, "sg104": sg104}
 SCENARIOS = {"sg201": sg201, "dflash": dflash, "decode": decode, "mtp": mtp}
 
 
 def main() -> None:
     """`fix_probe.py vllm [module=path ...]`: every vLLM scenario, with those modules from those files;
-    `fix_probe.py merges path ...`: the merges of each module. One JSON line either way."""
+    `fix_probe.py merges path ...`: the merges of each module; `fix_probe.py plugin sg102|sg104 path ...`: that
+    plugin scenario on each plugin module. One JSON line each."""
     if sys.argv[1] == "merges":
         print(json.dumps({path: merges(path) for path in sys.argv[2:]}))
+        return
+    if sys.argv[1] == "plugin":
+        run = PLUGINS[sys.argv[2]]
+        print(json.dumps({f"{i}": run(path, f"specguard_plugin_{i}") for i, path in enumerate(sys.argv[3:])}))
         return
     files = dict(arg.split("=", 1) for arg in sys.argv[2:])
     sys.meta_path.insert(0, _FixedFiles(files))

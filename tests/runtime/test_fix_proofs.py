@@ -249,3 +249,87 @@ def test_plain_fix_applies_only_the_safe_fix_and_unsafe_fixes_the_rest(fixed_tre
         "safe": {KV},
         "unsafe": {KV, DFLASH, DECODE, MTP},
     }
+
+
+# ---- SG102 and SG104: no finding of theirs is fixable in vLLM's own tree, so a plugin's is ----------------
+
+SG102_PLUGIN = """
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+class PluginSpeculator(DraftModelSpeculator):
+    def _build_draft_attn_metadata(
+        self, num_reqs, num_reqs_padded, num_tokens_padded, seq_lens_cpu_upper_bound, step, **kwargs
+    ):
+        return super()._build_draft_attn_metadata(
+            num_reqs, num_reqs_padded, num_tokens_padded, seq_lens_cpu_upper_bound, step, **kwargs
+        )
+"""
+
+SG104_PLUGIN = """
+from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+class PluginSpeculator(DraftModelSpeculator):
+    def draft_step(self, num_reqs, batch_desc, query_start_loc_np, seq_lens_cpu_upper_bound):
+        dcp_local_seq_lens = None
+        if self.dcp_size > 1:
+            prepare_dcp_local_seq_lens(
+                self.input_buffers.dcp_local_seq_lens,
+                self.input_buffers.seq_lens,
+                num_reqs,
+                self.dcp_size,
+                self.block_tables.cp_rank,
+                self.block_tables.cp_interleave,
+            )
+            dcp_local_seq_lens = self.input_buffers.dcp_local_seq_lens
+        return self._build_attn_metadata(
+            num_reqs,
+            batch_desc,
+            query_start_loc_np,
+            seq_lens_cpu_upper_bound,
+            step=1,
+            dcp_local_seq_lens=dcp_local_seq_lens,
+        )
+"""
+
+
+def _plugin(tmp_path: Path, vllm_source, version: str, source: str, *flags: str) -> tuple[Path, Path, str]:  # type: ignore[no-untyped-def]
+    """The plugin beside vLLM `version`'s source (so its base helper is read), and a copy fixed by `--fix`."""
+    (tmp_path / "vllm").symlink_to(vllm_source(version))
+    (tmp_path / "plugin").mkdir()
+    original, fixed = tmp_path / "plugin" / "original.py", tmp_path / "plugin" / "fixed.py"
+    original.write_text(source)
+    fixed.write_text(source)
+    out = subprocess.run(
+        [sys.executable, "-m", "specguard", "check", "plugin/fixed.py", "--fix", "--no-cache", *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "(1 fixed, 0 remaining)" in out.stdout, out.stdout + out.stderr
+    return original, fixed, fixed.read_text()
+
+
+def test_sg102_safe_deletion_binds_every_call_alike_on_vllm_0_28s_helper(tmp_path, vllm_source) -> None:  # type: ignore[no-untyped-def]
+    """A pure forward whose parameters bind as the base helper's: plain `--fix` deletes it (safe), and every
+    call reaches vLLM 0.28.0's helper with the same arguments, a call that failed still fails."""
+    original, fixed, text = _plugin(tmp_path, vllm_source, "0.28.0", SG102_PLUGIN)
+    assert "def _build_draft_attn_metadata" not in text
+    report = _run_probe("plugin", "sg102", str(original), str(fixed))
+    assert report["0"] == report["1"] and report["0"][-1] == "TypeError"
+    assert report["0"][0] == [{"num_actual_tokens": 10, "query_tokens": 10}]
+
+
+def test_sg104_unsafe_deletion_leaves_the_dcp_lengths_to_vllm_0_33s_helper(tmp_path, vllm_source) -> None:  # type: ignore[no-untyped-def]
+    """Under DCP the plugin prepared the lengths itself; after `--fix --unsafe-fixes` vLLM 0.33.0's helper, which
+    recomputes them, prepares them from the same inputs and hands the builder the same lengths."""
+    original, fixed, text = _plugin(tmp_path, vllm_source, "0.33.0", SG104_PLUGIN, "--unsafe-fixes")
+    assert "prepare_dcp_local_seq_lens" not in text and "dcp_local_seq_lens=" not in text
+    env = dict(os.environ, PYTHONPATH=str(REPO))  # the installed vLLM 0.33.0
+    proc = run_in_venv([str(PROBE), "plugin", "sg104", str(original), str(fixed)], env)
+    report = json.loads([row for row in proc.stdout.splitlines() if row.startswith("{")][0])
+    (lengths,), prepared = report["0"]
+    assert report["0"] == report["1"] and prepared == [[12, 2, 1, 1]] and len(lengths) == 12
