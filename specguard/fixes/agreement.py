@@ -52,7 +52,8 @@ def agreement_fix(
     message = f"all layers of one KV cache group must agree on {flag}, got {{{values}}}"
     if owner is not None:
         message = f"{{{owner}.__name__}}: {message}"
-    if _asserts(method):
+    asserts = _asserts(method)
+    if asserts:
         new += layout.statement_with_message(indent, f"assert len({values}) <= 1, ", message, True, "")
     else:
         new.append(f"{indent}if len({values}) > 1:")
@@ -62,7 +63,7 @@ def agreement_fix(
     replaced = place(text, reduction, layout, expression, statement, argument_of(statement, reduction))
     if check is None or replaced is None:
         return NoFix("the fixed lines cannot be laid out within the line length where the reduction is")
-    how = "assert" if _asserts(method) else "raise AssertionError"
+    how = "assert" if asserts else "raise AssertionError"
     return NodeFix(
         "safe",
         f"Require every spec to agree on `{flag}` ({how} as the merge's other checks do), then `{name}()` the "

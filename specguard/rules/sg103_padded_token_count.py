@@ -110,38 +110,36 @@ def full_or_real_fix(ctx: RuleContext, hooks: _Sinks, call: ast.Call, arg: Passe
     descriptor = dotted(read.value) if read is not None else None
     if read is None or descriptor is None:
         return NoFix("the padded count is read in another function, so the descriptor that decides is not in scope")
-    if _rebound(function, descriptor.partition(".")[0], read, call):
+    if _rebound(function, descriptor, read, call):
         return NoFix(f"`{descriptor}` is assigned again between the read of its count and the call")
     names = QueryNames(tuple(pad.query_offsets), tuple(pad.query_requests), tuple(pad.query_width))
-    classes = {c.name: c for c in ctx.tree.body if isinstance(c, ast.ClassDef)}
     real = real_count(
         call,
         hooks.reached(call.func),
         names,
         caller_self=hooks.self_name,
         bases=frozenset(ctx.pack.speculators.bases),
-        classes=classes,
+        classes={c.name: c for c in ctx.tree.body if isinstance(c, ast.ClassDef)},
         lookup=hooks.reached_key,
         caller=function,
     )
-    enum = _mode_enum(ctx, pad.mode_enum)
-    value = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
-    padded = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
-    padded = flat(padded) if padded is not None else None
     if isinstance(real, NoFix):
         return real
+    enum = _mode_enum(ctx, pad.mode_enum)
     if enum is None:
         return NoFix(f"`{pad.mode_enum.rpartition('.')[2]}` means something else in this module")
+    value = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
+    written = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
+    padded = flat(written) if written is not None else None
     if padded is None or not isinstance(value, ast.expr):
         return NoFix("the padded argument spans lines with a comment, which a fix cannot move")
     if isinstance(value, (ast.IfExp, ast.Lambda, ast.NamedExpr)):
         padded = f"({padded})"
     name, import_edit = enum
-    test = f"{descriptor}.{pad.mode_attribute} == {name}.{pad.full_mode}"
-    parts = [padded, f"if {test}", f"else {real}"]
+    parts = [padded, f"if {descriptor}.{pad.mode_attribute} == {name}.{pad.full_mode}", f"else {real}"]
     statement = enclosing_statement(function, value)
-    expression = ("(", parts, ")", " ".join(parts))
-    edit = place(ctx.text, value, _layout(ctx, function), expression, statement, call) if statement else None
+    layout = Layout(ctx.facts.line_length, indent_unit(ctx.text, function))
+    edit = place(ctx.text, value, layout, ("(", parts, ")", " ".join(parts)), statement, call) if statement else None
     if edit is None:
         return NoFix("the rewritten argument cannot be laid out within the line length where it stands")
     return NodeFix(
@@ -152,15 +150,15 @@ def full_or_real_fix(ctx: RuleContext, hooks: _Sinks, call: ast.Call, arg: Passe
     )
 
 
-def _layout(ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef) -> Layout:
-    return Layout(ctx.facts.line_length, indent_unit(ctx.text, function))
-
-
-def _rebound(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str, read: ast.AST, call: ast.Call) -> bool:
-    """Whether `name` is assigned anywhere in the function after the read and before the call ends."""
+def _rebound(function: ast.FunctionDef | ast.AsyncFunctionDef, descriptor: str, read: ast.AST, call: ast.Call) -> bool:
+    """Whether the descriptor (`d`, `self.desc`) or what holds it is assigned after the read and before the call
+    ends: the mode tested at the call would then be another descriptor's."""
     start, end = (read.lineno, read.col_offset), (call.end_lineno or call.lineno, call.end_col_offset or 0)  # type: ignore[attr-defined]
-    stores = (n for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-    return any(n.id == name and start < (n.lineno, n.col_offset) < end for n in stores)
+    holders = {".".join(descriptor.split(".")[:i]) for i in range(1, descriptor.count(".") + 2)}
+    stores = (
+        n for n in ast.walk(function) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)
+    )
+    return any(dotted(n) in holders and start < (n.lineno, n.col_offset) < end for n in stores)
 
 
 def _mode_enum(ctx: RuleContext, qualified: str) -> tuple[str, tuple[Edit, ...]] | None:

@@ -50,6 +50,13 @@ def _merges(*paths: str) -> dict:
     return _run_probe("merges", *paths)
 
 
+def _specguard(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The command line as a user runs it (the `cli` fixture's, usable from a module-scoped fixture)."""
+    return subprocess.run(
+        [sys.executable, "-m", "specguard", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
 @pytest.fixture(scope="module")
 def fixed_tree(tmp_path_factory, vllm_source) -> dict[str, Path]:  # type: ignore[no-untyped-def]
     """vLLM 0.28.0's source after `--fix` (safe fixes) and after `--fix --unsafe-fixes`."""
@@ -57,13 +64,7 @@ def fixed_tree(tmp_path_factory, vllm_source) -> dict[str, Path]:  # type: ignor
     for name, flags in (("safe", ()), ("unsafe", ("--unsafe-fixes",))):
         root = tmp_path_factory.mktemp(name)
         shutil.copytree(vllm_source("0.28.0"), root / "vllm")
-        out = subprocess.run(
-            [sys.executable, "-m", "specguard", "check", "vllm", "--fix", "--no-cache", *flags],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        out = _specguard(root, "check", "vllm", "--fix", "--no-cache", *flags)
         assert out.returncode == 1 and "fixed" in out.stdout, out.stdout + out.stderr
         trees[name] = root / "vllm"
     return trees
@@ -302,13 +303,7 @@ def _plugin(tmp_path: Path, vllm_source, version: str, source: str, *flags: str)
     original, fixed = tmp_path / "plugin" / "original.py", tmp_path / "plugin" / "fixed.py"
     original.write_text(source)
     fixed.write_text(source)
-    out = subprocess.run(
-        [sys.executable, "-m", "specguard", "check", "plugin/fixed.py", "--fix", "--no-cache", *flags],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = _specguard(tmp_path, "check", "plugin/fixed.py", "--fix", "--no-cache", *flags)
     assert "(1 fixed, 0 remaining)" in out.stdout, out.stdout + out.stderr
     return original, fixed, fixed.read_text()
 
