@@ -5,9 +5,9 @@ Run as a script by test_fix_proofs.py, with vLLM 0.28.0's code first on PYTHONPA
 anything imports it, so every importer in vLLM sees the fixed code; it runs every scenario below and prints one
 JSON line. `fix_probe.py merges PATH...` runs the `merges` scenario on each module.
 
-- `sg201`: KV-cache grouping as vLLM 0.28.0 decides it (`is_kv_cache_spec_uniform` probing `merge`, the grouping
-  of layers whose specs do or do not merge, `get_kv_cache_groups` for a uniform-page-size model) for a causal
-  target MLA layer beside a non-causal draft layer, and for agreeing layers.
+- `sg201`: KV-cache grouping as vLLM 0.28.0 decides it (`is_kv_cache_spec_uniform` probing `merge`, and the
+  grouping of a uniform-page-size model, which merges the layers whose specs merge) for a causal target MLA
+  layer beside a non-causal draft layer, and for agreeing layers.
 - `dflash`: one `DFlashSpeculator.propose` of vLLM 0.28.0 (the real method; the model, the Triton input
   kernel and the graph replay are CPU stand-ins) for 12 requests x 4 draft tokens on DP rank 0 of 2 while the
   peer has 52 tokens, under FULL, PIECEWISE and eager CUDA graphs: what the draft group's builder was handed.
