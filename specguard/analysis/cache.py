@@ -19,7 +19,7 @@ from specguard._snapshots import user_cache_home
 from specguard.analysis.findings import Finding
 from specguard.analysis.scan import FileScan
 
-_FORMAT = 6  # bump when a cached type changes shape
+_FORMAT = 7  # bump when a cached type changes shape
 _SCANS, _RESULTS = "scans.msgpack", "results.msgpack"
 GITIGNORE = b"*\n"  # what the cache root's .gitignore holds, so that no one commits the cache
 _VERSION_FOLDER = re.compile(r"v[\w.+!-]+-[0-9a-f]{32}")  # Cache.at's names, of any specguard version

@@ -33,6 +33,13 @@ class NodeFix:
 
 
 @dataclass(frozen=True)
+class NoFix:
+    """Why a finding gets no fix; the rule says it in the finding's message, so every output format carries it."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     node: cst.CSTNode | None  # where it is: a libcst node, or None with `span`
     message: str
