@@ -66,7 +66,8 @@ def test_seed_numbers_are_caught_before_the_backend_builds(cpu_builder, guard) -
     assert msg.startswith(
         "[specguard G0 attention metadata boundary] CPUAttentionMetadataBuilder.build(target) "
         f"(layers {LAYER} (+1 more)): query_start_loc_cpu[num_reqs] (48) != num_actual_tokens (52) for 12 "
-        "requests outside FULL CUDA graphs: 4 tokens that no request owns."
+        "requests outside FULL CUDA graphs (this batch: not dispatched where the guard sees it; this process "
+        "captures no FULL graph): 4 tokens that no request owns."
     )
     assert "Likely cause: the attention metadata was built with a padded token count" in msg
     assert "Static rule that finds it: SG103 padded-token-count, SG101 metadata-outside-helper." in msg
