@@ -305,6 +305,8 @@ def _hook_subclasses(patcher: Patcher, base: type, metadata_cls: type) -> None:
         else:
             super(base, cls).__init_subclass__(**kwargs)
         guard_call("G0", SUBCLASS_SITE, _wrap_class, patcher, cls, metadata_cls)
+        if _hooks:  # vLLM creates builder classes while it sets a runner up: its decision function is there
+            _hooks[0].poll()
 
     setattr(__init_subclass__, ORIGINAL_ATTR, previous)
     patcher.replace(base, "__init_subclass__", classmethod(__init_subclass__))

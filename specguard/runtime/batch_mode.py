@@ -17,8 +17,10 @@ sync), record it on the thread and hand the result back unchanged; the builds th
 belong to that batch. `CudagraphDispatcher.dispatch` itself is not the decision: the V1 runner also calls it
 between its decision and the builds, for the logits of KV-sharing fast prefill, with FULL excluded.
 
-The V1 functions live in modules a process imports only to run a model, so they are wrapped at the first
-metadata build of the process that finds them imported, never by importing them (the API server never does).
+The V1 functions live in modules a process imports only to run a model, so they are wrapped once the process
+has imported them, never by importing them (the API server never does): looked for whenever an attention
+metadata builder class is created (vLLM imports its backends while it sets the runner up, before the first
+batch) and at each build until found.
 """
 
 from __future__ import annotations
@@ -98,12 +100,9 @@ class Hooks:
             return
         self.modules_seen = len(sys.modules)
         for entry in list(self.pending):
-            module = sys.modules.get(entry[0])
-            if module is None:
-                continue
-            self.pending.remove(entry)
-            base = getattr(module, entry[1], None)
-            if isinstance(base, type):
+            base = getattr(sys.modules.get(entry[0]), entry[1], None)
+            if isinstance(base, type):  # (a module still being imported may not define it yet)
+                self.pending.remove(entry)
                 guard_call("G0", SITE, self._wrap_family, base)
 
     def _wrap_family(self, base: type) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# What a message says, without its numbers: a list of numbers ("[4, 4, 1]", "(3, 3, 16, 576)") and every
-# other number become "#", so two batches that break the same invariant the same way share one kind.
-_NUMBER_LISTS = re.compile(r"[\[(][\d,\s]*[\])]")
+# What a message says, without its numbers and asides: a parenthesised aside ("(this batch: NONE, ...)"), a
+# list of numbers ("[4, 4, 1]") and every other number go, so two batches that break the same invariant the
+# same way share one kind.
+_ASIDES = re.compile(r"\s*\([^()]*\)")
+_NUMBER_LISTS = re.compile(r"\[[\d,\s]*\]")
 _NUMBERS = re.compile(r"\d+")
 
 # Static rules (specguard's analyzer) that find, in source, the causes behind each runtime check.
@@ -48,7 +50,7 @@ class Violation:
     @property
     def kind(self) -> str:
         """What differs, without the numbers: warn mode logs each new kind at a site once."""
-        return _NUMBERS.sub("#", _NUMBER_LISTS.sub("[#]", self.summary))
+        return _NUMBERS.sub("#", _NUMBER_LISTS.sub("[#]", _ASIDES.sub("", self.summary)))
 
     @property
     def message(self) -> str:
