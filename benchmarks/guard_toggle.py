@@ -8,7 +8,8 @@ process of the server when a file says `on` and uninstalls it otherwise, exactly
 each process acknowledges, and the round starts only then, after SETTLE_S of quiet (a vLLM worker busy-polls its
 queue for a second after it serves). A round sends the same greedy requests (EOS ignored) one at a time, so
 the batches, steps, accepted drafts and metadata builds are the same in every round, and measures the CPU time
-(user + system, from /proc) the server's processes spent from the first request to the last response.
+(the scheduler's per-thread account, /proc/PID/task/*/schedstat) the server's processes spent from the first
+request to the last response.
 
 Blocks of four rounds: ABBA blocks (off, on, on, off) give the cost, (on1 + on2) / (off1 + off2), and cancel a
 linear drift of the machine within the block; A/A blocks (off, off, off, off, the same formula) say what the
@@ -16,7 +17,7 @@ method reads when nothing differs. Both come as a median with a distribution-fre
 The guard's own timing (its counters' `guard_ns` over the G0 checks, from the guarded rounds) is printed as ns
 per build and per step.
 
-    python benchmarks/guard_toggle.py [--blocks 20] [--requests 2] [--max-tokens 64] [--json F]
+    python benchmarks/guard_toggle.py [--blocks 20] [--requests 4] [--max-tokens 96] [--json F]
 
 Needs `openai` in the python that runs it and the e2e venv's python for the server (--python, default
 $SPECGUARD_E2E_PYTHON). Target (issue 18): the upper end of the cost's 95 % interval at most 2 %, on the worker
@@ -51,9 +52,16 @@ AA = ("off", "off", "off", "off")
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of one process, from /proc (clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of one process, every thread, in nanoseconds' resolution: the scheduler's own account
+    (/proc/PID/task/TID/schedstat, first field); /proc/PID/stat counts clock ticks of 10 ms, too coarse
+    for rounds of a fraction of a second."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            continue
+    return total / 1e9
 
 
 def set_guard(srv: Server, toggle: Path, state: str, pids: list[int]) -> None:
@@ -99,8 +107,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=os.environ.get("SPECGUARD_E2E_PYTHON"))
     parser.add_argument("--blocks", type=int, default=20, help="ABBA blocks, and as many A/A blocks")
-    parser.add_argument("--requests", type=int, default=2, help="requests per round, one at a time")
-    parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request")
+    parser.add_argument("--requests", type=int, default=4, help="requests per round, one at a time")
+    parser.add_argument("--max-tokens", type=int, default=96, help="tokens generated per request")
     parser.add_argument("--warmup", type=int, default=2, help="rounds in each state before measuring")
     parser.add_argument("--settle", type=float, default=SETTLE_S, help="seconds of quiet before each round")
     parser.add_argument("--json", type=Path)
