@@ -11,8 +11,9 @@ them on for the guard would change how vLLM aggregates its own gauges. So:
 - the first guarded process of a server (the API server; with several API servers, the launcher that starts
   them) makes a directory and names it in SPECGUARD_METRICS_DIR, which every process it starts inherits (the
   name does not start with VLLM_, so vLLM's environment validation never sees it);
-- every guarded process writes its counters there, as one small JSON file per process, replaced atomically
-  from the guard's daemon thread when they changed (every FLUSH_S) and once more at clean shutdown;
+- every guarded process writes its counters there, as one small file per process in specguard's data-file
+  format (msgpack, decoded into `Counts` with every field's type checked: specguard/_datafile.py), replaced
+  atomically from the guard's daemon thread when they changed (every FLUSH_S) and once more at clean shutdown;
 - that first process registers a prometheus_client collector on REGISTRY, which sums the files when
   `/metrics` is scraped. A process that died keeps its last counts in the sum: counters never go backwards.
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -34,12 +34,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from specguard import _datafile
 from specguard._files import UnreadableFile, read_regular
 from specguard.runtime.policy import POLICY
 
 DIR_ENV = "SPECGUARD_METRICS_DIR"
 FLUSH_S = 2.0
 MAX_FILE_BYTES = 1 << 20
+KIND = "runtime-counters"
+SUFFIX = ".counts"
+
+
+class Counts(msgspec.Struct):
+    """One process's counters: label values and a count per row."""
+
+    mode: str
+    checks_run: list[tuple[str, str, int]]
+    violations: list[tuple[str, str, int]]
+    recorded: list[tuple[str, str, int]]
+    skips: list[tuple[str, str, str, int]]
+    guard_errors: list[tuple[str, str, int]]
+    guard_ns: list[tuple[str, str, int]]
+
+
 # metric name -> (snapshot key, labels, help)
 FAMILIES = {
     "specguard_checks": ("checks_run", ("check", "site"), "Checks the runtime guard ran"),
@@ -54,26 +73,27 @@ FAMILIES = {
 class _State:
     directory: Path | None = None
     root_pid: int | None = None
-    last_written: str | None = None
+    last_written: bytes | None = None
     collector: Any = None
 
 
 STATE = _State()
 
 
-def rows() -> dict[str, list[list[Any]]]:
-    """This process's counters as label tuples plus a value, per snapshot key (the file's content)."""
+def counts() -> Counts:
+    """This process's counters, as the file holds them."""
     with POLICY._lock:
-        out: dict[str, list[list[Any]]] = {
-            "violations": [[*k, v] for k, v in POLICY.violations.items()],
-            "recorded": [[*k, v] for k, v in POLICY.recorded.items()],
-            "skips": [[*k, v] for k, v in POLICY.skips.items()],
-            "guard_errors": [[*k, v] for k, v in POLICY.guard_errors.items()],
+        pairs = {
+            name: [(*key, n) for key, n in getattr(POLICY, name).items()]
+            for name in ("violations", "recorded", "skips", "guard_errors")
         }
         sites = list(POLICY.sites.items())
-    out["checks_run"] = [[c, n, s.runs] for (c, n), s in sites if s.runs]
-    out["guard_ns"] = [[c, n, s.ns] for (c, n), s in sites if s.ns]
-    return {"mode": POLICY.mode, **out}  # type: ignore[dict-item]
+    return Counts(
+        mode=POLICY.mode,
+        checks_run=[(c, n, s.runs) for (c, n), s in sites if s.runs],
+        guard_ns=[(c, n, s.ns) for (c, n), s in sites if s.ns],
+        **pairs,
+    )
 
 
 def setup() -> None:
@@ -127,51 +147,33 @@ def flush() -> None:
     directory = STATE.directory
     if directory is None:
         return
-    text = json.dumps(rows(), sort_keys=True)
-    if text == STATE.last_written:
-        return
-    final = directory / f"{os.getpid()}.json"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    STATE.last_written = text
+    current = counts()
+    data = _datafile.encode(KIND, current)
+    if data != STATE.last_written:
+        _datafile.write(directory / f"{os.getpid()}{SUFFIX}", KIND, current)
+        STATE.last_written = data
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    """One process's file, or None when it is not a small regular JSON file."""
+def _read(path: Path) -> Counts | None:
+    """One process's counters, or None for anything but a small regular file of that shape."""
     try:
-        decoded = json.loads(read_regular(path, MAX_FILE_BYTES))
-    except (UnreadableFile, ValueError):
+        return _datafile.decode(read_regular(path, MAX_FILE_BYTES), KIND, Counts)
+    except UnreadableFile:
         return None
-    return decoded if isinstance(decoded, dict) else None
 
 
 def totals(directory: Path) -> tuple[dict[str, dict[tuple[str, ...], float]], dict[str, int]]:
     """Every process's counters, added up: (per snapshot key, labels -> value), processes per mode."""
     sums: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
     modes: dict[str, int] = defaultdict(int)
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted(directory.glob(f"*{SUFFIX}")):
         data = _read(path)
         if data is None:
             continue
-        mode = data.get("mode")
-        if isinstance(mode, str):
-            modes[mode] += 1
-        for key, labels, _ in FAMILIES.values():
-            for row in data.get(key, ()):
-                if (
-                    isinstance(row, list)
-                    and len(row) == len(labels) + 1
-                    and all(isinstance(x, str) for x in row[:-1])
-                    and isinstance(row[-1], int)
-                ):
-                    sums[key][tuple(row[:-1])] += row[-1]
+        modes[data.mode] += 1
+        for key, _, _ in FAMILIES.values():
+            for *labels, n in getattr(data, key):
+                sums[key][tuple(labels)] += n
     return sums, modes
 
 

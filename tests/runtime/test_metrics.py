@@ -43,7 +43,7 @@ def test_counters_of_every_process_add_up_on_the_registry(cpu_builder, guard) ->
     builder.build(0, _cm([2, 2]))
     builder.build(0, _cm([4, 4], num_actual_tokens=12))  # a padded count: counted, warn mode goes on
     run_in_venv(["-c", CHILD], dict(os.environ))  # a process started by this one: it inherits the directory
-    assert sorted(p.name for p in directory.glob("*.json")) == sorted([f"{os.getpid()}.json", *_child_files(directory)])
+    assert _child_files(directory) and (directory / f"{os.getpid()}{metrics.SUFFIX}").is_file()
     metrics_now = scrape()
     site = 'check="G0",site="CPUAttentionMetadataBuilder.build(target)"'
     assert metrics_now[f"specguard_checks_total{{{site}}}"] == 3.0
@@ -54,7 +54,9 @@ def test_counters_of_every_process_add_up_on_the_registry(cpu_builder, guard) ->
 
 
 def _child_files(directory: Path) -> list[str]:
-    return [p.name for p in directory.glob("*.json") if p.name != f"{os.getpid()}.json"]
+    from specguard.runtime import metrics
+
+    return [p.name for p in directory.glob(f"*{metrics.SUFFIX}") if p.name != f"{os.getpid()}{metrics.SUFFIX}"]
 
 
 def test_files_that_are_not_a_process_counters_are_ignored(guard) -> None:
@@ -62,10 +64,15 @@ def test_files_that_are_not_a_process_counters_are_ignored(guard) -> None:
 
     guard("raise")
     directory = Path(os.environ[metrics.DIR_ENV])
-    (directory / "1.json").write_text("{not json")
-    (directory / "2.json").write_text('{"checks_run": [["G0", "x", "many"]], "mode": 3}')
-    os.mkfifo(directory / "3.json")  # a FIFO would block a plain open
-    (directory / "4.json").symlink_to("/dev/zero")
+    from specguard import _datafile
+
+    (directory / f"1{metrics.SUFFIX}").write_text("{not msgpack")
+    (directory / f"2{metrics.SUFFIX}").write_bytes(
+        _datafile.encode(metrics.KIND, {"checks_run": [["G0", "x", "many"]]})
+    )
+    (directory / f"3{metrics.SUFFIX}").write_bytes(_datafile.encode("another-kind", metrics.counts()))
+    os.mkfifo(directory / f"4{metrics.SUFFIX}")  # a FIFO would block a plain open
+    (directory / f"5{metrics.SUFFIX}").symlink_to("/dev/zero")
     assert not any(k.startswith("specguard_checks_total{") for k in scrape())  # and the scrape did not hang
 
 
