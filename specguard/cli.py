@@ -120,9 +120,9 @@ def run_check(args: argparse.Namespace) -> int:
             return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed else EXIT_CLEAN
     findings = result.findings
     if args.write_baseline:
-        write_baseline(args.write_baseline, findings, settings)
+        write_baseline(args.write_baseline, findings, settings, result.line)
     if args.baseline:
-        findings = filter_baseline(findings, read_baseline(args.baseline), settings)
+        findings = filter_baseline(findings, read_baseline(args.baseline), settings, result.line)
 
     findings = _offered_fixes(findings, settings)
     if args.statistics:
@@ -181,8 +181,6 @@ def _offered_fixes(findings: list, settings) -> list:  # type: ignore[no-untyped
 def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  # type: ignore[no-untyped-def]
     """`--fix` or `--diff` on the reported findings. `--diff` prints the diffs and the count it would fix;
     `--fix` writes the files and checks again, so the report shows what remains, where it now is."""
-    import linecache
-
     from specguard.analysis.baseline import filter_baseline, read_baseline
     from specguard.analysis.engine import check_paths
     from specguard.fixes.apply import fix_files, unified_diff
@@ -190,7 +188,7 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
 
     reported = result.findings
     if args.baseline:
-        reported = filter_baseline(reported, read_baseline(args.baseline), settings)
+        reported = filter_baseline(reported, read_baseline(args.baseline), settings, result.line)
     outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff)
     for note in outcome.notes:
         print(f"specguard: warning: {note}", file=sys.stderr)
@@ -204,7 +202,6 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
             print(f"specguard: error: {error}", file=sys.stderr)
         return result, outcome.fixed
     if outcome.changed:
-        linecache.checkcache()  # suppressions and baselines read the fixed lines, not the ones cached
         result = check_paths(paths, settings, use_cache=not args.no_cache)
     return result, outcome.fixed
 

@@ -7,8 +7,8 @@ and as a multiset, so two identical findings in one function need two baseline e
 from __future__ import annotations
 
 import json
-import linecache
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from specguard.analysis.findings import Finding
@@ -16,17 +16,18 @@ from specguard.errors import UserError
 from specguard.settings import Settings
 
 _VERSION = 1
+Lines = Callable[[str, int], str]  # a line of a file as the run checked it (CheckResult.line)
 
 
-def _fingerprint(f: Finding, settings: Settings) -> str:
+def _fingerprint(f: Finding, settings: Settings, line: Lines) -> str:
     """The file is keyed relative to the configuration root, so the baseline holds however the paths were typed
     and wherever in the project specguard runs."""
-    text = " ".join(linecache.getline(f.path, f.line).split())
+    text = " ".join(line(f.path, f.line).split())
     return json.dumps([settings.relative(f.path), f.code, f.symbol or "", text])
 
 
-def write_baseline(path: Path, findings: list[Finding], settings: Settings) -> None:
-    entries = sorted(_fingerprint(f, settings) for f in findings)
+def write_baseline(path: Path, findings: list[Finding], settings: Settings, line: Lines) -> None:
+    entries = sorted(_fingerprint(f, settings, line) for f in findings)
     data = {"version": _VERSION, "findings": [json.loads(e) for e in entries]}
     try:
         path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
@@ -46,11 +47,11 @@ def read_baseline(path: Path) -> Counter[str]:
         raise UserError(f"{path}: unreadable baseline: {exc}") from None
 
 
-def filter_baseline(findings: list[Finding], known: Counter[str], settings: Settings) -> list[Finding]:
+def filter_baseline(findings: list[Finding], known: Counter[str], settings: Settings, line: Lines) -> list[Finding]:
     remaining = Counter(known)
     fresh = []
     for f in findings:
-        key = _fingerprint(f, settings)
+        key = _fingerprint(f, settings, line)
         if remaining[key] > 0:
             remaining[key] -= 1
         else:

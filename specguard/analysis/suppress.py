@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import fnmatch
-import linecache
 import re
+from collections.abc import Callable
 
 from specguard.analysis.findings import Finding
 from specguard.settings import Settings
@@ -34,9 +34,10 @@ def _per_file(finding: Finding, settings: Settings) -> bool:
     return False
 
 
-def is_suppressed(finding: Finding, settings: Settings) -> bool:
+def is_suppressed(finding: Finding, settings: Settings, line: Callable[[str, int], str]) -> bool:
+    """`line(path, number)` is the line as the file was checked (a run reads each file once)."""
     if _per_file(finding, settings):
         return True
     if finding.code == "SG000":
         return False
-    return finding.code in line_codes(linecache.getline(finding.path, finding.line))
+    return finding.code in line_codes(line(finding.path, finding.line))
