@@ -189,7 +189,7 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
     reported = result.findings
     if args.baseline:
         reported = filter_baseline(reported, read_baseline(args.baseline), settings, result.line)
-    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff)
+    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff, inside=paths)
     for note in outcome.notes:
         print(f"specguard: warning: {note}", file=sys.stderr)
     if args.diff:

@@ -258,11 +258,6 @@ class _Run:
                 return scan, data, facts, key
             scan = now
 
-    def digest(self, path: str) -> str | None:
-        """The content hash of the file as it was checked, None if it was never summarized."""
-        scan = self.scans.get(path)
-        return scan.digest if scan is not None and scan.summary is not None else None
-
     def source(self, path: str) -> bytes | None:
         """The bytes of the file as it was checked, None if its content was never needed."""
         return self.sources.get(path)

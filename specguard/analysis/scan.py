@@ -78,7 +78,7 @@ def scan_bytes(
 
 
 def digest_of(data: bytes) -> str:
-    """What identifies a file's content in the cache and to the fixer."""
+    """What identifies a file's content in the cache, and what a cached scan's file is checked against."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
