@@ -116,3 +116,11 @@ def test_an_editor_save_landing_during_the_write_is_kept_and_reported(monkeypatc
         "specguard: warning: a.py: not fixed: conflict: another program replaced it while specguard wrote the fix; "
         "its version is kept"
     ]
+
+
+def test_a_file_without_a_final_newline_is_fixed_and_keeps_its_last_byte(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 16 item 9, end to end: the override, last in its file, had no fix offered."""
+    (tmp_path / "spec.py").write_text(SAFE.rstrip("\n"))
+    out = cli("check", ".", "--fix", "--no-cache", cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (0, "")
+    assert (tmp_path / "spec.py").read_text() == SAFE_FIXED.rstrip("\n")
