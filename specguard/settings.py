@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specguard._files import DATA_CAP, UnreadableFile, read_regular
 from specguard._snapshots import user_cache_home, validated
 from specguard._toml import load_toml
 from specguard.errors import UserError
@@ -133,10 +134,11 @@ def find_pyproject(start: Path) -> Path | None:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                if "[tool.specguard" in candidate.read_text(encoding="utf-8", errors="replace"):
-                    return candidate
-            except OSError:
-                continue
+                text = read_regular(candidate, DATA_CAP)
+            except UnreadableFile as exc:  # a huge one, or one that stopped being a regular file meanwhile
+                raise UserError(f"{candidate}: cannot read configuration: {exc.reason}") from None
+            if b"[tool.specguard" in text:
+                return candidate
     return None
 
 

@@ -7,10 +7,12 @@ and as a multiset, so two identical findings in one function need two baseline e
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from specguard._files import UnreadableFile, read_regular_text, replace_atomically
 from specguard.analysis.findings import Finding
 from specguard.errors import UserError
 from specguard.settings import Settings
@@ -27,23 +29,28 @@ def _fingerprint(f: Finding, settings: Settings, line: Lines) -> str:
 
 
 def write_baseline(path: Path, findings: list[Finding], settings: Settings, line: Lines) -> None:
+    """Written atomically (a failure part-way keeps the previous baseline whole); a symlink's target is written."""
     entries = sorted(_fingerprint(f, settings, line) for f in findings)
     data = {"version": _VERSION, "findings": [json.loads(e) for e in entries]}
     try:
-        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        replace_atomically(os.path.realpath(path), (json.dumps(data, indent=1) + "\n").encode())
     except OSError as exc:
         raise UserError(f"{path}: cannot write baseline: {exc.strerror or exc}") from None
 
 
 def read_baseline(path: Path) -> Counter[str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("version") != _VERSION or not isinstance(data.get("findings"), list):
+        data = json.loads(read_regular_text(path))
+        if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("findings"), list):
             raise ValueError("not a specguard baseline (expected {'version': 1, 'findings': [...]})")
         return Counter(json.dumps(entry) for entry in data["findings"])
-    except FileNotFoundError:
-        raise UserError(f"{path}: baseline not found; create it with --write-baseline {path}") from None
-    except (OSError, ValueError, AttributeError) as exc:
+    except UnreadableFile as exc:
+        if not os.path.lexists(path):
+            raise UserError(f"{path}: baseline not found; create it with --write-baseline {path}") from None
+        raise UserError(f"{path}: unreadable baseline: {exc.reason}") from None
+    except RecursionError:
+        raise UserError(f"{path}: unreadable baseline: nested too deeply to be a specguard baseline") from None
+    except ValueError as exc:
         raise UserError(f"{path}: unreadable baseline: {exc}") from None
 
 
