@@ -87,7 +87,7 @@ def run_check(args: argparse.Namespace) -> int:
     from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
     from specguard.analysis.engine import check_paths
     from specguard.report import FORMATS, text
-    from specguard.settings import load_settings
+    from specguard.settings import load_settings, require_cache_inside_project
 
     if args.statistics and args.format not in ("text", "json"):
         raise UserError(f"--statistics prints counts as text or json, not {args.format}; drop one of the two")
@@ -105,7 +105,9 @@ def run_check(args: argparse.Namespace) -> int:
     if args.rule_pack:
         updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
     if args.cache_dir:
-        updates["cache_dir"] = args.cache_dir
+        updates["cache_dir"] = args.cache_dir  # the user's choice, anywhere
+    elif not args.no_cache:
+        require_cache_inside_project(settings)
     if args.force_exclude is not None:
         updates["force_exclude"] = args.force_exclude
     if updates:

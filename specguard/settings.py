@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,28 @@ def _validate(raw: dict[str, Any], root: Path, origin: str) -> Settings:
 def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Settings:
     material = [json.dumps(raw, sort_keys=True, default=str).encode(), str(root).encode(), origin.encode()]
     return validated("settings", material, Settings, lambda: _validate(raw, root, origin))
+
+
+def require_cache_inside_project(settings: Settings) -> None:
+    """A `cache-dir` read from a project's configuration must lie inside the project (its real path under the real
+    root, symlinks followed): the repository being checked does not choose where specguard writes."""
+    if settings.cache_dir is None:
+        return
+    root, real = os.path.realpath(settings.root), os.path.realpath(settings.cache_dir)
+    if not real.startswith(root.rstrip(os.sep) + os.sep):
+        raw = _written(settings.cache_dir, settings.root)
+        raise UserError(
+            f"[tool.specguard] cache-dir '{raw}' must lie inside the project ({root}), but is {real}: a project's "
+            "configuration may put the cache only there; pass --cache-dir to choose another place, or --no-cache"
+        )
+
+
+def _written(cache_dir: Path, root: Path) -> str:
+    """The cache-dir as the configuration spelled it (relative ones were joined to the root)."""
+    try:
+        return cache_dir.relative_to(root).as_posix()
+    except ValueError:
+        return str(cache_dir)
 
 
 def user_cache_dir() -> Path:

@@ -107,10 +107,10 @@ class _Run:
         self.locator = ModuleLocator()
         self.index = ProjectIndex(self.locator, self._load_summary, self._load_flows)
         self.scans: dict[str, FileScan] = {}
-        self.borrowed: set[str] = set()
+        self.borrowed: dict[str, FileScan] = {}  # modules read for an ancestor class or the sink
         self.sources: dict[str, bytes] = {}  # the bytes the run's stages use, of each file whose content they use
         self._texts: dict[str, list[str]] = {}
-        self.notes: list[str] = []
+        self.notes: list[str] = list(self.cache.notes)
 
     def scan(self, files: list[str], workers: Callable[[int], Workers]) -> Workers:
         """Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change."""
@@ -152,8 +152,8 @@ class _Run:
             if data is not None:
                 self.sources[key] = data
             self.cache.put_scan(key, cached)
-        self.borrowed.add(key)
-        return cached.summary if cached is not None else None
+        self.borrowed[key] = cached
+        return cached.summary
 
     def _load_flows(self, summary: ModuleSummary, root: Path) -> dict[str, FunctionFlow | None]:
         """The dataflow summaries of a module's functions, computed the first time a rule's facts need them
@@ -165,8 +165,8 @@ class _Run:
         if found is None:
             return {}
         path = str(found[0])
-        scan = self.scans.get(path) or self.cache.scans.get(path)
-        if scan is None or scan.summary is not summary:
+        scan = next((s for s in (self.scans.get(path), self.borrowed.get(path)) if s and s.summary is summary), None)
+        if scan is None:
             return {}
         data = self._bytes_of(scan)
         try:
@@ -230,7 +230,7 @@ class _Run:
             self.cache.put_result(keys[job[0]], findings)
             result.findings.extend(findings)
         result.notes.extend(self.notes)
-        self.cache.save(set(self.scans) | self.borrowed, live_results)
+        self.cache.save(set(self.scans) | set(self.borrowed), live_results)
 
     def _stage_two(
         self, scan: FileScan, findings: list[Finding], live: set[str]
