@@ -70,8 +70,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _codes(value: str | None) -> list[str] | None:
-    return None if value is None else [c for c in (x.strip() for x in value.split(",")) if c]
+def _codes(value: str | None, flag: str) -> list[str] | None:
+    """A comma-separated option's codes; an empty one is an error (`--select ''` used to check nothing)."""
+    if value is None:
+        return None
+    codes = [c.strip() for c in value.split(",")]
+    if not all(codes):
+        raise UserError(
+            f"{flag} {value!r}: an empty rule code; give codes or prefixes separated by commas, e.g. {flag} SG101,SG2 "
+            "(`specguard rules` lists them)"
+        )
+    return codes
 
 
 def _installed_vllm() -> Path:
@@ -97,7 +106,7 @@ def run_check(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, paths[0])
     updates: dict = {}
     for key in ("select", "ignore", "extend_select", "fixable", "unfixable"):
-        if (value := _codes(getattr(args, key))) is not None:
+        if (value := _codes(getattr(args, key), "--" + key.replace("_", "-"))) is not None:
             updates[key] = value
     for key in ("fix", "unsafe_fixes"):
         if getattr(args, key) is not None:
@@ -209,13 +218,18 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
 
 
 def _reject_unknown_codes(settings) -> None:  # type: ignore[no-untyped-def]
+    """Every code or prefix named anywhere (per-file-ignores too) must name a rule, and some rule must run."""
     from specguard.rules import ALL_CODES
 
     known = ["SG000", *ALL_CODES, "ALL"]
-    selectors = [*(settings.select or []), *settings.ignore, *settings.extend_select]
-    for selector in [*selectors, *(settings.fixable or []), *settings.unfixable]:
-        if not any(code.startswith(selector) for code in known):
+    for selector in settings.selectors():
+        if not selector or not any(code.startswith(selector) for code in known):
             raise UserError(f"unknown rule selector '{selector}'; see `specguard rules`")
+    if not settings.enabled(ALL_CODES):
+        raise UserError(
+            "the selection enables no rule (select, extend-select and ignore leave none): the check would check "
+            "nothing; see `specguard rules`"
+        )
 
 
 def _emit(report: str, output: Path | None) -> None:

@@ -47,27 +47,30 @@ class Settings:
     root: Path = field(default_factory=Path.cwd)
 
     def __post_init__(self) -> None:
-        for name in ("select", "ignore", "extend_select", "fixable", "unfixable"):
+        for name in _SELECTOR_KEYS:
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, [c.strip().upper() for c in value])
+                object.__setattr__(self, name, _normalized(value))
+        ignores = {pattern: _normalized(codes) for pattern, codes in self.per_file_ignores.items()}
+        object.__setattr__(self, "per_file_ignores", ignores)
 
     def enabled(self, all_codes: list[str]) -> set[str]:
         """Codes that run: select (default all) plus extend-select, minus ignore; prefixes match (SG1)."""
 
         def expand(selectors: list[str]) -> set[str]:
-            return {c for c in all_codes for s in selectors if c.startswith(s) or s == "ALL"}
+            return {c for c in all_codes if selects(selectors, c)}
 
         chosen = expand(self.select) if self.select is not None else set(all_codes)
         return (chosen | expand(self.extend_select)) - expand(self.ignore)
 
     def is_fixable(self, code: str) -> bool:
         """Whether `--fix` may fix this code's findings: fixable (default all) minus unfixable."""
+        return (self.fixable is None or selects(self.fixable, code)) and not selects(self.unfixable, code)
 
-        def matches(selectors: list[str]) -> bool:
-            return any(code.startswith(s) or s == "ALL" for s in selectors)
-
-        return (self.fixable is None or matches(self.fixable)) and not matches(self.unfixable)
+    def selectors(self) -> list[str]:
+        """Every code or prefix the settings name, in every key that takes them."""
+        named = [s for key in _SELECTOR_KEYS for s in getattr(self, key) or []]
+        return named + [s for codes in self.per_file_ignores.values() for s in codes]
 
     def relative(self, path: str | Path) -> str:
         """A path as `exclude`, `per-file-ignores` and baselines see it: relative to the configuration root,
@@ -82,6 +85,19 @@ class Settings:
         """What the analysis cache is keyed by: everything that changes which findings a file gets."""
         data = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_ANALYSIS}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_SELECTOR_KEYS = ("select", "ignore", "extend_select", "fixable", "unfixable")
+
+
+def _normalized(selectors: list[str]) -> list[str]:
+    return [s.strip().upper() for s in selectors]
+
+
+def selects(selectors: list[str], code: str) -> bool:
+    """Whether a list of codes and prefixes takes in `code` (the same in every key: select, ignore,
+    per-file-ignores...). `ALL` means every rule, not SG000, which only a per-file-ignores entry naming it hides."""
+    return any(code.startswith(s) or (s == "ALL" and code != "SG000") for s in selectors)
 
 
 # Settings that change what is done with the findings, not which findings a file gets.
@@ -101,6 +117,7 @@ def _validate(raw: dict[str, Any], root: Path, origin: str) -> Settings:
     for key in raw:
         if key not in _KEYS:
             raise UserError(_unknown_key_message(key, origin))
+    _reject_empty_codes(raw, origin)
     try:
         settings = TypeAdapter(Settings).validate_python(
             {**{k.replace("-", "_"): v for k, v in raw.items()}, "root": root}
@@ -114,6 +131,21 @@ def _validate(raw: dict[str, Any], root: Path, origin: str) -> Settings:
     if cache is not None and not cache.is_absolute():
         cache = root / cache
     return dataclasses.replace(settings, rule_packs=packs, cache_dir=cache)
+
+
+def _reject_empty_codes(raw: dict[str, Any], origin: str) -> None:
+    """An empty string among the codes would be a prefix of every code: `select = [""]` ran every rule and an
+    ignore of it would skip them all, silently."""
+    lists = [(key.replace("_", "-"), raw.get(key.replace("_", "-"))) for key in _SELECTOR_KEYS]
+    table = raw.get("per-file-ignores")
+    if isinstance(table, dict):
+        lists += [(f"per-file-ignores.{pattern}", codes) for pattern, codes in table.items()]
+    for key, codes in lists:
+        if isinstance(codes, list) and any(isinstance(c, str) and not c.strip() for c in codes):
+            raise UserError(
+                f"{origin}: [tool.specguard] key '{key}': an empty rule code; list codes or prefixes "
+                "(`specguard rules` shows them), or ALL"
+            )
 
 
 def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Settings:

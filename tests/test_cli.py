@@ -184,6 +184,74 @@ def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def
     assert out.returncode == 2 and "unknown rule selector 'SG999'" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--select", ""], ["--select", " , "], ["--select", "SG101,"], ["--ignore", ""], ["--extend-select", ","]],
+    ids=["select-empty", "select-blank-items", "select-trailing-comma", "ignore-empty", "extend-select-comma"],
+)
+def test_an_empty_rule_code_on_the_command_line_is_an_error(cli, project: Path, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Issue 16 item 13: `--select ''` ran no rule, printed nothing and exited 0: a CI gate checking nothing."""
+    out = cli("check", "pkg", "--no-cache", *args, cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"specguard: error: {args[0]} {args[1]!r}: an empty rule code; give codes or prefixes separated by commas, "
+        f"e.g. {args[0]} SG101,SG2 (`specguard rules` lists them)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('select = [""]', "select"),
+        ('select = ["SG101", " "]', "select"),
+        ('ignore = [""]', "ignore"),
+        ('unfixable = [""]', "unfixable"),
+        ('per-file-ignores = { "pkg/*" = [""] }', "per-file-ignores.pkg/*"),
+    ],
+)
+def test_an_empty_rule_code_in_the_config_is_an_error(cli, project: Path, table: str, key: str) -> None:  # type: ignore[no-untyped-def]
+    """`select = [""]` ran every rule (the empty string is a prefix of every code); as an ignore it hid all."""
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"specguard: error: {project / 'pyproject.toml'}: [tool.specguard] key '{key}': an empty rule code; list "
+        "codes or prefixes (`specguard rules` shows them), or ALL"
+    ]
+
+
+@pytest.mark.parametrize("key", ["ignore", "per-file-ignores"])
+def test_per_file_ignores_and_ignore_agree_on_codes(cli, project: Path, key: str) -> None:  # type: ignore[no-untyped-def]
+    """An unknown code is an error in both (per-file-ignores took it silently); ALL means every rule in both."""
+    table = {"ignore": 'ignore = ["{}"]', "per-file-ignores": 'per-file-ignores = {{ "pkg/*" = ["{}"] }}'}[key]
+    (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("SG999") + "\n")
+    out = cli("check", "pkg", "--no-cache", cwd=project)
+    assert (out.returncode, out.stderr) == (
+        2,
+        "specguard: error: unknown rule selector 'SG999'; see `specguard rules`\n",
+    )
+    (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("sg1") + "\n")
+    assert cli("check", "pkg", "--no-cache", cwd=project).returncode == 0  # prefixes, any case, in both
+    if key == "per-file-ignores":
+        (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("ALL") + "\n")
+        assert cli("check", "pkg", "--no-cache", cwd=project).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "args"),
+    [('ignore = ["ALL"]', []), ("select = []", []), ("", ["--select", "SG1", "--ignore", "SG1"])],
+    ids=["ignore-all", "select-nothing", "select-then-ignore"],
+)
+def test_a_selection_that_enables_no_rule_is_an_error(cli, project: Path, table: str, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", *args, cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        "specguard: error: the selection enables no rule (select, extend-select and ignore leave none): the check "
+        "would check nothing; see `specguard rules`"
+    ]
+
+
 def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
     (project / "pkg" / "other.py").write_text(BAD)
     (project / "pyproject.toml").write_text(

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 
 from specguard.analysis.findings import Finding
-from specguard.settings import Settings
+from specguard.settings import Settings, selects
 
 # A bare noqa comment belongs to other linters and does not silence specguard; a bare ignore does not either.
 _NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
@@ -29,7 +29,7 @@ def _per_file(finding: Finding, settings: Settings) -> bool:
     name = rel.rpartition("/")[2]
     for pattern, codes in settings.per_file_ignores.items():
         matches = fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern)
-        if matches and any(finding.code.startswith(c.upper()) for c in codes):
+        if matches and selects(codes, finding.code):
             return True
     return False
 
