@@ -33,15 +33,20 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _check(root: Path, xdg: Path, *extra: str) -> subprocess.CompletedProcess:
+def _specguard(root: Path, xdg: Path, *args: str) -> subprocess.CompletedProcess:
+    """`specguard check fork ARGS` in `root`, with `xdg` as the user's cache home."""
     return subprocess.run(
-        [sys.executable, "-m", "specguard", "check", "fork", "--cache-dir", "cache", "--format", "json", *extra],
+        [sys.executable, "-m", "specguard", "check", "fork", *args],
         cwd=root,
         capture_output=True,
         text=True,
         env={**os.environ, "XDG_CACHE_HOME": str(xdg)},
         timeout=300,
     )
+
+
+def _check(root: Path, xdg: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _specguard(root, xdg, "--cache-dir", "cache", "--format", "json", *extra)
 
 
 def _project(tmp_path: Path) -> Path:
@@ -201,14 +206,7 @@ def test_a_cache_dir_from_the_repository_config_stays_inside_the_repository(tmp_
     }[where]
     (root / "pyproject.toml").write_text(f'[tool.specguard]\ncache-dir = "{cache_dir}"\n')
     before = _files_under(root)
-    got = subprocess.run(
-        [sys.executable, "-m", "specguard", "check", "fork"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")},
-        timeout=300,
-    )
+    got = _specguard(root, tmp_path / "xdg")
     assert got.returncode == 2 and got.stdout == ""
     (line,) = got.stderr.splitlines()
     assert line.startswith(f"specguard: error: [tool.specguard] cache-dir '{cache_dir}' ")
@@ -223,14 +221,7 @@ def test_a_cache_dir_from_the_repository_config_stays_inside_the_repository(tmp_
 def test_a_cache_dir_inside_the_repository_is_used(tmp_path: Path) -> None:
     root = tree(tmp_path, "DraftModelSpeculator")
     (root / "pyproject.toml").write_text('[tool.specguard]\ncache-dir = "build/sg-cache"\n')
-    got = subprocess.run(
-        [sys.executable, "-m", "specguard", "check", "fork"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")},
-        timeout=300,
-    )
+    got = _specguard(root, tmp_path / "xdg")
     assert (got.returncode, got.stderr) == (1, "")
     assert (root / "build" / "sg-cache" / ".gitignore").read_text() == "*\n"
     assert list((root / "build" / "sg-cache").rglob("results.msgpack"))
@@ -245,14 +236,7 @@ def test_a_symlinked_cache_folder_is_not_followed(tmp_path: Path) -> None:
     (root / ".specguard_cache").symlink_to(outside)  # the default place
     expected = _check(root, tmp_path / "xdg", "--no-cache")
     for args in (["--cache-dir", "cache"], []):
-        got = subprocess.run(
-            [sys.executable, "-m", "specguard", "check", "fork", "--format", "json", *args],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")},
-            timeout=300,
-        )
+        got = _specguard(root, tmp_path / "xdg", "--format", "json", *args)
         assert (got.returncode, got.stdout) == (1, expected.stdout)
         folder = "cache" if args else root / ".specguard_cache"  # as given, or where the project's root put it
         assert got.stderr.splitlines() == [
