@@ -59,11 +59,14 @@ def read_regular(path: Path | str, cap: int) -> bytes:
     return read_regular_stat(path, cap)[0]
 
 
-def read_regular_stat(path: Path | str, cap: int, *, follow: bool = True) -> tuple[bytes, os.stat_result]:
-    """`read_regular`, with the file's status as it was when opened (`follow=False`: a symlink is refused)."""
+def read_regular_stat(
+    path: Path | str, cap: int, *, follow: bool = True, dir_fd: int | None = None
+) -> tuple[bytes, os.stat_result]:
+    """`read_regular`, with the file's status as it was when opened (`follow=False`: a symlink is refused; `dir_fd`:
+    `path` is relative to that open folder, as `os.open` takes it)."""
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | (0 if follow else _NOFOLLOW))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | (0 if follow else _NOFOLLOW), dir_fd=dir_fd)
     except OSError as exc:
         raise UnreadableFile(path, f"cannot read file: {exc.strerror or exc}") from None
     try:

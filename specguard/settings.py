@@ -19,7 +19,61 @@ from typing import Any
 from specguard._files import DATA_CAP, UnreadableFile, read_regular
 from specguard._snapshots import user_cache_home, validated
 from specguard._toml import load_toml
+from specguard.analysis.discover import DEFAULT_EXCLUDE
 from specguard.errors import UserError
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One layer of code selection, as ruff layers them: the configuration's, then the command line's.
+
+    Within a layer the most specific selector that matches a code decides (`SG103` over `SG1` over `ALL`; at equal
+    specificity `ignore` wins); a layer with `select` starts over, one without it adjusts the layers before it."""
+
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _normalize(self, ("select", "ignore", "extend_select"))
+
+
+def _normalize(obj: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None:
+            object.__setattr__(obj, name, _normalized(value))
+
+
+def _normalized(selectors: list[str]) -> list[str]:
+    return [s.strip().upper() for s in selectors]
+
+
+def _specificity(selector: str) -> int:
+    return 0 if selector == "ALL" else len(selector)
+
+
+def _matches(code: str, selector: str) -> bool:
+    """The same in every key (select, ignore, fixable, per-file-ignores...). `ALL` means every rule, not SG000,
+    which only a per-file-ignores entry naming it hides."""
+    return code.startswith(selector) or (selector == "ALL" and code != "SG000")
+
+
+def _chosen(code: str, layers: list[Selection]) -> bool:
+    """Whether the layers, applied in order, leave `code` chosen (everything is, before the first layer)."""
+    chosen, carried = True, []
+    for layer in layers:
+        on = [s for s in [*(layer.select or []), *layer.extend_select] if _matches(code, s)]
+        off = [s for s in [*layer.ignore, *carried] if _matches(code, s)]
+        # the decisive selector: the most specific; at equal specificity an ignore (True sorts after False)
+        decisive = max([(_specificity(s), False) for s in on] + [(_specificity(s), True) for s in off], default=None)
+        if layer.select is not None:
+            chosen = decisive is not None and not decisive[1]
+        elif decisive is not None:
+            chosen = not decisive[1]
+        # as in ruff, `select = []` with ignores hands the ignores on to the next layer
+        carried = layer.ignore if layer.select == [] and not layer.extend_select else []
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -31,9 +85,13 @@ class Settings:
     select: list[str] | None = None
     ignore: list[str] = field(default_factory=list)
     extend_select: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
+    # As in ruff: `exclude` replaces the default list (.git, .venv, ...), `extend-exclude` adds to it.
+    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+    extend_exclude: list[str] = field(default_factory=list)
     # apply `exclude` to files named on the command line too (as pre-commit passes them), like ruff's
     force_exclude: bool = False
+    # skip what .gitignore (inside a git repository), .git/info/exclude and .ignore files exclude, like ruff's
+    respect_gitignore: bool = True
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     rule_packs: list[Path] = field(default_factory=list)
     cache_dir: Path | None = None
@@ -43,43 +101,41 @@ class Settings:
     unsafe_fixes: bool | None = None
     fixable: list[str] | None = None
     unfixable: list[str] = field(default_factory=list)
-    # The folder relative paths in the settings are resolved against (the pyproject's folder); not a key.
+    # Not keys. The folder relative paths in the settings are resolved against (the pyproject's folder), and the
+    # command line's layers of selection (--select/--ignore/--extend-select, --fixable/--unfixable).
     root: Path = field(default_factory=Path.cwd)
+    cli_rules: Selection = field(default_factory=Selection)
+    cli_fixes: Selection = field(default_factory=Selection)
 
     def __post_init__(self) -> None:
-        for name in _SELECTOR_KEYS:
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, _normalized(value))
+        _normalize(self, _SELECTOR_KEYS)
         ignores = {pattern: _normalized(codes) for pattern, codes in self.per_file_ignores.items()}
         object.__setattr__(self, "per_file_ignores", ignores)
 
     def enabled(self, all_codes: list[str]) -> set[str]:
-        """Codes that run: select (default all) plus extend-select, minus ignore; prefixes match (SG1)."""
-
-        def expand(selectors: list[str]) -> set[str]:
-            return {c for c in all_codes if selects(selectors, c)}
-
-        chosen = expand(self.select) if self.select is not None else set(all_codes)
-        return (chosen | expand(self.extend_select)) - expand(self.ignore)
+        """Codes that run: the configuration's selection, then the command line's, as ruff resolves them."""
+        layers = [Selection(self.select, self.ignore, self.extend_select), self.cli_rules]
+        return {code for code in all_codes if _chosen(code, layers)}
 
     def is_fixable(self, code: str) -> bool:
-        """Whether `--fix` may fix this code's findings: fixable (default all) minus unfixable."""
-        return (self.fixable is None or selects(self.fixable, code)) and not selects(self.unfixable, code)
+        """Whether `--fix` may fix this code's findings: fixable (default all) and unfixable, resolved as selections."""
+        return _chosen(code, [Selection(self.fixable, self.unfixable), self.cli_fixes])
 
     def selectors(self) -> list[str]:
-        """Every code or prefix the settings name, in every key that takes them."""
-        named = [s for key in _SELECTOR_KEYS for s in getattr(self, key) or []]
+        """Every code selector the configuration and the command line name (per-file-ignores too), for validation."""
+        layers = [
+            Selection(self.select, self.ignore, self.extend_select),
+            Selection(self.fixable, self.unfixable),
+            self.cli_rules,
+            self.cli_fixes,
+        ]
+        named = [s for layer in layers for s in [*(layer.select or []), *layer.ignore, *layer.extend_select]]
         return named + [s for codes in self.per_file_ignores.values() for s in codes]
 
     def relative(self, path: str | Path) -> str:
         """A path as `exclude`, `per-file-ignores` and baselines see it: relative to the configuration root,
         whichever way it was typed; absolute (resolved) for a file outside the root."""
-        resolved = Path(path).resolve()
-        try:
-            return resolved.relative_to(self.root.resolve()).as_posix()
-        except ValueError:
-            return resolved.as_posix()
+        return path_from(self.root, path)
 
     def fingerprint(self) -> str:
         """What the analysis cache is keyed by: everything that changes which findings a file gets."""
@@ -90,19 +146,25 @@ class Settings:
 _SELECTOR_KEYS = ("select", "ignore", "extend_select", "fixable", "unfixable")
 
 
-def _normalized(selectors: list[str]) -> list[str]:
-    return [s.strip().upper() for s in selectors]
-
-
 def selects(selectors: list[str], code: str) -> bool:
-    """Whether a list of codes and prefixes takes in `code` (the same in every key: select, ignore,
-    per-file-ignores...). `ALL` means every rule, not SG000, which only a per-file-ignores entry naming it hides."""
-    return any(code.startswith(s) or (s == "ALL" and code != "SG000") for s in selectors)
+    """Whether a list of codes and prefixes takes in `code`, as per-file-ignores reads them (select and the other
+    keys read them in layers, through the same match)."""
+    return any(_matches(code, s) for s in selectors)
+
+
+def path_from(root: Path, path: str | Path) -> str:
+    """`path` relative to `root` (posix), whichever way it was typed; absolute (resolved) when outside `root`."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
 
 
 # Settings that change what is done with the findings, not which findings a file gets.
-_NOT_ANALYSIS = ("root", "cache_dir", "fix", "unsafe_fixes", "fixable", "unfixable")
-_KEYS = sorted(f.name.replace("_", "-") for f in dataclasses.fields(Settings) if f.name != "root")
+_NOT_ANALYSIS = ("root", "cache_dir", "fix", "unsafe_fixes", "fixable", "unfixable", "cli_fixes")
+_NOT_KEYS = ("root", "cli_rules", "cli_fixes")
+_KEYS = sorted(f.name.replace("_", "-") for f in dataclasses.fields(Settings) if f.name not in _NOT_KEYS)
 
 
 def _unknown_key_message(key: str, origin: str) -> str:
@@ -153,13 +215,20 @@ def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Se
     return validated("settings", material, Settings, lambda: _validate(raw, root, origin))
 
 
-def require_cache_inside_project(settings: Settings) -> None:
-    """A `cache-dir` read from a project's configuration must lie inside the project (its real path under the real
-    root, symlinks followed): the repository being checked does not choose where specguard writes."""
+def cache_outside_project(settings: Settings) -> str | None:
+    """The real path of a configured `cache-dir` that does not lie inside the project (its real path under the real
+    root, symlinks followed); None for one inside, or none configured."""
     if settings.cache_dir is None:
-        return
+        return None
     root, real = os.path.realpath(settings.root), os.path.realpath(settings.cache_dir)
-    if not real.startswith(root.rstrip(os.sep) + os.sep):
+    return None if real.startswith(root.rstrip(os.sep) + os.sep) else real
+
+
+def require_cache_inside_project(settings: Settings) -> None:
+    """A `cache-dir` read from a project's configuration must lie inside the project: the repository being checked
+    does not choose where specguard writes (nor, for `specguard clean`, what it removes)."""
+    if settings.cache_dir is not None and (real := cache_outside_project(settings)) is not None:
+        root = os.path.realpath(settings.root)
         raw = _written(settings.cache_dir, settings.root)
         raise UserError(
             f"[tool.specguard] cache-dir '{raw}' must lie inside the project ({root}), but is {real}: a project's "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -329,3 +330,54 @@ def test_a_cache_key_others_could_know_is_replaced_and_said_once(tmp_path: Path,
     assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.geteuid() and not key.is_symlink()
     second = _check(root, xdg)  # said once: the new key is the user's own
     assert (second.returncode, second.stdout, second.stderr) == (1, expected.stdout, "")
+
+
+# ---- specguard clean: removes only what specguard wrote, through no link, and not where a repository points ----
+
+
+def _clean(root: Path, xdg: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specguard", "clean"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(xdg)},
+        timeout=300,
+    )
+
+
+def test_clean_follows_no_link_inside_a_cache_and_leaves_a_cache_dir_outside_the_project(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    root, xdg = tree(tmp_path / "repo", "DraftModelSpeculator"), tmp_path / "xdg"
+    assert _specguard(root, xdg).returncode == 1  # a real cache, in .specguard_cache
+    (version,) = [p for p in (root / ".specguard_cache").iterdir() if p.name != ".gitignore"]
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "scans.msgpack").write_bytes(b"the victim's file")
+    (outside / ".gitignore").write_bytes(b"*\n")
+    # a planted version folder that is a link, and one holding a link named as a cache file
+    (root / ".specguard_cache" / version.name.replace(version.name[-4:], "beef")).symlink_to(outside)
+    planted = root / "sub" / ".specguard_cache" / version.name
+    planted.mkdir(parents=True)
+    (planted / "scans.msgpack").symlink_to(outside / "scans.msgpack")
+    (root / "sub" / ".specguard_cache" / ".gitignore").symlink_to(outside / ".gitignore")
+    # the repository's configuration names a folder outside it that looks like a cache specguard wrote
+    shutil.copytree(root / ".specguard_cache", outside / "cache", symlinks=True)
+    (root / "pyproject.toml").write_text('[tool.specguard]\ncache-dir = "../elsewhere/cache"\n')
+
+    got = _clean(root, xdg)
+    assert got.returncode == 0
+    assert sorted(got.stderr.splitlines()) == sorted(
+        [
+            f"specguard: warning: {root / '../elsewhere/cache'}: the configured cache-dir lies outside the project "
+            f"(at {outside / 'cache'}); left alone",
+            f"specguard: warning: .specguard_cache/{version.name[:-4]}beef: not written by specguard; left alone",
+            "specguard: warning: sub/.specguard_cache/.gitignore: not written by specguard; left alone",
+            f"specguard: warning: sub/.specguard_cache/{version.name}: not written by specguard; left alone",
+        ]
+    )
+    assert not version.exists() and not (root / ".specguard_cache" / ".gitignore").exists()  # ours: removed
+    assert (outside / "scans.msgpack").read_bytes() == b"the victim's file"
+    assert (outside / ".gitignore").read_bytes() == b"*\n"
+    assert (outside / "cache" / version.name / "results.msgpack").is_file()
+    assert (planted / "scans.msgpack").is_symlink()

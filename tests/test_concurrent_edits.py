@@ -146,3 +146,52 @@ def test_runs_during_atomic_saves_see_whole_versions_and_cache_only_what_they_co
         _settle(fork, versions / version)
         for _ in range(2):  # the first run stores the scans, the second is fully warm
             assert _by_file(check_paths([fork], settings).findings) == expected[version]
+
+
+SPEC = textwrap.dedent("""
+    from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+
+    class Spec(DraftModelSpeculator):
+        def propose(self, num_reqs):
+            return build_attn_metadata(num_reqs=num_reqs){line_noqa}
+""")
+FILE_NOQA = "# specguard: noqa: SG101\n"
+MISPLACED = "x = 1  # specguard: noqa\n"
+
+
+@pytest.mark.parametrize(
+    ("checked", "saved", "reported", "warned"),
+    [
+        (SPEC.format(line_noqa=""), FILE_NOQA + SPEC.format(line_noqa=""), True, False),
+        (FILE_NOQA + SPEC.format(line_noqa=""), SPEC.format(line_noqa=""), False, False),
+        (SPEC.format(line_noqa=""), SPEC.format(line_noqa="  # noqa: SG101"), True, False),
+        (SPEC.format(line_noqa="  # noqa: SG101"), SPEC.format(line_noqa=""), False, False),
+        (MISPLACED + SPEC.format(line_noqa=""), SPEC.format(line_noqa=""), True, True),
+        (SPEC.format(line_noqa=""), MISPLACED + SPEC.format(line_noqa=""), True, False),
+    ],
+    ids=["file-noqa-added", "file-noqa-removed", "line-noqa-added", "line-noqa-removed", "misplaced", "misplaced-new"],
+)
+def test_suppressions_are_judged_on_the_bytes_the_rules_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checked: str, saved: str, reported: bool, warned: bool
+) -> None:
+    """The file is saved after the rules ran and before suppressions are judged: the comments that count (line and
+    file-level noqa, and the warning for a misplaced one) are those of the version the findings came from."""
+    from specguard.analysis import engine
+
+    spec = tmp_path / "spec.py"
+    spec.write_text(checked)
+    evaluate = engine._Run.evaluate
+
+    def then_saved(self, result, pool):  # type: ignore[no-untyped-def]
+        evaluate(self, result, pool)
+        spec.write_text(saved)
+
+    monkeypatch.setattr(engine._Run, "evaluate", then_saved)
+    result = check_paths([spec], Settings(root=tmp_path), use_cache=False)
+    assert [f.code for f in result.findings] == (["SG101"] if reported else [])
+    assert [w.split(": ", 1)[1] for w in result.warnings] == (
+        ["`# specguard: noqa` after code exempts nothing; put it on a line of its own"] if warned else []
+    )
+    assert spec.read_text() == saved

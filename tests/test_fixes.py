@@ -325,7 +325,7 @@ def test_fix_applies_safe_fixes_then_reports_what_remains(cli, tree: Path) -> No
     compile((tree / "unsafe.py").read_text(), "unsafe.py", "exec")
     before = {p.name: p.read_bytes() for p in tree.glob("*.py")}
     again = cli("check", ".", "--fix", "--unsafe-fixes", cwd=tree)
-    assert (again.returncode, again.stdout) == (0, "")  # a second --fix changes nothing
+    assert (again.returncode, again.stdout) == (0, "All checks passed!\n")  # a second --fix changes nothing
     assert {p.name: p.read_bytes() for p in tree.glob("*.py")} == before
 
 
@@ -560,7 +560,7 @@ def test_suppressed_and_baselined_findings_are_not_fixed(cli, tmp_path: Path) ->
     (tmp_path / "known.py").write_text(SAFE)
     assert cli("check", "known.py", "--write-baseline", "base.json", cwd=tmp_path).returncode == 0
     out = cli("check", ".", "--fix", "--baseline", "base.json", "--no-cache", cwd=tmp_path)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "All checks passed!\n", "")
     assert (tmp_path / "known.py").read_text() == SAFE and (tmp_path / "noqa.py").read_text() == suppressed
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -27,6 +28,8 @@ from specguard.analysis.source import UNSTAMPED
 
 _FORMAT = 6  # bump when a cached type changes shape
 _SCANS, _RESULTS = "scans.msgpack", "results.msgpack"
+GITIGNORE = b"*\n"  # what the cache root's .gitignore holds, so that no one commits the cache
+_VERSION_FOLDER = re.compile(r"v[\w.+!-]+-[0-9a-f]{32}")  # Cache.at's names, of any specguard version
 ScanTable = dict[str, FileScan]
 ResultTable = dict[str, list[Finding]]
 
@@ -66,6 +69,11 @@ def _user_key() -> tuple[bytes | None, str | None]:
             return None, note + "; running without a cache"
         return None, None
     return key, note
+
+
+def version_folder_name(name: str) -> bool:
+    """Whether `name` is a cache folder's name as `Cache.at` makes them, for any version (`specguard clean`)."""
+    return _VERSION_FOLDER.fullmatch(name) is not None
 
 
 class Cache:
@@ -134,6 +142,6 @@ def _gitignore(folder: Path) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(folder / ".gitignore", flags, 0o644)
     try:
-        os.write(fd, b"*\n")
+        os.write(fd, GITIGNORE)
     finally:
         os.close(fd)

@@ -13,7 +13,7 @@ from typing import Any
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.analysis.cache import Cache
 from specguard.analysis.dataflow.values import FunctionFlow
-from specguard.analysis.discover import discover
+from specguard.analysis.discover import Discovery, discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.modules import ModuleLocator
@@ -21,7 +21,7 @@ from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, digest_of, scan_file, stamp_of
 from specguard.analysis.source import UNSTAMPED, decode, read_stamped
 from specguard.analysis.summary import ModuleSummary
-from specguard.analysis.suppress import is_suppressed
+from specguard.analysis.suppress import CheckedFiles, FileExemption, file_exemption, is_suppressed
 from specguard.errors import SourceError
 from specguard.packs import Pack, load_pack
 from specguard.rules import ALL_CODES
@@ -38,6 +38,7 @@ class CheckResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the run could not see; not findings, not errors
+    warnings: list[str] = field(default_factory=list)  # the user's own mistakes that cost nothing yet (a stray noqa)
     files: int = 0
     parsed: int = 0
     project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
@@ -110,6 +111,7 @@ class _Run:
         self.borrowed: dict[str, FileScan] = {}  # modules read for an ancestor class or the sink
         self.sources: dict[str, bytes] = {}  # the bytes the run's stages use, of each file whose content they use
         self._texts: dict[str, list[str]] = {}
+        self._exemptions: dict[str, FileExemption] = {}
         self.notes: list[str] = list(self.cache.notes)
 
     def scan(self, files: list[str], workers: Callable[[int], Workers]) -> Workers:
@@ -262,8 +264,8 @@ class _Run:
         """The bytes of the file as it was checked, None if its content was never needed."""
         return self.sources.get(path)
 
-    def line(self, path: str, number: int) -> str:
-        """Line `number` of the file as it was checked (for suppressions and baselines); "" where unknown."""
+    def _lines(self, path: str) -> list[str]:
+        """The file's lines as it was checked (read now, once, if its content was never needed)."""
         lines = self._texts.get(path)
         if lines is None:
             data = self.sources.get(path)
@@ -277,7 +279,19 @@ class _Run:
             except SourceError:
                 lines = []
             self._texts[path] = lines
+        return lines
+
+    def line(self, path: str, number: int) -> str:
+        """Line `number` of the file as it was checked (for suppressions and baselines); "" where unknown."""
+        lines = self._lines(path)
         return lines[number - 1] if 0 < number <= len(lines) else ""
+
+    def exemption(self, path: str) -> FileExemption:
+        """What the file's `# specguard: noqa` comments exempt, in the file as it was checked."""
+        found = self._exemptions.get(path)
+        if found is None:
+            found = self._exemptions[path] = file_exemption(path, "".join(self._lines(path)))
+        return found
 
     def recheck(self, path: str, text: str) -> list[Finding]:
         """Every finding of new text for a checked file (a fix's result), against the same project, unsuppressed."""
@@ -292,7 +306,7 @@ def check_paths(
 ) -> CheckResult:
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
-    found = discover([Path(p) for p in paths], settings.exclude, settings.root, settings.force_exclude)
+    found = discover_files(paths, settings)
     result = CheckResult(errors=list(found.errors), files=len(found.files))
 
     def workers(files_to_scan: int) -> Workers:
@@ -303,9 +317,19 @@ def check_paths(
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
     result.notes.extend(_unresolved_note(run, settings))
-    result.findings = sorted(f for f in result.findings if not _ignored(f, settings, run.line))
+    # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
+    result.warnings = [w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused]
+    result.findings = sorted(f for f in result.findings if not _ignored(f, settings, run))
     result.project = run
     return result
+
+
+def discover_files(paths: Sequence[str | Path], settings: Settings) -> Discovery:
+    """The files `check_paths` analyzes (what `--show-files` lists)."""
+    patterns = [*settings.exclude, *settings.extend_exclude]
+    return discover(
+        [Path(p) for p in paths], patterns, settings.root, settings.force_exclude, settings.respect_gitignore
+    )
 
 
 def _unresolved_note(run: _Run, settings: Settings) -> list[str]:
@@ -335,10 +359,10 @@ def _names_any(unresolved: Unresolved, names: set[str], line: Callable[[str, int
     return any(name in body for name in names | aliases)
 
 
-def _ignored(finding: Finding, settings: Settings, line: Callable[[str, int], str]) -> bool:
+def _ignored(finding: Finding, settings: Settings, files: CheckedFiles) -> bool:
     if finding.code != "SG000" and finding.code not in settings.enabled(ALL_CODES):
         return True
-    return is_suppressed(finding, settings, line)
+    return is_suppressed(finding, settings, files)
 
 
 def check_source(
