@@ -20,6 +20,7 @@ from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, digest_of, scan_file, stamp_of
 from specguard.analysis.source import UNSTAMPED, decode, read_stamped
+from specguard.analysis.sparse import sparse_lines
 from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import CheckedFiles, FileExemption, file_exemption, is_suppressed
 from specguard.errors import SourceError
@@ -275,7 +276,7 @@ class _Run:
                 except UnreadableFile:
                     data = b""
             try:
-                lines = decode(data).splitlines(keepends=True)
+                lines = sparse_lines(decode(data))  # CPython's newlines: a form feed does not end a line
             except SourceError:
                 lines = []
             self._texts[path] = lines
