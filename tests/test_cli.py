@@ -184,6 +184,20 @@ def test_noqa_with_code_and_specguard_ignore_silence_but_bare_noqa_does_not(cli,
         assert cli("check", name, cwd=tmp_path).returncode == expect, name
 
 
+@pytest.mark.parametrize("separator", ["\x0c", "\x1c", "\x85", "\u2028"])
+def test_suppressions_and_baselines_count_lines_as_python_does(cli, tmp_path: Path, separator: str) -> None:  # type: ignore[no-untyped-def]
+    """A form feed (and the other characters `str.splitlines` ends a line at) in a comment or between definitions
+    does not end a line for CPython: the noqa and the baseline's line text are read at the finding's line."""
+    header = f"# section{separator} one\n# two{separator}\n\x0c\n"  # a form feed may also stand alone
+    (tmp_path / "quiet.py").write_text(header + BAD.rstrip("\n") + "  # noqa: SG101\n")
+    assert cli("check", "quiet.py", "--no-cache", cwd=tmp_path).returncode == 0
+    (tmp_path / "loud.py").write_text(header + BAD)
+    assert cli("check", "loud.py", "--write-baseline", "base.json", cwd=tmp_path).returncode == 0
+    ((_, code, _, text),) = json.loads((tmp_path / "base.json").read_text())["findings"]
+    assert (code, text) == ("SG101", "return build_attn_metadata(num_reqs=num_reqs)")
+    assert cli("check", "loud.py", "--baseline", "base.json", cwd=tmp_path).returncode == 0
+
+
 def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def]
     def codes(*args: str) -> list[str]:
         out = cli("check", str(EXAMPLES), "--format", "json", "--no-cache", *args)
