@@ -101,14 +101,13 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 def _codes(values: list[str] | None, flag: str) -> list[str] | None:
     """A repeatable option's rule codes; an empty one is an error (`--select ''` used to check nothing)."""
-    codes = _split(values)
-    if codes is not None and not all(codes):
-        typed = ",".join(values or [])
-        raise UserError(
-            f"{flag} {typed!r}: an empty rule code; give codes or prefixes separated by commas, e.g. {flag} SG101,SG2 "
-            "(`specguard rules` lists them)"
-        )
-    return codes
+    for value in values or []:
+        if not all(x.strip() for x in value.split(",")):
+            raise UserError(
+                f"{flag} {value!r}: an empty rule code; give codes or prefixes separated by commas, e.g. {flag} "
+                "SG101,SG2 (`specguard rules` lists them)"
+            )
+    return _split(values)
 
 
 def _patterns_from_cwd(values: list[str] | None) -> list[str]:

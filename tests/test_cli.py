@@ -215,9 +215,12 @@ def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def
     [["--select", ""], ["--select", " , "], ["--select", "SG101,"], ["--ignore", ""], ["--extend-select", ","]],
     ids=["select-empty", "select-blank-items", "select-trailing-comma", "ignore-empty", "extend-select-comma"],
 )
-def test_an_empty_rule_code_on_the_command_line_is_an_error(cli, project: Path, args: list[str]) -> None:  # type: ignore[no-untyped-def]
-    """Issue 16 item 13: `--select ''` ran no rule, printed nothing and exited 0: a CI gate checking nothing."""
-    out = cli("check", "pkg", "--no-cache", *args, cwd=project)
+@pytest.mark.parametrize("twice", [False, True])
+def test_an_empty_rule_code_on_the_command_line_is_an_error(cli, project: Path, args: list[str], twice: bool) -> None:  # type: ignore[no-untyped-def]
+    """Issue 16 item 13: `--select ''` ran no rule, printed nothing and exited 0: a CI gate checking nothing. A
+    repeated option (they add up, as ruff's) is named by the value that holds the empty code."""
+    before = [args[0], "SG1"] if twice else []
+    out = cli("check", "pkg", "--no-cache", *before, *args, cwd=project)
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr.splitlines() == [
         f"specguard: error: {args[0]} {args[1]!r}: an empty rule code; give codes or prefixes separated by commas, "
