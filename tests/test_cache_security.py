@@ -349,6 +349,7 @@ def _clean(root: Path, xdg: Path) -> subprocess.CompletedProcess:
 def test_clean_follows_no_link_inside_a_cache_and_leaves_a_cache_dir_outside_the_project(tmp_path: Path) -> None:
     (tmp_path / "repo").mkdir()
     root, xdg = tree(tmp_path / "repo", "DraftModelSpeculator"), tmp_path / "xdg"
+    (root / "pyproject.toml").write_text("[project]\nname = 'repo'\n")  # the project's root, whatever lies above
     assert _specguard(root, xdg).returncode == 1  # a real cache, in .specguard_cache
     (version,) = [p for p in (root / ".specguard_cache").iterdir() if p.name != ".gitignore"]
     outside = tmp_path / "elsewhere"
@@ -356,7 +357,8 @@ def test_clean_follows_no_link_inside_a_cache_and_leaves_a_cache_dir_outside_the
     (outside / "scans.msgpack").write_bytes(b"the victim's file")
     (outside / ".gitignore").write_bytes(b"*\n")
     # a planted version folder that is a link, and one holding a link named as a cache file
-    (root / ".specguard_cache" / version.name.replace(version.name[-4:], "beef")).symlink_to(outside)
+    linked = f"v9.9.9-{'be' * 16}"  # named as a version folder of another specguard version
+    (root / ".specguard_cache" / linked).symlink_to(outside)
     planted = root / "sub" / ".specguard_cache" / version.name
     planted.mkdir(parents=True)
     (planted / "scans.msgpack").symlink_to(outside / "scans.msgpack")
@@ -371,7 +373,7 @@ def test_clean_follows_no_link_inside_a_cache_and_leaves_a_cache_dir_outside_the
         [
             f"specguard: warning: {root / '../elsewhere/cache'}: the configured cache-dir lies outside the project "
             f"(at {outside / 'cache'}); left alone",
-            f"specguard: warning: .specguard_cache/{version.name[:-4]}beef: not written by specguard; left alone",
+            f"specguard: warning: .specguard_cache/{linked}: not written by specguard; left alone",
             "specguard: warning: sub/.specguard_cache/.gitignore: not written by specguard; left alone",
             f"specguard: warning: sub/.specguard_cache/{version.name}: not written by specguard; left alone",
         ]
