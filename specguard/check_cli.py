@@ -130,11 +130,9 @@ _CODE_OPTIONS = ("select", "ignore", "extend_select", "fixable", "unfixable")
 
 def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
     """The configuration's settings with the command line's on top, as ruff layers them."""
-    from specguard.settings import Selection, load_settings, require_cache_inside_project
+    from specguard.settings import Selection, load_settings
 
     settings = load_settings(args.config, paths[0])
-    if args.cache_dir is None and not args.no_cache:
-        require_cache_inside_project(settings)  # --cache-dir is the user's choice, anywhere; the project's is not
     codes = {key: _codes(getattr(args, key), "--" + key.replace("_", "-")) for key in _CODE_OPTIONS}
     updates: dict = {
         "cli_rules": Selection(codes["select"], codes["ignore"] or [], codes["extend_select"] or []),
@@ -156,6 +154,7 @@ def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
 def run_check(args: argparse.Namespace) -> int:
     from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
     from specguard.analysis.engine import check_paths
+    from specguard.settings import require_cache_inside_project
 
     if args.statistics and args.output_format not in ("concise", "text", "json"):
         raise UserError(f"--statistics prints counts as concise or json, not {args.output_format}; drop one of the two")
@@ -164,8 +163,10 @@ def run_check(args: argparse.Namespace) -> int:
         paths.append(_installed_vllm())
     settings = _settings(args, paths)
     if args.show_files or args.show_settings:
-        return _show(args, paths, settings)
+        return _show(args, paths, settings)  # they check nothing and write nothing: they show what would be
     _reject_empty_selection(settings)
+    if args.cache_dir is None and not args.no_cache:
+        require_cache_inside_project(settings)  # --cache-dir is the user's choice, anywhere; the project's is not
 
     result = check_paths(paths, settings, use_cache=not args.no_cache)
     fixed = 0

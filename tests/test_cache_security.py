@@ -213,6 +213,9 @@ def test_a_cache_dir_from_the_repository_config_stays_inside_the_repository(tmp_
     assert line.startswith(f"specguard: error: [tool.specguard] cache-dir '{cache_dir}' ")
     assert "must lie inside the project" in line and "--cache-dir" in line
     assert _files_under(outside) == [] and _files_under(root) == before
+    shown = _specguard(root, tmp_path / "xdg", "--show-files")  # writes nothing, so it runs
+    assert (shown.returncode, shown.stdout.split()) == (0, sorted(str(p.resolve()) for p in root.rglob("*.py")))
+    assert _files_under(outside) == [] and _files_under(root) == before
     # the user, not the repository, may choose any place: on the command line
     chosen = _check(root, tmp_path / "xdg", "--cache-dir", str(outside / "mine"))
     assert chosen.returncode == 1 and (outside / "mine" / ".gitignore").read_text() == "*\n"
