@@ -92,17 +92,28 @@ def add_options(check: argparse.ArgumentParser) -> None:
     )
 
 
-def _codes(values: list[str] | None) -> list[str] | None:
-    """A repeatable option of comma-separated values, as one list."""
+def _split(values: list[str] | None) -> list[str] | None:
+    """A repeatable option of comma-separated values, as one list (empty items kept)."""
     if values is None:
         return None
-    return [c for value in values for c in (x.strip() for x in value.split(",")) if c]
+    return [x.strip() for value in values for x in value.split(",")]
+
+
+def _codes(values: list[str] | None, flag: str) -> list[str] | None:
+    """A repeatable option's rule codes; an empty one is an error (`--select ''` used to check nothing)."""
+    for value in values or []:
+        if not all(x.strip() for x in value.split(",")):
+            raise UserError(
+                f"{flag} {value!r}: an empty rule code; give codes or prefixes separated by commas, e.g. {flag} "
+                "SG101,SG2 (`specguard rules` lists them)"
+            )
+    return _split(values)
 
 
 def _patterns_from_cwd(values: list[str] | None) -> list[str]:
     """Exclude patterns typed on the command line: as ruff, one with a `/` is anchored at the current folder."""
     cwd = os.path.realpath(".")
-    return [p if "/" not in p or p.startswith("/") else f"{cwd}/{p}" for p in _codes(values) or []]
+    return [p if "/" not in p or p.startswith("/") else f"{cwd}/{p}" for p in _split(values) or [] if p]
 
 
 def _installed_vllm() -> Path:
@@ -114,14 +125,18 @@ def _installed_vllm() -> Path:
     return roots[0]
 
 
+_CODE_OPTIONS = ("select", "ignore", "extend_select", "fixable", "unfixable")
+
+
 def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
     """The configuration's settings with the command line's on top, as ruff layers them."""
     from specguard.settings import Selection, load_settings
 
     settings = load_settings(args.config, paths[0])
+    codes = {key: _codes(getattr(args, key), "--" + key.replace("_", "-")) for key in _CODE_OPTIONS}
     updates: dict = {
-        "cli_rules": Selection(_codes(args.select), _codes(args.ignore) or [], _codes(args.extend_select) or []),
-        "cli_fixes": Selection(_codes(args.fixable), _codes(args.unfixable) or []),
+        "cli_rules": Selection(codes["select"], codes["ignore"] or [], codes["extend_select"] or []),
+        "cli_fixes": Selection(codes["fixable"], codes["unfixable"] or []),
         "extend_exclude": [*settings.extend_exclude, *_patterns_from_cwd(args.extend_exclude)],
     }
     if args.exclude is not None:
@@ -139,6 +154,7 @@ def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
 def run_check(args: argparse.Namespace) -> int:
     from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
     from specguard.analysis.engine import check_paths
+    from specguard.settings import require_cache_inside_project
 
     if args.statistics and args.output_format not in ("concise", "text", "json"):
         raise UserError(f"--statistics prints counts as concise or json, not {args.output_format}; drop one of the two")
@@ -147,7 +163,10 @@ def run_check(args: argparse.Namespace) -> int:
         paths.append(_installed_vllm())
     settings = _settings(args, paths)
     if args.show_files or args.show_settings:
-        return _show(args, paths, settings)
+        return _show(args, paths, settings)  # they check nothing and write nothing: they show what would be
+    _reject_empty_selection(settings)
+    if args.cache_dir is None and not args.no_cache:
+        require_cache_inside_project(settings)  # --cache-dir is the user's choice, anywhere; the project's is not
 
     result = check_paths(paths, settings, use_cache=not args.no_cache)
     fixed = 0
@@ -157,9 +176,9 @@ def run_check(args: argparse.Namespace) -> int:
             return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed and not args.exit_zero else EXIT_CLEAN
     findings = result.findings
     if args.write_baseline:
-        write_baseline(args.write_baseline, findings, settings)
+        write_baseline(args.write_baseline, findings, settings, result.line)
     if args.baseline:
-        findings = filter_baseline(findings, read_baseline(args.baseline), settings)
+        findings = filter_baseline(findings, read_baseline(args.baseline), settings, result.line)
 
     findings = _offered_fixes(findings, settings)
     _emit(_report(args, findings, settings, fixed), args)
@@ -238,8 +257,6 @@ def _offered_fixes(findings: list, settings) -> list:  # type: ignore[no-untyped
 def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  # type: ignore[no-untyped-def]
     """`--fix` or `--diff` on the reported findings. `--diff` prints the diffs and the count it would fix;
     `--fix` writes the files and checks again, so the report shows what remains, where it now is."""
-    import linecache
-
     from specguard.analysis.baseline import filter_baseline, read_baseline
     from specguard.analysis.engine import check_paths
     from specguard.fixes.apply import fix_files, unified_diff
@@ -247,8 +264,8 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
 
     reported = result.findings
     if args.baseline:
-        reported = filter_baseline(reported, read_baseline(args.baseline), settings)
-    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff)
+        reported = filter_baseline(reported, read_baseline(args.baseline), settings, result.line)
+    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff, inside=paths)
     for note in [] if args.quiet or args.silent else outcome.notes:
         print(f"specguard: warning: {note}", file=sys.stderr)
     if args.diff:
@@ -260,18 +277,30 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
         _tell(args, result)
         return result, outcome.fixed
     if outcome.changed:
-        linecache.checkcache()  # suppressions and baselines read the fixed lines, not the ones cached
         result = check_paths(paths, settings, use_cache=not args.no_cache)
     return result, outcome.fixed
 
 
 def _reject_unknown_codes(settings: Settings) -> None:
+    """Every code or prefix named anywhere (per-file-ignores too) must name a rule."""
     from specguard.rules import ALL_CODES
 
     known = ["SG000", *ALL_CODES, "ALL"]
     for selector in settings.selectors():
-        if not any(code.startswith(selector) for code in known):
+        if not selector or not any(code.startswith(selector) for code in known):
             raise UserError(f"unknown rule selector '{selector}'; see `specguard rules`")
+
+
+def _reject_empty_selection(settings: Settings) -> None:
+    """Some rule must run: a check of nothing would pass any CI gate. (--show-settings may show an empty selection:
+    that is how one finds out why it is empty.)"""
+    from specguard.rules import ALL_CODES
+
+    if not settings.enabled(ALL_CODES):
+        raise UserError(
+            "the selection enables no rule (select, extend-select and ignore leave none): the check would check "
+            "nothing; see `specguard rules`"
+        )
 
 
 def _emit(report: str, args: argparse.Namespace) -> None:

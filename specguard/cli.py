@@ -66,14 +66,17 @@ def run_explain(rule: str) -> int:
 def run_clean(quiet: bool) -> int:
     """Remove every `.specguard_cache` here and below, and the configured `cache-dir`: only what specguard wrote."""
     from specguard.analysis.cache_clean import Cleaned, cache_folders, clean
-    from specguard.settings import load_settings
+    from specguard.settings import cache_outside_project, load_settings
 
     here = Path(".")
     folders = list(cache_folders(here))
-    configured = load_settings(None, here).cache_dir
-    if configured is not None and configured.resolve() not in {f.resolve() for f in folders}:
+    settings = load_settings(None, here)
+    configured, result = settings.cache_dir, Cleaned()
+    if configured is not None and (real := cache_outside_project(settings)) is not None:
+        # check never writes there (a project's cache-dir must lie inside it), so nothing there is this project's
+        result.left.append(f"{configured}: the configured cache-dir lies outside the project (at {real}); left alone")
+    elif configured is not None and configured.resolve() not in {f.resolve() for f in folders}:
         folders.append(configured)
-    result = Cleaned()
     for folder in folders:
         try:
             clean(folder, result)

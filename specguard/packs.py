@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specguard._files import DATA_CAP, UnreadableFile, read_regular
 from specguard._snapshots import validated
 from specguard._toml import load_toml, parse_toml
 from specguard.analysis.dataflow.values import ANY, EQUALS, ONE_ELEMENT, SAME, FlowSpec, Guard
@@ -237,7 +238,7 @@ def load_pack(extra: list[Path] | tuple[Path, ...] = ()) -> Pack:
     material = [builtin.encode()]
     for path in extra:
         try:
-            material.append(str(path).encode() + b"\0" + path.read_bytes())
-        except OSError:
+            material.append(str(path).encode() + b"\0" + read_regular(path, DATA_CAP))
+        except UnreadableFile:
             material.append(str(path).encode())  # unreadable: _build reports it
     return validated("pack", material, Pack, lambda: _build(builtin, list(extra)))

@@ -11,10 +11,12 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specguard._files import DATA_CAP, UnreadableFile, read_regular
 from specguard._snapshots import user_cache_home, validated
 from specguard._toml import load_toml
 from specguard.analysis.discover import DEFAULT_EXCLUDE
@@ -40,7 +42,11 @@ def _normalize(obj: object, names: tuple[str, ...]) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None:
-            object.__setattr__(obj, name, [c.strip().upper() for c in value])
+            object.__setattr__(obj, name, _normalized(value))
+
+
+def _normalized(selectors: list[str]) -> list[str]:
+    return [s.strip().upper() for s in selectors]
 
 
 def _specificity(selector: str) -> int:
@@ -48,7 +54,9 @@ def _specificity(selector: str) -> int:
 
 
 def _matches(code: str, selector: str) -> bool:
-    return selector == "ALL" or code.startswith(selector)
+    """The same in every key (select, ignore, fixable, per-file-ignores...). `ALL` means every rule, not SG000,
+    which only a per-file-ignores entry naming it hides."""
+    return code.startswith(selector) or (selector == "ALL" and code != "SG000")
 
 
 def _chosen(code: str, layers: list[Selection]) -> bool:
@@ -150,7 +158,9 @@ class Settings:
     cli_fixes: Selection = field(default_factory=Selection)
 
     def __post_init__(self) -> None:
-        _normalize(self, ("select", "ignore", "extend_select", "fixable", "unfixable"))
+        _normalize(self, _SELECTOR_KEYS)
+        ignores = {pattern: _normalized(codes) for pattern, codes in self.per_file_ignores.items()}
+        object.__setattr__(self, "per_file_ignores", ignores)
 
     def enabled(self, all_codes: list[str]) -> set[str]:
         """Codes that run: the configuration's selection, then the command line's, as ruff resolves them."""
@@ -162,14 +172,15 @@ class Settings:
         return _chosen(code, [Selection(self.fixable, self.unfixable), self.cli_fixes])
 
     def selectors(self) -> list[str]:
-        """Every code selector the configuration and the command line name, for validation."""
+        """Every code selector the configuration and the command line name (per-file-ignores too), for validation."""
         layers = [
             Selection(self.select, self.ignore, self.extend_select),
             Selection(self.fixable, self.unfixable),
             self.cli_rules,
             self.cli_fixes,
         ]
-        return [s for layer in layers for s in [*(layer.select or []), *layer.ignore, *layer.extend_select]]
+        named = [s for layer in layers for s in [*(layer.select or []), *layer.ignore, *layer.extend_select]]
+        return named + [s for codes in self.per_file_ignores.values() for s in codes]
 
     def relative(self, path: str | Path) -> str:
         """A path as `exclude`, `per-file-ignores` and baselines see it: relative to the configuration root,
@@ -180,6 +191,15 @@ class Settings:
         """What the analysis cache is keyed by: everything that changes which findings a file gets."""
         data = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_ANALYSIS}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_SELECTOR_KEYS = ("select", "ignore", "extend_select", "fixable", "unfixable")
+
+
+def selects(selectors: list[str], code: str) -> bool:
+    """Whether a list of codes and prefixes takes in `code`, as per-file-ignores reads them (select and the other
+    keys read them in layers, through the same match)."""
+    return any(_matches(code, s) for s in selectors)
 
 
 def path_from(root: Path, path: str | Path) -> str:
@@ -210,6 +230,7 @@ def _validate(raw: dict[str, Any], root: Path, origin: str) -> Settings:
     for key in raw:
         if key not in _KEYS:
             raise UserError(_unknown_key_message(key, origin))
+    _reject_empty_codes(raw, origin)
     try:
         settings = TypeAdapter(Settings).validate_python(
             {**{k.replace("-", "_"): v for k, v in raw.items()}, "root": root}
@@ -225,9 +246,53 @@ def _validate(raw: dict[str, Any], root: Path, origin: str) -> Settings:
     return dataclasses.replace(settings, rule_packs=packs, cache_dir=cache)
 
 
+def _reject_empty_codes(raw: dict[str, Any], origin: str) -> None:
+    """An empty string among the codes would be a prefix of every code: `select = [""]` ran every rule and an
+    ignore of it would skip them all, silently."""
+    lists = [(key.replace("_", "-"), raw.get(key.replace("_", "-"))) for key in _SELECTOR_KEYS]
+    table = raw.get("per-file-ignores")
+    if isinstance(table, dict):
+        lists += [(f"per-file-ignores.{pattern}", codes) for pattern, codes in table.items()]
+    for key, codes in lists:
+        if isinstance(codes, list) and any(isinstance(c, str) and not c.strip() for c in codes):
+            raise UserError(
+                f"{origin}: [tool.specguard] key '{key}': an empty rule code; list codes or prefixes "
+                "(`specguard rules` shows them), or ALL"
+            )
+
+
 def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Settings:
     material = [json.dumps(raw, sort_keys=True, default=str).encode(), str(root).encode(), origin.encode()]
     return validated("settings", material, Settings, lambda: _validate(raw, root, origin))
+
+
+def cache_outside_project(settings: Settings) -> str | None:
+    """The real path of a configured `cache-dir` that does not lie inside the project (its real path under the real
+    root, symlinks followed); None for one inside, or none configured."""
+    if settings.cache_dir is None:
+        return None
+    root, real = os.path.realpath(settings.root), os.path.realpath(settings.cache_dir)
+    return None if real.startswith(root.rstrip(os.sep) + os.sep) else real
+
+
+def require_cache_inside_project(settings: Settings) -> None:
+    """A `cache-dir` read from a project's configuration must lie inside the project: the repository being checked
+    does not choose where specguard writes (nor, for `specguard clean`, what it removes)."""
+    if settings.cache_dir is not None and (real := cache_outside_project(settings)) is not None:
+        root = os.path.realpath(settings.root)
+        raw = _written(settings.cache_dir, settings.root)
+        raise UserError(
+            f"[tool.specguard] cache-dir '{raw}' must lie inside the project ({root}), but is {real}: a project's "
+            "configuration may put the cache only there; pass --cache-dir to choose another place, or --no-cache"
+        )
+
+
+def _written(cache_dir: Path, root: Path) -> str:
+    """The cache-dir as the configuration spelled it (relative ones were joined to the root)."""
+    try:
+        return cache_dir.relative_to(root).as_posix()
+    except ValueError:
+        return str(cache_dir)
 
 
 def user_cache_dir() -> Path:
@@ -244,10 +309,11 @@ def find_pyproject(start: Path) -> Path | None:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                if "[tool.specguard" in candidate.read_text(encoding="utf-8", errors="replace"):
-                    return candidate
-            except OSError:
-                continue
+                text = read_regular(candidate, DATA_CAP)
+            except UnreadableFile as exc:  # a huge one, or one that stopped being a regular file meanwhile
+                raise UserError(f"{candidate}: cannot read configuration: {exc.reason}") from None
+            if b"[tool.specguard" in text:
+                return candidate
     return None
 
 

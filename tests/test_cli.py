@@ -184,6 +184,20 @@ def test_noqa_with_code_and_specguard_ignore_silence_but_bare_noqa_does_not(cli,
         assert cli("check", name, cwd=tmp_path).returncode == expect, name
 
 
+@pytest.mark.parametrize("separator", ["\x0c", "\x1c", "\x85", "\u2028"])
+def test_suppressions_and_baselines_count_lines_as_python_does(cli, tmp_path: Path, separator: str) -> None:  # type: ignore[no-untyped-def]
+    """A form feed (and the other characters `str.splitlines` ends a line at) in a comment or between definitions
+    does not end a line for CPython: the noqa and the baseline's line text are read at the finding's line."""
+    header = f"# section{separator} one\n# two{separator}\n\x0c\n"  # a form feed may also stand alone
+    (tmp_path / "quiet.py").write_text(header + BAD.rstrip("\n") + "  # noqa: SG101\n")
+    assert cli("check", "quiet.py", "--no-cache", cwd=tmp_path).returncode == 0
+    (tmp_path / "loud.py").write_text(header + BAD)
+    assert cli("check", "loud.py", "--write-baseline", "base.json", cwd=tmp_path).returncode == 0
+    ((_, code, _, text),) = json.loads((tmp_path / "base.json").read_text())["findings"]
+    assert (code, text) == ("SG101", "return build_attn_metadata(num_reqs=num_reqs)")
+    assert cli("check", "loud.py", "--baseline", "base.json", cwd=tmp_path).returncode == 0
+
+
 def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def]
     def codes(*args: str) -> list[str]:
         out = cli("check", str(EXAMPLES), "--format", "json", "--no-cache", *args)
@@ -194,6 +208,101 @@ def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def
     assert codes("--select", "SG103", "--extend-select", "SG201") == ["SG103", "SG201"]
     out = cli("check", str(EXAMPLES), "--select", "SG999")
     assert out.returncode == 2 and "unknown rule selector 'SG999'" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--select", ""], ["--select", " , "], ["--select", "SG101,"], ["--ignore", ""], ["--extend-select", ","]],
+    ids=["select-empty", "select-blank-items", "select-trailing-comma", "ignore-empty", "extend-select-comma"],
+)
+@pytest.mark.parametrize("twice", [False, True])
+def test_an_empty_rule_code_on_the_command_line_is_an_error(cli, project: Path, args: list[str], twice: bool) -> None:  # type: ignore[no-untyped-def]
+    """Issue 16 item 13: `--select ''` ran no rule, printed nothing and exited 0: a CI gate checking nothing. A
+    repeated option (they add up, as ruff's) is named by the value that holds the empty code."""
+    before = [args[0], "SG1"] if twice else []
+    out = cli("check", "pkg", "--no-cache", *before, *args, cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"specguard: error: {args[0]} {args[1]!r}: an empty rule code; give codes or prefixes separated by commas, "
+        f"e.g. {args[0]} SG101,SG2 (`specguard rules` lists them)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('select = [""]', "select"),
+        ('select = ["SG101", " "]', "select"),
+        ('ignore = [""]', "ignore"),
+        ('unfixable = [""]', "unfixable"),
+        ('per-file-ignores = { "pkg/*" = [""] }', "per-file-ignores.pkg/*"),
+    ],
+)
+def test_an_empty_rule_code_in_the_config_is_an_error(cli, project: Path, table: str, key: str) -> None:  # type: ignore[no-untyped-def]
+    """`select = [""]` ran every rule (the empty string is a prefix of every code); as an ignore it hid all."""
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"specguard: error: {project / 'pyproject.toml'}: [tool.specguard] key '{key}': an empty rule code; list "
+        "codes or prefixes (`specguard rules` shows them), or ALL"
+    ]
+
+
+@pytest.mark.parametrize("key", ["ignore", "per-file-ignores"])
+def test_per_file_ignores_and_ignore_agree_on_codes(cli, project: Path, key: str) -> None:  # type: ignore[no-untyped-def]
+    """An unknown code is an error in both (per-file-ignores took it silently); ALL means every rule in both."""
+    table = {"ignore": 'ignore = ["{}"]', "per-file-ignores": 'per-file-ignores = {{ "pkg/*" = ["{}"] }}'}[key]
+    (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("SG999") + "\n")
+    out = cli("check", "pkg", "--no-cache", cwd=project)
+    assert (out.returncode, out.stderr) == (
+        2,
+        "specguard: error: unknown rule selector 'SG999'; see `specguard rules`\n",
+    )
+    (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("sg1") + "\n")
+    assert cli("check", "pkg", "--no-cache", cwd=project).returncode == 0  # prefixes, any case, in both
+    if key == "per-file-ignores":
+        (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("ALL") + "\n")
+        assert cli("check", "pkg", "--no-cache", cwd=project).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "args"),
+    [
+        ('ignore = ["ALL"]', []),
+        ("select = []", []),
+        ("", ["--select", "SG1", "--ignore", "SG1"]),
+        ('select = ["SG1"]', ["--ignore", "SG"]),
+        ('extend-select = ["SG101"]', ["--select", "SG2", "--ignore", "SG2"]),
+    ],
+    ids=["ignore-all", "select-nothing", "select-then-ignore", "config-then-cli", "cli-select-starts-over"],
+)
+def test_a_selection_that_enables_no_rule_is_an_error(cli, project: Path, table: str, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Judged on the selection as resolved, layer by layer (configuration, then command line), as ruff resolves it."""
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", *args, cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        "specguard: error: the selection enables no rule (select, extend-select and ignore leave none): the check "
+        "would check nothing; see `specguard rules`"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("table", "args"),
+    [
+        ('ignore = ["ALL"]', ["--select", "SG101"]),
+        ("", ["--ignore", "SG1", "--extend-select", "SG101"]),
+        ('ignore = ["SG"]', ["--extend-select", "SG101"]),
+    ],
+    ids=["cli-select-over-config-ignore", "more-specific-wins", "cli-extend-over-config-ignore"],
+)
+def test_a_later_or_more_specific_selector_enables_again(cli, project: Path, table: str, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Not "enables no rule": SG101 runs, and finds the file's SG101."""
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", "--output-format", "json", *args, cwd=project)
+    assert (out.returncode, out.stderr) == (1, "")
+    assert {f["code"] for f in json.loads(out.stdout)} == {"SG101"}
 
 
 def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-untyped-def]

@@ -446,20 +446,21 @@ def test_a_file_with_a_syntax_error_is_left_untouched_and_the_others_are_fixed(c
 
 @contextmanager
 def unwritable(path: Path):  # type: ignore[no-untyped-def]
-    """A file this process really cannot replace: root ignores modes, so root gets the immutable attribute."""
+    """A file this process really cannot write, and the reason the fixer gives: root ignores modes, so root gets the
+    immutable attribute; anyone else, a file without write permission."""
     if os.geteuid() == 0:
         subprocess.run(["chattr", "+i", str(path)], check=True)
         try:
-            yield
+            yield "cannot write it: Operation not permitted"
         finally:
             subprocess.run(["chattr", "-i", str(path)], check=True)
     else:
-        mode = path.parent.stat().st_mode
-        path.parent.chmod(stat.S_IREAD | stat.S_IEXEC)
+        mode = path.stat().st_mode
+        path.chmod(stat.S_IREAD)
         try:
-            yield
+            yield "it is read-only (mode 0400)"
         finally:
-            path.parent.chmod(mode)
+            path.chmod(mode)
 
 
 def test_an_unwritable_file_is_left_untouched_with_one_line_and_the_others_are_fixed(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -467,11 +468,11 @@ def test_an_unwritable_file_is_left_untouched_with_one_line_and_the_others_are_f
     locked = tmp_path / "locked" / "spec.py"
     locked.write_text(SAFE)
     (tmp_path / "open.py").write_text(SAFE)
-    with unwritable(locked):
+    with unwritable(locked) as reason:
         out = cli("check", ".", "--fix", "--no-cache", cwd=tmp_path)
     assert locked.read_text() == SAFE and (tmp_path / "open.py").read_text() == SAFE_FIXED
     (note,) = out.stderr.splitlines()
-    assert note.startswith("specguard: warning: locked/spec.py: not fixed: cannot write it: ")
+    assert note.startswith(f"specguard: warning: locked/spec.py: not fixed: {reason}")
     assert out.returncode == 1 and "locked/spec.py:5:9: SG102 [*]" in out.stdout
 
 
@@ -520,7 +521,7 @@ def test_a_file_changed_after_the_check_is_not_fixed_from_stale_positions(monkey
     assert "a.py: not fixed: it changed after it was checked; run specguard again" in capsys.readouterr().err
 
 
-def test_writes_are_atomic_keep_the_mode_and_follow_a_symlink(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_named_symlink_is_written_through_keeping_the_link_and_the_mode(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     real = tmp_path / "real.py"
     real.write_text(SAFE)
     real.chmod(0o640)

@@ -43,6 +43,19 @@ def test_a_rules_fix_turns_its_bad_example_into_the_documented_fixed_one(code: s
     compile(after, "fixed.py", "exec")
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.parametrize("code", [c for c in ALL_CODES if RULES[c].fix_availability != "never"])
+def test_a_rules_fix_is_the_same_in_a_file_without_a_final_newline(code: str, newline: str) -> None:
+    """Issue 16 item 9: the last definition of a file that ends without a newline got no fix (SG102's override
+    is usually the last thing in its file). The file keeps its missing final newline and its line endings."""
+    bad = textwrap.dedent(RULES[code].bad).rstrip("\n").replace("\n", newline)
+    expected = textwrap.dedent(RULES[code].fixed).rstrip("\n").replace("\n", newline)
+    assert [f.fix is not None for f in check_source(bad)] == [
+        f.fix is not None for f in check_source(textwrap.dedent(RULES[code].bad))
+    ]
+    assert fixed_by_specguard(bad) == expected
+
+
 @pytest.mark.parametrize("code", [c for c in ALL_CODES if RULES[c].fix_availability != "never"])
 def test_docs_say_what_the_fix_does_and_show_the_fixed_example(code: str) -> None:
     docs = RULES[code].docs()

@@ -2,23 +2,27 @@
 
 A cache folder lives in the analyzed tree, so what is in it may not be specguard's: a version folder is removed only
 when it holds nothing but the cache's own files, and links are never followed (a `.specguard_cache` that links
-elsewhere is left alone).
+elsewhere, or a version folder or `.gitignore` in it that is a link, is left alone). Folders are opened once and
+worked on through their descriptors, so a folder swapped for a link meanwhile is not followed either.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specguard._files import UnreadableFile, read_regular_stat
 from specguard.analysis.cache import _RESULTS, _SCANS, GITIGNORE, version_folder_name
 
 CACHE_DIR_NAME = ".specguard_cache"
 _DATA = {_SCANS, _RESULTS}
 _TEMP = re.compile(rf"\.(?:{re.escape(_SCANS)}|{re.escape(_RESULTS)})\..+\.tmp")  # an interrupted atomic write
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -35,44 +39,59 @@ def cache_folders(start: Path) -> Iterator[Path]:
             subfolders.remove(CACHE_DIR_NAME)  # nothing of another project's lies inside a cache
 
 
-def _is_file(entry: os.DirEntry[str]) -> bool:
-    return entry.is_file(follow_symlinks=False)
-
-
-def _owned(entry: os.DirEntry[str]) -> bool:
-    """A file or version folder specguard writes into a cache folder, as specguard writes it."""
-    if entry.name == ".gitignore":
-        try:
-            return _is_file(entry) and Path(entry.path).read_bytes() == GITIGNORE
-        except OSError:
-            return False
-    if not entry.is_dir(follow_symlinks=False) or not version_folder_name(entry.name):
+def _is_gitignore(folder_fd: int) -> bool:
+    """The cache folder's `.gitignore` holds what specguard writes there (a regular file, never a link's target)."""
+    try:
+        return read_regular_stat(".gitignore", len(GITIGNORE), follow=False, dir_fd=folder_fd)[0] == GITIGNORE
+    except UnreadableFile:
         return False
-    with os.scandir(entry.path) as inside:
-        return all(_is_file(e) and (e.name in _DATA or _TEMP.fullmatch(e.name)) for e in inside)
+
+
+def _remove_version_folder(name: str, folder_fd: int) -> bool:
+    """Remove a version folder that holds only the cache's own files; whether it did."""
+    if not version_folder_name(name):
+        return False
+    try:
+        fd = os.open(name, _FOLDER, dir_fd=folder_fd)
+    except OSError:
+        return False  # a link, or not a folder
+    try:
+        with os.scandir(fd) as inside:
+            entries = list(inside)
+        if not all(e.is_file(follow_symlinks=False) and (e.name in _DATA or _TEMP.fullmatch(e.name)) for e in entries):
+            return False
+        for entry in entries:
+            os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=folder_fd)
+    return True
 
 
 def clean(folder: Path, result: Cleaned) -> None:
     """Remove specguard's files from a cache folder, and the folder once nothing else is left in it."""
     try:
-        st = os.lstat(folder)
+        fd = os.open(folder, _FOLDER)
     except FileNotFoundError:
         return
-    if not stat.S_ISDIR(st.st_mode):
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
         result.left.append(f"{folder}: not a folder (a link?); left alone")
         return
     others = 0
-    with os.scandir(folder) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if not _owned(entry):
-                result.left.append(f"{entry.path}: not written by specguard; left alone")
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(e.name for e in entries)
+        for name in names:
+            if name == ".gitignore" and _is_gitignore(fd):
+                os.unlink(name, dir_fd=fd)
+            elif not _remove_version_folder(name, fd):
+                result.left.append(f"{folder / name}: not written by specguard; left alone")
                 others += 1
-            elif entry.is_dir(follow_symlinks=False):
-                for inner in os.scandir(entry.path):
-                    os.unlink(inner.path)
-                os.rmdir(entry.path)
-            else:
-                os.unlink(entry.path)
+    finally:
+        os.close(fd)
     if not others:
-        os.rmdir(folder)
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(folder)
         result.removed.append(folder)

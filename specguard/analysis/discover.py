@@ -172,6 +172,8 @@ def discover(
         elif path.is_file():
             if walker.first_visit(walker.seen_files, str(path)):
                 result.files.append(str(path))
+        elif path.exists():  # a FIFO, a device, a socket: reading one would block or never end
+            result.errors.append(f"{path}: not a regular file or directory; specguard reads regular files only")
         else:
             result.errors.append(f"{path}: not a file or directory (a broken symlink?)")
     return result

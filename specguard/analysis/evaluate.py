@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import libcst as cst
 
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts
 from specguard.analysis.positions import spans
-from specguard.analysis.source import decode, read_bytes
+from specguard.analysis.source import decode
 from specguard.analysis.sparse import sparse_source
 from specguard.errors import SourceError
 from specguard.fixes.from_cst import checked_fix
@@ -58,16 +56,18 @@ def evaluate_source(
 
 def evaluate_file(
     path: str,
+    data: bytes,
     facts: FileFacts,
     pack: Pack,
     codes: frozenset[str],
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
+    """Stage two for a file, on the bytes stage one read (never read again: the file may have changed since)."""
     if not any(load_rule(c).applies(facts, pack, mentions) for c in codes):
-        return []  # decided before reading the file again
+        return []  # decided before decoding the file again
     try:
-        text = decode(read_bytes(Path(path)))
+        text = decode(data)
     except SourceError as exc:
         return [source_error(path, str(exc))]
     return evaluate_source(text, path, facts, pack, codes, mentions, definitions)

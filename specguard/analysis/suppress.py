@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import fnmatch
 import io
-import linecache
-import os
 import re
 import tokenize
 from dataclasses import dataclass
+from typing import Protocol
 
-from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.analysis.findings import Finding
-from specguard.analysis.source import decode
-from specguard.errors import SourceError
-from specguard.settings import Settings
+from specguard.settings import Settings, selects
 
 # A bare noqa comment belongs to other linters and does not silence specguard; a bare ignore does not either.
 _NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
@@ -38,7 +34,7 @@ def _per_file(finding: Finding, settings: Settings) -> bool:
     name = rel.rpartition("/")[2]
     for pattern, codes in settings.per_file_ignores.items():
         matches = fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern)
-        if matches and any(finding.code.startswith(c.upper()) for c in codes):
+        if matches and selects(codes, finding.code):
             return True
     return False
 
@@ -61,17 +57,17 @@ class FileExemption:
         return self.every_code or code in self.codes
 
 
-def _file_exemption(path: str) -> FileExemption:
+def file_exemption(path: str, text: str) -> FileExemption:
+    """What the `# specguard: noqa` comments of `text` (the file at `path`, as the run read it) exempt."""
+    if "specguard" not in text:
+        return FileExemption()  # the usual case, without tokenizing
     try:
-        text = decode(read_regular(path, SOURCE_CAP))
-        if "specguard" not in text:
-            return FileExemption()  # the usual case, without tokenizing
         comments = [
             (tok.start[0], tok.string, tok.line[: tok.start[1]].strip() == "")
             for tok in tokenize.generate_tokens(io.StringIO(text).readline)
             if tok.type == tokenize.COMMENT and "specguard" in tok.string
         ]
-    except (UnreadableFile, SourceError, tokenize.TokenError, SyntaxError):
+    except (tokenize.TokenError, SyntaxError):
         return FileExemption()  # a file that cannot be tokenized gets SG000, which these never cover
     every, codes, unused = False, set(), []
     for line, comment, own_line in comments:
@@ -93,27 +89,19 @@ def _file_exemption(path: str) -> FileExemption:
     return FileExemption(every, frozenset(codes), tuple(unused))
 
 
-_EXEMPTIONS: dict[str, tuple[tuple[int, int], FileExemption]] = {}
+class CheckedFiles(Protocol):
+    """The files as the run read them, once (`_Run`): every suppression is judged on those bytes."""
+
+    def line(self, path: str, number: int) -> str: ...
+
+    def exemption(self, path: str) -> FileExemption: ...
 
 
-def file_exemption(path: str) -> FileExemption:
-    """The file's exemption, read once per version of the file (`--fix` rewrites files within one run)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return FileExemption()
-    stamp = (st.st_size, st.st_mtime_ns)
-    cached = _EXEMPTIONS.get(path)
-    if cached is None or cached[0] != stamp:
-        cached = _EXEMPTIONS[path] = (stamp, _file_exemption(path))
-    return cached[1]
-
-
-def is_suppressed(finding: Finding, settings: Settings) -> bool:
+def is_suppressed(finding: Finding, settings: Settings, files: CheckedFiles) -> bool:
     if _per_file(finding, settings):
         return True
     if finding.code == "SG000":
         return False
-    if finding.code in line_codes(linecache.getline(finding.path, finding.line)):
+    if finding.code in line_codes(files.line(finding.path, finding.line)):
         return True
-    return file_exemption(finding.path).covers(finding.code)
+    return files.exemption(finding.path).covers(finding.code)
