@@ -8,15 +8,13 @@ foreign cache costs time, never code execution.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
 from specguard import __version__
+from specguard._files import CACHE_CAP, UnreadableFile, read_regular, replace_atomically
 
 T = TypeVar("T")
 
@@ -63,22 +61,15 @@ def decode(data: bytes, kind: str, payload_type: Any) -> Any | None:
 
 
 def read(path: Path, kind: str, payload_type: Any) -> Any | None:
+    """None also for a file that is not a regular one (a FIFO, a link to /dev/zero) or is over the cache cap."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = read_regular(path, CACHE_CAP)
+    except UnreadableFile:
         return None
     return decode(data, kind, payload_type)
 
 
 def write(path: Path, kind: str, payload: Any) -> None:
-    """Replace `path` atomically (temp file + rename), so a reader never sees half a file. Raises OSError."""
-    data = encode(kind, payload)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Replace `path` atomically, private to the user (mode 0600), so a reader never sees half a file; a link or
+    FIFO planted at `path` is replaced, not followed. Raises OSError."""
+    replace_atomically(path, encode(kind, payload), mode=0o600)

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specguard._files import DATA_CAP, UnreadableFile, read_regular
 from specguard._snapshots import validated
 from specguard._toml import load_toml, parse_toml
 from specguard.errors import UserError
@@ -24,7 +25,7 @@ from specguard.errors import UserError
 BUILTIN_PACK = "vllm.toml"
 # Keys a pack may leave empty.
 _OPTIONAL = frozenset(
-    {"replace", "description", "descriptor_params", "real_counts", "real_count_arrays", "mode_enum"}
+    {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
@@ -71,10 +72,12 @@ class Padding(_Section):
     full_mode: str | None = None
     # the members of the mode enum a batch runs with: SG103 evaluates each metadata build once per member but FULL
     runtime_modes: list[str] = field(default_factory=list)
-    # SG103's fix (optional): the real query token count where a speculator has one, and the mode enum it tests
-    real_counts: list[str] = field(default_factory=list)  # locals or parameters holding it
-    real_count_arrays: list[str] = field(default_factory=list)  # host arrays of query offsets: `int(<array>[-1])`
-    mode_enum: str | None = None  # qualified name, imported where the fix needs it and the module lacks it
+    # SG103's fix (optional): how the sink's and the helpers' parameters describe the query they build metadata
+    # for, so that its real token count comes from the call itself, and the mode enum the fix tests
+    query_offsets: list[str] = field(default_factory=list)  # host query start offsets: `int(<offsets>[<requests>])`
+    query_requests: list[str] = field(default_factory=list)  # the request count those offsets are read at
+    query_width: list[str] = field(default_factory=list)  # without offsets: tokens per request, `<requests> * <width>`
+    mode_enum: str | None = None  # qualified name: the enum SG103 evaluates, imported where its fix needs it
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,7 @@ def load_pack(extra: list[Path] | tuple[Path, ...] = ()) -> Pack:
     material = [builtin.encode()]
     for path in extra:
         try:
-            material.append(str(path).encode() + b"\0" + path.read_bytes())
-        except OSError:
+            material.append(str(path).encode() + b"\0" + read_regular(path, DATA_CAP))
+        except UnreadableFile:
             material.append(str(path).encode())  # unreadable: _build reports it
     return validated("pack", material, Pack, lambda: _build(builtin, list(extra)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -355,3 +356,43 @@ def test_a_worker_killed_by_a_native_crash_costs_only_its_file(monkeypatch, tmp_
     codes = sorted((Path(f.path).name, f.code) for f in result.findings)
     assert codes == [("crash.py", "SG000"), *((f"good{i}.py", "SG101") for i in range(6))]
     assert "parser crashed" in [f for f in result.findings if f.code == "SG000"][0].message
+
+
+# ---- sources that are not regular files, or too large (issue 16: every read is of a regular file, with a cap) ----
+
+MEMORY = 512 << 20  # the address space the runs below may map: /dev/zero read whole would need all of it
+
+
+def _bounded(tmp_path: Path, *paths: str) -> subprocess.CompletedProcess:
+    """`specguard check PATHS` in a child under RLIMIT_AS (memory) and a timeout that only a hang reaches."""
+    code = (
+        f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
+        f"from specguard.cli import main\nraise SystemExit(main(['check', '--no-cache', *{list(paths)!r}]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dev-urandom"])
+def test_a_source_that_is_not_a_regular_file_is_named_and_the_rest_is_checked(tmp_path, kind: str) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "good.py").write_text(GOOD)
+    special = tmp_path / f"{kind}.py"
+    if kind == "fifo":
+        os.mkfifo(special)
+    else:
+        special.symlink_to("/dev/" + kind.partition("-")[2])
+    walked = _bounded(tmp_path, ".")  # walking a folder: only regular files are sources
+    assert (walked.returncode, walked.stderr) == (1, "") and "good.py:7:16: SG101" in walked.stdout
+    named = _bounded(tmp_path, "good.py", special.name)  # named: one line, the others still checked
+    assert named.returncode == 2 and "good.py:7:16: SG101" in named.stdout
+    assert named.stderr.splitlines() == [
+        f"specguard: error: {special.name}: not a regular file or directory; specguard reads regular files only"
+    ]
+
+
+def test_a_source_over_the_size_cap_is_sg000_and_the_rest_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "good.py").write_text(GOOD)
+    with open(tmp_path / "huge.py", "wb") as fh:
+        fh.truncate(17 << 20)  # sparse: 17 MiB of NUL bytes that cost no disk
+    out = _bounded(tmp_path, ".")
+    assert out.returncode == 1 and "good.py:7:16: SG101" in out.stdout
+    assert f"huge.py:1:1: SG000 file too large ({17 << 20} bytes; the limit is {16 << 20})" in out.stdout

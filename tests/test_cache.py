@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from specguard.analysis.engine import check_paths
@@ -23,10 +24,14 @@ LEAF = textwrap.dedent("""
 
 
 def tree(tmp_path: Path, mid_base: str) -> Path:
+    """A small project, saved a minute ago (a scan of a file saved within the last seconds is never cached)."""
     (tmp_path / "fork").mkdir(exist_ok=True)
     (tmp_path / "fork" / "__init__.py").write_text("")
     (tmp_path / "fork" / "base.py").write_text(BASE + f"class Mid({mid_base}):\n    pass\n")
     (tmp_path / "fork" / "leaf.py").write_text(LEAF)
+    a_minute_ago = time.time() - 60
+    for path in (tmp_path / "fork").iterdir():
+        os.utime(path, (a_minute_ago, a_minute_ago))
     return tmp_path
 
 
@@ -134,3 +139,17 @@ def test_a_finding_with_its_fix_survives_the_cache_and_fix_flags_share_it(tmp_pa
         warm = check_paths([root / "fork"], Settings(root=root, cache_dir=root / "cache", **fix_settings)).findings
         assert [(f, f.fix) for f in warm] == [(f, f.fix) for f in cold]
     assert len(list((root / "cache").glob("v*"))) == 1
+
+
+def test_a_second_save_within_one_mtime_tick_is_never_served_from_the_cache(tmp_path: Path) -> None:
+    """Same size, same mtime, other content: what two saves within one tick of a coarse clock look like. A scan
+    made that close to its file's last change is used but not stored, so the second version is read."""
+    root = tree(tmp_path, "DraftModelSpeculator")
+    leaf = root / "fork" / "leaf.py"
+    leaf.write_text(LEAF.replace("class Leaf(Mid)", "class Leaf(int)"))  # saved just now, not a speculator
+    first = leaf.stat()
+    assert run(root) == []
+    leaf.write_text(LEAF)  # a speculator again
+    os.utime(leaf, ns=(first.st_atime_ns, first.st_mtime_ns))
+    assert leaf.stat().st_size == first.st_size
+    assert run(root) == ["leaf.py:7:SG101"]

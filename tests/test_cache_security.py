@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,15 +34,20 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def _check(root: Path, xdg: Path, *extra: str) -> subprocess.CompletedProcess:
+def _specguard(root: Path, xdg: Path, *args: str) -> subprocess.CompletedProcess:
+    """`specguard check fork ARGS` in `root`, with `xdg` as the user's cache home."""
     return subprocess.run(
-        [sys.executable, "-m", "specguard", "check", "fork", "--cache-dir", "cache", "--format", "json", *extra],
+        [sys.executable, "-m", "specguard", "check", "fork", *args],
         cwd=root,
         capture_output=True,
         text=True,
         env={**os.environ, "XDG_CACHE_HOME": str(xdg)},
         timeout=300,
     )
+
+
+def _check(root: Path, xdg: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _specguard(root, xdg, "--cache-dir", "cache", "--format", "json", *extra)
 
 
 def _project(tmp_path: Path) -> Path:
@@ -177,3 +183,206 @@ def test_the_scan_finds_what_it_looks_for(tmp_path: Path) -> None:
         path = tmp_path / "sample.py"
         path.write_text(text)
         assert expected in _uses(path), text
+
+
+# ---- where the cache goes: the analyzed repository does not choose a place outside itself (issue 16 item 10) ----
+
+
+def _files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "through-a-symlink", "the-root-itself"])
+def test_a_cache_dir_from_the_repository_config_stays_inside_the_repository(tmp_path: Path, where: str) -> None:
+    (tmp_path / "repo").mkdir()
+    root = tree(tmp_path / "repo", "DraftModelSpeculator")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "docs").symlink_to(outside)
+    cache_dir = {
+        "absolute": str(outside / "cache"),
+        "dotdot": "../elsewhere/cache",
+        "through-a-symlink": "docs/cache",
+        "the-root-itself": ".",
+    }[where]
+    (root / "pyproject.toml").write_text(f'[tool.specguard]\ncache-dir = "{cache_dir}"\n')
+    before = _files_under(root)
+    got = _specguard(root, tmp_path / "xdg")
+    assert got.returncode == 2 and got.stdout == ""
+    (line,) = got.stderr.splitlines()
+    assert line.startswith(f"specguard: error: [tool.specguard] cache-dir '{cache_dir}' ")
+    assert "must lie inside the project" in line and "--cache-dir" in line
+    assert _files_under(outside) == [] and _files_under(root) == before
+    shown = _specguard(root, tmp_path / "xdg", "--show-files")  # writes nothing, so it runs
+    assert (shown.returncode, shown.stdout.split()) == (0, sorted(str(p.resolve()) for p in root.rglob("*.py")))
+    assert _files_under(outside) == [] and _files_under(root) == before
+    # the user, not the repository, may choose any place: on the command line
+    chosen = _check(root, tmp_path / "xdg", "--cache-dir", str(outside / "mine"))
+    assert chosen.returncode == 1 and (outside / "mine" / ".gitignore").read_text() == "*\n"
+    assert _check(root, tmp_path / "xdg", "--no-cache").returncode == 1
+
+
+def test_a_cache_dir_inside_the_repository_is_used(tmp_path: Path) -> None:
+    root = tree(tmp_path, "DraftModelSpeculator")
+    (root / "pyproject.toml").write_text('[tool.specguard]\ncache-dir = "build/sg-cache"\n')
+    got = _specguard(root, tmp_path / "xdg")
+    assert (got.returncode, got.stderr) == (1, "")
+    assert (root / "build" / "sg-cache" / ".gitignore").read_text() == "*\n"
+    assert list((root / "build" / "sg-cache").rglob("results.msgpack"))
+
+
+def test_a_symlinked_cache_folder_is_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    root = tree(tmp_path / "repo", "DraftModelSpeculator")
+    outside = tmp_path / "victim-repo"
+    outside.mkdir()
+    (root / "cache").symlink_to(outside)  # committed to the repository: `--cache-dir cache` would follow it
+    (root / ".specguard_cache").symlink_to(outside)  # the default place
+    expected = _check(root, tmp_path / "xdg", "--no-cache")
+    for args in (["--cache-dir", "cache"], []):
+        got = _specguard(root, tmp_path / "xdg", "--format", "json", *args)
+        assert (got.returncode, got.stdout) == (1, expected.stdout)
+        folder = "cache" if args else root / ".specguard_cache"  # as given, or where the project's root put it
+        assert got.stderr.splitlines() == [
+            f"specguard: note: the cache folder {folder} is a symlink; specguard does not follow it: no cache"
+        ]
+    assert _files_under(outside) == []
+
+
+def test_the_gitignore_is_written_only_into_a_cache_folder_specguard_made(tmp_path: Path) -> None:
+    """A repository ships `.specguard_cache/` with `.gitignore` as a link to the project's own (absent) one: writing
+    `*` through it would hide every new file of the project from `git status`."""
+    root = tree(tmp_path, "DraftModelSpeculator")
+    (root / ".specguard_cache").mkdir()
+    (root / ".specguard_cache" / ".gitignore").symlink_to("../.gitignore")
+    (root / "other").mkdir()
+    (root / "other" / ".gitignore").write_text("keep me\n")
+    for cache in (".specguard_cache", "other"):
+        got = _check(root, tmp_path / "xdg", "--cache-dir", cache)
+        assert (got.returncode, got.stderr) == (1, "")
+        assert list((root / cache).rglob("results.msgpack"))  # the folder is used as a cache all the same
+    assert not (root / ".gitignore").exists() and (root / "other" / ".gitignore").read_text() == "keep me\n"
+    made = _check(root, tmp_path / "xdg", "--cache-dir", "fresh/cache")
+    assert made.returncode == 1 and (root / "fresh" / "cache" / ".gitignore").read_text() == "*\n"
+
+
+# ---- the per-user cache key: used only when nobody else could have read or written it (issue 16 item 11) ----
+
+
+def _key_path(xdg: Path) -> Path:
+    return xdg / "specguard" / "cache-key"
+
+
+def _forge_results(root: Path, xdg: Path) -> None:
+    """What an attacker who knows the key commits: the cache of the victim's tree, every result emptied."""
+    import hashlib
+
+    from specguard import __version__
+    from specguard.analysis.cache import _FORMAT, ResultTable
+    from specguard.packs import load_pack
+    from specguard.settings import load_settings
+
+    key = _datafile.decode(_key_path(xdg).read_bytes(), "cache-key", bytes)
+    fingerprint = f"{__version__}/{_FORMAT}/{load_pack().fingerprint}/{load_settings(None, root).fingerprint()}"
+    name = hashlib.blake2b(fingerprint.encode(), key=key, digest_size=16).hexdigest()
+    results = root / "cache" / f"v{__version__}-{name}" / "results.msgpack"
+    table = _datafile.decode(results.read_bytes(), "results", ResultTable)
+    assert table and any(table.values()), "the forged file is the one the victim's runs read"
+    results.write_bytes(_datafile.encode("results", {k: [] for k in table}))
+
+
+@pytest.mark.parametrize("how", ["readable-by-others", "group-writable", "another-owner", "symlink", "fifo"])
+def test_a_cache_key_others_could_know_is_replaced_and_said_once(tmp_path: Path, how: str) -> None:
+    root, xdg = _project(tmp_path), tmp_path / "xdg"
+    expected = _check(root, xdg, "--no-cache")
+    assert expected.returncode == 1 and '"SG101"' in expected.stdout
+    assert _check(root, xdg).stdout == expected.stdout  # makes the key and fills the cache
+    key = _key_path(xdg)
+    _forge_results(root, xdg)  # with the key as it is, the victim's next run would report nothing
+    if how == "readable-by-others":
+        key.chmod(0o644)
+        why = "its mode is 0644, not 0600"
+    elif how == "group-writable":
+        key.chmod(0o620)
+        why = "its mode is 0620, not 0600"
+    elif how == "another-owner":
+        if os.geteuid() == 0:
+            os.chown(key, 65534, 65534)
+            why = "it belongs to user id 65534, not to you"
+        else:  # only root can give a file away; for anyone else this case is the mode's
+            key.chmod(0o644)
+            why = "its mode is 0644, not 0600"
+    elif how == "symlink":
+        copy = tmp_path / "copied-key"
+        copy.write_bytes(key.read_bytes())
+        copy.chmod(0o600)
+        key.unlink()
+        key.symlink_to(copy)
+        why = "it is a symlink"
+    else:
+        key.unlink()
+        os.mkfifo(key, 0o600)
+        why = "not a regular file (a FIFO); specguard reads regular files only"
+    first = _check(root, xdg)
+    assert (first.returncode, first.stdout) == (1, expected.stdout), "the forged cache hid the finding"
+    assert first.stderr == (
+        f"specguard: note: the cache key {key} was not used ({why}): someone else could know it and forge cache "
+        "entries; a new key was made, so caches written under the old one are not read\n"
+    )
+    st = os.stat(key, follow_symlinks=False)
+    assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.geteuid() and not key.is_symlink()
+    second = _check(root, xdg)  # said once: the new key is the user's own
+    assert (second.returncode, second.stdout, second.stderr) == (1, expected.stdout, "")
+
+
+# ---- specguard clean: removes only what specguard wrote, through no link, and not where a repository points ----
+
+
+def _clean(root: Path, xdg: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specguard", "clean"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDG_CACHE_HOME": str(xdg)},
+        timeout=300,
+    )
+
+
+def test_clean_follows_no_link_inside_a_cache_and_leaves_a_cache_dir_outside_the_project(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    root, xdg = tree(tmp_path / "repo", "DraftModelSpeculator"), tmp_path / "xdg"
+    (root / "pyproject.toml").write_text("[project]\nname = 'repo'\n")  # the project's root, whatever lies above
+    assert _specguard(root, xdg).returncode == 1  # a real cache, in .specguard_cache
+    (version,) = [p for p in (root / ".specguard_cache").iterdir() if p.name != ".gitignore"]
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "scans.msgpack").write_bytes(b"the victim's file")
+    (outside / ".gitignore").write_bytes(b"*\n")
+    # a planted version folder that is a link, and one holding a link named as a cache file
+    linked = f"v9.9.9-{'be' * 16}"  # named as a version folder of another specguard version
+    (root / ".specguard_cache" / linked).symlink_to(outside)
+    planted = root / "sub" / ".specguard_cache" / version.name
+    planted.mkdir(parents=True)
+    (planted / "scans.msgpack").symlink_to(outside / "scans.msgpack")
+    (root / "sub" / ".specguard_cache" / ".gitignore").symlink_to(outside / ".gitignore")
+    # the repository's configuration names a folder outside it that looks like a cache specguard wrote
+    shutil.copytree(root / ".specguard_cache", outside / "cache", symlinks=True)
+    (root / "pyproject.toml").write_text('[tool.specguard]\ncache-dir = "../elsewhere/cache"\n')
+
+    got = _clean(root, xdg)
+    assert got.returncode == 0
+    assert sorted(got.stderr.splitlines()) == sorted(
+        [
+            f"specguard: warning: {root / '../elsewhere/cache'}: the configured cache-dir lies outside the project "
+            f"(at {outside / 'cache'}); left alone",
+            f"specguard: warning: .specguard_cache/{linked}: not written by specguard; left alone",
+            "specguard: warning: sub/.specguard_cache/.gitignore: not written by specguard; left alone",
+            f"specguard: warning: sub/.specguard_cache/{version.name}: not written by specguard; left alone",
+        ]
+    )
+    assert not version.exists() and not (root / ".specguard_cache" / ".gitignore").exists()  # ours: removed
+    assert (outside / "scans.msgpack").read_bytes() == b"the victim's file"
+    assert (outside / ".gitignore").read_bytes() == b"*\n"
+    assert (outside / "cache" / version.name / "results.msgpack").is_file()
+    assert (planted / "scans.msgpack").is_symlink()

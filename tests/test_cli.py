@@ -43,7 +43,7 @@ def test_text_output_and_exit_code_1(cli, project: Path) -> None:  # type: ignor
 def test_clean_tree_exits_0(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "ok.py").write_text("def build_attn_metadata():\n    return 1\n")
     out = cli("check", ".", cwd=tmp_path)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "All checks passed!\n", "")
 
 
 def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
@@ -53,7 +53,7 @@ def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no
     assert item["filename"] == str((project / "pkg" / "spec.py").resolve())
     assert item["location"] == {"row": 7, "column": 16}
     assert item["end_location"] == {"row": 7, "column": 54}
-    assert item["url"].endswith("#sg101")
+    assert item["url"].endswith("/docs/rules/SG101.md")  # the rule's own page (test_generated_docs.py)
     assert (item["name"], item["severity"], item["cell"], item["fix"]) == (
         "metadata-outside-helper",
         "error",
@@ -131,8 +131,19 @@ def test_statistics(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli("check", str(EXAMPLES), "--statistics", "--no-cache")
     assert out.returncode == 1
     lines = out.stdout.splitlines()
-    assert len(lines) == 7 and all(line.split()[0] == "1" for line in lines)
-    assert any("SG103  padded-token-count" in line for line in lines)
+    assert lines[:7] == [
+        "1\tSG101\t[ ] metadata-outside-helper",
+        "1\tSG102\t[*] helper-override",
+        "1\tSG103\t[ ] padded-token-count",
+        "1\tSG104\t[ ] duplicate-dcp-prep",
+        "1\tSG105\t[ ] stale-dcp-lens",
+        "1\tSG201\t[*] group-flag-any-merge",
+        "1\tSG202\t[ ] dcp-causal-bound-geometry",
+    ]
+    assert lines[7:] == [
+        "Found 7 findings.",
+        "[*] 2 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`).",
+    ]
 
 
 def test_statistics_as_json_like_ruff(cli) -> None:  # type: ignore[no-untyped-def]
@@ -141,14 +152,15 @@ def test_statistics_as_json_like_ruff(cli) -> None:  # type: ignore[no-untyped-d
     rows = json.loads(out.stdout)
     assert len(rows) == 7 and {r["count"] for r in rows} == {1}
     assert {"code": "SG103", "name": "padded-token-count", "count": 1, "fixable": False, "fixable_count": 0} in rows
+    assert {"code": "SG102", "name": "helper-override", "count": 1, "fixable": True, "fixable_count": 1} in rows
 
 
 @pytest.mark.parametrize("fmt", ["sarif", "github"])
 def test_statistics_with_a_format_that_cannot_carry_counts_is_refused(cli, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    out = cli("check", str(EXAMPLES), "--statistics", "--format", fmt, "--no-cache")
+    out = cli("check", str(EXAMPLES), "--statistics", "--output-format", fmt, "--no-cache")
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr.splitlines() == [
-        f"specguard: error: --statistics prints counts as text or json, not {fmt}; drop one of the two"
+        f"specguard: error: --statistics prints counts as concise or json, not {fmt}; drop one of the two"
     ]
 
 
@@ -172,6 +184,20 @@ def test_noqa_with_code_and_specguard_ignore_silence_but_bare_noqa_does_not(cli,
         assert cli("check", name, cwd=tmp_path).returncode == expect, name
 
 
+@pytest.mark.parametrize("separator", ["\x0c", "\x1c", "\x85", "\u2028"])
+def test_suppressions_and_baselines_count_lines_as_python_does(cli, tmp_path: Path, separator: str) -> None:  # type: ignore[no-untyped-def]
+    """A form feed (and the other characters `str.splitlines` ends a line at) in a comment or between definitions
+    does not end a line for CPython: the noqa and the baseline's line text are read at the finding's line."""
+    header = f"# section{separator} one\n# two{separator}\n\x0c\n"  # a form feed may also stand alone
+    (tmp_path / "quiet.py").write_text(header + BAD.rstrip("\n") + "  # noqa: SG101\n")
+    assert cli("check", "quiet.py", "--no-cache", cwd=tmp_path).returncode == 0
+    (tmp_path / "loud.py").write_text(header + BAD)
+    assert cli("check", "loud.py", "--write-baseline", "base.json", cwd=tmp_path).returncode == 0
+    ((_, code, _, text),) = json.loads((tmp_path / "base.json").read_text())["findings"]
+    assert (code, text) == ("SG101", "return build_attn_metadata(num_reqs=num_reqs)")
+    assert cli("check", "loud.py", "--baseline", "base.json", cwd=tmp_path).returncode == 0
+
+
 def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def]
     def codes(*args: str) -> list[str]:
         out = cli("check", str(EXAMPLES), "--format", "json", "--no-cache", *args)
@@ -184,6 +210,101 @@ def test_select_ignore_and_prefixes(cli) -> None:  # type: ignore[no-untyped-def
     assert out.returncode == 2 and "unknown rule selector 'SG999'" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--select", ""], ["--select", " , "], ["--select", "SG101,"], ["--ignore", ""], ["--extend-select", ","]],
+    ids=["select-empty", "select-blank-items", "select-trailing-comma", "ignore-empty", "extend-select-comma"],
+)
+@pytest.mark.parametrize("twice", [False, True])
+def test_an_empty_rule_code_on_the_command_line_is_an_error(cli, project: Path, args: list[str], twice: bool) -> None:  # type: ignore[no-untyped-def]
+    """Issue 16 item 13: `--select ''` ran no rule, printed nothing and exited 0: a CI gate checking nothing. A
+    repeated option (they add up, as ruff's) is named by the value that holds the empty code."""
+    before = [args[0], "SG1"] if twice else []
+    out = cli("check", "pkg", "--no-cache", *before, *args, cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"specguard: error: {args[0]} {args[1]!r}: an empty rule code; give codes or prefixes separated by commas, "
+        f"e.g. {args[0]} SG101,SG2 (`specguard rules` lists them)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('select = [""]', "select"),
+        ('select = ["SG101", " "]', "select"),
+        ('ignore = [""]', "ignore"),
+        ('unfixable = [""]', "unfixable"),
+        ('per-file-ignores = { "pkg/*" = [""] }', "per-file-ignores.pkg/*"),
+    ],
+)
+def test_an_empty_rule_code_in_the_config_is_an_error(cli, project: Path, table: str, key: str) -> None:  # type: ignore[no-untyped-def]
+    """`select = [""]` ran every rule (the empty string is a prefix of every code); as an ignore it hid all."""
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        f"specguard: error: {project / 'pyproject.toml'}: [tool.specguard] key '{key}': an empty rule code; list "
+        "codes or prefixes (`specguard rules` shows them), or ALL"
+    ]
+
+
+@pytest.mark.parametrize("key", ["ignore", "per-file-ignores"])
+def test_per_file_ignores_and_ignore_agree_on_codes(cli, project: Path, key: str) -> None:  # type: ignore[no-untyped-def]
+    """An unknown code is an error in both (per-file-ignores took it silently); ALL means every rule in both."""
+    table = {"ignore": 'ignore = ["{}"]', "per-file-ignores": 'per-file-ignores = {{ "pkg/*" = ["{}"] }}'}[key]
+    (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("SG999") + "\n")
+    out = cli("check", "pkg", "--no-cache", cwd=project)
+    assert (out.returncode, out.stderr) == (
+        2,
+        "specguard: error: unknown rule selector 'SG999'; see `specguard rules`\n",
+    )
+    (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("sg1") + "\n")
+    assert cli("check", "pkg", "--no-cache", cwd=project).returncode == 0  # prefixes, any case, in both
+    if key == "per-file-ignores":
+        (project / "pyproject.toml").write_text("[tool.specguard]\n" + table.format("ALL") + "\n")
+        assert cli("check", "pkg", "--no-cache", cwd=project).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "args"),
+    [
+        ('ignore = ["ALL"]', []),
+        ("select = []", []),
+        ("", ["--select", "SG1", "--ignore", "SG1"]),
+        ('select = ["SG1"]', ["--ignore", "SG"]),
+        ('extend-select = ["SG101"]', ["--select", "SG2", "--ignore", "SG2"]),
+    ],
+    ids=["ignore-all", "select-nothing", "select-then-ignore", "config-then-cli", "cli-select-starts-over"],
+)
+def test_a_selection_that_enables_no_rule_is_an_error(cli, project: Path, table: str, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Judged on the selection as resolved, layer by layer (configuration, then command line), as ruff resolves it."""
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", *args, cwd=project)
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [
+        "specguard: error: the selection enables no rule (select, extend-select and ignore leave none): the check "
+        "would check nothing; see `specguard rules`"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("table", "args"),
+    [
+        ('ignore = ["ALL"]', ["--select", "SG101"]),
+        ("", ["--ignore", "SG1", "--extend-select", "SG101"]),
+        ('ignore = ["SG"]', ["--extend-select", "SG101"]),
+    ],
+    ids=["cli-select-over-config-ignore", "more-specific-wins", "cli-extend-over-config-ignore"],
+)
+def test_a_later_or_more_specific_selector_enables_again(cli, project: Path, table: str, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Not "enables no rule": SG101 runs, and finds the file's SG101."""
+    (project / "pyproject.toml").write_text(f"[tool.specguard]\n{table}\n")
+    out = cli("check", "pkg", "--no-cache", "--output-format", "json", *args, cwd=project)
+    assert (out.returncode, out.stderr) == (1, "")
+    assert {f["code"] for f in json.loads(out.stdout)} == {"SG101"}
+
+
 def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
     (project / "pkg" / "other.py").write_text(BAD)
     (project / "pyproject.toml").write_text(
@@ -194,7 +315,7 @@ def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-unty
     """)
     )
     out = cli("check", "pkg", cwd=project)
-    assert (out.returncode, out.stdout) == (0, "")
+    assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
     # walking up: the config is found from a subfolder too
     assert cli("check", ".", cwd=project / "pkg").returncode == 0
 
@@ -316,3 +437,25 @@ def test_a_reader_that_leaves_early_gets_no_traceback(args: list[str]) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == (1 if args[0] == "check" else 0)
     assert stderr == ""
+
+
+def test_a_file_level_noqa_never_hides_a_file_that_does_not_parse(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "broken.py").write_text("# specguard: noqa\nfrom vllm import build_attn_metadata\ndef f(:\n")
+    out = cli("check", "broken.py", "--output-format", "json", cwd=tmp_path)
+    assert out.returncode == 1 and [i["code"] for i in json.loads(out.stdout)] == ["SG000"]
+
+
+@pytest.mark.parametrize("level", ["-q", "-s"])
+def test_quiet_and_silent_still_say_errors(cli, project: Path, level: str) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "pkg", "missing.py", level, cwd=project)
+    assert out.returncode == 2 and out.stderr == "specguard: error: missing.py: no such file or directory\n"
+
+
+def test_clean_removes_the_configured_cache_dir_too(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    (project / "pyproject.toml").write_text('[tool.specguard]\ncache-dir = "caches/sg"\n')
+    assert cli("check", "pkg", cwd=project).returncode == 1
+    names = sorted(p.name for p in (project / "caches" / "sg").iterdir())
+    assert names[0] == ".gitignore" and names[1].startswith("v") and len(names) == 2
+    out = cli("clean", cwd=project)
+    assert (out.returncode, out.stderr) == (0, "Removing cache at: caches/sg\n")
+    assert not (project / "caches" / "sg").exists() and (project / "caches").is_dir()

@@ -49,7 +49,7 @@ def tree(tmp_path: Path) -> Path:
 
 def test_an_undecided_site_is_no_finding_and_is_silent_by_default(cli, tree: Path) -> None:  # type: ignore[no-untyped-def]
     out = cli("check", "pkg", cwd=tree)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "All checks passed!\n", "")
 
 
 @pytest.mark.parametrize("cache", [["--no-cache"], []], ids=["cold", "cold-then-warm"])
@@ -72,7 +72,7 @@ def test_statistics_counts_and_verbose_lists_why(cli, tree: Path, cache: list[st
 def test_a_budget_is_a_reason_not_a_finding(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "spec.py").write_text(_long_function(BUDGET // 4))
     out = cli("check", "spec.py", "-v", "--no-cache", cwd=tmp_path)
-    assert (out.returncode, out.stdout) == (0, "")
+    assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
     assert out.stderr.splitlines()[-1] == (
         f"specguard: not decided: spec.py:5: SG103 `LongSpeculator.propose`: the function: "
         f"its evaluation ran out of budget ({BUDGET:,} steps)"

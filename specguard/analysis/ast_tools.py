@@ -1,4 +1,4 @@
-"""Small `ast` helpers shared by the stage-one summaries and the rules that run on the dataflow layer."""
+"""Small `ast` helpers shared by the stage-one summaries, the evaluator and the rules that run on it."""
 
 from __future__ import annotations
 
@@ -56,6 +56,14 @@ def module_function(
     if "." in text and text.partition(".")[0] not in imported:
         return None
     return resolve(text).rpartition(".")[2]
+
+
+def defaults(args: ast.arguments) -> list[tuple[ast.arg, ast.expr]]:
+    """Each parameter that has a default, with it (positional ones take the last defaults, as Python binds)."""
+    positional = [*args.posonlyargs, *args.args]
+    tail = positional[len(positional) - len(args.defaults) :]
+    kwonly = [(p, d) for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+    return [*zip(tail, args.defaults, strict=True), *kwonly]
 
 
 def span(node: ast.AST) -> Span:

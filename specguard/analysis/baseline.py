@@ -7,50 +7,58 @@ and as a multiset, so two identical findings in one function need two baseline e
 from __future__ import annotations
 
 import json
-import linecache
+import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+from specguard._files import UnreadableFile, read_regular_text, replace_atomically
 from specguard.analysis.findings import Finding
 from specguard.errors import UserError
 from specguard.settings import Settings
 
 _VERSION = 1
+Lines = Callable[[str, int], str]  # a line of a file as the run checked it (CheckResult.line)
 
 
-def _fingerprint(f: Finding, settings: Settings) -> str:
+def _fingerprint(f: Finding, settings: Settings, line: Lines) -> str:
     """The file is keyed relative to the configuration root, so the baseline holds however the paths were typed
     and wherever in the project specguard runs."""
-    text = " ".join(linecache.getline(f.path, f.line).split())
+    text = " ".join(line(f.path, f.line).split())
     return json.dumps([settings.relative(f.path), f.code, f.symbol or "", text])
 
 
-def write_baseline(path: Path, findings: list[Finding], settings: Settings) -> None:
-    entries = sorted(_fingerprint(f, settings) for f in findings)
+def write_baseline(path: Path, findings: list[Finding], settings: Settings, line: Lines) -> None:
+    """Written atomically (a failure part-way keeps the previous baseline whole); a symlink's target is written."""
+    entries = sorted(_fingerprint(f, settings, line) for f in findings)
     data = {"version": _VERSION, "findings": [json.loads(e) for e in entries]}
     try:
-        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        replace_atomically(os.path.realpath(path), (json.dumps(data, indent=1) + "\n").encode())
     except OSError as exc:
         raise UserError(f"{path}: cannot write baseline: {exc.strerror or exc}") from None
 
 
 def read_baseline(path: Path) -> Counter[str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("version") != _VERSION or not isinstance(data.get("findings"), list):
+        data = json.loads(read_regular_text(path))
+        if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("findings"), list):
             raise ValueError("not a specguard baseline (expected {'version': 1, 'findings': [...]})")
         return Counter(json.dumps(entry) for entry in data["findings"])
-    except FileNotFoundError:
-        raise UserError(f"{path}: baseline not found; create it with --write-baseline {path}") from None
-    except (OSError, ValueError, AttributeError) as exc:
+    except UnreadableFile as exc:
+        if not os.path.lexists(path):
+            raise UserError(f"{path}: baseline not found; create it with --write-baseline {path}") from None
+        raise UserError(f"{path}: unreadable baseline: {exc.reason}") from None
+    except RecursionError:
+        raise UserError(f"{path}: unreadable baseline: nested too deeply to be a specguard baseline") from None
+    except ValueError as exc:
         raise UserError(f"{path}: unreadable baseline: {exc}") from None
 
 
-def filter_baseline(findings: list[Finding], known: Counter[str], settings: Settings) -> list[Finding]:
+def filter_baseline(findings: list[Finding], known: Counter[str], settings: Settings, line: Lines) -> list[Finding]:
     remaining = Counter(known)
     fresh = []
     for f in findings:
-        key = _fingerprint(f, settings)
+        key = _fingerprint(f, settings, line)
         if remaining[key] > 0:
             remaining[key] -= 1
         else:

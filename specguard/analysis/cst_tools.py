@@ -1,4 +1,4 @@
-"""Small libcst helpers shared by the rules: names, scopes and calls (the dataflow rules use analysis/dataflow)."""
+"""Small libcst helpers shared by the rules on libcst: names, scopes and calls (the others run on the evaluator)."""
 
 from __future__ import annotations
 

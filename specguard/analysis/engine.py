@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import linecache
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.analysis.cache import Cache
-from specguard.analysis.discover import discover
+from specguard.analysis.discover import Discovery, discover
 from specguard.analysis.findings import Finding, Judgement, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.judge import Judge
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.parallel import Job, Workers, cores
-from specguard.analysis.scan import FileScan, scan_file, stamp_of
+from specguard.analysis.scan import FileScan, digest_of, scan_bytes, scan_file, stamp_of
+from specguard.analysis.source import UNSTAMPED, decode, read_stamped
+from specguard.analysis.sparse import sparse_lines
 from specguard.analysis.summary import ModuleSummary
-from specguard.analysis.suppress import is_suppressed
+from specguard.analysis.suppress import CheckedFiles, FileExemption, file_exemption, is_suppressed
 from specguard.errors import SourceError
+from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
+from specguard.fixes.line_length import LineLengths
 from specguard.packs import Pack, load_pack
 from specguard.rules import ALL_CODES, EVALUATED, load_rule
 from specguard.settings import Settings
@@ -38,10 +43,15 @@ class CheckResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the run could not see; not findings, not errors
+    warnings: list[str] = field(default_factory=list)  # the user's own mistakes that cost nothing yet (a stray noqa)
     files: int = 0
     parsed: int = 0
     undecided: list[tuple[str, Judgement]] = field(default_factory=list)  # sites a rule could not decide, by file
     project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
+
+    def line(self, path: str, number: int) -> str:
+        """A line of a file as this run checked it (what baselines match findings by)."""
+        return self.project.line(path, number) if self.project is not None else ""
 
 
 _CRASH = "the parser crashed on this file (pathologically deep nesting?)"
@@ -50,6 +60,7 @@ Outcome = tuple[list[Finding], str | None]  # a file's findings, or the internal
 
 def _evaluate(
     path: str,
+    data: bytes,
     facts: FileFacts,
     pack: Pack,
     codes: frozenset[str],
@@ -59,7 +70,7 @@ def _evaluate(
     from specguard.analysis.evaluate import evaluate_file  # libcst loads only when a file needs it
 
     try:
-        return evaluate_file(path, facts, pack, codes, mentions, definitions), None
+        return evaluate_file(path, data, facts, pack, codes, mentions, definitions), None
     except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not lose the other files' findings
         return [], f"{path}: internal error while analyzing: {type(exc).__name__}: {exc} (please report it)"
 
@@ -68,8 +79,8 @@ def _evaluate_crashed(job: tuple[Any, ...]) -> Outcome:
     return [source_error(job[0], _CRASH)], None
 
 
-def _scan_crashed(job: tuple[Any, ...]) -> FileScan:
-    return FileScan(job[0], (0, 0), error=_CRASH)
+def _scan_crashed(job: tuple[Any, ...]) -> tuple[FileScan, bytes | None]:
+    return FileScan(job[0], UNSTAMPED, error=_CRASH), None
 
 
 def _result_key(scan: FileScan, facts: FileFacts, codes: frozenset[str]) -> str:
@@ -92,7 +103,13 @@ def _warm_up() -> None:
 
 
 class _Run:
-    """One `specguard check`: the stages share the cache, the index and the worker processes."""
+    """One `specguard check`: the stages share the cache, the index, the worker processes and the files' bytes.
+
+    Each file is read once per run and every stage (its summary, the evaluator's reading of it as a module of the
+    project, the rules, suppressions, baselines, fixes) works on those bytes, so a file saved during the run is
+    seen whole as it was or as it is, never half one and half the other; a result is cached under the digest of
+    the bytes it came from.
+    """
 
     def __init__(self, settings: Settings, pack: Pack, use_cache: bool) -> None:
         self.settings, self.pack = settings, pack
@@ -104,7 +121,14 @@ class _Run:
         self._judge: Judge | None = None
         self._borrowed_seen: tuple[int, set[str]] = (-1, set())
         self.scans: dict[str, FileScan] = {}
-        self.borrowed: set[str] = set()
+        self.borrowed: dict[str, FileScan] = {}  # modules read for an ancestor class or the sink
+        self.sources: dict[str, bytes] = {}  # the bytes the run's stages use, of each file whose content they use
+        self._stamps: dict[str, tuple[int, int]] = {}  # of the bytes read for the evaluator alone
+        self._spellings: dict[str, str] = {}  # absolute path -> the path the run knows a file by
+        self._texts: dict[str, list[str]] = {}
+        self._exemptions: dict[str, FileExemption] = {}
+        self.notes: list[str] = list(self.cache.notes)
+        self.line_lengths = LineLengths()
 
     def scan(self, files: list[str], workers: Callable[[int], Workers]) -> Workers:
         """Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change."""
@@ -123,26 +147,92 @@ class _Run:
         scans = pool.run(
             scan_file, todo, on_crash=_scan_crashed, main_share=_MAIN_SCAN_SHARE, while_waiting=self.judge.load
         )
-        for scan in scans:
-            self.scans[scan.path] = scan
-            if scan.stamp != (0, 0):
-                self.cache.put_scan(scan.path, scan)
+        for scan, data in scans:
+            self._keep(scan, data)
         for scan in self.scans.values():
             if scan.summary is not None:
                 self.index.add(scan.summary, scan.root)
                 self.locator.add(scan.summary.module, Path(scan.path), scan.root)
         return pool
 
+    def _keep(self, scan: FileScan, data: bytes | None) -> None:
+        self.scans[scan.path] = scan
+        if data is not None:
+            self.sources[scan.path] = data
+        self.cache.put_scan(scan.path, scan)
+
     def _load_summary(self, path: Path) -> ModuleSummary | None:
         """A module without a pack name, read only because an ancestor class or the sink lives there."""
-        key = str(path)
+        key = self._spelling(path)
         cached = self.cache.scans.get(key)
-        # A prefiltered-out scan has no summary; read the file in full this once.
-        if cached is None or cached.summary is None or cached.stamp != stamp_of(path):
-            cached = scan_file(key, self.pack.needles, summarize_always=True)
+        try:
+            fresh = cached is not None and cached.summary is not None and cached.stamp == stamp_of(path)
+        except OSError:
+            fresh = False
+        if not fresh and key in self.sources:  # the evaluator read it first: the summary is of those bytes
+            cached = scan_bytes(
+                key, self.sources[key], self._stamps.get(key, UNSTAMPED), self.pack.needles, summarize_always=True
+            )
             self.cache.put_scan(key, cached)
-        self.borrowed.add(key)
+        elif not fresh:  # a prefiltered-out scan has no summary; read the file in full this once
+            cached, data = scan_file(key, self.pack.needles, summarize_always=True)
+            if data is not None:
+                self.sources[key] = data
+            self.cache.put_scan(key, cached)
+        self.borrowed[key] = cached
         return cached.summary
+
+    def _spelling(self, path: Path | str) -> str:
+        """The path the run knows a file by (as discovered, or as first read), however `path` spells it."""
+        if not self._spellings:
+            self._spellings = {os.path.abspath(p): p for p in self.scans}
+        key = os.path.abspath(path)
+        return self._spellings.setdefault(key, str(path))
+
+    def module_bytes(self, path: Path) -> tuple[bytes, tuple[int, int]] | None:
+        """A module the evaluator reads, as the run's other stages see it: the bytes its scan was made from, or,
+        for a file no stage has needed whole, read now (once: later stages use the same bytes); with their
+        stamp. None where it is unreadable, or changed since its scan (then said once)."""
+        key = self._spelling(path)
+        scan = self.scans.get(key) or self.borrowed.get(key)
+        if scan is not None and scan.digest:
+            data = self._bytes_of(scan)
+            if data is None:
+                self.notes.append(f"{key} changed while specguard was checking it; run specguard again")
+                return None
+            return data, scan.stamp
+        if key not in self.sources:
+            try:
+                self.sources[key], self._stamps[key] = read_stamped(key)
+            except SourceError:
+                return None
+        return self.sources[key], self._stamps.get(key, UNSTAMPED)
+
+    def _bytes_of(self, scan: FileScan) -> bytes | None:
+        """The bytes `scan` was made from: kept from this run, or read now; None when the file no longer holds
+        them (a scan from the cache, of a file saved since)."""
+        data = self.sources.get(scan.path)
+        if data is None:
+            try:
+                data = read_stamped(scan.path)[0]
+            except SourceError:
+                return None
+            if digest_of(data) != scan.digest:
+                return None
+            self.sources[scan.path] = data
+        return data
+
+    def _current(self, scan: FileScan) -> tuple[FileScan, bytes | None]:
+        """`scan` and its bytes; for a cached scan of a file saved since, the scan of the file as it is now
+        (summarized into the index again), so that its rules never run on bytes its summary did not see."""
+        data = self._bytes_of(scan)
+        if data is not None:
+            return scan, data
+        fresh, data = scan_file(scan.path, self.pack.needles, self.pack.needle_groups)
+        self._keep(fresh, data)
+        if fresh.summary is not None:
+            self.index.add(fresh.summary, fresh.root)
+        return fresh, data
 
     def _borrowed_tops(self) -> set[str]:
         """Top-level packages outside the checked paths that define a class the pack names (the speculator bases an
@@ -151,9 +241,8 @@ class _Run:
             return self._borrowed_seen[1]
         names = set(self.pack.speculators.bases)
         tops = set()
-        for path in self.borrowed:
-            scan = self.cache.scans.get(path)
-            summary = scan.summary if scan is not None else None
+        for scan in self.borrowed.values():
+            summary = scan.summary
             if summary is not None and names & {c.rpartition(".")[2] for c in summary.classes}:
                 tops.add(summary.module.partition(".")[0])
         self._borrowed_seen = (len(self.borrowed), tops)
@@ -162,46 +251,41 @@ class _Run:
     @property
     def judge(self) -> Judge:
         if self._judge is None:
-            self._judge = Judge(self.locator, self.pack, self.codes, self.cache, self._borrowed_tops)
+            reader = self.module_bytes
+            self._judge = Judge(self.locator, self.pack, self.codes, self.cache, self._borrowed_tops, reader)
         return self._judge
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
         """Stage two: the files some enabled rule can match, evaluated (or taken from the cache). A file goes to
         the workers for the rules on libcst as soon as its facts are known, and this process judges it meanwhile
         (the rules on the evaluator need the whole project in view); its judgements then go to the workers too,
-        to be reported with their fixes."""
+        to be reported with their fixes. Every job carries the bytes stage one read."""
         jobs: list[Job] = []
         keys: dict[str, str] = {}
         live_results: set[str] = set()
         cst_codes, judged_codes = self.codes - EVALUATED, self.codes & EVALUATED
 
-        def settle(path: str, scan: FileScan, facts: FileFacts) -> str:
+        def settle(scan: FileScan, facts: FileFacts) -> str:
             """Record a file's judgements; the key of its findings."""
-            result.undecided.extend((path, j) for j in facts.judgements if not j.decided)
-            keys[path] = _result_key(scan, facts, self.codes)
-            live_results.add(keys[path])
-            return keys[path]
+            result.undecided.extend((scan.path, j) for j in facts.judgements if not j.decided)
+            keys[scan.path] = _result_key(scan, facts, self.codes)
+            live_results.add(keys[scan.path])
+            return keys[scan.path]
 
         def produce() -> Iterator[Job]:
-            for path, scan in self.scans.items():
-                if scan.error is not None:
-                    result.findings.append(source_error(path, scan.error, scan.error_line))
+            for scan in list(self.scans.values()):
+                todo = self._stage_two(scan, result.findings, settle)
+                if todo is None:
                     continue
-                if scan.summary is None or not scan.mentions:
-                    continue
-                facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
-                known = self.judge.cached(path, facts, scan.digest)
-                if known is not None and settle(path, scan, known) in self.cache.results:
-                    result.findings.extend(self.cache.results[keys[path]])
-                    continue
-                definitions = scan.summary.definitions
-                jobs.append((path, facts, self.pack, cst_codes, scan.mentions, definitions))
+                scan, data, facts, known = todo
+                path, definitions = scan.path, scan.summary.definitions if scan.summary is not None else []
+                jobs.append((path, data, facts, self.pack, cst_codes, scan.mentions, definitions))
                 yield jobs[-1]
                 if known is None:
                     known = self.judge.facts(path, scan.root, facts, scan.mentions, scan.digest)
-                    settle(path, scan, known)
+                    settle(scan, known)
                 if any(j.decided for j in known.judgements):
-                    jobs.append((path, known, self.pack, judged_codes, scan.mentions, definitions))
+                    jobs.append((path, data, known, self.pack, judged_codes, scan.mentions, definitions))
                     yield jobs[-1]
 
         # With workers, libcst's native parser runs only there: a fault in it must not take the run down.
@@ -224,19 +308,81 @@ class _Run:
             findings = unreadable or findings  # a file libcst cannot read is reported as that alone
             self.cache.put_result(keys[path], findings)
             result.findings.extend(findings)
-        self.cache.save(set(self.scans) | self.borrowed, live_results)
+        result.notes.extend(dict.fromkeys(self.notes))
+        self.cache.save(set(self.scans) | set(self.borrowed), live_results)
 
-    def digest(self, path: str) -> str | None:
-        """The content hash of the file as it was checked, None if it was never summarized."""
-        scan = self.scans.get(path)
-        return scan.digest if scan is not None and scan.summary is not None else None
+    def _stage_two(
+        self, scan: FileScan, findings: list[Finding], settle: Callable[[FileScan, FileFacts], str]
+    ) -> tuple[FileScan, bytes, FileFacts, FileFacts | None] | None:
+        """What the rules need for a file (its scan, bytes, facts, and those facts with its judgements where the
+        cache has them), or None when its findings are known already (added to `findings`: SG000, or the cached
+        result) or it has none to look for. `settle` records judgements and gives the result key."""
+        while True:  # twice at most: a cached scan of a file saved since is replaced by the file's scan as it is now
+            if scan.error is not None:
+                findings.append(source_error(scan.path, scan.error, scan.error_line))
+                return None
+            if scan.summary is None or not scan.mentions:
+                return None
+            facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
+            facts = dataclasses.replace(facts, line_length=self.line_lengths.of(scan.path))
+            known = self.judge.cached(scan.path, facts, scan.digest)
+            key = _result_key(scan, known, self.codes) if known is not None else None
+            cached = self.cache.results.get(key) if key is not None else None
+            if cached == []:
+                settle(scan, known)  # type: ignore[arg-type]
+                return None  # nothing found, so nothing to suppress or fix: the file need not be read
+            now, data = self._current(scan)
+            if now is scan and data is not None:
+                if known is not None:
+                    settle(scan, known)
+                if cached is not None:
+                    findings.extend(cached)
+                    return None
+                return scan, data, facts, known
+            scan = now
+
+    def source(self, path: str) -> bytes | None:
+        """The bytes of the file as it was checked, None if its content was never needed."""
+        return self.sources.get(path)
+
+    def _lines(self, path: str) -> list[str]:
+        """The file's lines as it was checked (read now, once, if its content was never needed)."""
+        lines = self._texts.get(path)
+        if lines is None:
+            data = self.sources.get(path)
+            if data is None:
+                try:
+                    data = read_regular(path, SOURCE_CAP)
+                except UnreadableFile:
+                    data = b""
+            try:
+                lines = sparse_lines(decode(data))  # CPython's newlines: a form feed does not end a line
+            except SourceError:
+                lines = []
+            self._texts[path] = lines
+        return lines
+
+    def line(self, path: str, number: int) -> str:
+        """Line `number` of the file as it was checked (for suppressions and baselines); "" where unknown."""
+        lines = self._lines(path)
+        return lines[number - 1] if 0 < number <= len(lines) else ""
+
+    def exemption(self, path: str) -> FileExemption:
+        """What the file's `# specguard: noqa` comments exempt, in the file as it was checked."""
+        found = self._exemptions.get(path)
+        if found is None:
+            found = self._exemptions[path] = file_exemption(path, "".join(self._lines(path)))
+        return found
 
     def recheck(self, path: str, text: str) -> list[Finding]:
         """Every finding of new text for a checked file (a fix's result), against the same project, unsuppressed."""
         scan = self.scans[path]
         assert scan.summary is not None
         module, is_package = scan.summary.module, scan.summary.is_package
-        return _evaluate_text(text, path, module, is_package, self.index, self.pack, self.codes, scan.root, self.judge)
+        length = self.line_lengths.of(path)
+        return _evaluate_text(
+            text, path, module, is_package, self.index, self.pack, self.codes, self.judge, scan.root, length
+        )
 
 
 def check_paths(
@@ -244,7 +390,7 @@ def check_paths(
 ) -> CheckResult:
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
-    found = discover([Path(p) for p in paths], settings.exclude, settings.root, settings.force_exclude)
+    found = discover_files(paths, settings)
     result = CheckResult(errors=list(found.errors), files=len(found.files))
 
     def workers(files_to_scan: int) -> Workers:
@@ -254,20 +400,34 @@ def check_paths(
 
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
-    result.notes.extend(_unresolved_note(run.index.unresolved, run.pack, settings))
-    result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
+    result.notes.extend(_unresolved_note(run, settings))
+    # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
+    result.warnings = [w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused]
+    result.notes.extend(run.line_lengths.notes())
+    result.findings = sorted(f for f in result.findings if not _ignored(f, settings, run))
     result.undecided = sorted(
-        (path, j) for path, j in result.undecided if not _ignored(Finding(path, j.span[0], 1, j.code, ""), settings)
+        (path, j)
+        for path, j in result.undecided
+        if not _ignored(Finding(path, j.span[0], 1, j.code, ""), settings, run)
     )
     result.project = run
     return result
 
 
-def _unresolved_note(unresolved: dict[str, Unresolved], pack: Pack, settings: Settings) -> list[str]:
+def discover_files(paths: Sequence[str | Path], settings: Settings) -> Discovery:
+    """The files `check_paths` analyzes (what `--show-files` lists)."""
+    patterns = [*settings.exclude, *settings.extend_exclude]
+    return discover(
+        [Path(p) for p in paths], patterns, settings.root, settings.force_exclude, settings.respect_gitignore
+    )
+
+
+def _unresolved_note(run: _Run, settings: Settings) -> list[str]:
     """One line for the base classes whose module could not be located (a plugin's vLLM not installed), counting
     only subclasses whose body names what a speculator rule looks for: the others cannot get a finding anyway."""
+    pack, unresolved = run.pack, run.index.unresolved
     names = {*pack.metadata.sink, *pack.speculators.shared_helpers, *pack.dcp.prepare}
-    relevant = sorted(u.base for u in unresolved.values() if _names_any(u, names))
+    relevant = sorted(u.base for u in unresolved.values() if _names_any(u, names, run.line))
     if not relevant:
         return []
     first = unresolved[relevant[0]]
@@ -280,19 +440,19 @@ def _unresolved_note(unresolved: dict[str, Unresolved], pack: Pack, settings: Se
     ]
 
 
-def _names_any(unresolved: Unresolved, names: set[str]) -> bool:
+def _names_any(unresolved: Unresolved, names: set[str], line: Callable[[str, int], str]) -> bool:
     if unresolved.path is None:
         return False
     aliases = {local for local, target in unresolved.imports if target.rpartition(".")[2] in names}
     first, last = unresolved.lines
-    body = "".join(linecache.getline(str(unresolved.path), n) for n in range(first, last + 1))
+    body = "".join(line(str(unresolved.path), n) for n in range(first, last + 1))
     return any(name in body for name in names | aliases)
 
 
-def _ignored(finding: Finding, settings: Settings) -> bool:
+def _ignored(finding: Finding, settings: Settings, files: CheckedFiles) -> bool:
     if finding.code != "SG000" and finding.code not in settings.enabled(ALL_CODES):
         return True
-    return is_suppressed(finding, settings)
+    return is_suppressed(finding, settings, files)
 
 
 def check_source(
@@ -302,8 +462,10 @@ def check_source(
     *,
     pack: Pack | None = None,
     settings: Settings | None = None,
+    line_length: int = DEFAULT_LINE_LENGTH,
 ) -> list[Finding]:
-    """One in-memory module through the same index and rules, with nothing else in the project.
+    """One in-memory module through the same index and rules, with nothing else in the project, its fixes laid
+    out at `line_length`.
 
     What the rules' own examples and the property tests run; a source error comes back as SG000.
     """
@@ -313,7 +475,7 @@ def check_source(
     index = ProjectIndex(locator, lambda _: None)
     codes = frozenset(settings.enabled(ALL_CODES))
     judge = Judge(locator, pack, codes, Cache(None), set)
-    return sorted(_evaluate_text(text, path, module, False, index, pack, codes, Path(), judge))
+    return sorted(_evaluate_text(text, path, module, False, index, pack, codes, judge, Path(), line_length))
 
 
 def _evaluate_text(
@@ -324,24 +486,25 @@ def _evaluate_text(
     index: ProjectIndex,
     pack: Pack,
     codes: frozenset[str],
-    root: Path,
     judge: Judge,
+    root: Path = Path(),
+    line_length: int = DEFAULT_LINE_LENGTH,
 ) -> list[Finding]:
     """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter."""
     from specguard.analysis.evaluate import evaluate_source
-    from specguard.analysis.scan import call_owners
+    from specguard.analysis.scan import call_owners, signed
     from specguard.analysis.source import parse_ast
     from specguard.analysis.summary import nested_class_lines, summarize
 
     data = text.encode()
     try:
         tree = parse_ast(text, path)
-        summary = summarize(tree, module, is_package, nested_class_lines(data))
+        summary = summarize(tree, module, is_package, nested_class_lines(data), signed(pack.needles))
     except SourceError as exc:
         return [source_error(path, str(exc), exc.line)]
     owners = call_owners(data, pack.needles)
     index.add(summary, root)
-    facts = index.facts(summary, root, pack, owners)
+    facts = dataclasses.replace(index.facts(summary, root, pack, owners), line_length=line_length)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
     errors = len(judge.errors)
     facts = judge.facts(path, root, facts, mentions, "", text=text)

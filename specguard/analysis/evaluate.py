@@ -5,11 +5,9 @@ is not parsed again, nor is libcst imported for it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts
-from specguard.analysis.source import decode, read_bytes
+from specguard.analysis.source import decode
 from specguard.analysis.sparse import sparse_source
 from specguard.errors import SourceError
 from specguard.fixes.model import fix_of
@@ -81,17 +79,19 @@ def _rules(codes: frozenset[str]) -> list[Rule]:
 
 def evaluate_file(
     path: str,
+    data: bytes,
     facts: FileFacts,
     pack: Pack,
     codes: frozenset[str],
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
+    """Stage two for a file, on the bytes stage one read (never read again: the file may have changed since)."""
     judged = {j.code for j in facts.judgements if j.decided}
     if not any(r.applies(facts, pack, mentions) and (r.judge is None or r.code in judged) for r in _rules(codes)):
-        return []  # decided before reading the file again
+        return []  # decided before decoding the file again
     try:
-        text = decode(read_bytes(Path(path)))
+        text = decode(data)
     except SourceError as exc:
         return [source_error(path, str(exc))]
     return evaluate_source(text, path, facts, pack, codes, mentions, definitions)

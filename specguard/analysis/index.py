@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specguard.analysis.findings import Judgement
 from specguard.analysis.modules import ModuleLocator, is_stdlib
+from specguard.analysis.signatures import Signature
 from specguard.analysis.summary import ModuleSummary
 from specguard.packs import Pack
 
@@ -27,6 +28,9 @@ class FileFacts:
     object_imports: frozenset[str] = frozenset()  # imported names known not to be modules (see calls_function)
     # methods named as a shared helper that a speculator class of this file, not a base, defines ("Class.method")
     helper_overrides: frozenset[str] = frozenset()
+    # of those, the parameters of the definition `super().<method>` reaches from the class, where the project has it
+    overridden: tuple[tuple[str, Signature], ...] = ()
+    line_length: int = 88  # what the project formats this file at (ruff's line-length): fixes fit it
     # what the rules on the evaluator concluded about its sites (computed with the whole project in view)
     judgements: tuple[Judgement, ...] = ()
 
@@ -48,6 +52,10 @@ class FileFacts:
         else:
             return dotted
         return f"{target}.{rest}" if rest else target
+
+    def overridden_signature(self, override: str) -> Signature | None:
+        """The parameters of what an override ("Class.method") overrides, if the project has its definition."""
+        return next((s for name, s in self.overridden if name == override), None)
 
 
 Place = tuple[ModuleSummary, str, Path]  # a name defined in a module, and the root that module lives under
@@ -161,6 +169,30 @@ class ProjectIndex:
     def ancestors(self, summary: ModuleSummary, root: Path, class_name: str) -> list[str]:
         return self.lineage(summary, root, class_name)[0]
 
+    def overridden(self, summary: ModuleSummary, root: Path, class_name: str, method: str) -> Signature | None:
+        """The signature of the `method` that `super()` reaches from a class: the first definition among its
+        ancestors, each class's bases in order, depth first (Python's order for simple hierarchies)."""
+        seen: set[tuple[Path, str, str]] = set()
+
+        def above(mod: ModuleSummary, name: str, where: Path, depth: int) -> Signature | None:
+            if (where, mod.module, name) in seen or name not in mod.classes or depth > 50:
+                return None
+            seen.add((where, mod.module, name))
+            for base in mod.classes[name].bases:
+                found = self._base(mod, where, base)[1]
+                if found is None:
+                    continue
+                base_summary, base_name, base_root = found
+                cls = base_summary.classes[base_name]
+                if method in cls.methods:
+                    return cls.signatures.get(method)
+                inherited = above(base_summary, base_name, base_root, depth + 1)
+                if inherited is not None:
+                    return inherited
+            return None
+
+        return above(summary, class_name, root, 0)
+
     def function_params(self, summary: ModuleSummary, root: Path, names: list[str]) -> list[tuple[str, ...]]:
         """Parameter lists of the functions with these names that the module imports or defines."""
         found = []
@@ -213,6 +245,13 @@ class ProjectIndex:
                     self._record_unresolved(base, summary, root, name)
             if any(n.endswith(spec_suffixes) for n in [last(name), *lineage]):
                 spec_classes.add(name)
+        helpers = set(pack.speculators.shared_helpers)
+        overrides = [
+            (cls, method)
+            for cls in sorted(speculators)
+            if last(cls) not in bases
+            for method in sorted(summary.classes[cls].methods & helpers)
+        ]
         return FileFacts(
             module=summary.module,
             imports=tuple(sorted(summary.imports.items())),
@@ -222,10 +261,10 @@ class ProjectIndex:
             spec_classes=frozenset(spec_classes),
             sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, root, sink)),
             object_imports=self._object_imports(summary, root, call_owners),
-            helper_overrides=frozenset(
-                f"{name}.{method}"
-                for name in speculators
-                if last(name) not in bases
-                for method in sorted(summary.classes[name].methods & set(pack.speculators.shared_helpers))
+            helper_overrides=frozenset(f"{cls}.{method}" for cls, method in overrides),
+            overridden=tuple(
+                (f"{cls}.{method}", found)
+                for cls, method in overrides
+                if (found := self.overridden(summary, root, cls, method)) is not None
             ),
         )

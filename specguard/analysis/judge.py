@@ -22,7 +22,7 @@ from specguard.packs import Pack
 from specguard.rules import EVALUATED, load_rule
 
 if TYPE_CHECKING:
-    from specguard.evaluation.program import Program
+    from specguard.evaluation.program import Program, Reader
     from specguard.rules.base import Rule
 
 
@@ -44,11 +44,17 @@ class Judge:
     evaluator nor the evaluator, which load the first time a file must be judged."""
 
     def __init__(
-        self, locator: ModuleLocator, pack: Pack, codes: frozenset[str], cache: Cache, borrowed: Callable[[], set[str]]
+        self,
+        locator: ModuleLocator,
+        pack: Pack,
+        codes: frozenset[str],
+        cache: Cache,
+        borrowed: Callable[[], set[str]],
+        reader: Reader | None = None,
     ) -> None:
         self.pack, self.cache = pack, cache
         self.codes = sorted(codes & EVALUATED)
-        self._locator, self._borrowed = locator, borrowed
+        self._locator, self._borrowed, self._reader = locator, borrowed, reader
         self._rules: list[Rule] | None = None
         self._programs: Callable[[Path], Program] | None = None
         self.errors: list[str] = []
@@ -116,11 +122,12 @@ class Judge:
 
     def _program(self, root: Path) -> Program:
         if self._programs is None:
-            from specguard.evaluation.program import program_factory
+            from specguard.evaluation.program import program_factory, read_file
 
             pack_top = (self.pack.padding.mode_enum or "").partition(".")[0]
             readable = lambda top: top == pack_top or top in self._borrowed()  # noqa: E731
-            self._programs = program_factory(self._locator, mode_enum_stub(self.pack), readable)
+            reader = self._reader or read_file
+            self._programs = program_factory(self._locator, mode_enum_stub(self.pack), readable, reader)
         return self._programs(root)
 
 

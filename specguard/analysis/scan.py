@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specguard.analysis.modules import module_name
-from specguard.analysis.source import decode, parse_ast, read_stamped
+from specguard.analysis.source import UNSTAMPED, decode, parse_ast, read_stamped
 from specguard.analysis.summary import ModuleSummary, nested_class_lines, summarize
 from specguard.errors import SourceError
 
@@ -17,7 +17,7 @@ from specguard.errors import SourceError
 @dataclass(frozen=True)
 class FileScan:
     path: str
-    stamp: tuple[int, int]  # (size, mtime_ns): an unchanged stamp reuses this scan from the cache
+    stamp: tuple[int, int]  # (size, mtime_ns): an unchanged stamp reuses this scan from the cache; see UNSTAMPED
     mentions: frozenset[str] = frozenset()
     digest: str = ""
     summary: ModuleSummary | None = None
@@ -35,13 +35,30 @@ def stamp_of(path: str | Path) -> tuple[int, int]:
 
 def scan_file(
     path: str, needles: tuple[bytes, ...], groups: tuple[tuple[bytes, ...], ...] = (), summarize_always: bool = False
-) -> FileScan:
-    """Stage one for a file. `summarize_always` is for modules the index reads for an ancestor class."""
+) -> tuple[FileScan, bytes | None]:
+    """Stage one for a file: its scan, and the bytes it was made from where a later stage needs them (the files
+    with a summary), so that every stage of the run sees the same bytes. `summarize_always` is for modules the
+    index reads for an ancestor class."""
     try:
         data, stamp = read_stamped(path)
+    except SourceError as exc:
+        return FileScan(path, UNSTAMPED, error=str(exc)), None
+    scan = scan_bytes(path, data, stamp, needles, groups, summarize_always)
+    return scan, (data if scan.summary is not None else None)
+
+
+def scan_bytes(
+    path: str,
+    data: bytes,
+    stamp: tuple[int, int],
+    needles: tuple[bytes, ...],
+    groups: tuple[tuple[bytes, ...], ...] = (),
+    summarize_always: bool = False,
+) -> FileScan:
+    try:
         text = decode(data)  # also for files no rule can match: undecodable text could hide a name
     except SourceError as exc:
-        return FileScan(path, (0, 0), error=str(exc))
+        return FileScan(path, UNSTAMPED, error=str(exc))
     # The prefilter (see Pack.needle_groups); which names a file mentions is listed only for files that pass it.
     if not any(all(n in data for n in group) for group in groups or [(n,) for n in needles]):
         mentions: frozenset[str] = frozenset()
@@ -49,15 +66,25 @@ def scan_file(
         mentions = frozenset(n.decode() for n in needles if n in data)
     if not mentions and not summarize_always:
         return FileScan(path, stamp)
-    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    digest = digest_of(data)
     try:
         tree = parse_ast(text, path)
     except SourceError as exc:
         return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=exc.line)
     module, is_package, root = module_name(Path(path))
     owners = call_owners(data, needles) if mentions else frozenset()
-    summary = summarize(tree, module, is_package, nested_class_lines(data))
+    summary = summarize(tree, module, is_package, nested_class_lines(data), signed(needles))
     return FileScan(path, stamp, mentions, digest, summary, owners, root=root)
+
+
+def signed(needles: tuple[bytes, ...]) -> frozenset[str]:
+    """The methods whose signatures a summary keeps: those named as something a rule matches (a shared helper)."""
+    return frozenset(n.decode() for n in needles)
+
+
+def digest_of(data: bytes) -> str:
+    """What identifies a file's content in the cache, and what a cached scan's file is checked against."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def call_owners(data: bytes, needles: tuple[bytes, ...]) -> frozenset[str]:

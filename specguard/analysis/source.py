@@ -4,28 +4,32 @@ from __future__ import annotations
 
 import ast
 import io
-import os
 import re
 import sys
+import time
 import tokenize
 import warnings
 from pathlib import Path
 
+from specguard._files import SOURCE_CAP, UnreadableFile, read_regular_stat
 from specguard.errors import SourceError
 
-
-def read_bytes(path: Path | str) -> bytes:
-    return read_stamped(path)[0]
+# A stamp taken this soon after the file's last change could also be the stamp of a later change of the same size
+# (mtimes are coarse: a tick of the kernel's clock, two seconds on FAT). Such a file's scan is used but not kept,
+# as git treats its "racily clean" entries, so the cache never serves the scan of bytes the file no longer holds.
+_RACY_NS = 2_000_000_000
+UNSTAMPED = (0, 0)  # a scan with this stamp is never stored nor matched
 
 
 def read_stamped(path: Path | str) -> tuple[bytes, tuple[int, int]]:
-    """The file's bytes and its (size, mtime_ns) stamp, from one open: stage one does this for every file."""
+    """The file's bytes and its (size, mtime_ns) stamp (UNSTAMPED when racy), from one open of a regular file."""
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            return fh.read(), (st.st_size, st.st_mtime_ns)
-    except OSError as exc:
-        raise SourceError(f"cannot read file: {exc.strerror or exc}") from None
+        data, st = read_regular_stat(path, SOURCE_CAP)
+    except UnreadableFile as exc:
+        raise SourceError(exc.reason) from None
+    if time.time_ns() - st.st_mtime_ns < _RACY_NS:
+        return data, UNSTAMPED
+    return data, (st.st_size, st.st_mtime_ns)
 
 
 def decode(data: bytes) -> str:

@@ -11,7 +11,9 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from specguard.analysis.ast_tools import is_bound_method
 from specguard.analysis.ast_tools import same_scope as _same_scope
+from specguard.analysis.signatures import Signature, signature
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,9 @@ class ClassSummary:
     methods: frozenset[str]
     line: int
     end_line: int = 0
+    # the parameters of the methods named as something a rule matches (a shared helper): what an override of one
+    # is compared with
+    signatures: dict[str, Signature] = field(default_factory=dict)
 
 
 @dataclass
@@ -89,10 +94,13 @@ def nested_class_lines(source: bytes) -> list[int]:
     return lines
 
 
-def _classes(body: list[ast.stmt], prefix: str, summary: ModuleSummary, nested: list[int] | None) -> None:
+def _classes(
+    body: list[ast.stmt], prefix: str, summary: ModuleSummary, nested: list[int] | None, signed: frozenset[str]
+) -> None:
     """Every class at any depth, keyed by its `__qualname__` (`Outer.Inner`, `make.<locals>.Drafter`).
 
-    `nested` (sorted lines of indented `class` keywords, or None for all) skips the bodies that hold none.
+    `nested` (sorted lines of indented `class` keywords, or None for all) skips the bodies that hold none;
+    `signed`: the method names whose signatures are kept.
     """
     for stmt in _same_scope(body):
         if not isinstance(stmt, _DEFINITION):
@@ -100,15 +108,16 @@ def _classes(body: list[ast.stmt], prefix: str, summary: ModuleSummary, nested: 
         if isinstance(stmt, ast.ClassDef):
             qualname = prefix + stmt.name
             bases = tuple(b for b in (dotted_name(e) for e in stmt.bases) if b)
-            methods = frozenset(
-                s.name for s in _same_scope(stmt.body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+            functions = [s for s in _same_scope(stmt.body) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            signatures = {f.name: signature(f, is_bound_method(qualname, f)) for f in functions if f.name in signed}
+            summary.classes[qualname] = ClassSummary(
+                bases, frozenset(f.name for f in functions), stmt.lineno, stmt.end_lineno or stmt.lineno, signatures
             )
-            summary.classes[qualname] = ClassSummary(bases, methods, stmt.lineno, stmt.end_lineno or stmt.lineno)
             inner = qualname + "."
         else:
             inner = f"{prefix}{stmt.name}.<locals>."
         if nested is None or _any_between(nested, stmt.lineno + 1, stmt.end_lineno or stmt.lineno):
-            _classes(stmt.body, inner, summary, nested)
+            _classes(stmt.body, inner, summary, nested, signed)
 
 
 def _any_between(lines: list[int], first: int, last: int) -> bool:
@@ -116,8 +125,15 @@ def _any_between(lines: list[int], first: int, last: int) -> bool:
     return i < len(lines) and lines[i] <= last
 
 
-def summarize(tree: ast.Module, module: str, is_package: bool, nested: list[int] | None = None) -> ModuleSummary:
-    """The module's summary; `nested` is `nested_class_lines` of its source, a shortcut for large files."""
+def summarize(
+    tree: ast.Module,
+    module: str,
+    is_package: bool,
+    nested: list[int] | None = None,
+    signed: frozenset[str] = frozenset(),
+) -> ModuleSummary:
+    """The module's summary; `nested` is `nested_class_lines` of its source, a shortcut for large files; `signed`
+    names the methods whose signatures it keeps (the pack's names)."""
     summary = ModuleSummary(module=module, is_package=is_package)
     for stmt in tree.body:
         # a top-level statement holding a class or function (directly, or under if/try): the sparse parse keeps
@@ -143,5 +159,5 @@ def summarize(tree: ast.Module, module: str, is_package: bool, nested: list[int]
                     summary.imports[alias.asname or alias.name] = f"{source}.{alias.name}" if source else alias.name
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             summary.functions[stmt.name] = _params(stmt)
-    _classes(tree.body, "", summary, nested)
+    _classes(tree.body, "", summary, nested, signed)
     return summary

@@ -1,13 +1,18 @@
-"""Suppressions: `# specguard: ignore[SG101]` or `# noqa: SG101` on the reported line, and per-file-ignores."""
+"""Suppressions: `# specguard: ignore[SG101]` or `# noqa: SG101` on the reported line, `# specguard: noqa` (all
+codes) or `# specguard: noqa: SG101` on a line of its own anywhere in the file (as ruff's `# ruff: noqa`), and
+per-file-ignores."""
 
 from __future__ import annotations
 
 import fnmatch
-import linecache
+import io
 import re
+import tokenize
+from dataclasses import dataclass
+from typing import Protocol
 
 from specguard.analysis.findings import Finding
-from specguard.settings import Settings
+from specguard.settings import Settings, selects
 
 # A bare noqa comment belongs to other linters and does not silence specguard; a bare ignore does not either.
 _NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
@@ -29,14 +34,74 @@ def _per_file(finding: Finding, settings: Settings) -> bool:
     name = rel.rpartition("/")[2]
     for pattern, codes in settings.per_file_ignores.items():
         matches = fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(name, pattern)
-        if matches and any(finding.code.startswith(c.upper()) for c in codes):
+        if matches and selects(codes, finding.code):
             return True
     return False
 
 
-def is_suppressed(finding: Finding, settings: Settings) -> bool:
+# As ruff reads its own file-level noqa comments: the tool's name in lower case, `noqa` in any case; codes after
+# a colon, up to the first word that is not one (a reason may follow); no colon: every code.
+_FILE_NOQA = re.compile(r"#\s*specguard:\s*(?i:noqa)(?![\w-])(?P<colon>:)?(?P<rest>.*)")
+_CODE = re.compile(r"[\s,]*([A-Z]+[0-9]+)(?![\w-])")
+
+
+@dataclass(frozen=True)
+class FileExemption:
+    """What a file's `# specguard: noqa` comments exempt, and the ones that exempt nothing (with why)."""
+
+    every_code: bool = False
+    codes: frozenset[str] = frozenset()
+    unused: tuple[str, ...] = ()  # "path:line: why", for a warning
+
+    def covers(self, code: str) -> bool:
+        return self.every_code or code in self.codes
+
+
+def file_exemption(path: str, text: str) -> FileExemption:
+    """What the `# specguard: noqa` comments of `text` (the file at `path`, as the run read it) exempt."""
+    if "specguard" not in text:
+        return FileExemption()  # the usual case, without tokenizing
+    try:
+        comments = [
+            (tok.start[0], tok.string, tok.line[: tok.start[1]].strip() == "")
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+            if tok.type == tokenize.COMMENT and "specguard" in tok.string
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return FileExemption()  # a file that cannot be tokenized gets SG000, which these never cover
+    every, codes, unused = False, set(), []
+    for line, comment, own_line in comments:
+        if (match := _FILE_NOQA.search(comment)) is None:
+            continue
+        if not own_line:
+            unused.append(f"{path}:{line}: `# specguard: noqa` after code exempts nothing; put it on a line of its own")
+            continue
+        if match.group("colon") is None:
+            every = True
+            continue
+        named, rest = [], match.group("rest")
+        while (code := _CODE.match(rest)) is not None:
+            named.append(code.group(1))
+            rest = rest[code.end() :]
+        if not named:
+            unused.append(f"{path}:{line}: `# specguard: noqa:` names no code (e.g. `# specguard: noqa: SG101`)")
+        codes.update(named)
+    return FileExemption(every, frozenset(codes), tuple(unused))
+
+
+class CheckedFiles(Protocol):
+    """The files as the run read them, once (`_Run`): every suppression is judged on those bytes."""
+
+    def line(self, path: str, number: int) -> str: ...
+
+    def exemption(self, path: str) -> FileExemption: ...
+
+
+def is_suppressed(finding: Finding, settings: Settings, files: CheckedFiles) -> bool:
     if _per_file(finding, settings):
         return True
     if finding.code == "SG000":
         return False
-    return finding.code in line_codes(linecache.getline(finding.path, finding.line))
+    if finding.code in line_codes(files.line(finding.path, finding.line)):
+        return True
+    return files.exemption(finding.path).covers(finding.code)

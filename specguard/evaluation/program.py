@@ -4,7 +4,8 @@ analysis engine finds them (the checked roots first, then the installed packages
 The read model of a module (classes, functions, imports, module-level assignments) and name resolution are the
 served-source view's (`deploy.source.SourceTree`); this subclass only changes where a module's file comes from,
 keeps every parsed module for the whole run, and records which files an evaluation read, so that a cached
-verdict is reused only while they are unchanged.
+verdict is reused only while they are unchanged. A module's bytes come from a reader: in `specguard check`, the
+run's own bytes of the file, the ones every other stage of the run uses.
 """
 
 from __future__ import annotations
@@ -14,38 +15,55 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specguard.analysis.modules import ModuleLocator
-from specguard.analysis.source import decode, parse_ast, read_stamped
+from specguard.analysis.source import UNSTAMPED, decode, parse_ast, read_stamped
+from specguard.analysis.sparse import sparse_lines
 from specguard.deploy.source import ParsedModule, SourceTree, _Collector
 from specguard.errors import SourceError
 
 Stamp = tuple[int, int]
+# A module's bytes and their (size, mtime_ns) stamp; None where they cannot be had (unreadable, changed since the
+# run's other stages read them).
+Reader = Callable[[Path], "tuple[bytes, Stamp] | None"]
+
+
+def read_file(path: Path) -> tuple[bytes, Stamp] | None:
+    """The file as it is now: the reader where no run holds the bytes (an in-memory check, a test)."""
+    try:
+        return read_stamped(path)
+    except SourceError:
+        return None
 
 
 class Parsed:
     """Every module parsed in one run, by file, with the stamp it had when it was read."""
 
-    def __init__(self) -> None:
+    def __init__(self, reader: Reader = read_file) -> None:
         self.by_path: dict[Path, tuple[ParsedModule | None, Stamp]] = {}
         self.texts: dict[Path, str] = {}
+        self.reader = reader
 
     def module(self, name: str, path: Path, is_package: bool) -> tuple[ParsedModule | None, Stamp]:
-        path = path.absolute()  # one parse per file, however its path was spelled
-        if path not in self.by_path:
+        absolute = path.absolute()  # one parse per file, however its path was spelled
+        if absolute not in self.by_path:
             try:
-                if path in self.texts:
-                    text, stamp = self.texts[path], (0, 0)
+                if absolute in self.texts:
+                    text, stamp = self.texts[absolute], UNSTAMPED
                 else:
-                    data, stamp = read_stamped(path)
+                    found = self.reader(path)
+                    if found is None:
+                        raise SourceError("unreadable")
+                    data, stamp = found
                     text = decode(data)
-                tree = parse_ast(text, str(path))
+                tree = parse_ast(text, str(absolute))
             except SourceError:
-                self.by_path[path] = (None, (0, 0))
+                self.by_path[absolute] = (None, UNSTAMPED)
             else:
-                parsed = ParsedModule(name, path, is_package, tree)
+                parsed = ParsedModule(name, absolute, is_package, tree)
                 _Collector(parsed).collect(tree.body)
-                parsed.lines = text.splitlines()  # type: ignore[attr-defined]  # for preselections by reading
-                self.by_path[path] = (parsed, stamp)
-        return self.by_path[path]
+                # for preselections by reading, numbered as CPython numbers lines (a form feed ends none)
+                parsed.lines = [line.rstrip("\r\n") for line in sparse_lines(text)]  # type: ignore[attr-defined]
+                self.by_path[absolute] = (parsed, stamp)
+        return self.by_path[absolute]
 
     def add_text(self, path: Path, text: str) -> None:
         """A module whose text is known already (an in-memory example, a fix being re-checked)."""
@@ -126,11 +144,12 @@ class Program(SourceTree):
 
 
 def program_factory(
-    locator: ModuleLocator, stubs: dict[str, str], readable: Callable[[str], bool]
+    locator: ModuleLocator, stubs: dict[str, str], readable: Callable[[str], bool], reader: Reader = read_file
 ) -> Callable[[Path], Program]:
-    """Programs by root, sharing one parse of every module. Of the installed packages, only those `readable`
-    allows are read: the analyzed code's own (an out-of-tree plugin's vLLM), never every library it imports."""
-    parsed = Parsed()
+    """Programs by root, sharing one parse of every module, read through `reader`. Of the installed packages, only
+    those `readable` allows are read: the analyzed code's own (an out-of-tree plugin's vLLM), never every library
+    it imports."""
+    parsed = Parsed(reader)
     made: dict[Path, Program] = {}
 
     def program(root: Path) -> Program:

@@ -4,19 +4,17 @@ Per file, as ruff does: apply every fix whose edits do not overlap another's, re
 rules on it, and keep the round only if it parses and no fixed finding is still reported; a round that fails is
 retried one fix at a time and the culprit refused. Fixes that overlapped one applied in this round wait for the
 next round, which starts from the re-check's findings (bounded, as ruff bounds its iterations). Only then is the
-file written, atomically and only if nobody changed it meanwhile. A file with SG000 is never touched.
+file written: in place (`_files.rewrite_in_place`: links, mode and attributes kept; the old content put back if the
+write fails) and only if nobody changed it meanwhile. A file with SG000 is never touched, nor one whose real path
+lies outside the paths given (a symlink out of the tree), nor a read-only one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import hashlib
 import io
 import os
 import re
-import stat
-import tempfile
 import tokenize
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from specguard._files import SOURCE_CAP, UnreadableFile, UnwritableFile, read_regular, rewrite_in_place
 from specguard.analysis.findings import Finding
 from specguard.fixes.model import Fix, apply_edits, split_lines
 
@@ -155,7 +154,7 @@ def _refusal(finding: Finding, recheck: Callable[[str], list[Finding]], text: st
 class Project(Protocol):
     """What the fixer needs from the run that produced the findings (analysis/engine.py's run)."""
 
-    def digest(self, path: str) -> str | None: ...
+    def source(self, path: str) -> bytes | None: ...
 
     def recheck(self, path: str, text: str) -> list[Finding]: ...
 
@@ -167,8 +166,14 @@ class FixReport:
     notes: list[str] = field(default_factory=list)  # one line per file or fix left as it was, saying why
 
 
-def fix_files(project: Project, findings: Sequence[Finding], policy: FixPolicy, *, write: bool) -> FixReport:
-    """Fix the files of the reported `findings` (suppressed and baselined ones are not reported, so not fixed)."""
+def fix_files(
+    project: Project, findings: Sequence[Finding], policy: FixPolicy, *, write: bool, inside: Sequence[Path] = ()
+) -> FixReport:
+    """Fix the files of the reported `findings` (suppressed and baselined ones are not reported, so not fixed).
+
+    `inside` are the paths that were checked: as ruff does, only a file whose real path lies under the real path of
+    one of them is fixed (or shown in a diff); a symlink that leads out of the tree is named and left alone.
+    """
     report = FixReport()
     broken = {f.path for f in findings if f.code == "SG000"}
     report.notes.extend(f"{path}: not fixed: it has a source error (SG000)" for path in sorted(broken))
@@ -176,9 +181,14 @@ def fix_files(project: Project, findings: Sequence[Finding], policy: FixPolicy, 
     for finding in findings:
         if finding.path not in broken and policy.applies(finding):
             by_path.setdefault(finding.path, []).append(finding)
+    roots = [os.path.realpath(p) for p in inside]
     for path, chosen in sorted(by_path.items()):
+        real = os.path.realpath(path)
+        if roots and not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
+            report.notes.append(f"{path}: not fixed: its real path {real} lies outside the paths checked")
+            continue
         try:
-            _fix_file(project, path, chosen, policy, report, write)
+            _fix_file(project, path, real, chosen, policy, report, write)
         except OSError as exc:
             report.notes.append(f"{path}: not fixed: cannot read or write it: {exc.strerror or exc}")
         except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not stop the other files' fixes
@@ -187,10 +197,15 @@ def fix_files(project: Project, findings: Sequence[Finding], policy: FixPolicy, 
 
 
 def _fix_file(
-    project: Project, path: str, chosen: list[Finding], policy: FixPolicy, report: FixReport, write: bool
+    project: Project, path: str, real: str, chosen: list[Finding], policy: FixPolicy, report: FixReport, write: bool
 ) -> None:
-    data = Path(path).read_bytes()
-    if hashlib.blake2b(data, digest_size=16).hexdigest() != project.digest(path):
+    data = project.source(path)  # the bytes the findings came from
+    try:
+        now = read_regular(real, SOURCE_CAP)
+    except UnreadableFile as exc:
+        report.notes.append(f"{path}: not fixed: {exc.reason}")
+        return
+    if data is None or now != data:
         report.notes.append(f"{path}: not fixed: it changed after it was checked; run specguard again")
         return
     encoding = _encoding(data)
@@ -209,9 +224,10 @@ def _fix_file(
         except UnicodeEncodeError:
             report.notes.append(f"{path}: not fixed: the fixed text cannot be written in its encoding ({encoding})")
             return
-        note = write_if_unchanged(Path(path), data, new_data)
-        if note is not None:
-            report.notes.append(f"{path}: not fixed: {note}")
+        try:
+            rewrite_in_place(real, data, new_data)  # the real path: a symlink inside the tree keeps its link
+        except UnwritableFile as exc:
+            report.notes.append(f"{path}: not fixed: {exc.reason}")
             return
     report.changed[path] = (text, fixed.text)
     report.fixed += len(fixed.applied)
@@ -222,32 +238,6 @@ def _encoding(data: bytes) -> str:
     if data.startswith(b"\xef\xbb\xbf") or b"coding" in data[:400]:
         return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
     return "utf-8"
-
-
-def write_if_unchanged(path: Path, expected: bytes, data: bytes) -> str | None:
-    """Replace the file's content atomically (temp file + rename, mode kept), unless its content is no longer
-    `expected`; the reason it was not written, or None. A symlink's target is written, the link kept."""
-    target = Path(os.path.realpath(path))
-    try:
-        if target.read_bytes() != expected:
-            return "it changed while specguard was fixing it; left as it is"
-        st = target.stat()
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".specguard")
-    except OSError as exc:
-        return f"cannot write it: {exc.strerror or exc}"
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        if (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
-            with contextlib.suppress(OSError):  # only root may hand a file back to its owner
-                os.chown(tmp, st.st_uid, st.st_gid)
-        os.replace(tmp, target)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        return f"cannot write it: {exc.strerror or exc}"
-    return None
 
 
 def unified_diff(path: str, before: str, after: str) -> str:

@@ -101,6 +101,8 @@ def text_edits(module: cst.Module | None, changes: Sequence[Change], parsed: str
         return ()
     targets, on_paths = {id(old): new for old, new in changes}, set()
     edits: list[Edit] = []
+    if not module.has_trailing_newline:  # libcst renders the last statement with the newline the file lacks
+        parsed += module.default_newline
     for old in (stmt for stmt in module.body if _on_paths(stmt, set(targets), on_paths)):
         new = _rebuilt(old, targets, on_paths)
         if not isinstance(new, cst.CSTNode) or getattr(new, "leading_lines", None) != getattr(

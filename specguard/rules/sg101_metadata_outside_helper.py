@@ -9,7 +9,7 @@ from typing import Any
 from specguard.analysis.findings import Judgement
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Function, Obj
-from specguard.rules.base import Diagnostic, Rule, RuleContext, report_judgements, speculator_module
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements, speculator_module
 from specguard.rules.judging import (
     OutOfBudget,
     Question,
@@ -158,4 +158,39 @@ RULE = Rule(
     check=check,
     applies=speculator_module,
     judge=judge,
+    limits=(
+        Limit(
+            "Only calls written in the function are judged: the sink handed to a function the evaluation cannot "
+            "read (of a package outside the analyzed tree, which builds the metadata itself) is not followed.",
+            missed="""
+                from myfork.builders import run_builder
+                from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs):
+                        return run_builder(build_attn_metadata, attn_groups=self.attn_groups, num_reqs=num_reqs)
+            """,
+        ),
+        Limit(
+            "A callee found by a name computed at run time (`getattr` with a name the evaluation cannot know) is "
+            "unknown, so it is not the sink.",
+            missed="""
+                from vllm.v1.worker.gpu import attn_utils
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs, kind):
+                        build = getattr(attn_utils, f"build_{kind}_metadata")
+                        return build(attn_groups=self.attn_groups, num_reqs=num_reqs)
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#56181 ("Fix DP token padding in dflash attention metadata", in vLLM 0.30.0): every '
+        "speculator builds its draft metadata through `DraftModelSpeculator._build_attn_metadata` or "
+        "`_build_uniform_attn_metadata` (`vllm/v1/worker/gpu/spec_decode/speculator.py`).",
+        'vllm-project/vllm#55458 ("Exclude DP token padding from draft attention metadata"): the same DP padding, '
+        "fixed first in the autoregressive draft decode.",
+    ),
 )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from specguard.analysis.ast_tools import annotation_names, dotted, span
+from specguard.analysis.ast_tools import annotation_names, dotted, has_decorator, span
 from specguard.analysis.findings import Judgement
+from specguard.analysis.signatures import signature
 from specguard.deploy.source import ClassInfo
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame, doubts
@@ -28,10 +30,12 @@ from specguard.evaluation.values import (
     why_of,
     with_labels,
 )
-from specguard.fixes.ast_edits import replace_node
+from specguard.fixes.ast_edits import enclosing_statement, indent_unit, place
 from specguard.fixes.import_edits import add_import
+from specguard.fixes.layout import Layout, flat
 from specguard.fixes.model import Edit
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.fixes.query_count import QueryNames, Reached, real_count
+from specguard.rules.base import Diagnostic, Limit, NodeFix, NoFix, Rule, RuleContext, speculator_module
 from specguard.rules.judging import (
     MAX_DEPTH,
     Callee,
@@ -54,10 +58,6 @@ class Passed(NamedTuple):
     node: ast.AST
     keyword: str | None
     star: str  # "", "*" or "**"
-
-
-class _Source(NamedTuple):
-    span: tuple[int, int, int, int] | None  # where the padded count was read in this file, for the fix
 
 
 class _Counts(Hooks):
@@ -89,8 +89,8 @@ class _Counts(Hooks):
         self.descriptor_types, self.padded_names = set(pad.descriptor_types), set(pad.padded_names)
         self.dp_counts = set(pad.dp_rank_counts)
         # (call in the function, callee, parameter, argument, its value, the path's undecided tests, where the build
-        # itself is: (file, span), in a helper the call reached or the call itself)
-        self.sites: list[tuple[ast.AST, str, str, Passed | None, Any, frozenset, Any]] = []
+        # itself is: (file, span), in a helper the call reached or the call itself, what the call reaches)
+        self.sites: list[tuple[ast.AST, str, str, Passed | None, Any, frozenset, Any, Callee]] = []
 
     # ---- the pack's sources ----------------------------------------------------------------------------------
 
@@ -198,7 +198,8 @@ class _Counts(Hooks):
             if outer is node and passed is not None and _inside(self.scope_node, passed):
                 keyword = passed.arg if isinstance(passed, ast.keyword) else None
                 arg = Passed(passed, keyword, how)
-            self.sites.append((outer, target.name, param, arg, value, state.path, (str(frame.module.path), span(node))))
+            build = (str(frame.module.path), span(node))
+            self.sites.append((outer, target.name, param, arg, value, state.path, build, target))
 
     def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
         inner = plain(base)
@@ -346,9 +347,11 @@ def _judge_scope(
             # several descriptors: several batches, each with its own mode; judge each with the others free
             origins = set(hooks.origins)
             runs += [(m, origin) for origin in sorted(origins) for m in modes]
-        for outer, name, param, arg, value, path, build in hooks.sites:
+        for outer, name, param, arg, value, path, build, target in hooks.sites:
             where = arg.node if arg is not None else outer
-            site = sites.setdefault(span(where), {"node": where, "callee": name, "param": param, "arg": arg})
+            site = sites.setdefault(
+                span(where), {"node": where, "callee": name, "param": param, "arg": arg, "call": outer, "to": target}
+            )
             site["build"], site["through"] = build, build[1] != span(outer)
             padded, maybe = hooks.counts(value)
             if padded and not path:
@@ -393,9 +396,41 @@ def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
     if arg is not None:
         details["star"] = arg.star
         details["keyword"] = arg.keyword or ""
+        details["call_span"] = ",".join(map(str, span(site["call"])))
+        real = _query_count(q, scope, site["call"], site["to"])
+        details.update(no_real=real.reason) if isinstance(real, NoFix) else details.update(real=real)
     if source.span is not None and source.path == q.path:
         details["source_span"] = ",".join(map(str, source.span))
     return q.judgement("SG103", scope, site["node"], message, **details)
+
+
+def _query_count(q: Question, scope: Scope, call: ast.Call, target: Callee) -> str | NoFix:
+    """The real token count of the query `call` builds metadata for, read off its arguments with what the
+    project says about the function it reaches (its parameters and defaults, the overrides it passes through)."""
+    pad = q.pack.padding
+    names = QueryNames(tuple(pad.query_offsets), tuple(pad.query_requests), tuple(pad.query_width))
+    function = target.function
+    reached = Reached(None, None)
+    if function is not None and not isinstance(function.node, ast.Lambda):
+        reached = Reached(function.qualname, signature(function.node, target.bound))
+    classes = {c.name: c for c in q.module.tree.body if isinstance(c, ast.ClassDef)}
+    caller_self = scope.node.args.args[0].arg if scope.bound and scope.node.args.args else None
+    bases = frozenset(q.pack.speculators.bases)
+
+    def lookup(key: str) -> Reached:  # "super(Cls).method": the definition above Cls
+        match = re.fullmatch(r"super\((.+)\)\.(\w+)", key)
+        cls = q.module.classes.get(match.group(1)) if match else None
+        if match is None or cls is None:
+            return Reached(None, None)
+        for klass in q.program.ancestors(cls)[1:]:
+            if match.group(2) in klass.methods:
+                node = klass.methods[match.group(2)]
+                return Reached(f"{klass.name}.{node.name}", signature(node, not has_decorator(node, "staticmethod")))
+        return Reached(None, None)
+
+    return real_count(
+        call, reached, names, caller_self=caller_self, bases=bases, classes=classes, lookup=lookup, caller=scope.node
+    )
 
 
 def _call_text(node: ast.AST) -> str:
@@ -408,77 +443,102 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
     for judgement in ctx.facts.judgements:
         if judgement.code != "SG103" or not judgement.decided:
             continue
-        fix = None
-        function = ctx.function_at(judgement)
-        node = _node_at(ctx.tree, judgement.span)
-        source = judgement.detail("source_span")
-        if function is not None and node is not None and source and judgement.detail("star") is not None:
-            keyword = judgement.detail("keyword") or None
-            arg = Passed(node, keyword, judgement.detail("star") or "")
-            fix = full_or_real_fix(ctx, function, arg, _Source(tuple(map(int, source.split(",")))))  # type: ignore[arg-type]
-        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span, fix=fix)
+        fix = _fix(ctx, judgement)
+        message = judgement.message + (f"; no fix offered: {fix.reason}" if isinstance(fix, NoFix) else "")
+        yield Diagnostic(None, message, judgement.scope, judgement.span, fix=fix if isinstance(fix, NodeFix) else None)
 
 
-def _node_at(tree: ast.Module, where: tuple[int, int, int, int]) -> ast.AST | None:
+def _fix(ctx: RuleContext, judgement: Judgement) -> NodeFix | NoFix:
+    """The fix for a judged site, from what the judge wrote down: where the argument, its call and the padded
+    count's read are, and the real count of the call's query (or why there is none)."""
+    function = ctx.function_at(judgement)
+    node = _node_at(ctx.tree, judgement.span)
+    call = _node_at(ctx.tree, _span(judgement.detail("call_span")))
+    star = judgement.detail("star")
+    if star is None or function is None or node is None or not isinstance(call, ast.Call):
+        return NoFix("the count reaches the build through another call, with no argument here to rewrite")
+    arg = Passed(node, judgement.detail("keyword") or None, star)
+    real = judgement.detail("real")
+    count = real if real is not None else NoFix(judgement.detail("no_real") or "its query's count is not known")
+    return full_or_real_fix(ctx, function, call, arg, _span(judgement.detail("source_span")), count)
+
+
+def _span(text: str | None) -> tuple[int, int, int, int] | None:
+    return tuple(map(int, text.split(","))) if text else None  # type: ignore[return-value]
+
+
+def _node_at(tree: ast.Module, where: tuple[int, int, int, int] | None) -> ast.AST | None:
+    if where is None:
+        return None
     for node in ast.walk(tree):
         if isinstance(node, (ast.expr, ast.keyword)) and span(node) == where:
             return node
     return None
 
 
-# ---- the fix: the padded count under FULL graphs, the real one otherwise ----------------------------------
+# ---- the fix: the padded count under FULL graphs, the real count of the call's query otherwise ---------------
 
 
 def full_or_real_fix(
-    ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, arg: Passed, item: _Source
-) -> NodeFix | None:
-    """Rewrite the argument to `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, what the
-    shared helper of upstream's fix decides. Offered where the padded count is read from a descriptor in this
-    function (so the descriptor is in scope) and the pack names a real count that is (`real_counts`, or
-    `int(<array>[-1])` of a `real_count_arrays` array reached from a parameter); unsafe, since which count is
-    the real one is the pack's guess by name."""
+    ctx: RuleContext,
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    call: ast.Call,
+    arg: Passed,
+    read_at: tuple[int, int, int, int] | None,
+    real: str | NoFix,
+) -> NodeFix | NoFix:
+    """Rewrite the argument to `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, what
+    upstream's shared helper decides, where the descriptor the padded count was read from (at `read_at`) is in
+    scope and the real count of the query this call describes follows from its arguments (`real`, found by the
+    judge with the project in view: fixes/query_count.py)."""
     pad = ctx.pack.padding
-    if arg.star or not (pad.mode_attribute and pad.full_mode and pad.mode_enum):
-        return None
-    read = next((n for n in ast.walk(function) if isinstance(n, ast.Attribute) and span(n) == item.span), None)
+    if not (pad.mode_attribute and pad.full_mode and pad.mode_enum):
+        return NoFix("the rule pack names no CUDA-graph mode to test (`[padding] mode_enum`)")
+    if arg.star:
+        return NoFix(f"the count reaches the call inside `{arg.star}` arguments, with nothing to rewrite in place")
+    reads = (n for n in ast.walk(function) if isinstance(n, ast.Attribute) and n.attr == pad.padded_attribute)
+    read = next((n for n in reads if span(n) == read_at), None)
     descriptor = dotted(read.value) if read is not None else None
+    if read is None or descriptor is None:
+        return NoFix("the padded count is read in another function, so the descriptor that decides is not in scope")
+    if _rebound(function, descriptor, read, call):
+        return NoFix(f"`{descriptor}` is assigned again between the read of its count and the call")
+    if isinstance(real, NoFix):
+        return real
+    enum = _mode_enum(ctx, pad.mode_enum)
+    if enum is None:
+        return NoFix(f"`{pad.mode_enum.rpartition('.')[2]}` means something else in this module")
     value = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
-    real, enum = _real_count(ctx, function, value), _mode_enum(ctx, pad.mode_enum)
-    padded = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
-    if descriptor is None or real is None or enum is None or padded is None:
-        return None
+    written = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
+    padded = flat(written) if written is not None else None
+    if padded is None or not isinstance(value, ast.expr):
+        return NoFix("the padded argument spans lines with a comment, which a fix cannot move")
     if isinstance(value, (ast.IfExp, ast.Lambda, ast.NamedExpr)):
         padded = f"({padded})"
     name, import_edit = enum
-    rewritten = f"{padded} if {descriptor}.{pad.mode_attribute} == {name}.{pad.full_mode} else {real}"
+    parts = [padded, f"if {descriptor}.{pad.mode_attribute} == {name}.{pad.full_mode}", f"else {real}"]
+    statement = enclosing_statement(function, value)
+    layout = Layout(ctx.facts.line_length, indent_unit(ctx.text, function))
+    edit = place(ctx.text, value, layout, ("(", parts, ")", " ".join(parts)), statement, call) if statement else None
+    if edit is None:
+        return NoFix("the rewritten argument cannot be laid out within the line length where it stands")
     return NodeFix(
         "unsafe",
-        f"Pass `{padded}` only under FULL CUDA graphs and the real count `{real}` otherwise",
+        f"Pass `{padded}` only under FULL CUDA graphs and the real count of the call's query, `{real}`, otherwise",
         (),
-        (replace_node(ctx.text, value, rewritten), *import_edit),  # type: ignore[arg-type]
+        (edit, *import_edit),
     )
 
 
-def _real_count(ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, use: ast.AST) -> str | None:
-    """The real query token count the pack names, if this function has one where `use` is: a parameter, a local
-    assigned at the function's top level before it, or `int(<array>[-1])` of an array reached from a parameter."""
-    pad = ctx.pack.padding
-    params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
-    assigned = {
-        t.id
-        for stmt in function.body
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.lineno < use.lineno  # type: ignore[attr-defined]
-        for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
-        if isinstance(t, ast.Name)
-    }
-    for name in pad.real_counts:
-        if name in params or name in assigned:
-            return name
-    for node in ast.walk(function):
-        text = dotted(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
-        if text and text.rpartition(".")[2] in pad.real_count_arrays and text.partition(".")[0] in params:
-            return f"int({text}[-1])"
-    return None
+def _rebound(function: ast.FunctionDef | ast.AsyncFunctionDef, descriptor: str, read: ast.AST, call: ast.Call) -> bool:
+    """Whether the descriptor (`d`, `self.desc`) or what holds it is assigned after the read and before the call
+    ends: the mode tested at the call would then be another descriptor's."""
+    start, end = (read.lineno, read.col_offset), (call.end_lineno or call.lineno, call.end_col_offset or 0)  # type: ignore[attr-defined]
+    holders = {".".join(descriptor.split(".")[:i]) for i in range(1, descriptor.count(".") + 2)}
+    stores = (
+        n for n in ast.walk(function) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)
+    )
+    return any(dotted(n) in holders and start < (n.lineno, n.col_offset) < end for n in stores)
 
 
 def _mode_enum(ctx: RuleContext, qualified: str) -> tuple[str, tuple[Edit, ...]] | None:
@@ -549,21 +609,23 @@ RULE = Rule(
                 kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
                 return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
 
-            def propose_graphed(self, num_reqs, batch_desc, num_query_tokens):
+            def propose_graphed(self, num_reqs, batch_desc, batch):
                 graphed = batch_desc.cg_mode != CUDAGraphMode.NONE  # PIECEWISE is graphed, and not FULL
-                n = batch_desc.num_tokens if graphed else num_query_tokens
+                n = batch_desc.num_tokens if graphed else int(batch.query_start_loc_np[num_reqs])
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
                     num_tokens_padded=n,  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
                 )
 
-            def propose_block(self, num_reqs, num_query_tokens):
-                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+            def propose_block(self, num_reqs, batch):
+                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, batch.num_tokens)
                 if d.cg_mode in (CUDAGraphMode.NONE,):  # eager only: PIECEWISE falls through
                     return None
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
                     num_tokens_padded=d.num_tokens,  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
                 )
     """,
     good="""
@@ -609,17 +671,106 @@ RULE = Rule(
     check=check,
     applies=speculator_module,
     judge=judge,
+    limits=(
+        Limit(
+            "Values stored on objects other than `self` are not followed: an instance attribute holds what the "
+            "class's methods write into `self.<attr>`, not what they write into an object it holds.",
+            missed="""
+                from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def prepare(self, num_reqs, num_tokens):
+                        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                        self.state.padded = batch_desc.num_tokens
+
+                    def propose(self, num_reqs):
+                        return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=self.state.padded)
+            """,
+        ),
+        Limit(
+            f"Calls are followed {MAX_DEPTH} deep: a padded count that reaches the build through a longer chain of "
+            "helpers is an unknown, and the site is counted as not decided (`--statistics`, `-v`).",
+            missed="""
+                from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                def tokens(d):
+                    return _tokens(d)
+
+                def _tokens(d):
+                    return __tokens(d)
+
+                def __tokens(d):
+                    return ___tokens(d)
+
+                def ___tokens(d):
+                    return ____tokens(d)
+
+                def ____tokens(d):
+                    return d.num_tokens
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs, num_tokens):
+                        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                        return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=tokens(batch_desc))
+            """,
+        ),
+        Limit(
+            "An argument passed by position is matched to a parameter only where the project holds the callee's "
+            "definition (the speculator base, in the analyzed tree or installed); otherwise only keywords are read.",
+            missed="""
+                from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs, num_tokens):
+                        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                        return self._build_draft_attn_metadata(num_reqs, batch_desc.num_tokens)
+            """,
+        ),
+        Limit(
+            "A value chosen by a test on a padded count, or counted by a loop over one, is not a padded value "
+            "(influence through control is not followed).",
+            missed="""
+                from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs, num_tokens):
+                        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                        n = 0
+                        for _ in range(batch_desc.num_tokens):
+                            n += 1
+                        return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#56181 ("Fix DP token padding in dflash attention metadata", in vLLM 0.30.0): the shared '
+        "helper `DraftModelSpeculator._build_attn_metadata` takes the descriptor's count for FULL CUDA graphs and "
+        "`query_start_loc_np[-1]` otherwise; DFlash's `q.shape[0] (52) does not match qo_indptr[-1] (48)` at "
+        "startup with DP>1 is the failure it fixed.",
+        'vllm-project/vllm#55458 ("Exclude DP token padding from draft attention metadata"): the same DP '
+        "padding, fixed first in the autoregressive draft decode.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
-        "Unsafe: the argument becomes `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, "
-        "the choice upstream's shared helper makes, and `CUDAGraphMode` is imported where the module lacks it. "
-        "Offered where the padded count is read from a descriptor in the flagged function (so the descriptor is "
-        "in scope) and a real query token count is too: a local assigned before the call or a parameter with a "
-        "name the pack lists (`[padding] real_counts`, DFlash's `num_query_tokens`), or `int(<array>[-1])` of a "
-        "host array of query offsets the pack lists (`real_count_arrays`, `query_start_loc_np`) reached from a "
-        "parameter. A count from a helper, a container or `**kwargs`, or a function with no real count (the "
-        "autoregressive decode steps) keeps its finding without a fix. It is unsafe because the real count is "
-        "recognised by its name, and the better fix, moving to the shared helper that decides, needs a person."
+        "Unsafe: the argument becomes `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`,"
+        " the choice upstream's shared helper makes, and `CUDAGraphMode` is imported where the module lacks it. "
+        "The real count is that of the query this very call builds metadata for, read off the call's own "
+        "arguments as the pack describes them (`[padding] query_offsets`, `query_requests`, `query_width`): "
+        "`int(<offsets>[<num_reqs>])` when the call hands the build its query start offsets, else `<num_reqs> * "
+        "<num_query_per_req>` for the uniform query the helper builds, the width's default read from the helper's"
+        " definition, and an override in the same module that only checks its arguments and forwards them to "
+        "`super()` followed through that call. A count found elsewhere in the function is never taken: a draft "
+        "decode step that sees the target batch's offsets builds one token per request. Offered only where the "
+        "descriptor the padded count was read from is in scope at the call and that count follows; otherwise the "
+        "finding keeps no fix and its message says why (a count from a helper or through `**kwargs`, a call that "
+        "does not say its query, an override in another module). It is unsafe because what the helper builds from"
+        " its arguments is the pack's description of it, a subclass elsewhere may override the helper again, and "
+        "eager/PIECEWISE builds whose count carried graph or DP padding change, which is the point of the fix; "
+        "the better fix, moving to the shared helper that decides, needs a person."
     ),
     fixed="""
         from vllm.config.compilation import CUDAGraphMode
@@ -639,21 +790,31 @@ RULE = Rule(
                 kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
                 return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
 
-            def propose_graphed(self, num_reqs, batch_desc, num_query_tokens):
+            def propose_graphed(self, num_reqs, batch_desc, batch):
                 graphed = batch_desc.cg_mode != CUDAGraphMode.NONE  # PIECEWISE is graphed, and not FULL
-                n = batch_desc.num_tokens if graphed else num_query_tokens
+                n = batch_desc.num_tokens if graphed else int(batch.query_start_loc_np[num_reqs])
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
-                    num_tokens_padded=n if batch_desc.cg_mode == CUDAGraphMode.FULL else num_query_tokens,  # SG103
+                    num_tokens_padded=(
+                        n
+                        if batch_desc.cg_mode == CUDAGraphMode.FULL
+                        else int(batch.query_start_loc_np[num_reqs])
+                    ),  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
                 )
 
-            def propose_block(self, num_reqs, num_query_tokens):
-                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+            def propose_block(self, num_reqs, batch):
+                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, batch.num_tokens)
                 if d.cg_mode in (CUDAGraphMode.NONE,):  # eager only: PIECEWISE falls through
                     return None
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
-                    num_tokens_padded=d.num_tokens if d.cg_mode == CUDAGraphMode.FULL else num_query_tokens,  # SG103
+                    num_tokens_padded=(
+                        d.num_tokens
+                        if d.cg_mode == CUDAGraphMode.FULL
+                        else int(batch.query_start_loc_np[num_reqs])
+                    ),  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
                 )
     """,
 )

@@ -10,8 +10,8 @@ from specguard.analysis.findings import Judgement
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Abstract, Label, labels_of, maybe_of, plain, why_of
-from specguard.rules.base import Diagnostic, Rule, RuleContext, report_judgements
-from specguard.rules.judging import OutOfBudget, Question, Scope, bind_arguments, bind_parameters, callee
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
+from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, bind_arguments, bind_parameters, callee
 
 STATE, FRESH, PARAM = "state", "fresh", "param"  # the instance's state, lengths recomputed here, the caller's
 ABSENT: Any = object()  # the build got no DCP-local lengths at all
@@ -190,4 +190,61 @@ RULE = Rule(
     check=check,
     applies=_sink_defined_here,
     judge=judge,
+    limits=(
+        Limit(
+            "Lengths that come from a function the evaluation cannot read (of a package outside the analyzed tree) "
+            "are unknown: whether they are the draft's own is not decided, and the helper is counted as not decided "
+            "(`--statistics`, `-v`).",
+            missed="""
+                from myfork.cp import local_lengths
+
+                def build_attn_metadata(*, num_reqs, num_tokens, seq_lens, dcp_local_seq_lens=None):
+                    ...
+
+                class DraftModelSpeculator:
+                    def _build_attn_metadata(self, num_reqs, num_tokens):
+                        lens = local_lengths(self.input_buffers.dcp_local_seq_lens, num_reqs)
+                        return build_attn_metadata(
+                            num_reqs=num_reqs, num_tokens=num_tokens, seq_lens=self.input_buffers.seq_lens,
+                            dcp_local_seq_lens=lens,
+                        )
+            """,
+        ),
+        Limit(
+            f"Calls are followed {MAX_DEPTH} deep: the instance's lengths handed on through a longer chain of "
+            "helper methods are an unknown.",
+            missed="""
+                def build_attn_metadata(*, num_reqs, num_tokens, seq_lens, dcp_local_seq_lens=None):
+                    ...
+
+                class DraftModelSpeculator:
+                    def _lens(self):
+                        return self._lens1()
+
+                    def _lens1(self):
+                        return self._lens2()
+
+                    def _lens2(self):
+                        return self._lens3()
+
+                    def _lens3(self):
+                        return self._lens4()
+
+                    def _lens4(self):
+                        return self.input_buffers.dcp_local_seq_lens
+
+                    def _build_attn_metadata(self, num_reqs, num_tokens):
+                        return build_attn_metadata(
+                            num_reqs=num_reqs, num_tokens=num_tokens, seq_lens=self.input_buffers.seq_lens,
+                            dcp_local_seq_lens=self._lens(),
+                        )
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): the shared draft '
+        "metadata helper recomputes the rank-local DCP sequence lengths from the draft's "
+        "own global lengths before every build; vLLM 0.28.0's `DraftModelSpeculator._build_draft_attn_metadata` "
+        "does not.",
+    ),
 )

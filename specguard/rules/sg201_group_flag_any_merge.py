@@ -11,9 +11,12 @@ from specguard.analysis.findings import Judgement
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import State, doubts
 from specguard.evaluation.values import UNKNOWN, ClassRef, Label, Obj, Tagged, labels_of, plain
-from specguard.fixes.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
-from specguard.rules.judging import OutOfBudget, Question, Scope
+from specguard.fixes.agreement import AGREEING as AGREEING_REDUCTIONS
+from specguard.fixes.agreement import agreement_fix
+from specguard.fixes.ast_edits import indent_unit
+from specguard.fixes.layout import Layout
+from specguard.rules.base import Diagnostic, Limit, NodeFix, NoFix, Rule, RuleContext
+from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope
 
 FLAG, REDUCED = "flag", "reduced"  # label kinds: a layer's flag, a reduction over flags (for the fix)
 DISAGREEING = ((True, False), (False, True))
@@ -158,64 +161,35 @@ def _lost(q: Question, scope: Scope, flag: str, group: tuple[bool, ...], merged:
         f"`{scope.qualname}` merges a KV-cache group whose layers all have `{flag}={group[0]}` into one spec with "
         f"`{flag}={plain(value)}`: a merge of layers that agree must keep their flag"
     )
-    return q.judgement("SG201", scope, _where(scope, merged, flag), message, flag=flag)
+    return q.judgement("SG201", scope, _where(scope, merged, flag), message, flag=flag, lost="1")
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
     for judgement in ctx.facts.judgements:
         if judgement.code != "SG201" or not judgement.decided:
             continue
-        fix = None
-        where = judgement.detail("reduction_span")
-        method = ctx.function_at(judgement)
-        if where and method is not None:
-            item = _Reduction(tuple(map(int, where.split(","))), judgement.detail("reduction") or "")  # type: ignore[arg-type]
-            fix = agreement_fix(ctx.text, method, judgement.detail("flag") or "", item)  # type: ignore[arg-type]
-        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span, fix=fix)
+        fix = _fix(ctx, judgement)
+        message = judgement.message + (f"; no fix offered: {fix.reason}" if isinstance(fix, NoFix) else "")
+        yield Diagnostic(None, message, judgement.scope, judgement.span, fix=fix if isinstance(fix, NodeFix) else None)
 
 
-# ---- the fix: require agreement where the reduction was -------------------------------------------------
-
-_AGREEING = ("any", "all", "max", "min")  # reductions that give the one value back when every layer agrees
+# ---- the fix: require agreement where the reduction was (specguard/fixes/agreement.py) ------------------
 
 
-def agreement_fix(
-    text: str, method: ast.FunctionDef | ast.AsyncFunctionDef, flag: str, item: _Reduction
-) -> NodeFix | None:
-    """Replace `any(<per-spec values>)` (all, max, min) by an agreement check: collect the values in a set just
-    before the statement that held the reduction, raise ValueError naming the class and the flag unless there is
-    exactly one, and pass that one value on. Upstream's DCP fix in shape, with an error that survives `python -O`."""
-    reduction = next((n for n in ast.walk(method) if isinstance(n, ast.Call) and span(n) == item.span), None)
-    if item.source not in _AGREEING or reduction is None or not method.args.args:
-        return None
-    collected, statement = set_of_iterable(text, reduction), enclosing_statement(method, reduction)
-    if collected is None or statement is None:
-        return None
-    owner, unit = method.args.args[0].arg, indent_unit(text, method)
-    taken = {n.id for n in ast.walk(method) if isinstance(n, ast.Name)} | {
-        a.arg for a in ast.walk(method) if isinstance(a, ast.arg)
-    }
-    values = next(v for v in (f"{flag}_values{i or ''}" for i in range(len(taken) + 1)) if v not in taken)
-    check = insert_before(
-        text,
-        statement,
-        [
-            f"{values} = {collected}",
-            f"if len({values}) != 1:",
-            f"{unit}raise ValueError(",
-            f'{unit * 2}f"{{{owner}.__name__}}: the layers of one KV cache group disagree on "',
-            f'{unit * 2}f"{flag}: {{sorted({values})}}"',
-            f"{unit})",
-        ],
-    )
-    if check is None:
-        return None
-    return NodeFix(
-        "safe",
-        f"Require every spec to agree on `{flag}`: raise ValueError when they differ, pass the one value",
-        (),
-        (check, replace_node(text, reduction, f"{values}.pop()")),
-    )
+def _fix(ctx: RuleContext, judgement: Judgement) -> NodeFix | NoFix:
+    if judgement.detail("lost"):
+        return NoFix("the merge loses the flag of layers that agree, which requiring agreement does not mend")
+    name, where, method = judgement.detail("reduction"), judgement.detail("reduction_span"), ctx.function_at(judgement)
+    if not name or not where or method is None:
+        return NoFix("the merged flag is not the result of one reduction in the merge; require agreement by hand")
+    if name not in AGREEING_REDUCTIONS:
+        return NoFix(f"`{name}()` has no value that stands for agreeing layers; require agreement by hand")
+    at = tuple(map(int, where.split(",")))
+    reduction = next((n for n in ast.walk(method) if isinstance(n, ast.Call) and span(n) == at), None)
+    if reduction is None:
+        return NoFix(f"the `{name}()` is made outside the merge, where a check could change its other callers")
+    layout = Layout(ctx.facts.line_length, indent_unit(ctx.text, method))
+    return agreement_fix(ctx.text, method, judgement.detail("flag") or "", reduction, layout)
 
 
 def _spec_class_with_flag(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
@@ -264,17 +238,18 @@ RULE = Rule(
         import operator
         from dataclasses import dataclass
 
-        @dataclass
+        @dataclass(frozen=True)
         class MLAAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
             @classmethod
             def merge(cls, specs):
+                assert all(isinstance(s, MLAAttentionSpec) for s in specs), "one kind per group"
                 return cls(
                     non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in specs),  # SG201
                 )
 
-        @dataclass
+        @dataclass(frozen=True)
         class DraftAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
@@ -283,7 +258,7 @@ RULE = Rule(
                 flag = max(s.non_causal_multi_token_decode for s in specs)
                 return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
 
-        @dataclass
+        @dataclass(frozen=True)
         class DSparkAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
@@ -335,52 +310,107 @@ RULE = Rule(
     check=check,
     applies=_spec_class_with_flag,
     judge=judge,
+    limits=(
+        Limit(
+            f"Calls are followed {MAX_DEPTH} deep: an agreement check that lies deeper in helpers is an unknown test "
+            "on the flags, so the merge is not decided (`--statistics`, `-v`) even where that check is wrong.",
+            missed="""
+                from dataclasses import dataclass
+
+                def _agree(values):
+                    return _one(values)
+
+                def _one(values):
+                    return _count(values)
+
+                def _count(values):
+                    return _at_least(values)
+
+                def _at_least(values):
+                    return _size(values) >= 1  # wrong: a mixed group has two values
+
+                def _size(values):
+                    return len(values)
+
+                @dataclass
+                class MLAAttentionSpec:
+                    non_causal_multi_token_decode: bool = False
+
+                    @classmethod
+                    def merge(cls, specs):
+                        flags = {s.non_causal_multi_token_decode for s in specs}
+                        if not _agree(flags):
+                            raise ValueError("layers of one KV cache group must agree")
+                        return cls(non_causal_multi_token_decode=any(flags))
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): '
+        "`MLAAttentionSpec.merge` (`vllm/v1/kv_cache_interface.py`) asserts that the layers of a KV-cache group agree "
+        "on `non_causal_multi_token_decode`; vLLM 0.30.0 and later merge it with `any()` again.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
-        "Safe: the reduction becomes an agreement check, the shape of upstream's DCP fix. The values are "
-        "collected in a set just before the statement that held the reduction, a `ValueError` naming the class and "
-        "the flag is raised unless there is exactly one, and that one value is passed on; a group that agrees "
-        "merges exactly as before. Offered for `any`, `all`, `max` and `min` of one iterable, in the merge method "
-        "itself (not inside a lambda or comprehension, whose names the check could not see); `sum`, `reduce` and "
-        "folds in a loop keep their finding without a fix."
+        "Safe: the values the reduction reduced are collected in a set just before the statement that held it, "
+        "the merge fails unless the set holds at most one value, and the reduction runs over that set instead. It"
+        " fails as the merge's own checks fail: an `assert` with a message where the method checks with asserts "
+        "(vLLM's merges do, and so does vLLM's own fix in 0.29.0), `raise AssertionError` where it has none, so "
+        "every caller that probes `merge` keeps working and puts disagreeing layers in separate groups (vLLM's "
+        "`is_kv_cache_spec_uniform` and KV-cache grouping catch `AssertionError`). It is safe because where the "
+        "layers agree, `any`, `all`, `max` and `min` of the distinct values give what they gave over every "
+        "layer's value, an empty group included, so the merge returns what it returned; only a group whose layers"
+        " disagree, the input the rule reports, now fails. A project that unions the flag on purpose and "
+        "recomputes it per layer in every consumer should suppress the finding instead: the fix would split such "
+        "groups. Offered where the merged flag is the result of one `any`, `all`, `max` or `min` of one iterable "
+        "in a simple statement or an `if` test of the merge itself (not in a lambda or comprehension, whose names "
+        "the check could not see, nor around a comment it would lose); a flag merged otherwise (`sum`, "
+        "`functools.reduce`, a loop, a reduction in a helper) keeps its finding, and the message says why."
     ),
     fixed="""
         import functools
         import operator
         from dataclasses import dataclass
 
-        @dataclass
+        @dataclass(frozen=True)
         class MLAAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
             @classmethod
             def merge(cls, specs):
-                non_causal_multi_token_decode_values = {s.non_causal_multi_token_decode for s in specs}
-                if len(non_causal_multi_token_decode_values) != 1:
-                    raise ValueError(
-                        f"{cls.__name__}: the layers of one KV cache group disagree on "
-                        f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
-                    )
+                assert all(isinstance(s, MLAAttentionSpec) for s in specs), "one kind per group"
+                non_causal_multi_token_decode_values = {
+                    s.non_causal_multi_token_decode for s in specs
+                }
+                assert len(non_causal_multi_token_decode_values) <= 1, (
+                    f"{cls.__name__}: all layers of one KV cache group must agree on "
+                    f"non_causal_multi_token_decode, got {non_causal_multi_token_decode_values}"
+                )
                 return cls(
-                    non_causal_multi_token_decode=non_causal_multi_token_decode_values.pop(),  # SG201
+                    non_causal_multi_token_decode=any(
+                        non_causal_multi_token_decode_values
+                    ),  # SG201
                 )
 
-        @dataclass
+        @dataclass(frozen=True)
         class DraftAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
             @classmethod
             def merge(cls, specs):
-                non_causal_multi_token_decode_values = {s.non_causal_multi_token_decode for s in specs}
-                if len(non_causal_multi_token_decode_values) != 1:
-                    raise ValueError(
-                        f"{cls.__name__}: the layers of one KV cache group disagree on "
-                        f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
+                non_causal_multi_token_decode_values = {
+                    s.non_causal_multi_token_decode for s in specs
+                }
+                if len(non_causal_multi_token_decode_values) > 1:
+                    raise AssertionError(
+                        f"{cls.__name__}: all layers of one KV cache group must agree on "
+                        "non_causal_multi_token_decode, got "
+                        f"{non_causal_multi_token_decode_values}"
                     )
-                flag = non_causal_multi_token_decode_values.pop()
+                flag = max(non_causal_multi_token_decode_values)
                 return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
 
-        @dataclass
+        @dataclass(frozen=True)
         class DSparkAttentionSpec:
             non_causal_multi_token_decode: bool = False
 

@@ -1,10 +1,10 @@
 """specguard's runtime guard: attention-metadata and FlashInfer launch invariants checked inside vLLM serving.
 
-Loaded by vLLM in every process as the general plugin `specguard` (entry point group
-`vllm.general_plugins`). With VLLM_SPECGUARD unset, empty, `0` or `off`, `register()` patches nothing
-and imports neither torch nor vllm; `1`/`raise` raises SpecGuardViolation before a bad build or launch;
-`warn` logs once per check and site, counts, and lets it proceed. See the README, "Runtime guard".
-"""
+Loaded by vLLM in every process as the general plugin `specguard` (entry point group `vllm.general_plugins`).
+With VLLM_SPECGUARD unset, empty, `0` or `off`, `register()` patches nothing and imports neither torch nor
+vllm; `1`/`raise` raises SpecGuardViolation before a bad build or launch (vLLM then ends the engine); `warn`
+logs each new kind of violation per site, counts every one, and lets it proceed unless it would touch memory
+outside its buffers. See the README, "Runtime guard" and its operator's part."""
 
 from __future__ import annotations
 

@@ -10,11 +10,12 @@ backend imported lazily, the subclasses vLLM creates at runtime for chunked-loca
 attention) are wrapped as they are created, through `AttentionMetadataBuilder.__init_subclass__`.
 
 Once per build (a builder serves every layer of its group), from host values and shapes only:
-query_start_loc_cpu is a CPU tensor by contract and is read through `.numpy()`; everything else is a
-Python int or a `.shape`. Only the outermost build on a thread checks, so a builder that delegates to
-another one (or to `super().build`) is checked once. Other guards can observe builds (`observe_builds`):
-the MLA guard records the decode query lengths its launch check needs there.
-"""
+query_start_loc_cpu is a CPU tensor by contract and is read as a list; query_start_loc is read the same way
+only where it is host memory too (vLLM's CPU build), to compare the two copies; everything else is a Python
+int or a `.shape`. Whether the build may carry padding is decided by its batch's CUDA-graph mode, as vLLM's
+dispatcher decided it for that batch (batch_mode.py). Only the outermost build on a thread checks, so a
+builder that delegates to another one (or to `super().build`) is checked once. Other guards can observe builds
+(`observe_builds`): the MLA guard records the decode query lengths its launch check needs there."""
 
 from __future__ import annotations
 
@@ -23,12 +24,23 @@ import inspect
 import operator
 import threading
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
-from specguard.runtime import adapt_speculator
+from specguard.runtime import adapt_speculator, batch_mode
 from specguard.runtime import invariants as inv
 from specguard.runtime.host import host_array, host_int
-from specguard.runtime.patching import ORIGINAL_ATTR, Patcher, Skip, arg_binder, guard_call, is_wrapped, mark, run_check
+from specguard.runtime.patching import (
+    ORIGINAL_ATTR,
+    Patcher,
+    Skip,
+    arg_binder,
+    guard_call,
+    is_wrapped,
+    mark,
+    run_check,
+    subclasses,
+)
 from specguard.runtime.policy import POLICY, Site
 
 MODULE = "vllm.v1.attention.backend"
@@ -48,6 +60,7 @@ class _Depth(threading.local):
 _depth = _Depth()
 _observers: list[tuple[type, Observer]] = []
 _sites: dict[tuple[type, str, str], Site] = {}
+_hooks: list[batch_mode.Hooks] = []  # the V1 batch-mode wrappers still to install, set by install()
 
 
 def observe_builds(builder_cls: type, observer: Observer, patcher: Patcher) -> None:
@@ -59,7 +72,7 @@ def observe_builds(builder_cls: type, observer: Observer, patcher: Patcher) -> N
 
 def _site(builder: Any, method: str) -> Site:
     role = METHODS[method]
-    if role == "target" and adapt_speculator.in_draft_step():
+    if role == "target" and adapt_speculator._tls.stack:  # inside a V2 draft step
         role = "draft"
     key = (type(builder), method, role)
     site = _sites.get(key)
@@ -68,13 +81,24 @@ def _site(builder: Any, method: str) -> Site:
     return site
 
 
-def _padding_allowed(builder: Any, method: str) -> bool:
-    """Whether this build may be a FULL CUDA graph, whose metadata counts padding tokens no request owns."""
+def batch_graph_mode(builder: Any, method: str) -> tuple[bool, str, int | None]:
+    """(may this build carry padding tokens no request owns, the batch's mode as the message names it, the
+    token count of the FULL graph it replays): only a batch that replays a FULL graph may be padded."""
     if method == "build_for_cudagraph_capture":
-        return True
+        return True, "FULL graph capture", None
     step = adapt_speculator.current_draft_step()
-    if step is not None:  # a V2 draft step knows its own graph mode
-        return step.cg_mode == "FULL"
+    if step is not None:  # a V2 draft step: the speculator helper saw its descriptor
+        return step.cg_mode == "FULL", f"{step.cg_mode}, V2 draft step", step.descriptor_tokens
+    decision = batch_mode.latest()
+    if decision is not None:
+        return decision.mode == "FULL", f"{decision.mode}, dispatched by {decision.source}", decision.num_tokens
+    if _process_captures_full(builder):
+        return True, "not dispatched where the guard sees it; this process captures FULL graphs", None
+    return False, "not dispatched where the guard sees it; this process captures no FULL graph", None
+
+
+def _process_captures_full(builder: Any) -> bool:
+    """Without the batch's decision: whether this process can replay a FULL graph at all."""
     config = getattr(getattr(builder, "vllm_config", None), "compilation_config", None)
     mode = getattr(config, "cudagraph_mode", None)
     has_full = getattr(mode, "has_full_cudagraphs", None)
@@ -97,10 +121,28 @@ def _rows(t: Any) -> int:
     return t.shape[0]
 
 
+def _head(t: Any, n: int) -> list:
+    """The first n + 1 entries of a host 1-D index tensor as a list (the whole tensor when that is all it has:
+    cheaper than a numpy view's slice)."""
+    return t.tolist() if t.shape[0] == n + 1 else t.numpy()[: n + 1].tolist()
+
+
+def _host_copy_desync(cm: Any, head: list, n: int) -> tuple[int, int, int] | None:
+    """Where query_start_loc is host memory too, its first entry that differs from the CPU copy's."""
+    dev = cm.query_start_loc
+    if getattr(dev, "is_cpu", False) is not True or dev.shape[0] <= n:
+        return None
+    host_ptr = getattr(cm.query_start_loc_cpu, "data_ptr", None)
+    if host_ptr is not None and dev.data_ptr() == host_ptr():
+        return None  # one buffer: nothing to compare
+    other = _head(dev, n)
+    return next(((i, d, h) for i, (d, h) in enumerate(zip(other, head, strict=False)) if d != h), None)
+
+
 def metadata_numbers(cm: Any) -> inv.MetadataNumbers:
-    """The host-side numbers of one CommonAttentionMetadata (no tensor value is read but the CPU copy's).
-    Plain Python on the numpy view's list: for a batch's few hundred entries at most, numpy's reductions
-    cost more in call overhead than they save."""
+    """The host-side numbers of one CommonAttentionMetadata (no tensor value is read but host memory's).
+    Plain Python on lists: for a batch's few hundred entries at most, numpy's reductions cost more in call
+    overhead than they save."""
     n = host_int(cm.num_reqs, "num_reqs")
     qsl = host_array(cm.query_start_loc_cpu, "query_start_loc_cpu")
     head = qsl[: n + 1].tolist() if hasattr(qsl, "tolist") else list(qsl[: n + 1])
@@ -121,69 +163,130 @@ def metadata_numbers(cm: Any) -> inv.MetadataNumbers:
         block_table_rows=_rows(cm.block_table_tensor),
         seq_lens_rows=_rows(cm.seq_lens),
         dcp_local_seq_lens_rows=None if dcp is None else _rows(dcp),
+        qsl_desync=_host_copy_desync(cm, head, n) if len(head) == n + 1 else None,
     )
 
 
 def _visibly_consistent(cm: Any) -> bool:
     """The healthy build, decided from the fewest reads: True only where every G0 invariant holds whatever the
     graph mode (the request tokens end exactly at num_actual_tokens). Anything else, or anything unusual (a
-    count that is not a plain int), goes to the full check, which builds the numbers and the message; a
-    property test holds this to agreeing with `check_common_metadata`."""
+    count that is not a plain int, a copy on a device where the full check would skip), goes to the full
+    check, which builds the numbers and the message; a property test holds this to agreeing with
+    `check_common_metadata`. Every read here costs 0.05-0.3 us, so each one is counted
+    (benchmarks/guard_build.py measures the whole check)."""
     n, tokens, longest_allowed = cm.num_reqs, cm.num_actual_tokens, cm.max_query_len
     if type(n) is not int or type(tokens) is not int or type(longest_allowed) is not int:
         return False
-    qsl = host_array(cm.query_start_loc_cpu, "query_start_loc_cpu")
-    if len(qsl) <= n or cm.query_start_loc.shape[0] <= n:
+    qsl, dev = cm.query_start_loc_cpu, cm.query_start_loc
+    entries = n + 1
+    rows = qsl.shape[0]
+    if qsl.is_cpu is not True or rows < entries or dev.shape[0] < entries:
         return False
-    head = qsl[: n + 1].tolist()
+    head = qsl.tolist() if rows == entries else qsl.numpy()[:entries].tolist()
     if head[0] != 0 or head[n] != tokens:
         return False
-    steps = list(map(operator.sub, head[1:], head[:-1]))
-    if steps and (min(steps) < 0 or max(steps) > longest_allowed):
+    if dev.is_cpu is True and dev.data_ptr() != qsl.data_ptr() and _head(dev, n) != head:
+        return False  # both copies in host memory, and they disagree
+    if n > 1:
+        steps = sorted(map(operator.sub, head[1:], head[:-1]))  # one pass for the shortest and the longest
+        if steps[0] < 0 or steps[-1] > longest_allowed:
+            return False
+    elif n == 1 and not 0 <= tokens <= longest_allowed:
         return False
     if cm.slot_mapping.shape[0] < tokens or cm.block_table_tensor.shape[0] < n or cm.seq_lens.shape[0] < n:
         return False
-    dcp = getattr(cm, "dcp_local_seq_lens", None)
+    dcp = cm.dcp_local_seq_lens
     return dcp is None or dcp.shape[0] >= n
 
 
 def _check_build(builder: Any, cm: Any, method: str, site: Site) -> inv.Violation | None:
     if cm is None:
         raise Skip("no CommonAttentionMetadata among the build arguments")
-    if _visibly_consistent(cm):
-        return None
+    numbers = metadata_numbers(cm)
+    allowed, mode, graph_tokens = batch_graph_mode(builder, method)
     return inv.check_common_metadata(
-        metadata_numbers(cm),
-        padding_allowed=_padding_allowed(builder, method),
+        numbers,
+        padding_allowed=allowed,
         site=site.name,
         subject=_subject(builder),
+        batch_mode=mode,
+        dispatched_tokens=graph_tokens if allowed else None,
     )
+
+
+def _metadata_among(args: tuple, kwargs: dict, metadata_cls: type) -> Any:
+    """The CommonAttentionMetadata a build was handed under another name (a subclass's signature)."""
+    return next((a for a in (*args, *kwargs.values()) if isinstance(a, metadata_cls)), None)
 
 
 def make_build(original: Callable[..., Any], method: str, metadata_cls: type) -> Callable[..., Any]:
     get_metadata = arg_binder(original, "common_attn_metadata")
+    outside_draft_steps: dict[type, Site] = {}  # this method's site per builder class, outside V2 draft steps
+    speculator = adapt_speculator._tls
+    depth_of = _depth
 
     def build(self: Any, *args: Any, **kwargs: Any) -> Any:
-        depth = _depth.n
-        cm = None
-        if depth == 0 or _observers:
-            cm = get_metadata(args, kwargs)
-            if not isinstance(cm, metadata_cls):  # a subclass that names it otherwise
-                cm = next((a for a in (*args, *kwargs.values()) if isinstance(a, metadata_cls)), None)
-        if depth == 0:
+        if depth_of.n:  # a build inside a build (delegation, super().build): checked by the outer one
+            return _inner_build(original, method, metadata_cls, get_metadata, self, args, kwargs)
+        started = perf_counter_ns()
+        cm = get_metadata(args, kwargs)
+        if type(cm) is not metadata_cls and not isinstance(cm, metadata_cls):
+            cm = _metadata_among(args, kwargs, metadata_cls)
+        if _hooks:
+            _hooks[0].poll()
+        site = None if speculator.stack else outside_draft_steps.get(type(self))
+        if site is None:
             site = _site(self, method)
+            if not speculator.stack:
+                outside_draft_steps[type(self)] = site
+        try:
+            fast = cm is not None and _visibly_consistent(cm)
+        except Exception:  # noqa: BLE001 -- anything unusual goes to the full check, which reports it
+            fast = False
+        if fast:
+            next(site.counter)
+        else:
             run_check(site, _check_build, self, cm, method, site)
-        _depth.n = depth + 1
+        site.ns += perf_counter_ns() - started
+        depth_of.n = 1
         try:
             result = original(self, *args, **kwargs)
         finally:
-            _depth.n = depth
-        for cls, observer in _observers:
-            if isinstance(self, cls):
-                guard_call("G0", f"{type(self).__name__}.{method}", observer, self, cm, result)
+            depth_of.n = 0
+        if _observers:
+            _observe(self, method, cm, result)
         return result
 
     return mark(build, original)
+
+
+def _inner_build(
+    original: Callable[..., Any],
+    method: str,
+    metadata_cls: type,
+    get_metadata: Any,
+    builder: Any,
+    args: tuple,
+    kwargs: dict,
+) -> Any:
+    depth = _depth.n
+    _depth.n = depth + 1
+    try:
+        result = original(builder, *args, **kwargs)
+    finally:
+        _depth.n = depth
+    if _observers:
+        cm = get_metadata(args, kwargs)
+        if not isinstance(cm, metadata_cls):
+            cm = _metadata_among(args, kwargs, metadata_cls)
+        _observe(builder, method, cm, result)
+    return result
+
+
+def _observe(builder: Any, method: str, cm: Any, result: Any) -> None:
+    for cls, observer in _observers:
+        if isinstance(builder, cls):
+            guard_call("G0", f"{type(builder).__name__}.{method}", observer, builder, cm, result)
 
 
 def _wrap_class(patcher: Patcher, cls: type, metadata_cls: type) -> None:
@@ -191,17 +294,6 @@ def _wrap_class(patcher: Patcher, cls: type, metadata_cls: type) -> None:
         func = cls.__dict__.get(method)
         if inspect.isfunction(func) and not getattr(func, "__isabstractmethod__", False) and not is_wrapped(func):
             patcher.replace(cls, method, make_build(func, method, metadata_cls))
-
-
-def _subclasses(cls: type) -> list[type]:
-    seen: list[type] = []
-    stack = [cls]
-    while stack:
-        for sub in stack.pop().__subclasses__():
-            if sub not in seen:
-                seen.append(sub)
-                stack.append(sub)
-    return seen
 
 
 def _hook_subclasses(patcher: Patcher, base: type, metadata_cls: type) -> None:
@@ -214,6 +306,8 @@ def _hook_subclasses(patcher: Patcher, base: type, metadata_cls: type) -> None:
         else:
             super(base, cls).__init_subclass__(**kwargs)
         guard_call("G0", SUBCLASS_SITE, _wrap_class, patcher, cls, metadata_cls)
+        if _hooks:  # vLLM creates builder classes while it sets a runner up: its decision function is there
+            _hooks[0].poll()
 
     setattr(__init_subclass__, ORIGINAL_ATTR, previous)
     patcher.replace(base, "__init_subclass__", classmethod(__init_subclass__))
@@ -225,7 +319,11 @@ def install(patcher: Patcher, installed: list[str], skipped: list[str]) -> None:
     if not (isinstance(base, type) and isinstance(metadata_cls, type)):
         skipped.append(f"G0 ({MODULE} has no {BASE} and {METADATA})")
         return
-    for cls in [base, *_subclasses(base)]:
+    for cls in [base, *subclasses(base)]:
         _wrap_class(patcher, cls, metadata_cls)
     _hook_subclasses(patcher, base, metadata_cls)
+    hooks = batch_mode.Hooks(patcher)
+    _hooks[:] = [hooks]
+    patcher.at_restore(_hooks.clear)
+    hooks.poll()
     installed.append(f"G0@{BASE}.{'/'.join(METHODS)} (every subclass, present and future)")

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from specguard.runtime import batch_mode
 from specguard.runtime import invariants as inv
 from specguard.runtime.host import host_array, host_int
 from specguard.runtime.patching import Patcher, Skip, guard_call, mark, run_check
@@ -29,7 +30,14 @@ HELPERS = ("_build_attn_metadata", "_build_draft_attn_metadata")
 BUILDER = "build_attn_metadata"
 DISPATCH = "dispatch_cg_and_sync_dp"
 
-_tls = threading.local()
+
+class _Thread(threading.local):
+    # class defaults: reading an attribute a thread never set costs no AttributeError (G0 reads `stack` per build)
+    stack: list | None = None
+    dispatch: Dispatch | None = None
+
+
+_tls = _Thread()
 
 
 @dataclass
@@ -52,7 +60,7 @@ class Dispatch:
 
 
 def _stack() -> list[DraftStep | None]:
-    stack = getattr(_tls, "stack", None)
+    stack = _tls.stack
     if stack is None:
         stack = _tls.stack = []
     return stack
@@ -60,12 +68,12 @@ def _stack() -> list[DraftStep | None]:
 
 def in_draft_step() -> bool:
     """Whether this thread is inside a speculator's shared draft-metadata helper (V2 runner)."""
-    return bool(getattr(_tls, "stack", None))
+    return bool(_tls.stack)
 
 
 def current_draft_step() -> DraftStep | None:
     """The draft step the helper on this thread described (None outside one, or where it could not)."""
-    stack = getattr(_tls, "stack", None)
+    stack = _tls.stack
     return stack[-1] if stack else None
 
 
@@ -89,7 +97,7 @@ def _real_tokens(bound: dict[str, Any], num_reqs: int) -> int:
 
 
 def _last_dispatch(tokens: int | None) -> Dispatch | None:
-    last = getattr(_tls, "dispatch", None)
+    last = _tls.dispatch
     if last is None or tokens is None:
         return last
     return last if getattr(last.descriptor, "num_tokens", None) == tokens else None
@@ -160,7 +168,7 @@ def make_builder(original: Any) -> Any:
     idx = names.index("num_tokens") if "num_tokens" in names else None
 
     def build_attn_metadata(*args: Any, **kwargs: Any) -> Any:
-        stack = getattr(_tls, "stack", None)
+        stack = _tls.stack
         if stack and stack[-1] is not None:
             handed = kwargs.get("num_tokens")
             if handed is None and idx is not None and len(args) > idx:
@@ -179,6 +187,7 @@ def _record_dispatch(result: Any, bound: dict[str, Any]) -> None:
     n = bound.get("num_tokens")
     dp = bound.get("dp_size")
     _tls.dispatch = Dispatch(desc, n if isinstance(n, int) else None, dp if isinstance(dp, int) else None)
+    batch_mode.record(desc.cg_mode, getattr(desc, "num_tokens", None), DISPATCH)  # G0 judges the batch by it
 
 
 def make_dispatch(original: Any) -> Any:

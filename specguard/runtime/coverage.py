@@ -73,9 +73,15 @@ class Coverage:
     recorded: list[str]
 
 
+def assessed(vllm_version: str) -> bool:
+    """Whether the release is one this guard's invariants and nets were read against."""
+    minor = minor_version(vllm_version)
+    return minor is not None and ASSESSED[0] <= minor <= ASSESSED[1]
+
+
 def coverage(vllm_version: str, installed_adapters: set[str]) -> Coverage:
     minor = minor_version(vllm_version)
-    assessed = minor is not None and ASSESSED[0] <= minor <= ASSESSED[1]
+    is_assessed = assessed(vllm_version)
     live: list[str] = []
     nets: list[str] = []
     recorded: list[str] = []
@@ -85,12 +91,12 @@ def coverage(vllm_version: str, installed_adapters: set[str]) -> Coverage:
         if part.record_only:
             recorded.append(part.name)
             continue
-        why = _net_reason(part, minor) if assessed and minor is not None else None
+        why = _net_reason(part, minor) if is_assessed and minor is not None else None
         if why is None:
             live.append(part.name)
         else:
             nets.append(f"{part.name} ({why})")
-    return Coverage(assessed, live, nets, recorded)
+    return Coverage(is_assessed, live, nets, recorded)
 
 
 def _net_reason(part: Part, minor: Minor) -> str | None:

@@ -5,7 +5,15 @@ Kept free of torch/vllm imports: `specguard.runtime` re-exports these at import 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+# What a message says, without its numbers and asides: a parenthesised aside ("(this batch: NONE, ...)"), a
+# list of numbers ("[4, 4, 1]") and every other number go, so two batches that break the same invariant the
+# same way share one kind.
+_ASIDES = re.compile(r"\s*\([^()]*\)")
+_NUMBER_LISTS = re.compile(r"\[[\d,\s]*\]")
+_NUMBERS = re.compile(r"\d+")
 
 # Static rules (specguard's analyzer) that find, in source, the causes behind each runtime check.
 RULE_NAMES: dict[str, str] = {
@@ -36,6 +44,13 @@ class Violation:
     cause: str | None  # the likely cause, only when the numbers point at one
     rules: tuple[str, ...]  # static rule ids that find the cause in source (none for a batch-only condition)
     facts: dict[str, object] = field(default_factory=dict)  # the numbers, machine-readable
+    # True where the launch or build would read or write outside its buffers: stopped in warn mode too
+    out_of_bounds: bool = False
+
+    @property
+    def kind(self) -> str:
+        """What differs, without the numbers: warn mode logs each new kind at a site once."""
+        return _NUMBERS.sub("#", _NUMBER_LISTS.sub("[#]", _ASIDES.sub("", self.summary)))
 
     @property
     def message(self) -> str:
@@ -61,6 +76,6 @@ class SpecGuardViolation(Exception):
     that type would change what vLLM decides instead of stopping a bad launch.
     """
 
-    def __init__(self, violation: Violation) -> None:
-        super().__init__(violation.message)
+    def __init__(self, violation: Violation, note: str = "") -> None:
+        super().__init__(f"{violation.message} {note}" if note else violation.message)
         self.violation = violation

@@ -1,6 +1,8 @@
 """Install every guard whose target exists in this process's vLLM/FlashInfer, and log one line saying
 which were installed, which were skipped (with the reason), and which of the installed ones can fire on this
-vLLM release. Imported only when the guard is on."""
+vLLM release. On a vLLM release outside the assessed table (coverage.ASSESSED) raise mode runs as warn: an
+invariant the project has not read in that release's code may have changed, and a guard that raises on it
+would turn a healthy server into an outage. Imported only when the guard is on."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from specguard.runtime import coverage, reporting
+from specguard.runtime import batch_mode, coverage, metrics, reporting, vllm_env
 from specguard.runtime.patching import Patcher
 from specguard.runtime.policy import POLICY
 
@@ -63,8 +65,9 @@ def _detect_versions() -> dict[str, str]:
 def startup_line(mode: str) -> str:
     vllm_version = STATE.versions.get("vllm", "?")
     clause = coverage.describe(vllm_version, STATE.coverage) if STATE.coverage else ""
+    why = f" ({POLICY.mode_reason})" if POLICY.mode_reason else ""
     return (
-        f"specguard runtime guard (VLLM_SPECGUARD mode={mode}, pid {os.getpid()}) for vLLM {vllm_version}, "
+        f"specguard runtime guard (VLLM_SPECGUARD mode={mode}, pid {os.getpid()}){why} for vLLM {vllm_version}, "
         f"flashinfer-python {STATE.versions.get('flashinfer-python')}: "
         f"installed [{', '.join(STATE.installed) or 'none'}]; skipped [{'; '.join(STATE.skipped) or 'none'}]; " + clause
     )
@@ -81,17 +84,31 @@ def _after_fork_in_child() -> None:
         return
     parent, STATE.pid = STATE.pid, os.getpid()
     POLICY.reset_counters()
+    metrics.after_fork()
     reporting.emit(logging.INFO, "%s", startup_line(POLICY.mode) + f" (patches inherited from pid {parent})")
     reporting.arm(STATE.stats_interval)
+
+
+def effective_mode(requested: str, vllm_version: str) -> tuple[str, str]:
+    """(the mode the checks run in, why it differs from the requested one, or "")."""
+    if requested == "raise" and not coverage.assessed(vllm_version):
+        first, last = coverage.ASSESSED
+        return "warn", (
+            f"asked for raise; vLLM {vllm_version} is outside the releases this guard was assessed on "
+            f"({first[0]}.{first[1]}-{last[0]}.{last[1]}), so violations are logged and counted, not raised, "
+            "except those that would touch memory outside their buffers"
+        )
+    return requested, ""
 
 
 def install(mode: str, stats_interval: float | None = None) -> State:
     global _fork_hook_registered
     with _lock:
-        POLICY.mode = mode
         if STATE.active:
+            POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions.get("vllm", ""))
             return STATE
         STATE.versions = _detect_versions()
+        POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions.get("vllm", ""))
         adapters: set[str] = set()
         for key, label, module in ADAPTERS:
             before = len(STATE.installed)
@@ -109,19 +126,29 @@ def install(mode: str, stats_interval: float | None = None) -> State:
         if not _fork_hook_registered:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _fork_hook_registered = True
-        reporting.emit(logging.INFO, "%s", startup_line(mode))
+        vllm_env.keep_out_of_compile_key()
+        try:
+            metrics.setup()
+        except Exception as exc:  # noqa: BLE001 -- no /metrics for the guard, never no server
+            POLICY.guard_error("metrics", metrics.DIR_ENV, exc)
+        reporting.emit(logging.INFO, "%s", startup_line(POLICY.mode))
         reporting.arm(stats_interval)
         return STATE
 
 
 def uninstall() -> None:
-    """Put every original back (tests; a process that wants the guard off again)."""
+    """Put every original back and take specguard out of vLLM's environment registry, compile key and
+    `/metrics` (tests; a process that wants the guard off again)."""
     with _lock:
         STATE.patcher.restore()
+        vllm_env.unregister_env_vars()
+        metrics.teardown()
+        batch_mode.forget()
         STATE.installed.clear()
         STATE.skipped.clear()
         STATE.coverage = None
         STATE.active = False
         STATE.pid = None
         POLICY.mode = "off"
+        POLICY.mode_reason = ""
         reporting.disarm()

@@ -46,6 +46,7 @@ def check_prefill_rows(
         summary=f"q.shape[0] ({q_rows}) does not match qo_indptr[-1] ({planned_rows}) recorded at plan()",
         cause=_padding_cause(q_rows, planned_rows),
         rules=("SG103", "SG101"),
+        out_of_bounds=q_rows < planned_rows,  # the kernel reads the planned rows from q
         facts={
             "q_rows": q_rows,
             "qo_indptr_last": planned_rows,
@@ -79,6 +80,7 @@ def check_decode_rows(
         summary=f"q.shape[0] ({q_rows}) does not match the decode plan: expected {wanted}",
         cause=_padding_cause(q_rows, expected) if exact else None,
         rules=("SG103", "SG101"),
+        out_of_bounds=q_rows < expected,
         facts={"q_rows": q_rows, "planned_requests": batch_size, "q_len_per_req": q_len_per_req},
     )
 
@@ -99,6 +101,7 @@ def check_mla_query_rows(
         ),
         cause=_padding_cause(q_rows, num_decode_tokens),
         rules=("SG103", "SG101"),
+        out_of_bounds=q_rows < num_decode_tokens,
         facts={
             "q_rows": q_rows,
             "num_decode_tokens": num_decode_tokens,
@@ -230,6 +233,9 @@ def check_mla_decode_geometry(
         cause=cause,
         rules=rules,
         facts=facts,
+        # rows that disagree, a rank outside the world, an operand missing or of another integer width: the
+        # kernel indexes one operand by another's rows or reads it at the wrong width
+        out_of_bounds=True,
     )
 
 
@@ -431,6 +437,7 @@ def check_draft_token_count(
             else None
         ),
         rules=("SG103", "SG101"),
+        out_of_bounds=padding < 0,  # fewer tokens than the requests own: their rows are read past the end
         facts={
             "handed_tokens": handed_tokens,
             "real_tokens": real_tokens,
@@ -461,9 +468,20 @@ class MetadataNumbers(NamedTuple):
     block_table_rows: int
     seq_lens_rows: int
     dcp_local_seq_lens_rows: int | None
+    # where query_start_loc is host memory too (CPU builds): the first of the num_reqs + 1 entries where it
+    # differs from query_start_loc_cpu, with both values; None where they agree or the copy is on a device
+    qsl_desync: tuple[int, int, int] | None = None
 
 
-def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: str, subject: str) -> Violation | None:
+def check_common_metadata(
+    m: MetadataNumbers,
+    *,
+    padding_allowed: bool,
+    site: str,
+    subject: str,
+    batch_mode: str = "unknown",
+    dispatched_tokens: int | None = None,
+) -> Violation | None:
     """G0: the CommonAttentionMetadata an attention-metadata builder is handed agrees with itself.
 
     Each invariant is what vLLM's own code and docstrings say, in every version the guard supports. Lines
@@ -482,9 +500,11 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
       "unpadded sizes" "for piecewise cudagraphs and eager" (v1/worker/gpu/model_states/default.py:136-140
       / :180-184); the fixed speculator helper: "PIECEWISE/eager needs the actual token count, because
       batch_desc may carry graph or DP padding that no request owns, which would desync it from
-      query_start_loc" (spec_decode/speculator.py:343, 0.33.0). `padding_allowed` is True where this build
-      may be a FULL graph (the process captures FULL graphs, or a V2 draft step runs one); then only <= is
-      checked.
+      query_start_loc" (spec_decode/speculator.py:343, 0.33.0). `padding_allowed` is True where this batch
+      replays a FULL graph (the dispatcher's decision for it, `batch_mode`; a capture), and then only <= is
+      checked (and the count stays within the graph's `dispatched_tokens`).
+    - query_start_loc agrees with query_start_loc_cpu where both are host memory: the runner fills the CPU
+      copy and copies it to the device buffer (`copy_to_gpu`); kernels read the device copy.
     - max_query_len >= every query length: "Longest query in batch" (backend.py:470 / :410).
     - slot_mapping has at least num_actual_tokens rows; block_table_tensor, seq_lens ("(batch_size,)") and,
       when present, dcp_local_seq_lens at least num_reqs rows: builders slice them to those counts.
@@ -496,7 +516,8 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
     distributed across requests" on the CPU (backend.py:303 / :222).
     """
     n = m.num_reqs
-    problems: list[tuple[str, str | None, tuple[str, ...]]] = []  # (summary, cause or None, rules)
+    # (summary, cause or None, rules, out of bounds: a kernel would read or write outside a buffer)
+    problems: list[tuple[str, str | None, tuple[str, ...], bool]] = []
     if m.qsl_cpu_len < n + 1 or m.qsl_len < n + 1:
         problems.append(
             (
@@ -504,15 +525,33 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
                 f"num_reqs={n} (both need at least {n + 1})",
                 None,
                 ("SG101",),
+                True,
             )
         )
     if m.qsl_first not in (None, 0):
-        problems.append((f"query_start_loc_cpu starts at {m.qsl_first}, not 0", None, ("SG101",)))
+        problems.append((f"query_start_loc_cpu starts at {m.qsl_first}, not 0", None, ("SG101",), False))
     if m.first_decrease is not None:
-        problems.append((f"query_start_loc_cpu decreases after request {m.first_decrease}", None, ("SG101",)))
+        problems.append((f"query_start_loc_cpu decreases after request {m.first_decrease}", None, ("SG101",), True))
+    if m.qsl_desync is not None:
+        at, device, host = m.qsl_desync
+        problems.append(
+            (
+                f"query_start_loc (host memory, what the kernels read) holds {device} at entry {at} where "
+                f"query_start_loc_cpu holds {host}",
+                None,
+                ("SG101",),
+                True,
+            )
+        )
     end, tokens = m.qsl_end, m.num_actual_tokens
-    if end is not None and (end > tokens or (end < tokens and not padding_allowed)):
-        where = "" if padding_allowed else " outside FULL CUDA graphs"
+    over_graph = padding_allowed and dispatched_tokens is not None and tokens > dispatched_tokens
+    if end is not None and (end > tokens or (end < tokens and (not padding_allowed or over_graph))):
+        if not padding_allowed:
+            where = f" outside FULL CUDA graphs (this batch: {batch_mode})"
+        elif over_graph:
+            where = f" in a FULL graph of {dispatched_tokens} tokens"
+        else:
+            where = ""
         extra = f": {tokens - end} tokens that no request owns" if end < tokens else ""
         problems.append(
             (
@@ -520,6 +559,7 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
                 + extra,
                 _padding_cause(tokens, end),
                 ("SG103", "SG101"),
+                end > tokens,  # requests own rows past the batch's tokens
             )
         )
     if m.max_query_len < m.longest_query:
@@ -529,6 +569,7 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
                 f"({m.longest_query})",
                 None,
                 ("SG101",),
+                True,  # backends size per-query work and scratch space by max_query_len
             )
         )
     if m.slot_rows < tokens:
@@ -537,6 +578,7 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
                 f"slot_mapping has {m.slot_rows} rows for num_actual_tokens={tokens}",
                 _PADDING_CAUSE if end is not None and m.slot_rows == end < tokens else None,
                 ("SG103", "SG101"),
+                True,
             )
         )
     short = [
@@ -545,13 +587,15 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
         if rows < n
     ]
     if short:
-        problems.append((", ".join(short) + f" for num_reqs={n}", None, ("SG101",)))
+        problems.append((", ".join(short) + f" for num_reqs={n}", None, ("SG101",), True))
     if m.dcp_local_seq_lens_rows is not None and m.dcp_local_seq_lens_rows < n:
-        problems.append((f"dcp_local_seq_lens has {m.dcp_local_seq_lens_rows} rows for num_reqs={n}", None, ("SG105",)))
+        problems.append(
+            (f"dcp_local_seq_lens has {m.dcp_local_seq_lens_rows} rows for num_reqs={n}", None, ("SG105",), True)
+        )
     if not problems:
         return None
     rules: list[str] = []
-    for _, _, rs in problems:
+    for _, _, rs, _ in problems:
         rules.extend(r for r in rs if r not in rules)
     facts: dict[str, object] = {
         "num_reqs": n,
@@ -560,13 +604,17 @@ def check_common_metadata(m: MetadataNumbers, *, padding_allowed: bool, site: st
         "max_query_len": m.max_query_len,
         "longest_query": m.longest_query,
         "full_cuda_graph_possible": padding_allowed,
+        "batch_cudagraph_mode": batch_mode,
     }
+    if dispatched_tokens is not None:
+        facts["dispatched_tokens"] = dispatched_tokens
     return Violation(
         check="G0",
         site=site,
         subject=subject,
-        summary="; ".join(summary for summary, _, _ in problems),
-        cause=next((cause for _, cause, _ in problems if cause), None),
+        summary="; ".join(summary for summary, _, _, _ in problems),
+        cause=next((cause for _, cause, _, _ in problems if cause), None),
         rules=tuple(rules),
         facts=facts,
+        out_of_bounds=any(oob for _, _, _, oob in problems),
     )

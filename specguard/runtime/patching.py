@@ -80,6 +80,18 @@ def mark(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[
     return wrapper
 
 
+def subclasses(cls: type) -> list[type]:
+    """Every class below `cls`, each once."""
+    seen: list[type] = []
+    stack = [cls]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.append(sub)
+                stack.append(sub)
+    return seen
+
+
 def raw_attr(owner: Any, name: str) -> Any:
     """What `owner` itself holds under `name`: a class's own __dict__ entry (a classmethod or
     staticmethod descriptor stays one; ABSENT when the class only inherits it), a module's attribute."""

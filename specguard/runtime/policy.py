@@ -1,8 +1,9 @@
 """What the guard does with a violation (raise or warn), and the counters behind `stats()`.
 
 One process-wide Policy. Logging goes through vLLM's logger when vLLM is importable (so the lines carry
-vLLM's format and process prefix), else the stdlib logger. Each (check, site) logs once; counters keep
-counting.
+vLLM's format and process prefix), else the stdlib logger. Counters count every event. In warn mode each new
+kind of violation at a site (what differs, without the numbers) is logged once, up to MAX_KINDS_LOGGED per
+site; a violation that would read or write outside a buffer is stopped in warn mode too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ OFF_VALUES = ("", "0", "off")
 RAISE_VALUES = ("1", "raise")
 WARN_VALUES = ("warn",)
 VALID_VALUES = ("unset", *OFF_VALUES[1:], *RAISE_VALUES, *WARN_VALUES)
+MAX_KINDS_LOGGED = 16  # per (check, site): a flood of distinct kinds is counted, not logged
+WARN_STOP_NOTE = (
+    "Stopped although the guard runs in warn mode: this build or launch would read or write outside its "
+    "buffers, and handing it to the kernel risks memory corruption."
+)
 
 
 class SpecGuardConfigError(ValueError):
@@ -61,12 +67,13 @@ class Site:
     """One guarded call site of one check. `hit()` counts a check run; it is on the hot path, so it is
     `next()` on an `itertools.count`, which is atomic under the GIL: exact under threads, without a lock."""
 
-    __slots__ = ("check", "counter", "name")
+    __slots__ = ("check", "counter", "name", "ns")
 
     def __init__(self, check: str, name: str) -> None:
         self.check = check
         self.name = name
         self.counter = itertools.count()
+        self.ns = 0  # the guard's own time at this site, where the adapter measures it (G0's builds)
 
     def hit(self) -> None:
         next(self.counter)
@@ -77,17 +84,20 @@ class Site:
 
     def reset(self) -> None:
         self.counter = itertools.count()
+        self.ns = 0
 
 
 @dataclass
 class Policy:
     mode: str = "off"
+    mode_reason: str = ""  # why the mode differs from what VLLM_SPECGUARD asked for (an unassessed vLLM)
     violations: Counter = field(default_factory=Counter)  # (check, site) -> count
     recorded: Counter = field(default_factory=Counter)  # (check, site) -> disagreements noted, never raised
     skips: Counter = field(default_factory=Counter)  # (check, site, reason) -> count
     guard_errors: Counter = field(default_factory=Counter)  # (check, site) -> count
     sites: dict = field(default_factory=dict)  # (check, site) -> Site, whose runs count checks run
     _logged: set = field(default_factory=set)
+    _kinds: dict = field(default_factory=dict)  # (check, site) -> kinds of violation logged there
     _lock: threading.Lock = field(default_factory=threading.Lock)
     logger: logging.Logger | None = None
 
@@ -114,18 +124,32 @@ class Policy:
         return site
 
     def report(self, violation: Violation | None) -> None:
-        """Count a violation; raise it in raise mode, log it once per (check, site) in warn mode."""
+        """Count a violation; raise it in raise mode. In warn mode log each new kind of it at its site once
+        and let the build or launch proceed, unless it would touch memory outside its buffers: that one is
+        logged and raised in warn mode too."""
         if violation is None:
             return
         key = (violation.check, violation.site)
-        first = self._count(self.violations, key, ("violation", *key))
+        kind = violation.kind
+        with self._lock:
+            self.violations[key] += 1
+            kinds = self._kinds.setdefault(key, set())
+            new = kind not in kinds and len(kinds) < MAX_KINDS_LOGGED
+            if new:
+                kinds.add(kind)
         if self.mode == "raise":
             raise SpecGuardViolation(violation)
-        if first:
+        if violation.out_of_bounds:
+            self._log().error("%s %s", violation.message, WARN_STOP_NOTE)
+            raise SpecGuardViolation(violation, note=WARN_STOP_NOTE)
+        if new:
+            last = len(kinds) == MAX_KINDS_LOGGED
             self._log().warning(
-                "%s (warn mode: launch proceeds; further %s violations at this site are counted, not logged)",
+                "%s (warn mode: proceeds; this kind of %s violation at this site is logged once, every one is "
+                "counted%s)",
                 violation.message,
                 violation.check,
+                f"; {MAX_KINDS_LOGGED} kinds logged here, further kinds are only counted" if last else "",
             )
 
     def record(self, violation: Violation | None) -> None:
@@ -168,6 +192,7 @@ class Policy:
                 "skips": flat(self.skips),
                 "guard_errors": flat(self.guard_errors),
                 "checks_run": {f"{c}:{n}": s.runs for (c, n), s in sorted(self.sites.items()) if s.runs},
+                "guard_ns": {f"{c}:{n}": s.ns for (c, n), s in sorted(self.sites.items()) if s.ns},
             }
 
     def reset_counters(self) -> None:
@@ -177,6 +202,7 @@ class Policy:
             for site in self.sites.values():
                 site.reset()
             self._logged.clear()
+            self._kinds.clear()
 
 
 POLICY = Policy()

@@ -1,5 +1,6 @@
 """The guard's own lines in each process's log: the startup line, a counter line every
-VLLM_SPECGUARD_STATS_INTERVAL seconds (off by default), and a final counter line at clean shutdown.
+VLLM_SPECGUARD_STATS_INTERVAL seconds (DEFAULT_INTERVAL_S unless set; 0 or off turns it off), and a final
+counter line at clean shutdown. The same daemon thread writes the counters for `/metrics` (metrics.py).
 
 vLLM loads general plugins before it configures logging in some processes (the API server parses its
 arguments, and loads plugins while adding them, before `configure_logging_from_args`; vLLM 0.31.0+ no
@@ -7,11 +8,10 @@ longer configures logging at import). A line logged then would reach no handler 
 So each line goes through vLLM's logger when that logger (or an ancestor) has a handler, and otherwise
 through a stderr handler of the guard's own with vLLM's layout; either way it appears in that process's log.
 
-The interval thread is a daemon that only waits and logs: it never keeps a process alive, and a failure in
-it is counted as a guard error, never raised. Forked children (vLLM's engine core and workers under the
-`fork` start method) inherit the patches but neither the thread nor the exit hook: the guard's fork hook
-(install.py) arms their own.
-"""
+The interval thread is a daemon that only waits, logs and writes the metrics file: it never keeps a process
+alive, and a failure in it is counted as a guard error, never raised. Forked children (vLLM's engine core and
+workers under the `fork` start method) inherit the patches but neither the thread nor the exit hook: the
+guard's fork hook (install.py) arms their own."""
 
 from __future__ import annotations
 
@@ -19,28 +19,36 @@ import atexit
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import threading
 from typing import Any
 
+from specguard.runtime import metrics
 from specguard.runtime.policy import POLICY, SpecGuardConfigError
 
 STATS_ENV = "VLLM_SPECGUARD_STATS_INTERVAL"
+DEFAULT_INTERVAL_S = 60.0
+MIN_INTERVAL_S = 1.0  # below it the lines would flood the log (one line per process per interval)
 _FORMAT = "%(levelname)s %(asctime)s [specguard] %(message)s"
 
 
 def parse_interval(value: str | None) -> float | None:
-    """Seconds between counter lines; None (off) when unset, empty, 0 or off; anything else is an error."""
-    if value is None or value.strip().lower() in ("", "0", "off"):
+    """Seconds between counter lines: DEFAULT_INTERVAL_S when unset or empty, None (no periodic line) for 0
+    or off; a number of seconds from MIN_INTERVAL_S on; anything else is a startup error."""
+    if value is None or not value.strip():
+        return DEFAULT_INTERVAL_S
+    if value.strip().lower() in ("0", "off"):
         return None
     try:
         seconds = float(value)
     except ValueError:
-        seconds = -1.0
-    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        seconds = float("nan")
+    if not MIN_INTERVAL_S <= seconds < float("inf"):
         raise SpecGuardConfigError(
-            f"{STATS_ENV}={value!r} is not a valid value; use a number of seconds > 0, or 0/off (the default)"
+            f"{STATS_ENV}={value!r} is not a valid value; use a number of seconds from {MIN_INTERVAL_S:g} on "
+            f"(unset: every {DEFAULT_INTERVAL_S:g}s), or 0/off for no periodic counter line"
         )
     return seconds
 
@@ -94,13 +102,23 @@ def _log_final() -> None:
     _lines.final_logged_pid = os.getpid()
     _lines.stop.set()
     with contextlib.suppress(Exception):  # shutdown must never fail because of the guard
+        metrics.flush()
+    with contextlib.suppress(Exception):
         emit(logging.INFO, "%s", counter_line("final"))
 
 
-def _tick(interval: float, stop: threading.Event) -> None:
-    while not stop.wait(interval):
+def _tick(interval: float | None, stop: threading.Event) -> None:
+    """Write the metrics file every metrics.FLUSH_S (when the counters changed) and log a counter line every
+    `interval` seconds."""
+    step = metrics.FLUSH_S if interval is None else interval / math.ceil(interval / metrics.FLUSH_S)
+    waited = 0.0
+    while not stop.wait(step):
+        waited += step
         try:
-            emit(logging.INFO, "%s", counter_line(f"every {interval:g}s"))
+            metrics.flush()
+            if interval is not None and waited >= interval - 1e-9:
+                waited = 0.0
+                emit(logging.INFO, "%s", counter_line(f"every {interval:g}s"))
         except Exception as exc:  # noqa: BLE001 -- a failure here is the guard's, never the server's
             POLICY.guard_error("stats", STATS_ENV, exc)
 
@@ -120,11 +138,8 @@ def arm(interval: float | None) -> None:
     if mp_util is not None:
         _final_at_mp_exit(_lines)
         mp_util.register_after_fork(_lines, _final_at_mp_exit)
-    if interval is not None:
-        _lines.ticker = threading.Thread(
-            target=_tick, args=(interval, _lines.stop), name="specguard-stats", daemon=True
-        )
-        _lines.ticker.start()
+    _lines.ticker = threading.Thread(target=_tick, args=(interval, _lines.stop), name="specguard-stats", daemon=True)
+    _lines.ticker.start()
 
 
 def _final_at_mp_exit(lines: _Lines) -> None:

@@ -47,7 +47,8 @@ def free_port() -> int:
 def server_env(guard: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The caller's environment without any VLLM_* variable (an unknown one would fail
     `--fail-on-environ-validation` for a reason of its own), plus what the server needs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    # (and without a metrics directory a guard in this process may have made: each server makes its own)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_") and k != "SPECGUARD_METRICS_DIR"}
     env.update(
         {
             # 1 GiB of KV cache per engine: ample for the tiny models, and DP=2 stays small on a shared machine
@@ -101,6 +102,21 @@ class Server:
                 return resp.status == 200
         except (OSError, urllib.error.URLError):
             return False
+
+    def health_status(self) -> int | None:
+        """/health's HTTP status (503 once vLLM's engine is dead), None when nothing answers."""
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=5) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        """vLLM's Prometheus /metrics, as text."""
+        with urllib.request.urlopen(self.base_url + "/metrics", timeout=30) as resp:
+            return resp.read().decode()
 
     def client(self, timeout: float = REQUEST_TIMEOUT_S) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url + "/v1", api_key="unused", timeout=timeout, max_retries=0)

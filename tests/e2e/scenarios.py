@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,18 +37,29 @@ STARTUP_PID = re.compile(r"specguard runtime guard \(VLLM_SPECGUARD mode=(?P<mod
 G0_MESSAGE = re.compile(r"\[specguard G0 [^\]]*\] (?P<site>\S+).*")
 # what the fault plugin logs the first time it breaks a build in a process
 INJECTED = re.compile(
-    r"e2e-fault-plugin: injecting '(?P<kind>\w+)' into the draft metadata build "
+    r"e2e-fault-plugin: injecting '(?P<kind>[\w@]+)' into the draft metadata build "
     r"\(num_actual_tokens (?P<before>\d+) -> (?P<after>\d+), "
-    r"query_start_loc_cpu \[(?P<qsl>[^\]]*)\] -> \[(?P<qsl_after>[^\]]*)\]\)"
+    r"query_start_loc_cpu \[(?P<qsl>[^\]]*)\] -> \[(?P<qsl_after>[^\]]*)\], "
+    r"query_start_loc \[(?P<dev>[^\]]*)\] -> \[(?P<dev_after>[^\]]*)\], "
+    r"draft step (?P<step>\d+)\)"
 )
+# a counter on the registry vLLM serves at /metrics: name{labels} value
+METRIC = re.compile(r"^(?P<name>specguard_\w+)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Scenario:
     method: str  # draft_model | ngram | eagle
     guard: str | None  # VLLM_SPECGUARD, None = unset
-    fault: str | None = None  # pad | shift: injected after the healthy phase
+    # injected one after the other after the healthy phase (the fault plugin's kinds); a phase whose requests
+    # fail ends the scenario (the engine is gone)
+    faults: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    concurrent_faults: bool = False  # send a fault phase's requests together (else one at a time)
+
+    @property
+    def mode(self) -> str | None:
+        return {"1": "raise", "warn": "warn"}.get(self.guard or "")
 
     def speculative_config(self, models: Path) -> dict:
         config: dict = {"method": self.method, "num_speculative_tokens": SPEC_TOKENS}
@@ -59,13 +71,33 @@ class Scenario:
 
 
 SCENARIOS = {
-    "draft_model": Scenario("draft_model", "1", fault="pad"),
+    # a padded count in one speculative step only; every request in flight then fails with the engine
+    "draft_model": Scenario("draft_model", "1", faults=("pad@1",), concurrent_faults=True),
     "ngram": Scenario("ngram", "1"),
-    "eagle": Scenario("eagle", "1", fault="shift"),
-    "dp2": Scenario("draft_model", "1", args=("--data-parallel-size", "2")),
+    # only the copy of query_start_loc the kernels read is shifted (host memory on vLLM's CPU build)
+    "eagle": Scenario("eagle", "1", faults=("desync",)),
+    # warn mode, DP=2: the seed's padded count, only in batches that padding pads
+    "dp2": Scenario(
+        "draft_model", "warn", faults=("bucket",), args=("--data-parallel-size", "2"), concurrent_faults=True
+    ),
     "off": Scenario("draft_model", None),
-    "warn": Scenario("draft_model", "warn", fault="pad"),
+    # two different faults at one site: a padded count (served on), then a count smaller than real (stopped)
+    "warn": Scenario("draft_model", "warn", faults=("pad", "short")),
 }
+
+
+@dataclass
+class Phase:
+    """One fault injected into a serving server, and what followed."""
+
+    fault: str
+    log_start: int  # offset in the log where the phase began
+    outputs: list[str] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    health: int | None = None  # /health status once requests failed (None: nothing answered)
+    exit: int | None = None  # how the server ended by itself after a failed phase (None: still up)
+    log: str = ""  # the log at the end of the phase (counter lines after it, when it served)
+    metrics: str = ""  # /metrics at the end of a phase that served
 
 
 @dataclass
@@ -75,11 +107,13 @@ class Run:
     outputs: list[str] = field(default_factory=list)
     batch_outputs: list[str] = field(default_factory=list)
     healthy_log: str = ""  # the log once every guarded process logged counters after the healthy requests
-    fault_error: BaseException | None = None
-    fault_outputs: list[str] = field(default_factory=list)
-    fault_exit: int | None = None  # raise mode: how the server ended by itself after the violation
+    healthy_metrics: str = ""  # /metrics then
+    phases: list[Phase] = field(default_factory=list)
     stop_code: int | None = None
     log: str = ""  # everything, after the server is gone
+
+    def phase(self, fault: str) -> Phase:
+        return next(p for p in self.phases if p.fault == fault)
 
     def counters(self, log: str | None = None, kind: str | None = None) -> list[tuple[int, str, dict]]:
         """(pid, kind, snapshot) of every counter line, in log order; kind "final" or "every 2s"."""
@@ -124,29 +158,60 @@ def wait_for_counters(run: Run, since: int) -> str:
 
 def execute(scenario: Scenario, python: str, models: Path, workdir: Path) -> Run:
     workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "fault").write_text("")  # healthy until a phase injects
     run = Run(scenario, start(scenario, python, models, workdir))
     try:
         run.server.start()
         run.outputs = run.server.complete(PROMPTS, MAX_TOKENS)
         run.batch_outputs = run.server.complete_concurrently(BATCH, MAX_TOKENS)
         run.healthy_log = wait_for_counters(run, len(run.server.log()))
-        if scenario.fault:
-            inject(run, workdir / "fault")
+        run.healthy_metrics = run.server.metrics()
+        for fault in scenario.faults:
+            phase = inject(run, workdir / "fault", fault)
+            run.phases.append(phase)
+            if phase.errors:
+                break
     finally:
         run.stop_code = run.server.stop()
         run.log = run.server.log()
     return run
 
 
-def inject(run: Run, trigger: Path) -> None:
-    trigger.write_text(run.scenario.fault or "")
-    if run.scenario.guard == "warn":  # warn mode: serving goes on, the violations are counted
-        mark = len(run.server.log())
-        run.fault_outputs = run.server.complete(PROMPTS[:3], MAX_TOKENS)
-        wait_for_counters(run, mark)
-        return
-    try:  # raise mode: the request fails, and the server goes down by itself
-        run.fault_outputs = run.server.complete(PROMPTS[:1], MAX_TOKENS)
+def inject(run: Run, trigger: Path, fault: str) -> Phase:
+    """Serve a few requests with `fault` on (together, or one at a time). Where one fails, the engine is gone
+    (raise mode, or an out-of-bounds build in warn mode): see how /health answers and wait for the server to
+    end by itself. Where all are served, wait for the counter lines and scrape /metrics."""
+    trigger.write_text(fault)
+    phase = Phase(fault, len(run.server.log()))
+    if run.scenario.concurrent_faults:
+        with ThreadPoolExecutor(3) as pool:
+            outcomes = list(pool.map(lambda p: _outcome(run.server, p), PROMPTS[:3]))
+    else:
+        outcomes = []
+        for prompt in PROMPTS[:3]:
+            outcomes.append(_outcome(run.server, prompt))
+            if isinstance(outcomes[-1], BaseException):
+                break
+    phase.outputs = [o for o in outcomes if isinstance(o, str)]
+    phase.errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if phase.errors:
+        phase.health = run.server.health_status()
+        phase.exit = run.server.wait_exit(FAULT_EXIT_WAIT_S)
+        phase.log = run.server.log()
+    else:
+        phase.log = wait_for_counters(run, phase.log_start)
+        phase.metrics = run.server.metrics()
+        trigger.write_text("")
+    return phase
+
+
+def _outcome(server: Server, prompt: str) -> str | BaseException:
+    try:
+        return server.complete([prompt], MAX_TOKENS)[0]
     except openai.APIError as exc:
-        run.fault_error = exc
-    run.fault_exit = run.server.wait_exit(FAULT_EXIT_WAIT_S)
+        return exc
+
+
+def metrics(text: str) -> dict[tuple[str, str], float]:
+    """(name, labels) -> value of every specguard sample in a /metrics scrape."""
+    return {(m["name"], m["labels"] or ""): float(m["value"]) for m in METRIC.finditer(text)}

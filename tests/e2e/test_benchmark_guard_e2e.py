@@ -30,3 +30,26 @@ def test_the_e2e_overhead_benchmark_runs(e2e_python: str, tmp_path: Path) -> Non
     assert result["g0_checks"]["(target)"] > 0 and result["g0_checks"]["(draft)"] > 0
     assert "specguard lines in the unguarded server's log: 0;" in proc.stdout
     assert "exit codes {'off': 0, 'on': 0}" in proc.stdout
+
+
+def test_the_toggling_benchmark_runs(e2e_python: str, tmp_path: Path) -> None:
+    """benchmarks/guard_toggle.py: one server, the guard turned on and off in all its processes between
+    rounds; one ABBA and one A/A block of tiny rounds (no timing asserted)."""
+    out = tmp_path / "guard_toggle.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/guard_toggle.py", "--python", e2e_python, "--blocks", "1", "--warmup", "0"]
+        + ["--requests", "1", "--max-tokens", "8", "--settle", "0.2", "--json", str(out)],
+        cwd=REPO,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert [b["kind"] for b in result["blocks"]] == ["ABBA", "AA"]
+    assert all(r["worker"] > 0 and r["all"] >= r["worker"] for b in result["blocks"] for r in b["rounds"])
+    # the guarded rounds ran the guard, and it timed itself: G0 checks and ns from the counter lines
+    assert result["g0_checks"] > 0 and result["guard_ns"] > 0 and result["g0_target_builds"] > 0
+    assert result["exit_code"] == 0
+    assert "A/A control: median" in proc.stdout and "us per build" in proc.stdout

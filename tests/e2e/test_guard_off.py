@@ -38,3 +38,4 @@ def test_guard_off_serves_and_shuts_down_cleanly(scenario_run) -> None:
     off = scenario_run("off")
     assert off.stop_code == 0 and all(off.outputs) and all(off.batch_outputs)
     assert off.counters() == []
+    assert "vllm:" in off.healthy_metrics and "specguard" not in off.healthy_metrics

@@ -113,7 +113,9 @@ def main() -> None:
                 cp_interleave=1,
             ),
             input_buffers=types.SimpleNamespace(
-                query_start_loc=torch.zeros(65, dtype=torch.int32),
+                # the device buffer a GPU kernel fills: on the meta device it has a shape and no values, as
+                # the guard sees a CUDA buffer (a zeroed CPU stand-in would be a host copy that disagrees)
+                query_start_loc=torch.zeros(65, dtype=torch.int32, device="meta"),
                 seq_lens=torch.zeros(64, dtype=torch.int32),
                 positions=torch.zeros(256, dtype=torch.int64),
                 dcp_local_seq_lens=torch.zeros(64, dtype=torch.int32),

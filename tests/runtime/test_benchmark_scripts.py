@@ -38,3 +38,13 @@ def test_gpu_variant_says_plainly_when_there_is_no_gpu() -> None:
     proc = _run(["benchmarks/guard_overhead_gpu.py", "--pairs", "1"])
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "no CUDA device" in proc.stdout
+
+
+def test_build_benchmark_measures_every_case(tmp_path) -> None:
+    out = tmp_path / "build.json"
+    proc = _run(["benchmarks/guard_build.py", "--pairs", "3", "--builds", "2", "--json", str(out)])
+    assert proc.returncode in (0, 1), proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert [r["case"] for r in result["rows"]][0] == "decode b=8" and len(result["rows"]) == 5
+    assert all(r["unguarded_us"] > 0 and r["self_timed_us"] > 0 for r in result["rows"])
+    assert result["met"] is (proc.returncode == 0) and "worst added:" in proc.stdout

@@ -66,7 +66,8 @@ def test_seed_numbers_are_caught_before_the_backend_builds(cpu_builder, guard) -
     assert msg.startswith(
         "[specguard G0 attention metadata boundary] CPUAttentionMetadataBuilder.build(target) "
         f"(layers {LAYER} (+1 more)): query_start_loc_cpu[num_reqs] (48) != num_actual_tokens (52) for 12 "
-        "requests outside FULL CUDA graphs: 4 tokens that no request owns."
+        "requests outside FULL CUDA graphs (this batch: not dispatched where the guard sees it; this process "
+        "captures no FULL graph): 4 tokens that no request owns."
     )
     assert "Likely cause: the attention metadata was built with a padded token count" in msg
     assert "Static rule that finds it: SG103 padded-token-count, SG101 metadata-outside-helper." in msg
@@ -260,3 +261,39 @@ def test_the_fast_path_clears_exactly_what_the_full_check_clears(
         assert full == {False: None, True: None}
     else:
         assert full[False] is not None  # healthy in every graph mode is never left to the slow path
+
+
+def test_host_copies_of_query_start_loc_that_disagree_are_stopped(cpu_builder, guard) -> None:
+    """Issue 18 item 2: on a CPU build both copies of query_start_loc are host memory; shifting only the one
+    the kernels read gave heap corruption unguarded. G0 compares them, and stops the build in warn mode too."""
+    healthy = _cm([3, 1, 4])
+    shifted = healthy.query_start_loc + torch.tensor([0, 1, 1, 0], dtype=torch.int32)
+    for mode in ("raise", "warn"):
+        guard(mode)
+        builder = cpu_builder()
+        with pytest.raises(SpecGuardViolation) as err:
+            builder.build(0, _cm([3, 1, 4], query_start_loc=shifted))
+        assert builder.seen == []
+        assert (
+            "query_start_loc (host memory, what the kernels read) holds 4 at entry 1 where query_start_loc_cpu "
+            "holds 3" in str(err.value)
+        )
+        assert ("Stopped although the guard runs in warn mode" in str(err.value)) == (mode == "warn")
+    # a device copy is never read: on the meta device (shape, no values) nothing is compared
+    builder = cpu_builder()
+    builder.build(0, _cm([3, 1, 4], query_start_loc=torch.zeros(4, dtype=torch.int32, device="meta")))
+    assert len(builder.seen) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(q_lens=st.lists(st.integers(0, 9), min_size=1, max_size=12), at=st.integers(0, 12), by=st.integers(-2, 2))
+def test_the_fast_path_clears_no_desync_the_full_check_reports(q_lens, at, by) -> None:  # type: ignore[no-untyped-def]
+    from specguard.runtime import adapt_metadata
+    from specguard.runtime import invariants as inv
+
+    cm = _cm(q_lens)
+    dev = cm.query_start_loc.clone()
+    dev[min(at, len(q_lens))] += by
+    cm = _cm(q_lens, query_start_loc=dev)
+    full = inv.check_common_metadata(adapt_metadata.metadata_numbers(cm), padding_allowed=True, site="s", subject="x")
+    assert adapt_metadata._visibly_consistent(cm) == (full is None) == (by == 0)

@@ -118,7 +118,7 @@ def test_disabled_register_imports_neither_torch_nor_vllm(value) -> None:
         ),
         (
             {"VLLM_SPECGUARD": "1", "VLLM_SPECGUARD_STATS_INTERVAL": "soon"},
-            "VLLM_SPECGUARD_STATS_INTERVAL='soon' is not a valid value; use a number of seconds > 0",
+            "VLLM_SPECGUARD_STATS_INTERVAL='soon' is not a valid value; use a number of seconds from 1 on",
         ),
     ],
 )

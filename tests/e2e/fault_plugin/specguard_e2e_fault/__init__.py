@@ -7,9 +7,20 @@ draft-step metadata build of vLLM's V1 proposers (`SpecDecodeBaseProposer.build_
 the funnel of the EAGLE and draft-model proposers), it reads that file and, by its content, hands the
 builders a broken copy of the `CommonAttentionMetadata`:
 
-  pad    num_actual_tokens 4 higher than query_start_loc says (the seed's DP padding, 52 vs 48)
-  shift  query_start_loc (host and device copies) shifted up by one: it no longer starts at 0
-  other  (or no file) the metadata goes through untouched
+  pad     num_actual_tokens 4 higher than query_start_loc says (the seed's DP padding, 52 vs 48), with
+          slot_mapping padded to match, as a padded batch's buffers are (PAD_SLOT_ID, -1, in the new rows)
+  pad@N   the same, only in draft step N (draft_index N): a fault in one speculative step
+  short   num_actual_tokens 2 lower than the tokens the requests own (a count smaller than real)
+  shift   query_start_loc (host and device copies) shifted up by one: it no longer starts at 0
+  desync  only the device copy of query_start_loc shifted (the host copy stays right)
+  bucket  the seed's count where padding applies: num_actual_tokens raised to the next power of two, the
+          size of the graph bucket (or the DP-agreed size) a padded descriptor carries, only in batches whose
+          token count is not one already (a draft step of 5 or 9 tokens is broken, one of 1, 2, 4 or 8 is
+          not); vLLM's CPU build runs eagerly and pads nothing itself
+  other   (or no file) the metadata goes through untouched
+
+For benchmarks/guard_toggle.py, SPECGUARD_E2E_TOGGLE names a file whose content (`on` or not) turns the
+guard on and off in every process of a serving server between the benchmark's rounds.
 
 The trigger is a file, not an environment variable, so one server can serve healthy requests first and
 faulty ones after. The variable's name does not start with VLLM_, so vLLM's environment validation never
@@ -25,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 
 ENV_VAR = "SPECGUARD_E2E_FAULT"
 PADDING = 4
@@ -46,28 +58,50 @@ def _fault(path: str) -> str:
         return ""
 
 
-def _broken(cam, kind: str):
-    if kind == "pad":
-        return dataclasses.replace(cam, num_actual_tokens=cam.num_actual_tokens + PADDING)
+torch = None  # imported by register(), only when the plugin is enabled
+
+
+def _padded(cam, tokens: int):
+    """The metadata with `tokens` tokens, its slot_mapping padded with PAD_SLOT_ID (-1) to cover them."""
+    slots = cam.slot_mapping
+    if slots.shape[0] < tokens:
+        slots = torch.cat([slots, slots.new_full((tokens - slots.shape[0],), -1)])
+    return dataclasses.replace(cam, num_actual_tokens=tokens, slot_mapping=slots)
+
+
+def _broken(cam, kind: str, draft_index: int):
+    if kind == "pad" or kind == f"pad@{draft_index}":
+        return _padded(cam, cam.num_actual_tokens + PADDING)
+    if kind == "short":
+        return dataclasses.replace(cam, num_actual_tokens=cam.num_actual_tokens - 2)
     if kind == "shift":
         return dataclasses.replace(
             cam, query_start_loc=cam.query_start_loc + 1, query_start_loc_cpu=cam.query_start_loc_cpu + 1
         )
+    if kind == "desync":
+        return dataclasses.replace(cam, query_start_loc=cam.query_start_loc + 1)
+    bucket = 1 << max(cam.num_actual_tokens - 1, 0).bit_length()
+    if kind == "bucket" and bucket > cam.num_actual_tokens:
+        return _padded(cam, bucket)
     return cam
 
 
-def _announce(kind: str, cam, broken) -> None:
+def _announce(kind: str, cam, broken, draft_index: int) -> None:
     if kind in _logged_once:
         return
     _logged_once.add(kind)
     _log().warning(
-        "%s: injecting %r into the draft metadata build (num_actual_tokens %d -> %d, query_start_loc_cpu %s -> %s)",
+        "%s: injecting %r into the draft metadata build (num_actual_tokens %d -> %d, query_start_loc_cpu %s -> %s, "
+        "query_start_loc %s -> %s, draft step %d)",
         PREFIX,
         kind,
         cam.num_actual_tokens,
         broken.num_actual_tokens,
         cam.query_start_loc_cpu.tolist(),
         broken.query_start_loc_cpu.tolist(),
+        cam.query_start_loc.tolist(),
+        broken.query_start_loc.tolist(),
+        draft_index,
     )
 
 
@@ -80,9 +114,12 @@ def _probe() -> None:
 
 
 def register() -> None:
+    _start_toggle()
     path = os.environ.get(ENV_VAR)
     if not path:
         return
+    global torch
+    import torch
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     original = SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata
@@ -92,10 +129,46 @@ def register() -> None:
     def build_per_group_and_layer_attn_metadata(self, common_attn_metadata, draft_index=0):
         _probe()
         kind = _fault(path)
-        broken = _broken(common_attn_metadata, kind)
+        broken = _broken(common_attn_metadata, kind, draft_index)
         if broken is not common_attn_metadata:
-            _announce(kind, common_attn_metadata, broken)
+            _announce(kind, common_attn_metadata, broken, draft_index)
         return original(self, broken, draft_index)
 
     build_per_group_and_layer_attn_metadata._specguard_e2e_fault = True
     SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata = build_per_group_and_layer_attn_metadata
+
+
+TOGGLE_ENV = "SPECGUARD_E2E_TOGGLE"
+TOGGLE_POLL_S = 0.05
+
+
+def _toggle_loop(path: str) -> None:
+    """benchmarks/guard_toggle.py turns the guard on and off in a serving process between its rounds: while
+    the file says `on` the guard is installed as VLLM_SPECGUARD=1 installs it, while it says anything else it
+    is uninstalled. Each process acknowledges the state it is in through `<path>.<pid>`."""
+    import time
+
+    from specguard.runtime import install
+    from specguard.runtime.reporting import parse_interval
+
+    ack = f"{path}.{os.getpid()}"
+    state = None
+    while True:
+        want = "on" if _fault(path) == "on" else "off"
+        if want != state:
+            if want == "on":
+                install.install("raise", parse_interval(None))
+            else:
+                install.uninstall()
+            state = want
+            with open(ack + ".tmp", "w") as f:
+                f.write(state)
+            os.replace(ack + ".tmp", ack)
+        time.sleep(TOGGLE_POLL_S)
+
+
+def _start_toggle() -> None:
+    path = os.environ.get(TOGGLE_ENV)
+    if path and "toggle" not in _logged_once:
+        _logged_once.add("toggle")
+        threading.Thread(target=_toggle_loop, args=(path,), name="e2e-guard-toggle", daemon=True).start()

@@ -1,0 +1,97 @@
+"""`specguard clean`: removes the cache folders specguard wrote, and only what specguard wrote in them.
+
+A cache folder lives in the analyzed tree, so what is in it may not be specguard's: a version folder is removed only
+when it holds nothing but the cache's own files, and links are never followed (a `.specguard_cache` that links
+elsewhere, or a version folder or `.gitignore` in it that is a link, is left alone). Folders are opened once and
+worked on through their descriptors, so a folder swapped for a link meanwhile is not followed either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specguard._files import UnreadableFile, read_regular_stat
+from specguard.analysis.cache import DATA_FILES, GITIGNORE, version_folder_name
+
+CACHE_DIR_NAME = ".specguard_cache"
+_DATA = set(DATA_FILES)
+_TEMP = re.compile(rf"\.(?:{'|'.join(map(re.escape, DATA_FILES))})\..+\.tmp")  # an interrupted atomic write
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass
+class Cleaned:
+    removed: list[Path] = field(default_factory=list)  # cache folders removed whole
+    left: list[str] = field(default_factory=list)  # what was not specguard's, with why
+
+
+def cache_folders(start: Path) -> Iterator[Path]:
+    """Every `.specguard_cache` at or under `start`, without following links."""
+    for folder, subfolders, _ in os.walk(start):
+        if CACHE_DIR_NAME in subfolders:
+            yield Path(folder) / CACHE_DIR_NAME
+            subfolders.remove(CACHE_DIR_NAME)  # nothing of another project's lies inside a cache
+
+
+def _is_gitignore(folder_fd: int) -> bool:
+    """The cache folder's `.gitignore` holds what specguard writes there (a regular file, never a link's target)."""
+    try:
+        return read_regular_stat(".gitignore", len(GITIGNORE), follow=False, dir_fd=folder_fd)[0] == GITIGNORE
+    except UnreadableFile:
+        return False
+
+
+def _remove_version_folder(name: str, folder_fd: int) -> bool:
+    """Remove a version folder that holds only the cache's own files; whether it did."""
+    if not version_folder_name(name):
+        return False
+    try:
+        fd = os.open(name, _FOLDER, dir_fd=folder_fd)
+    except OSError:
+        return False  # a link, or not a folder
+    try:
+        with os.scandir(fd) as inside:
+            entries = list(inside)
+        if not all(e.is_file(follow_symlinks=False) and (e.name in _DATA or _TEMP.fullmatch(e.name)) for e in entries):
+            return False
+        for entry in entries:
+            os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=folder_fd)
+    return True
+
+
+def clean(folder: Path, result: Cleaned) -> None:
+    """Remove specguard's files from a cache folder, and the folder once nothing else is left in it."""
+    try:
+        fd = os.open(folder, _FOLDER)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        result.left.append(f"{folder}: not a folder (a link?); left alone")
+        return
+    others = 0
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(e.name for e in entries)
+        for name in names:
+            if name == ".gitignore" and _is_gitignore(fd):
+                os.unlink(name, dir_fd=fd)
+            elif not _remove_version_folder(name, fd):
+                result.left.append(f"{folder / name}: not written by specguard; left alone")
+                others += 1
+    finally:
+        os.close(fd)
+    if not others:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(folder)
+        result.removed.append(folder)
