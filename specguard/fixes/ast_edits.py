@@ -120,7 +120,8 @@ def place(
         head, parts, tail, flat_text = expression
         prefix, suffix = around(text, node)
         new = layout.in_place(prefix, suffix, flat_text, head, parts, tail)
-        edit = replace_node(text, node, new) if new is not None else None
+        newline = _newline(text, node.lineno)  # the file's own line ending on the lines the fix splits
+        edit = replace_node(text, node, new.replace("\n", newline)) if new is not None else None
     if edit is None:
         return None
     kept = [
@@ -130,6 +131,10 @@ def place(
     ]
     lines = split_lines(text)
     return edit if layout.fits(*(lines[n - 1].rstrip("\r\n") for n in kept)) else None
+
+
+def _newline(text: str, line: int) -> str:
+    return "\r\n" if split_lines(text)[line - 1].endswith("\r\n") else "\n"
 
 
 def split_call(
@@ -163,7 +168,7 @@ def split_call(
     lines = layout.call(indent, prefix[len(indent) :] + source[: opening + 1], arguments, ")" + suffix)
     if lines is None:
         return None
-    newline = "\r\n" if split_lines(text)[call.lineno - 1].endswith("\r\n") else "\n"
+    newline = _newline(text, call.lineno)
     last = split_lines(text)[(call.end_lineno or call.lineno) - 1].rstrip("\r\n")
     return Edit(
         newline.join(lines)[len(indent) :], call.lineno, len(indent) + 1, call.end_lineno or call.lineno, len(last) + 1
