@@ -1113,9 +1113,26 @@ class Evaluator(Builtins):
 
     def unresolved(self, node: ast.AST, frame: Frame, state: State, values: list[Any]) -> None:
         """A call the evaluator does not follow: where it may raise and its arguments hold the question's subject
-        (`Hooks.unresolved_may_raise`), the path goes on under the condition that it returned."""
-        if self.hooks.unresolved_may_raise and any(self.is_doubt(v) for v in values):
+        (`Hooks.unresolved_may_raise`), also inside objects and containers (the specs whose fields are the flags),
+        the path goes on under the condition that it returned."""
+        if self.hooks.unresolved_may_raise and any(self._holds_doubt(v, 0) for v in values):
             state.path = state.path | {(self.cond(node, frame.module), True)}
+
+    def _holds_doubt(self, value: Any, depth: int) -> bool:
+        if self.is_doubt(value):
+            return True
+        value = plain(value)
+        if depth >= 2:
+            return False
+        if isinstance(value, Obj):
+            items = list(value.fields.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            items = list(value)
+        elif isinstance(value, dict):
+            items = list(value.values())
+        else:
+            return False
+        return any(self._holds_doubt(item, depth + 1) for item in items[:64])
 
     def _invoke(
         self,

@@ -312,6 +312,25 @@ RULE = Rule(
     judge=judge,
     limits=(
         Limit(
+            "A merge that hands its specs to a function the evaluation cannot read (of a package outside the "
+            "analyzed tree) is not decided: that function may be the check that fails a mixed group. Such merges "
+            "are counted (`--statistics`) and listed with the call (`-v`).",
+            missed="""
+                from dataclasses import dataclass
+
+                from myfork.checks import check_group
+
+                @dataclass
+                class MLAAttentionSpec:
+                    non_causal_multi_token_decode: bool = False
+
+                    @classmethod
+                    def merge(cls, specs):
+                        check_group(specs)
+                        return cls(non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in specs))
+            """,
+        ),
+        Limit(
             f"Calls are followed {MAX_DEPTH} deep: an agreement check that lies deeper in helpers is an unknown test "
             "on the flags, so the merge is not decided (`--statistics`, `-v`) even where that check is wrong.",
             missed="""
