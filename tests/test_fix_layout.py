@@ -108,6 +108,21 @@ def test_a_formatted_file_stays_formatted_after_every_fix(name: str, width: int)
     assert all(len(line) <= width for line in set(after.splitlines()) - set(formatted.splitlines()) if "#" not in line)
 
 
+@pytest.mark.parametrize("code", [c for c, rule in all_rules().items() if rule.fix_availability != "never"])
+def test_a_form_feed_in_a_comment_does_not_change_how_a_fix_is_laid_out(code: str) -> None:
+    """CPython ends no line at a form feed (`str.splitlines` does): a fix that measured its line by the latter read
+    the line above it, and SG104 then left a call split that now fits."""
+    bad = textwrap.dedent(all_rules()[code].bad)
+    at = bad.index("\n", bad.index("def ")) + 1  # the first line of the first function's body
+    indent = bad[at : len(bad) - len(bad[at:].lstrip(" "))]
+
+    def fixed(separator: str) -> str:
+        text = bad[:at] + f"{indent}# the draft{separator} step {'#' * 70}\n" + bad[at:]
+        return fix_text(text, check_source(text), check_source, lambda f: True).text
+
+    assert fixed("\x0c") == fixed(" ").replace("draft  step", "draft\x0c step")
+
+
 def test_sg103_fix_that_cannot_be_laid_out_is_not_offered_and_says_why() -> None:
     text = SG103_HEAD + (
         "    def propose(self, n, d: BatchExecutionDescriptor, q):\n"

@@ -19,6 +19,7 @@ from specguard.analysis.cst_tools import (
 )
 from specguard.analysis.index import FileFacts
 from specguard.analysis.positions import spans
+from specguard.analysis.sparse import sparse_lines
 from specguard.fixes.cst_edits import delete_statements, without_keyword
 from specguard.fixes.import_edits import drop_import
 from specguard.packs import Pack
@@ -143,7 +144,7 @@ def _drop_duplicate(ctx: RuleContext, scope: Scope, call: cst.Call) -> NodeFix |
 def _fits_in_place(ctx: RuleContext, call: cst.Call) -> Callable[[str], bool]:
     """Whether a call's new code, put where `call` is, makes a line within the project's line length."""
     line, col, end_line, end_col = spans(ctx.module, [call])[0]
-    lines = ctx.text.splitlines()
+    lines = [row.rstrip("\r\n") for row in sparse_lines(ctx.text)]  # numbered as CPython numbers them
     prefix, suffix = lines[line - 1][: col - 1], lines[end_line - 1][end_col - 1 :]
     return lambda code: len(prefix + code + suffix) <= ctx.facts.line_length
 
