@@ -124,7 +124,7 @@ class _Run:
         self.borrowed: dict[str, FileScan] = {}  # modules read for an ancestor class or the sink
         self.sources: dict[str, bytes] = {}  # the bytes the run's stages use, of each file whose content they use
         self._stamps: dict[str, tuple[int, int]] = {}  # of the bytes read for the evaluator alone
-        self._spellings: dict[str, str] = {}  # absolute path -> the path the run knows a file by
+        self._spellings: dict[str, str] = {}  # absolute path -> the path the run knows its bytes by
         self._texts: dict[str, list[str]] = {}
         self._exemptions: dict[str, FileExemption] = {}
         self.notes: list[str] = list(self.cache.notes)
@@ -158,8 +158,13 @@ class _Run:
     def _keep(self, scan: FileScan, data: bytes | None) -> None:
         self.scans[scan.path] = scan
         if data is not None:
-            self.sources[scan.path] = data
+            self._hold(scan.path, data)
         self.cache.put_scan(scan.path, scan)
+
+    def _hold(self, path: str, data: bytes) -> None:
+        """Keep a file's bytes for the run's later stages, also where they spell its path another way."""
+        self.sources[path] = data
+        self._spellings.setdefault(os.path.abspath(path), path)
 
     def _load_summary(self, path: Path) -> ModuleSummary | None:
         """A module without a pack name, read only because an ancestor class or the sink lives there."""
@@ -177,17 +182,17 @@ class _Run:
         elif not fresh:  # a prefiltered-out scan has no summary; read the file in full this once
             cached, data = scan_file(key, self.pack.needles, summarize_always=True)
             if data is not None:
-                self.sources[key] = data
+                self._hold(key, data)
             self.cache.put_scan(key, cached)
         self.borrowed[key] = cached
         return cached.summary
 
     def _spelling(self, path: Path | str) -> str:
         """The path the run knows a file by (as discovered, or as first read), however `path` spells it."""
-        if not self._spellings:
-            self._spellings = {os.path.abspath(p): p for p in self.scans}
-        key = os.path.abspath(path)
-        return self._spellings.setdefault(key, str(path))
+        key = str(path)
+        if key in self.sources or key in self.scans:  # the common case: the run's own spelling
+            return key
+        return self._spellings.setdefault(os.path.abspath(key), key)
 
     def module_bytes(self, path: Path) -> tuple[bytes, tuple[int, int]] | None:
         """A module the evaluator reads, as the run's other stages see it: the bytes its scan was made from, or,
@@ -203,9 +208,10 @@ class _Run:
             return data, scan.stamp
         if key not in self.sources:
             try:
-                self.sources[key], self._stamps[key] = read_stamped(key)
+                data, self._stamps[key] = read_stamped(key)
             except SourceError:
                 return None
+            self._hold(key, data)
         return self.sources[key], self._stamps.get(key, UNSTAMPED)
 
     def _bytes_of(self, scan: FileScan) -> bytes | None:
@@ -219,7 +225,7 @@ class _Run:
                 return None
             if digest_of(data) != scan.digest:
                 return None
-            self.sources[scan.path] = data
+            self._hold(scan.path, data)
         return data
 
     def _current(self, scan: FileScan) -> tuple[FileScan, bytes | None]:
