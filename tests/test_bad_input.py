@@ -136,7 +136,7 @@ SEEDS = [
         "attention/flashinfer_mla.py",
     )
 ]
-# Every construct the dataflow layer (analysis/dataflow) follows, so that mutations exercise it: helpers and their
+# Every construct the evaluator (specguard/evaluation) follows, so that mutations exercise it: helpers and their
 # summaries, attributes, containers, *args/**kwargs, guards in every form, loops, match, try, and SG201's merges.
 DATAFLOW_SEED = """\
 import functools
