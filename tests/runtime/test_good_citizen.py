@@ -18,8 +18,12 @@ from sg_runtime_helpers import run_in_venv
 
 # Logging is left unconfigured, as in vLLM's API server when it loads plugins while adding its CLI arguments.
 SCRIPT = r"""
-import json, multiprocessing, os, sys, threading, time
+import importlib.util, json, multiprocessing, os, sys, threading, time
 import vllm.envs as envs
+
+# specguard's own folder, located without importing it (a path test on "specguard" would also match a venv kept
+# under ~/.cache/specguard, where vLLM's own getters live)
+SPECGUARD_DIR = os.path.join(importlib.util.find_spec("specguard").submodule_search_locations[0], "")
 from vllm.platforms.interface import Platform
 import vllm.plugins
 
@@ -36,7 +40,7 @@ report = {
     # what of specguard sits in vLLM's environment code paths: the getters vLLM calls, compile_factors
     "specguard_in_envs": sorted(
         name for name, obj in [*envs.environment_variables.items(), ("compile_factors", envs.compile_factors)]
-        if "specguard" in getattr(getattr(obj, "__code__", None), "co_filename", "")
+        if getattr(getattr(obj, "__code__", None), "co_filename", "").startswith(SPECGUARD_DIR)
     ),
     "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("specguard")),
     "parent_pid": os.getpid(),
