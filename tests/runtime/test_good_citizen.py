@@ -213,3 +213,20 @@ def test_counters_are_exact_under_threads() -> None:
         POLICY.reset_counters()
     assert s["checks_run"]["G1:hammered"] == threads * per_thread
     assert s["violations"]["G1:hammered"] == threads * per_thread // 2
+
+
+def test_a_bad_stats_interval_stops_register_before_anything_is_patched() -> None:
+    """Issue 16 item 15, as vLLM meets it: `register()` raises the startup error before it imports the installer,
+    so a rejected interval leaves nothing of the guard behind."""
+    import subprocess
+
+    script = (
+        "import sys, specguard.runtime as sg\n"
+        "try:\n    sg.register()\nexcept sg.SpecGuardConfigError as exc:\n    print('refused:', exc)\n"
+        "print('installer imported:', 'specguard.runtime.install' in sys.modules)\n"
+    )
+    env = {**os.environ, "VLLM_SPECGUARD": "1", "VLLM_SPECGUARD_STATS_INTERVAL": "1e-9"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused: VLLM_SPECGUARD_STATS_INTERVAL='1e-9' is not a valid value" in out.stdout
+    assert "installer imported: False" in out.stdout
