@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from specguard._toml import load_toml, parse_toml
+from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
+from specguard._toml import parse_toml
 from specguard.errors import UserError
 
 BUILTIN_CATALOGUE = "hazards.toml"
@@ -90,10 +91,20 @@ class GroupMergeParams(_Params):
 class EvidenceParams(_Params):
     """Hazards decided by vLLM's own validation: every statement of `evidence` the config may reach.
 
-    `platform`: checks in another platform's module (`platforms/rocm.py` for "cuda") do not count."""
+    `platform`: checks in another platform's module (`platforms/rocm.py` for "cuda") do not count.
+
+    `neutral`: the config values under which the hazard cannot arise (`decode_context_parallel_size = 1`; a dotted
+    key reaches into a JSON option, `speculative_config.draft_tensor_parallel_size`, where null removes the key).
+    Where the source has no statement with the evidence's text (a fork rewording or moving it), the hazard is
+    judged by meaning instead: every statement of the kind in `search` whose function reads one of the neutral
+    keys is evaluated for the config and for the config made neutral; one the config reaches and the neutral
+    config does not is the validation. A config that already is neutral has not the hazard. The value "unset"
+    means the option (or the JSON key) is not given."""
 
     evidence: list[Evidence] = Field(min_length=1)
     platform: str = "cuda"
+    neutral: dict[str, Any] = Field(min_length=1)
+    search: list[str] = Field(default_factory=lambda: ["config/**", "engine/**", "platforms/**"], min_length=1)
 
 
 class BlockSizeParams(EvidenceParams):
@@ -237,5 +248,11 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
         raw = parse_toml(_builtin_text(), origin=origin, what="hazard catalogue")
     else:
         origin = str(path)
-        raw = load_toml(path, what="hazard catalogue")
+        if not path.exists() and not path.is_symlink():
+            raise UserError(f"{path}: hazard catalogue not found")
+        try:
+            text = read_regular_text(path, DATA_CAP)
+        except UnreadableFile as exc:
+            raise UserError(f"{path}: cannot read hazard catalogue: {exc.reason}") from None
+        raw = parse_toml(text, origin=origin, what="hazard catalogue")
     return parse_catalogue(raw, origin)

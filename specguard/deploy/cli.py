@@ -51,11 +51,7 @@ def _config_parser() -> argparse.ArgumentParser:
 
 
 def _run_config(argv: list[str]) -> int:
-    from specguard.deploy.catalogue import load_catalogue
-    from specguard.deploy.facts import open_source
-    from specguard.deploy.hazards import evaluate
-    from specguard.deploy.load import load
-    from specguard.deploy.report import not_judged_line, to_json, to_text
+    from specguard.deploy.flow import run_budget
 
     if "--" in argv:
         split = argv.index("--")
@@ -65,6 +61,17 @@ def _run_config(argv: list[str]) -> int:
     args = _config_parser().parse_args(ours)
     if args.file is None and serve_args is None:
         raise UserError("specguard config: give a config FILE.yaml, or `--` followed by vllm serve arguments")
+
+    with run_budget():  # one budget for every evaluation of the served source this run makes
+        return _judge(args, serve_args)
+
+
+def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
+    from specguard.deploy.catalogue import load_catalogue
+    from specguard.deploy.facts import open_source
+    from specguard.deploy.hazards import evaluate
+    from specguard.deploy.load import load
+    from specguard.deploy.report import not_judged_line, to_json, to_text
 
     catalogue = load_catalogue(Path(args.hazards) if args.hazards else None)
     facts = open_source(args.vllm_source)

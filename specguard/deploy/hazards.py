@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from specguard.deploy import meaning
 from specguard.deploy.catalogue import (
     BlockSizeParams,
     BuilderValidationParams,
@@ -32,7 +33,8 @@ from specguard.deploy.catalogue import (
     SpeculatorParams,
 )
 from specguard.deploy.facts import SourceFacts, SourceFinding
-from specguard.deploy.flow import UNKNOWN, Obj, Outcome, Verdict, verdict
+from specguard.deploy.flow import UNKNOWN, Obj, Outcome, OutOfBudget, Verdict, run_budget, verdict
+from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
 from specguard.deploy.source import ClassInfo, SourceTree
@@ -94,6 +96,11 @@ class Context:
         self._interleave: dict[tuple[str, str], tuple[Reach, _Resolved]] = {}
         self._builders: dict[tuple[int, str, str, bool], list[Outcome]] = {}
         self._sites: dict[tuple[str, str, tuple[str, ...], str], list[SiteRef]] = {}
+        self.code = ""  # the hazard being judged, for its notes
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"{self.code}: {text}")
 
     @cached_property
     def situation(self) -> Situation:
@@ -160,9 +167,52 @@ def _undecided(v: Verdict, what: str) -> NotJudged:
 
 
 def _judge_sites(ctx: Context, p: EvidenceParams, reach: Reach | None = None) -> Verdict:
-    """Whether the config reaches one of the statements `p.evidence` names."""
+    """Whether the config reaches one of the statements `p.evidence` names (found by its text, or else by what it
+    does: see `meaning`). A config with one of the hazard's neutral values has not the hazard."""
+    reach = reach or ctx.reach
+    twins = neutral_twins(ctx.cfg, p.neutral)
+    if twins is None:
+        return verdict([])
     sites = [s for e in p.evidence for s in ctx.sites(e, p.platform)]
-    return (reach or ctx.reach).verdict(sites) if sites else verdict([])
+    if sites:
+        return reach.verdict(sites)
+    return _judge_by_meaning(ctx, p, reach, twins)
+
+
+def _judge_by_meaning(ctx: Context, p: EvidenceParams, reach: Reach, twins: list[ServingConfig]) -> Verdict:
+    kind = p.evidence[0].kind
+    fields = meaning.fields_of(p.neutral)
+    texts = " or ".join(f'"{e.text}"' for e in p.evidence)
+    missing = f"no statement saying {texts} is in the served source"
+    found = meaning.candidates(ctx.facts.tree, fields, kind, p.search, p.platform)
+    scope = f"in {', '.join(p.search)} reading {', '.join(fields)}"
+    what, whats = ("warning", "warnings") if kind == "warning" else ("raise or assert", "raises and asserts")
+    if not found:
+        raise NotJudged(f"{missing}, and no {what} {scope} was found{_unreadable(ctx.facts.tree)}")
+    others = [Reach(Situation(twin, ctx.facts, interleave=reach.situation.interleave)) for twin in twins]
+    judged = meaning.judge(reach, others, found)
+    v = judged.verdict
+    if v.value is True:
+        _, where = _site_where(v.outcomes, ctx)
+        ctx.note(f"{missing}; judged by meaning: the statement at {where} is reached with this config, not without it")
+    elif v.value is False:
+        ctx.note(f"{missing}; judged by meaning: none of the {judged.evaluated} {whats} {scope} is reached by it")
+    else:
+        raise NotJudged(f"{missing}; judged by meaning, it depends on {v.reasons()}{_unreadable(ctx.facts.tree)}")
+    return v
+
+
+def _unreadable(tree: SourceTree) -> str:
+    return f" ({unreadable_files(tree)})" if tree.unreadable else ""
+
+
+def unreadable_files(tree: SourceTree, limit: int = 3) -> str:
+    """ "2 files of the served source could not be read: a.py (a FIFO...); b.py (...)"."""
+    items = list(tree.unreadable.items())
+    shown = "; ".join(f"{rel} ({why})" for rel, why in items[:limit])
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    files = "1 file" if len(items) == 1 else f"{len(items)} files"
+    return f"{files} of the served source could not be read: {shown}{more}"
 
 
 def _evidence_hit(
@@ -584,18 +634,32 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
     if facts is None:
         judgement.not_judged = {code: NO_SOURCE for code in sorted(catalogue.hazards)}
         return judgement
-    ctx = Context(cfg, facts)
+    with run_budget():
+        ctx = Context(cfg, facts)
+        _judge_all(ctx, catalogue, judgement)
+    return judgement
+
+
+def _judge_all(ctx: Context, catalogue: Catalogue, judgement: Judgement) -> None:
+    facts = ctx.facts
     for code, hazard in sorted(catalogue.hazards.items()):
+        ctx.code = code
         try:
             hits = EVALUATORS[code](ctx, hazard.params)
         except NotJudged as exc:
             judgement.not_judged[code] = str(exc)
+            continue
+        except OutOfBudget as exc:
+            judgement.not_judged[code] = f"too costly to evaluate ({exc})"
             continue
         except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
             judgement.notes.append(f"{code} not judged: reading the source failed ({type(exc).__name__}: {exc})")
             continue
         for hit in hits:
             judgement.findings.append(_render(hazard, hit, facts.label))
+    judgement.notes += ctx.notes
+    if facts.tree.unreadable:
+        judgement.notes.append(unreadable_files(facts.tree, limit=5))
     problems = list(
         dict.fromkeys(
             [*facts.analysis_problems, *ctx.reach.problems] if "reach" in ctx.__dict__ else facts.analysis_problems
@@ -605,4 +669,3 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         shown = "; ".join(problems[:3])
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         judgement.notes.append(f"`specguard check` could not analyze all of the source: {shown}{more}")
-    return judgement

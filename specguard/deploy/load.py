@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import difflib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +20,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
 from specguard.deploy import cmdline
 from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known
+from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known, run_budget
 from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
 from specguard.deploy.source import ClassInfo, dotted
 from specguard.errors import UserError
@@ -48,15 +51,12 @@ def read_yaml(path: str | Path) -> Any:
             "(or give the options as vllm serve arguments after --)"
         ) from None
 
-    p = Path(path)
+    if not os.path.lexists(path):
+        raise UserError(f"{path}: no such file")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from None
+        text = read_regular_text(path, DATA_CAP)
+    except UnreadableFile as exc:
+        raise UserError(f"{path}: {exc.reason}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -183,30 +183,52 @@ class ConfigChecker:
 
 def load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts | None) -> Loaded:
     """Read the config as `vllm serve [ARGS] [--config FILE]` with the served source's definitions."""
+    with run_budget():
+        return _load(file, serve_args, facts)
+
+
+def _load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts | None) -> Loaded:
     argv = list(serve_args or [])
     if file is not None:
         argv += ["--config", file]
     origin = file if file is not None and not serve_args else "vllm serve arguments"
     notes: list[str] = []
     checker: ConfigChecker | None = None
-    options = facts.serve_options if facts is not None else ServeOptions()
-    notes += [f"reading the served option definitions: {p}" for p in options.problems]
-    strict = bool(options.options)
-    if strict:
+    served = facts.serve_options if facts is not None else ServeOptions()
+    if served.problems:
+        notes.append(f"the served option definitions could not all be read: {'; '.join(served.problems)}")
+    if served.options:
         checker = ConfigChecker(facts)  # type: ignore[arg-type]
-    else:  # no source, or one whose parser could not be read: the modelled options with their usual shapes
-        options = ServeOptions(options=list(FALLBACK_OPTIONS))
+    # Where the served definitions are missing or incomplete, the modelled options keep their usual shapes, and an
+    # argument nobody defines is skipped with a note instead of blaming the command line for the source's fault.
+    options = _with_fallbacks(served)
+    strict = not served.incomplete
     try:
         reading = cmdline.read(argv, options, read_yaml, checker, origin, strict=strict)
     except cmdline.UnknownOptions as exc:
         raise UserError(_unknown_message(exc, options, origin)) from None
     if reading.ignored:
-        notes.append(
-            "read without the served source's option definitions: "
-            f"{' '.join(reading.ignored)} not read (pass --vllm-source DIR)"
-        )
+        typo = _unknown_message(cmdline.UnknownOptions(reading.ignored), options, origin)
+        if "did you mean" in typo:
+            raise UserError(typo)
+        why = "the served source's option definitions are incomplete" if served.options else "pass --vllm-source DIR"
+        notes.append(f"not read: {' '.join(reading.ignored)} ({why})")
     config = build(reading.values, origin, checker)
     return Loaded(config, reading, origin, notes)
+
+
+def _with_fallbacks(served: ServeOptions) -> ServeOptions:
+    """The served definitions, with the modelled options' usual shapes where a served one is missing or unread."""
+    if not served.options:
+        return ServeOptions(options=list(FALLBACK_OPTIONS))
+    if not served.incomplete:
+        return served
+    read = {o.dest for o in served.options if o.complete}
+    extra = [o for o in FALLBACK_OPTIONS if o.dest not in read]
+    replaced = {o.dest for o in extra}
+    taken = {f for o in extra for f in o.flags}
+    kept = [o for o in served.options if o.dest not in replaced and not set(o.flags) & taken]
+    return dataclasses.replace(served, options=[*kept, *extra])
 
 
 def _unknown_message(exc: Exception, options: ServeOptions, origin: str) -> str:

@@ -75,6 +75,7 @@ class Situation:
         self.raw: dict[str, dict[str, Any]] = {}
         # Config classes whose section the config leaves None: their methods never run.
         self.absent: set[str] = set()
+        self.interleave = interleave
         self.vllm = self._build(interleave)
 
     def config_class(self, name: str) -> ClassInfo | None:
@@ -302,7 +303,7 @@ def _find_sites(tree: SourceTree, text: str, kind: str, files: list[str], platfo
         rel = tree.relpath(path)
         if not any(fnmatch.fnmatch(rel, p) or p == "**" for p in patterns):
             continue
-        if platform is not None and _other_platform(rel, platform):
+        if platform is not None and other_platform(rel, platform):
             continue  # another platform's own checks (ROCm, XPU, ...) do not apply to this one
         raw = tree.text(path)
         if not all(w in raw for w in words) or not _may_hold(raw, text):
@@ -310,7 +311,7 @@ def _find_sites(tree: SourceTree, text: str, kind: str, files: list[str], platfo
         module = tree.module(tree.module_name(path))
         if module is None:
             continue
-        for node, message in _messages(tree, module, kind):
+        for node, message in message_nodes(tree, module, kind):
             if text not in message:
                 continue
             found = innermost(module, node, tree)
@@ -329,7 +330,7 @@ def _may_hold(raw: str, text: str) -> bool:
     return any(" ".join(words[i : i + 3]) in raw for i in range(len(words) - 2))
 
 
-def _messages(tree: SourceTree, module: ParsedModule, kind: str) -> list[tuple[ast.AST, str]]:
+def message_nodes(tree: SourceTree, module: ParsedModule, kind: str) -> list[tuple[ast.AST, str]]:
     """Every raise/assert or warning call of a module with its text, indexed once per module."""
     key = ("messages", module.name, kind)
     if key not in tree.memo:
@@ -348,7 +349,7 @@ def _message_nodes(tree: ast.Module, kind: str) -> Iterable[ast.AST]:
             yield node
 
 
-def _other_platform(relpath: str, platform: str) -> bool:
+def other_platform(relpath: str, platform: str) -> bool:
     """`platforms/rocm.py` is another platform than "cuda"; the shared interface is not."""
     if not relpath.startswith("platforms/") or relpath.count("/") != 1:
         return False
@@ -403,8 +404,8 @@ class Reach:
                 func = Function(first.module, first.function, first.owner)
                 try:
                     ev.call_function(func, ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value)
-                except OutOfBudget:
-                    self.problems.append(f"{first.relpath}:{first.function.name} was too long to evaluate")
+                except OutOfBudget as exc:  # what it did not reach is unknown: the verdict cannot be "no"
+                    raise OutOfBudget(f"{first.relpath}:{first.function.name}: {exc}") from None
                 out += [o for o in ev.outcomes if id(o.site.node) in targets]
         return out
 
@@ -415,8 +416,8 @@ class Reach:
         ev = Evaluator(self.tree)
         try:
             ev.call_function(Function(module, function, owner), [], kwargs, self_value=self_value)
-        except OutOfBudget:
-            self.problems.append(f"{self.tree.relpath(module.path)}:{function.name} was too long to evaluate")
+        except OutOfBudget as exc:
+            raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
         return ev.outcomes
 
     def entries(self, module: ParsedModule, function: Any, owner: ClassInfo | None, depth: int) -> list[_Context]:
@@ -446,7 +447,7 @@ class Reach:
         contexts: list[_Context] = []
         for caller_module, caller, caller_owner, calls in callers:
             for ctx in self.entries(caller_module, caller, caller_owner, depth - 1):
-                ev = Evaluator(self.tree, watch_calls=calls, max_depth=1, budget=20_000)
+                ev = Evaluator(self.tree, watch_calls=calls, max_depth=1, max_steps=100_000)
                 try:
                     ev.call_function(
                         Function(caller_module, caller, caller_owner),
@@ -456,7 +457,9 @@ class Reach:
                         self_value=ctx.self_value,
                     )
                 except OutOfBudget:
-                    self.problems.append(f"{self.tree.relpath(caller_module.path)}:{caller.name} was too long")
+                    # The caller is too costly to follow: the function is judged as an entry point instead (a
+                    # run whose whole budget is spent fails again at once, and the hazard goes unjudged).
+                    self.problems.append(f"{self.tree.relpath(caller_module.path)}:{caller.name} was too costly")
                     return None
                 for outcome in ev.outcomes:
                     if outcome.site.kind != "call":

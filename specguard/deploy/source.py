@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.errors import UserError
 
 ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
@@ -164,7 +165,8 @@ class SourceTree:
     root: Path
     _cache: dict[str, ParsedModule | None] = field(default_factory=dict)
     _texts: dict[Path, str] | None = None
-    # Modules that exist but could not be parsed, for the notes of a judgement.
+    # Files that exist but could not be read or parsed (relative path -> why), for the notes of a judgement: a FIFO,
+    # a link to a device, a file over the size cap, a syntax error, a module too deeply nested for Python's parser.
     unreadable: dict[str, str] = field(default_factory=dict)
     # Facts derived from the files that do not depend on a serving config (statements found by their text,
     # the callers of a function): computed once per tree.
@@ -202,9 +204,10 @@ class SourceTree:
         if parts[0] != self.package:
             return None
         base = self.root.joinpath(*parts[1:])
-        if (base / "__init__.py").is_file():
+        # exists(), not is_file(): a FIFO or a link to a device named like a module is that module, unreadable.
+        if (base / "__init__.py").exists():
             return base / "__init__.py", True
-        if base.with_suffix(".py").is_file():
+        if base.with_suffix(".py").exists():
             return base.with_suffix(".py"), False
         return None
 
@@ -215,11 +218,15 @@ class SourceTree:
         parsed: ParsedModule | None = None
         if found is not None:
             path, is_pkg = found
-            try:
-                tree = ast.parse(self.text(path), filename=str(path))
-            except (SyntaxError, ValueError) as exc:
-                self.unreadable[name] = f"{self.relpath(path)}: {type(exc).__name__}: {exc}"
-                tree = None
+            text = self.text(path)
+            tree = None
+            if self.relpath(path) not in self.unreadable:
+                try:
+                    tree = ast.parse(text, filename=str(path))
+                except (SyntaxError, ValueError) as exc:
+                    self.unreadable[self.relpath(path)] = f"{type(exc).__name__}: {exc}"
+                except (RecursionError, MemoryError):
+                    self.unreadable[self.relpath(path)] = "too deeply nested for Python's parser (RecursionError)"
             if tree is not None:
                 parsed = ParsedModule(name, path, is_pkg, tree)
                 _Collector(parsed).collect(tree.body)
@@ -227,11 +234,14 @@ class SourceTree:
         return parsed
 
     def text(self, path: Path) -> str:
+        """A source file's text; "" for one that cannot be read (a FIFO, a device, too large), noted in
+        `unreadable` with the reason."""
         if self._texts is not None and path in self._texts:
             return self._texts[path]
         try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            return read_regular(path, SOURCE_CAP).decode("utf-8", errors="replace")
+        except UnreadableFile as exc:
+            self.unreadable[self.relpath(path)] = exc.reason
             return ""
 
     def module_name(self, path: Path) -> str:
@@ -242,10 +252,12 @@ class SourceTree:
         return ".".join([self.package, *parts])
 
     def relpath(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
-            return str(path)
+        for candidate in (path.resolve(), path):  # a link out of the tree (to /dev/zero) keeps its own name
+            try:
+                return candidate.relative_to(self.root).as_posix()
+            except ValueError:
+                continue
+        return str(path)
 
     def module_for_path(self, relpath: str) -> ParsedModule | None:
         """`v1/attention/backends/mla/flashinfer_mla.py` (relative to the package dir) -> its module."""

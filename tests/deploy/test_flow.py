@@ -243,7 +243,7 @@ def test_recursion_is_bounded(tree: tuple[SourceTree, Path]) -> None:
     t, _ = tree
     ev = _run(t, "forever", _parallel(t))
     assert ev.outcomes == []
-    ev = Evaluator(t, budget=2)
+    ev = Evaluator(t, max_steps=2)
     module = t.module("vllm.m")
     assert module is not None
     with pytest.raises(OutOfBudget):

@@ -22,6 +22,14 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from specguard.deploy.flow.budget import (
+    EVALUATION_STEPS,
+    MAX_INT_BITS,
+    OutOfBudget,
+    deep_size,
+    evaluation_budget,
+    too_large,
+)
 from specguard.deploy.flow.objects import ObjectModel
 from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
 from specguard.deploy.flow.values import (
@@ -53,34 +61,51 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.BitAnd: operator.and_,
 }
 
-# The largest value the evaluator computes: the served source is data to it, and a tree that multiplies a string by
-# 10**12 or raises to a huge power must cost a "not judged", not the machine's memory or minutes of CPU.
-_MAX_ITEMS = 100_000
 _MAX_EXPONENT = 256
 _WIDE_PRINTF = re.compile(r"%[-+ #0]*(?:\*|\d{6,})")
+_SEQUENCES = (str, tuple, list)
 
 
-def _too_costly(op: ast.operator, left: Any, right: Any) -> bool:
+def _result_size(op: ast.operator, left: Any, right: Any) -> int | None:
+    """The size of `left <op> right` before computing it (see `budget.size`), or None where it would be too large
+    (or too slow: a huge power, a printf field a million wide)."""
+    ints = isinstance(left, int) and isinstance(right, int)
     if isinstance(op, ast.Pow):
         numbers = isinstance(left, (int, float)) and isinstance(right, (int, float))
-        return not numbers or abs(right) > _MAX_EXPONENT or abs(left) > 2**64
+        if not numbers or abs(right) > _MAX_EXPONENT or abs(left) > 2**64:
+            return None
+        bits = max(abs(int(left)), 2).bit_length() * max(int(right), 1) if ints else 64
+        return bits // 64 + 1 if bits <= MAX_INT_BITS else None
     if isinstance(op, ast.Mult):
-        seq, count = (left, right) if isinstance(left, (str, tuple, list)) else (right, left)
-        sized = isinstance(seq, (str, tuple, list)) and isinstance(count, int)
-        return sized and count * max(len(seq), 1) > _MAX_ITEMS
+        if ints:
+            bits = abs(left).bit_length() + abs(right).bit_length()
+            return bits // 64 + 1 if bits <= MAX_INT_BITS else None
+        seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+        if isinstance(seq, _SEQUENCES) and isinstance(count, int):
+            items = max(count, 0) * len(seq)
+            return items + 1 if not too_large(items) else None
+        return 1
+    if isinstance(op, ast.Add) and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
+        items = len(left) + len(right)
+        return items + 1 if not too_large(items) else None
+    if isinstance(op, (ast.BitOr, ast.BitAnd)) and not ints and hasattr(left, "__len__") and hasattr(right, "__len__"):
+        items = len(left) + len(right)
+        return items + 1 if not too_large(items) else None
     if isinstance(op, ast.Mod) and isinstance(left, str):
-        return bool(_WIDE_PRINTF.search(left))
-    return False
+        if _WIDE_PRINTF.search(left):
+            return None
+        chars = len(left) + (left.count("%") + 1) * deep_size(right)  # `%(a)s` may insert one value many times
+        return chars + 1 if not too_large(chars) else None
+    if ints:  # +, -, //, %, |, &: no larger than the larger operand and a bit
+        bits = max(abs(left).bit_length(), abs(right).bit_length()) + 1
+        return bits // 64 + 1 if bits <= MAX_INT_BITS else None
+    return 1
 
 
 _STAR_UNKNOWN: Any = object()
 
 # A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
 STAR_KWARGS = "\0**"
-
-
-class OutOfBudget(Exception):
-    """The evaluation ran more statements than it may; the caller reports the hazard as not judged."""
 
 
 class Evaluator(ObjectModel):
@@ -94,14 +119,14 @@ class Evaluator(ObjectModel):
         watch_calls: Iterable[ast.AST] = (),
         watch_attrs: Iterable[str] = (),
         max_depth: int = 4,
-        budget: int = 60_000,
+        max_steps: int = EVALUATION_STEPS,
     ) -> None:
         self.tree = tree
         self.hook = hook
         self.watch_calls = {id(n) for n in watch_calls}
         self.watch_attrs = set(watch_attrs)
         self.max_depth = max_depth
-        self.budget = budget
+        self.budget = evaluation_budget(max_steps)
         self.outcomes: list[Outcome] = []
         self._conds: dict[int, Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
@@ -134,9 +159,7 @@ class Evaluator(ObjectModel):
         for stmt in stmts:
             if current is None:
                 break
-            self.budget -= 1
-            if self.budget < 0:
-                raise OutOfBudget
+            self.budget.step()
             res = self.exec_stmt(stmt, frame, current)
             flow.returns += res.returns
             flow.breaks += res.breaks
@@ -292,6 +315,7 @@ class Evaluator(ObjectModel):
         if isinstance(value, (set, frozenset)) and known(value) and len(value) <= 256:
             return sorted(value, key=repr)
         if isinstance(value, str):
+            self.budget.spend(len(value))
             return list(value)
         if isinstance(value, LiteralType):
             return None
@@ -350,6 +374,7 @@ class Evaluator(ObjectModel):
     def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
         if expr is None:
             return None
+        self.budget.step()
         method = getattr(self, f"_e_{type(expr).__name__}", None)
         if method is None:
             return UNKNOWN
@@ -369,7 +394,8 @@ class Evaluator(ObjectModel):
         return self.getattr(self.eval(e.value, frame, state), e.attr, state, frame.depth)
 
     def _e_Tuple(self, e: ast.Tuple, frame: Frame, state: State) -> Any:
-        return tuple(self._elements(e.elts, frame, state))
+        values = self._elements(e.elts, frame, state)
+        return tuple(values) if values is not UNKNOWN else UNKNOWN
 
     def _e_List(self, e: ast.List, frame: Frame, state: State) -> Any:
         return self._elements(e.elts, frame, state)
@@ -377,7 +403,7 @@ class Evaluator(ObjectModel):
     def _e_Set(self, e: ast.Set, frame: Frame, state: State) -> Any:
         values = self._elements(e.elts, frame, state)
         try:
-            return set(values)
+            return set(values) if values is not UNKNOWN else UNKNOWN
         except TypeError:
             return UNKNOWN
 
@@ -389,9 +415,12 @@ class Evaluator(ObjectModel):
                 items = self._iterate(value)
                 if items is None:
                     return [UNKNOWN]  # a container with an unknown part: membership stays undecided
+                if too_large(len(out) + len(items)):
+                    return UNKNOWN
                 out.extend(items)
             else:
                 out.append(self.eval(elt, frame, state))
+        self.budget.spend(len(out) + 1)
         return out
 
     def _e_Dict(self, e: ast.Dict, frame: Frame, state: State) -> Any:
@@ -401,6 +430,9 @@ class Evaluator(ObjectModel):
                 merged = self.eval(value, frame, state)
                 if not isinstance(merged, dict):
                     return UNKNOWN
+                if too_large(len(out) + len(merged)):
+                    return UNKNOWN
+                self.budget.spend(len(merged))
                 out.update(merged)
                 continue
             k = self.eval(key, frame, state)
@@ -422,6 +454,10 @@ class Evaluator(ObjectModel):
             inner = self.eval(value.value, frame, state)
             if not known(inner) or not isinstance(inner, (str, int, float, bool)) or value.format_spec is not None:
                 return UNKNOWN
+            chars = sum(map(len, parts)) + deep_size(inner)
+            if too_large(chars):
+                return UNKNOWN
+            self.budget.spend(chars)
             parts.append(repr(inner) if value.conversion == ord("r") else str(inner))
         return "".join(parts)
 
@@ -467,12 +503,14 @@ class Evaluator(ObjectModel):
 
     def _binop(self, op: ast.operator, left: Any, right: Any) -> Any:
         fn = _BINOPS.get(type(op))
-        if fn is None or not known(left) or not known(right):
+        if fn is None or not known(left, self.budget) or not known(right, self.budget):
             return UNKNOWN
         if not all(isinstance(v, (int, float, str, tuple, list, set, frozenset)) for v in (left, right)):
             return UNKNOWN
-        if _too_costly(op, left, right):
+        cost = _result_size(op, left, right)
+        if cost is None:
             return UNKNOWN
+        self.budget.spend(cost)
         try:
             return fn(left, right)
         except Exception:  # noqa: BLE001 - division by zero or a type mismatch: the value is simply not known
@@ -548,6 +586,7 @@ class Evaluator(ObjectModel):
         out: list[Any] = []
         inner = state.copy()
         for item in items:
+            self.budget.step()
             self.assign(gen.target, item, frame, inner, e)
             keep: Any = True
             for cond in gen.ifs:
@@ -557,6 +596,7 @@ class Evaluator(ObjectModel):
                 keep = keep and truth
             if keep:
                 out.append(self.eval(e.elt, frame, inner))
+                self.budget.spend(1)
         return out
 
     _e_ListComp = _comprehension
@@ -642,7 +682,7 @@ class Evaluator(ObjectModel):
         try:
             flow = self.exec_block(func.node.body, frame, inner)
         except RecursionError:
-            return UNKNOWN
+            raise OutOfBudget("the code is too deeply nested to evaluate") from None
         ends = [(s, v) for s, v in flow.returns]
         if flow.normal is not None:
             ends.append((flow.normal, None))
