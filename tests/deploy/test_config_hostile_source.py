@@ -42,7 +42,6 @@ SPENT = {
     "comprehension-of-a-long-string",
     "comprehension-of-copies",
     "many-large-copies",
-    "deep-nesting",
     "membership-in-a-loop",
 }
 
