@@ -33,7 +33,7 @@ from specguard.deploy.catalogue import (
     SpeculatorParams,
 )
 from specguard.deploy.facts import SourceFacts, SourceFinding
-from specguard.deploy.flow import UNKNOWN, Obj, Outcome, OutOfBudget, Verdict, run_budget, verdict
+from specguard.deploy.flow import UNKNOWN, Obj, Outcome, OutOfBudget, Verdict, environment, run_budget, verdict
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
@@ -627,6 +627,24 @@ def _render(hazard: Hazard, hit: _Hit, source: str) -> ConfigFinding:
 
 
 NO_SOURCE = "no vLLM source to judge it against"
+# The code paths vLLM picks from its environment: which variables a verdict read unset (with the hazards).
+ENV_NOTE = "judged with these variables unset in the serving environment (pass --env NAME=VALUE where they are set)"
+
+
+def _judge_one(ctx: Context, hazard: Hazard, judgement: Judgement) -> None:
+    code = hazard.code
+    try:
+        hits = EVALUATORS[code](ctx, hazard.params)
+    except NotJudged as exc:
+        judgement.not_judged[code] = str(exc)
+        return
+    except OutOfBudget as exc:
+        judgement.not_judged[code] = f"too costly to evaluate ({exc})"
+        return
+    except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
+        judgement.not_judged[code] = f"reading the source failed ({type(exc).__name__}: {exc})"
+        return
+    judgement.findings += [_render(hazard, hit, ctx.facts.label) for hit in hits]
 
 
 def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None) -> Judgement:
@@ -642,22 +660,19 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
 
 def _judge_all(ctx: Context, catalogue: Catalogue, judgement: Judgement) -> None:
     facts = ctx.facts
+    env = environment.current()
+    assumed: dict[str, list[str]] = {}
     for code, hazard in sorted(catalogue.hazards.items()):
         ctx.code = code
-        try:
-            hits = EVALUATORS[code](ctx, hazard.params)
-        except NotJudged as exc:
-            judgement.not_judged[code] = str(exc)
-            continue
-        except OutOfBudget as exc:
-            judgement.not_judged[code] = f"too costly to evaluate ({exc})"
-            continue
-        except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
-            judgement.notes.append(f"{code} not judged: reading the source failed ({type(exc).__name__}: {exc})")
-            continue
-        for hit in hits:
-            judgement.findings.append(_render(hazard, hit, facts.label))
+        start = len(env.log)
+        _judge_one(ctx, hazard, judgement)
+        for name in dict.fromkeys(env.log[start:]):
+            if env.values.get(name) is None:
+                assumed.setdefault(name, []).append(code)
     judgement.notes += ctx.notes
+    if assumed:
+        shown = "; ".join(f"{name} ({', '.join(codes)})" for name, codes in assumed.items())
+        judgement.notes.append(f"{ENV_NOTE}: {shown}")
     if facts.tree.unreadable:
         judgement.notes.append(unreadable_files(facts.tree, limit=5))
     problems = list(

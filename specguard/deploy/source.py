@@ -63,6 +63,8 @@ class ParsedModule:
     module_imports: dict[str, str] = field(default_factory=dict)
     # Modules named by `from m import *`, searched last.
     star_imports: list[str] = field(default_factory=list)
+    # Names assigned only inside `if TYPE_CHECKING:` (they do not exist at run time).
+    typing_only: set[str] = field(default_factory=set)
 
 
 def dotted(expr: ast.expr) -> str | None:
@@ -114,7 +116,10 @@ class _Collector:
             elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(stmt.target, ast.Name):
                 self.parsed.assigns[stmt.target.id] = stmt.value
             elif isinstance(stmt, ast.If):
+                before = set(self.parsed.assigns)
                 self.collect(stmt.body)
+                if (dotted(stmt.test) or "").rpartition(".")[2] == "TYPE_CHECKING":
+                    self.parsed.typing_only |= set(self.parsed.assigns) - before
                 self.collect(stmt.orelse)
             elif isinstance(stmt, ast.Try):
                 self.collect(stmt.body)

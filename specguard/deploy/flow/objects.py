@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from specguard.deploy.flow import environment
 from specguard.deploy.flow.budget import Budget, deep_size, size, too_large
 from specguard.deploy.flow.paths import Frame, State
 from specguard.deploy.flow.values import (
@@ -147,6 +148,9 @@ class ObjectModel:
             return value.values if isinstance(value, LiteralType) else UNKNOWN
         if short == "cast" and len(args) == 2:
             return args[1]
+        if name in ("os.getenv", "os.environ.get") and args and isinstance(args[0], str) and not kwargs:
+            value = environment.current().get(args[0])  # the serving environment, not specguard's process
+            return value if value is not None else (args[1] if len(args) > 1 else None)
         return UNKNOWN
 
     def _python_builtin(
@@ -379,6 +383,11 @@ class ObjectModel:
         return value
 
     def _resolve_uncached(self, module: str, name: str) -> Any:
+        parsed = self.tree.module(module)
+        if parsed is not None and name in parsed.typing_only and "__getattr__" in parsed.functions:
+            # Declared for type checkers only; at run time the module's __getattr__ answers (vLLM's envs).
+            hook = Function(parsed, parsed.functions["__getattr__"])
+            return self._invoke(hook, None, [name], {}, State({}, {}, frozenset()), 0)
         found = self.tree.resolve(module, name)
         if isinstance(found, ClassInfo):
             return ClassRef(found)
@@ -390,7 +399,6 @@ class ObjectModel:
                 return Function(parsed, node)
             frame = Frame(parsed, None, None, 0)
             return self.eval(node, frame, State({}, {}, frozenset()))
-        parsed = self.tree.module(module)
         if parsed is not None and name in parsed.imports:
             src, orig = parsed.imports[name]
             if not src.startswith(self.tree.package):
