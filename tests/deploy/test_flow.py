@@ -120,6 +120,57 @@ def forever(p):
     return forever(p)
 
 
+class MyError(ValueError):
+    pass
+
+
+def caught(p):
+    try:
+        if p.size > 2:
+            raise ValueError("caught")
+    except ValueError:
+        logger.warning("recovered")
+
+
+def wrong_handler(p):
+    try:
+        if p.size > 2:
+            raise ValueError("wrong handler")
+    except KeyError:
+        logger.warning("never")
+
+
+def caught_from_callee(p):
+    try:
+        size_check(p)
+    except (TypeError, ValueError) as exc:
+        logger.warning("fell back")
+
+
+def reraised(p):
+    try:
+        size_check(p)
+    except Exception:
+        logger.warning("logged, then")
+        raise
+
+
+def own_exception(p):
+    try:
+        if p.size > 2:
+            raise MyError("a subclass")
+    except ValueError:
+        pass
+
+
+def undecided_handler(p):
+    try:
+        if p.size > 2:
+            raise ValueError("maybe caught")
+    except errors_of(p):
+        pass
+
+
 open("{marker}", "w").write("module level")
 """
 
@@ -248,6 +299,36 @@ def test_recursion_is_bounded(tree: tuple[SourceTree, Path]) -> None:
     assert module is not None
     with pytest.raises(OutOfBudget):
         ev.call_function(Function(module, module.functions["both_branches"]), [_parallel(t), Obj(None, {})], {})
+
+
+def _failures(ev: Evaluator) -> Any:
+    return verdict([o for o in ev.outcomes if o.site.kind == "raise"])
+
+
+def test_a_raise_an_enclosing_except_catches_is_no_failure(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    big = _parallel(t, size=4)
+    ev = _run(t, "caught", big)
+    assert _failures(ev).value is False
+    assert verdict([o for o in ev.outcomes if o.site.message == "recovered"]).value is True  # the handler ran
+    assert _failures(_run(t, "wrong_handler", big)).value is True
+    assert _messages(_run(t, "wrong_handler", big)) == ["wrong handler"]
+    assert _failures(_run(t, "caught_from_callee", big)).value is False  # raised in the callee, caught here
+    assert _failures(_run(t, "own_exception", big)).value is False  # the source's own subclass of ValueError
+    assert _messages(_run(t, "caught", _parallel(t, size=1))) == []  # nothing raised: the handler never runs
+
+
+def test_a_bare_raise_in_a_handler_fails_again(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    ev = _run(t, "reraised", _parallel(t, size=4))
+    assert _failures(ev).value is True
+    assert "too big" in [o.site.message for o in ev.outcomes if o.site.kind == "raise" and not o.caught]
+
+
+def test_a_handler_the_evaluator_cannot_read_leaves_the_failure_undecided(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    v = _failures(_run(t, "undecided_handler", _parallel(t, size=4)))
+    assert v.value is UNKNOWN and "errors_of(p)" in v.reasons()
 
 
 def _state() -> Any:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from specguard.deploy.flow import exceptions
 from specguard.deploy.flow.budget import (
     EVALUATION_STEPS,
     MAX_INT_BITS,
@@ -131,6 +132,7 @@ class Evaluator(ObjectModel):
         self._conds: dict[int, Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
         self._resolving: set[tuple[str, str]] = set()
+        self._reraise: list[list[Outcome]] = []  # what the handler being run caught (for a bare `raise`)
 
     def call_function(
         self,
@@ -197,6 +199,9 @@ class Evaluator(ObjectModel):
             # unrelated raise hide the rest of the function).
             if stmt.exc is not None:
                 self.record("raise", frame.module, stmt, message_of(stmt.exc), state.path)
+            elif self._reraise:  # a bare `raise` in a handler: what it caught fails again, on this path
+                for caught in self._reraise[-1]:
+                    self.outcomes.append(Outcome(caught.site, caught.path | state.path, caught.detail))
             return Flow(normal=state)
         if isinstance(stmt, ast.Assert):
             truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
@@ -213,7 +218,9 @@ class Evaluator(ObjectModel):
         if isinstance(stmt, ast.While):
             return self._loop_unknown(stmt, stmt.test, stmt.body, frame, state)
         if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            start = len(self.outcomes)
             flow = self.exec_block(stmt.body, frame, state)  # type: ignore[attr-defined]
+            flow = self._handle(stmt.handlers, self.outcomes[start:], flow, frame, state)  # type: ignore[attr-defined]
             if flow.normal is not None:
                 rest = self.exec_block(stmt.orelse, frame, flow.normal)  # type: ignore[attr-defined]
                 flow = _chain(flow, rest)
@@ -248,6 +255,46 @@ class Evaluator(ObjectModel):
         for name in _assigned_names([stmt]):
             state.locals[name] = UNKNOWN
         return Flow(normal=state)
+
+    def _handle(
+        self, handlers: list[ast.ExceptHandler], raised: list[Outcome], flow: Flow, frame: Frame, state: State
+    ) -> Flow:
+        """Mark the raises of a try body its handlers catch (under a condition where a handler is undecided), and
+        run each handler that catches something on the paths of what it caught."""
+        if not handlers:
+            return flow
+        runs: list[tuple[ast.ExceptHandler, list[Outcome]]] = [(h, []) for h in handlers]
+        for outcome in raised:
+            if outcome.site.kind not in ("raise", "assert") or outcome.caught:
+                continue
+            types = exceptions.lineage(outcome, self.tree)
+            for handler, caught in runs:
+                match = exceptions.catches(handler, types)
+                if match is False:
+                    continue
+                if match is True:
+                    outcome.caught = True
+                    caught.append(outcome)
+                    break
+                cond = self.cond(handler.type or handler, frame.module)  # "this handler catches it"
+                caught.append(Outcome(outcome.site, outcome.path | {(cond, True)}, outcome.detail))
+                outcome.path = outcome.path | {(cond, False)}
+        ends = [flow.normal] if flow.normal is not None else []
+        for handler, caught in runs:
+            for path in list(dict.fromkeys(o.path for o in caught))[:4]:
+                inner = (flow.normal or state).copy(path)
+                if handler.name:
+                    inner.locals[handler.name] = UNKNOWN
+                self._reraise.append([o for o in caught if o.path == path])
+                try:
+                    res = self.exec_block(handler.body, frame, inner)
+                finally:
+                    self._reraise.pop()
+                flow = Flow(flow.normal, flow.returns + res.returns, flow.breaks + res.breaks, flow.continues)
+                if res.normal is not None:
+                    res.normal.path = state.path if flow.normal is None else flow.normal.path
+                    ends.append(res.normal)
+        return Flow(merge(ends), flow.returns, flow.breaks, flow.continues)
 
     def _branch(self, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt], frame: Frame, state: State) -> Flow:
         truth = self.truth(self.eval(test, frame, state), frame, state)

@@ -46,6 +46,7 @@ class Outcome:
     site: Site
     path: frozenset
     detail: Any = None
+    caught: bool = False  # a raise an enclosing `except` catches: no failure
 
 
 @dataclass
@@ -110,7 +111,7 @@ class Verdict:
 
 def verdict(outcomes: list[Outcome]) -> Verdict:
     """True if some outcome happens whatever the undecided conditions are, UNKNOWN if some may, else False."""
-    live = [o for o in outcomes if not _contradictory(o.path)]
+    live = [o for o in outcomes if not o.caught and not _contradictory(o.path)]
     if not live:
         return Verdict(False, [])
     certain = [o for o in live if not o.path]
