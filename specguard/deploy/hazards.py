@@ -230,16 +230,25 @@ def _evidence_hit(
 # -- analyzer-finding hazards -------------------------------------------------------------------------------------
 
 
-def _speculators(method: str, p: SpeculatorParams, facts: SourceFacts) -> list[ClassInfo]:
-    registry = facts.method_speculators(p.registry_file, p.registry_function, p.predicate_file, p.predicate_class)
-    return registry.get(method, [])
+def _speculators(ctx: Context, p: SpeculatorParams) -> list[ClassInfo]:
+    """The speculator classes the served registry builds for the config's method (any it may build, whatever
+    else decides among them: the draft model's architecture), by evaluating the registry function."""
+    module = ctx.facts.tree.module_for_path(p.registry_file)
+    function = module.functions.get(p.registry_function) if module is not None else None
+    if module is None or function is None:
+        raise NotJudged(
+            f"which speculator serves method '{ctx.cfg.method}' is read from `{p.registry_function}` in "
+            f"{p.registry_file}, and the served source has none{_unreadable(ctx.facts.tree)}"
+        )
+    live = [o for o in ctx.reach.constructed(module, function) if verdict([o]).value is not False]
+    return list(dict.fromkeys(o.detail for o in live))
 
 
 def _cfg101(ctx: Context, p: DraftPathParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.method is None or cfg.data_parallel_size <= 1:
         return []
-    family = [c for c in _speculators(cfg.method, p, facts) if facts.descends_from(c, p.draft_path_class)]
+    family = [c for c in _speculators(ctx, p) if facts.descends_from(c, p.draft_path_class)]
     hits = facts.findings_in_lineage(family, p.rules) if family else []
     if not hits:
         return []
@@ -260,7 +269,7 @@ def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.method is None or cfg.decode_context_parallel_size <= 1:
         return []
-    classes = _speculators(cfg.method, p, facts)
+    classes = _speculators(ctx, p)
     hits = facts.findings_in_lineage(classes, p.rules)
     if not hits:
         return []

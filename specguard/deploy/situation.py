@@ -22,6 +22,7 @@ from typing import Any
 
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.flow import (
+    NOT_HANDLED,
     UNKNOWN,
     Bound,
     ClassRef,
@@ -419,6 +420,25 @@ class Reach:
         except OutOfBudget as exc:
             raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
         return ev.outcomes
+
+    def constructed(self, module: ParsedModule, function: Any) -> list[Outcome]:
+        """The classes of the tree `function` returns new instances of for this situation (`return C(...)`, in it
+        or in what it calls), each an outcome with the conditions it is built under: a registry such as
+        `init_speculator`, evaluated however its tests are written (a local, a predicate method, `in`, ...)."""
+
+        def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
+            if isinstance(func, ClassRef) and isinstance(self.tree.parents(frame.module).get(id(node)), ast.Return):
+                ev.record("construct", frame.module, node, func.info.name, state.path, func.info)
+                return UNKNOWN
+            return NOT_HANDLED
+
+        self_value, kwargs = self.situation.bind(function, None, module)
+        ev = Evaluator(self.tree, hook=hook)
+        try:
+            ev.call_function(Function(module, function), [], kwargs, self_value=self_value)
+        except OutOfBudget as exc:
+            raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
+        return [o for o in ev.outcomes if o.site.kind == "construct"]
 
     def entries(self, module: ParsedModule, function: Any, owner: ClassInfo | None, depth: int) -> list[_Context]:
         key = id(function)

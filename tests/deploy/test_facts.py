@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.facts import SourceFacts
+from specguard.deploy.hazards import Context, _speculators
+from specguard.deploy.load import load
 from specguard.deploy.situation import find_sites
-from specguard.deploy.source import SourceTree
+from specguard.deploy.source import ClassInfo, SourceTree
 from specguard.errors import UserError
-
-REGISTRY = (
-    "v1/worker/gpu/spec_decode/__init__.py",
-    "init_speculator",
-    "config/speculative.py",
-    "SpeculativeConfig",
-)
 
 
 @pytest.mark.parametrize("version", ["0.28.0", "0.30.0", "0.33.0"])
@@ -27,21 +24,26 @@ def test_version_is_read_from_the_tree(version: str, facts: Callable[[str], Sour
     assert facts(version).label.startswith(f"vLLM {version} at ")
 
 
+def _built(f: SourceFacts, method: str) -> dict[str, ClassInfo]:
+    """The speculator classes the served `init_speculator` builds for `method`, by evaluating it."""
+    cfg = load(None, ["m", "-sc", json.dumps({"method": method, "model": "d", "num_speculative_tokens": 2})], f).config
+    return {c.name: c for c in _speculators(Context(cfg, f), load_catalogue()["CFG101"].params)}  # type: ignore[arg-type]
+
+
 def test_method_registry_differs_between_versions(facts: Callable[[str], SourceFacts]) -> None:
-    old = {m: {c.name for c in cs} for m, cs in facts("0.28.0").method_speculators(*REGISTRY).items()}
-    new = {m: {c.name for c in cs} for m, cs in facts("0.33.0").method_speculators(*REGISTRY).items()}
-    assert old["dspark"] == new["dspark"] == {"DSparkSpeculator"}
-    assert old["dflash"] == {"DFlashSpeculator", "DFlash2Speculator"}
-    assert {"XPressSpeculator", "LiLiCorrSpeculator"} <= new["dflash"]
+    old, new = facts("0.28.0"), facts("0.33.0")
+    assert set(_built(old, "dspark")) == set(_built(new, "dspark")) == {"DSparkSpeculator"}
+    assert set(_built(old, "dflash")) == {"DFlashSpeculator", "DFlash2Speculator"}
+    assert {"XPressSpeculator", "LiLiCorrSpeculator"} <= set(_built(new, "dflash"))
     # eagle is reached through the `use_eagle()` predicate; mtp, taken by an earlier branch, is not given to it.
-    assert old["eagle3"] == {"EagleSpeculator"}
-    assert "EagleSpeculator" not in old["mtp"]
-    assert "draft_model" not in old and new["draft_model"] == {"StandaloneARSpeculator"}
+    assert set(_built(old, "eagle3")) == {"EagleSpeculator"}
+    assert "EagleSpeculator" not in _built(old, "mtp")
+    assert _built(old, "draft_model") == {} and set(_built(new, "draft_model")) == {"StandaloneARSpeculator"}
 
 
 def test_speculator_ancestry(facts: Callable[[str], SourceFacts]) -> None:
     f = facts("0.33.0")
-    [lilicorr] = [c for c in f.method_speculators(*REGISTRY)["dflash"] if c.name == "LiLiCorrSpeculator"]
+    lilicorr = _built(f, "dflash")["LiLiCorrSpeculator"]
     assert [a.name for a in f.tree.ancestors(lilicorr)][:3] == [
         "LiLiCorrSpeculator",
         "DFlash2Speculator",
@@ -116,7 +118,7 @@ def test_serve_options_are_read_from_the_parser_construction(version: str, facts
 def test_the_analyzed_vllm_is_never_imported(source_dir: Callable[[str], Path]) -> None:
     before = set(sys.modules)
     f = SourceFacts.open(source_dir("0.28.0"))  # a fresh one: nothing cached
-    f.method_speculators(*REGISTRY)
+    _built(f, "dflash")
     f.class_attribute(
         f.backend("v1/attention/backends/registry.py", "FLASHINFER_MLA").builder,  # type: ignore[union-attr]
         "supports_non_causal_multi_token_dcp",

@@ -11,7 +11,7 @@ import pytest
 
 from specguard.deploy.catalogue import Catalogue
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.hazards import EVALUATORS, Judgement, evaluate
+from specguard.deploy.hazards import EVALUATORS, Context, Judgement, _speculators, evaluate
 from specguard.deploy.load import build, load
 
 OLD, MID, NEW = "0.28.0", "0.30.0", "0.33.0"
@@ -241,8 +241,9 @@ def test_cfg101_covers_every_dflash_path_class_the_source_builds(
         (NEW, {"DFlashSpeculator", "DFlash2Speculator", "XPressSpeculator", "LiLiCorrSpeculator"}),
     ):
         f = facts(version)
-        classes = f.method_speculators(p.registry_file, p.registry_function, p.predicate_file, p.predicate_class)  # type: ignore[attr-defined]
-        assert {c.name for c in classes["dflash"] if f.descends_from(c, "DFlashSpeculator")} == expected
+        cfg = load(None, ["m", *_spec("dflash")], f).config
+        classes = _speculators(Context(cfg, f), p)  # type: ignore[arg-type]
+        assert {c.name for c in classes if f.descends_from(c, "DFlashSpeculator")} == expected
 
 
 def test_cfg102_points_at_the_check_in_the_backend(facts: Callable[[str], SourceFacts], catalogue: Catalogue) -> None:
