@@ -307,6 +307,8 @@ def _cfg102(ctx: Context, p: InterleaveParams) -> list[_Hit]:
     if cfg.attention_backend is None:
         return []  # chosen at startup from the GPU: CFG102 is judged for the backend the config sets
     backend = ctx.facts.backend(p.registry_file, cfg.attention_backend)
+    if backend is None and ctx.facts.tree.module_for_path(p.registry_file) is None:
+        raise NotJudged(f"the attention backends are read from {p.registry_file}, which the served source lacks")
     if backend is None:
         return []  # not a backend of this source: CFG112 says so
     if backend.builder is None:
@@ -382,8 +384,10 @@ def _required_value(outcome: Outcome, suffix: str, tree: SourceTree) -> int | No
 def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
     cfg = ctx.cfg
     sites = ctx.sites(p.evidence, None)
-    if not sites or cfg.speculative_config is None:
+    if cfg.speculative_config is None or cfg.decode_context_parallel_size <= 1:
         return []
+    if not sites:
+        return _cfg103_by_meaning(ctx, p)
     reach, resolved = ctx.with_interleave(p.resolution)
     site_ids = {id(s.node) for s in sites}
     roles = (
@@ -426,6 +430,56 @@ def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
     if undecided:
         raise NotJudged("whether the metadata builders refuse it depends on " + "; ".join(undecided))
     return []
+
+
+def _cfg103_by_meaning(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
+    """No statement with the catalogued text: a raise constructing the target's or the draft's builder reaches
+    with this config and not with DCP off is the validation (one under an interleave-size test is CFG102's)."""
+    cfg = ctx.cfg
+    reach, _ = ctx.with_interleave(p.resolution)
+    twin = Reach(
+        Situation(cfg.model_copy(update={"decode_context_parallel_size": 1}), ctx.facts, reach.situation.interleave)
+    )
+    missing = f'no statement saying "{p.evidence.text}" is in the served source'
+    roles = (
+        ("target", cfg.attention_backend, "decode-context-parallel-size"),
+        ("draft", cfg.draft_backend, "speculative-config.attention_backend"),
+    )
+    undecided: list[str] = []
+    for role, name, key in roles:
+        backend = ctx.facts.backend(p.registry_file, name) if name is not None else None
+        if backend is None or backend.builder is None:
+            undecided.append(
+                f"the {role}'s attention backend ({name or 'chosen at startup'}) has no builder to evaluate"
+            )
+            continue
+        draft = role == "draft"
+
+        builder = backend.builder
+        theirs = {id(o.site.node) for o in _refusals(ctx, builder, p, draft, twin) if verdict([o]).value is not False}
+        mine = [o for o in _refusals(ctx, builder, p, draft, reach) if id(o.site.node) not in theirs]
+        v = verdict(mine)
+        if v.value is True:
+            raised, where = _site_where(v.outcomes, ctx)
+            ctx.note(f"{missing}; judged by meaning: constructing {builder.name} raises at {where} with DCP only")
+            facts = {"method": cfg.method, "dcp": cfg.decode_context_parallel_size, "role": role, "backend": name}
+            return [_Hit(key, {**facts, "builder": backend.builder.name, "raised": raised, "where": where})]
+        if v.value is UNKNOWN:
+            undecided.append(f"{v.reasons()} for the {role}'s {backend.builder.name}")
+    if undecided:
+        raise NotJudged(f"{missing}; judged by meaning, it depends on " + "; ".join(undecided))
+    ctx.note(f"{missing}; judged by meaning: neither builder raises with DCP where it does not without")
+    return []
+
+
+def _refusals(ctx: Context, builder: ClassInfo, p: BuilderValidationParams, draft: bool, reach: Reach) -> list[Outcome]:
+    """Raises and failed asserts constructing `builder`, other than CFG102's (under an interleave-size test)."""
+    outcomes = ctx.builder_outcomes(builder, p.role_attribute, draft, reach)
+    return [
+        o
+        for o in outcomes
+        if o.site.kind in ("raise", "assert") and not _guarded_by(o, "interleave_size", ctx.facts.tree)
+    ]
 
 
 def _validation_without_builder(ctx: Context, sites: list[SiteRef], role_attribute: str, draft: bool) -> list[Outcome]:
@@ -586,7 +640,12 @@ def _enum_hit(value: str | None, key: str, p: SourceEnumParams, facts: SourceFac
     if value is None:
         return []
     accepted = facts.accepted_values(p.file, p.symbol)
-    if not accepted or value in accepted:
+    if not accepted:
+        raise NotJudged(
+            f"whether the served source accepts {value!r} is read from `{p.symbol}` in {p.file}, which it does not "
+            f"define{_unreadable(facts.tree)}"
+        )
+    if value in accepted:
         return []
     return [_Hit(key, {"value": value, "method": value, "accepted": _accepted(value, accepted)})]
 

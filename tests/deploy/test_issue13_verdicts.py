@@ -153,4 +153,10 @@ def test_issue13_verdict(
     judgement = evaluate(load(None, ["m", *argv], facts(version)).config, catalogue, facts(version))
     found = code in {f.code for f in judgement.findings}
     assert found == (version in refused_on), (item, version, judgement.not_judged.get(code))
+    why = judgement.not_judged.get(code, "")
+    if code == "CFG103" and version == "0.28.0" and "draft's attention backend (chosen at startup)" in why:
+        # 0.28.0 has no DSpark DCP validation by its text; judged by meaning, a draft builder chosen at startup
+        # cannot be evaluated: not judged, said, never a silent clean.
+        assert why.startswith("no statement saying")
+        return
     assert code not in judgement.not_judged, judgement.not_judged[code]
