@@ -195,8 +195,11 @@ def _judge_by_meaning(ctx: Context, p: EvidenceParams, reach: Reach, twins: list
     if v.value is True:
         _, where = _site_where(v.outcomes, ctx)
         ctx.note(f"{missing}; judged by meaning: the statement at {where} is reached with this config, not without it")
-    elif v.value is False:
-        ctx.note(f"{missing}; judged by meaning: none of the {judged.evaluated} {whats} {scope} is reached by it")
+    elif v.value is False:  # the validation may have moved out of reach, or be gone: never a clean by default
+        raise NotJudged(
+            f"{missing}, and none of the {judged.evaluated} {whats} {scope} refuses this config as evaluated"
+            f"{_unreadable(ctx.facts.tree)}"
+        )
     else:
         raise NotJudged(f"{missing}; judged by meaning, it depends on {v.reasons()}{_unreadable(ctx.facts.tree)}")
     return v
@@ -468,8 +471,7 @@ def _cfg103_by_meaning(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
             undecided.append(f"{v.reasons()} for the {role}'s {backend.builder.name}")
     if undecided:
         raise NotJudged(f"{missing}; judged by meaning, it depends on " + "; ".join(undecided))
-    ctx.note(f"{missing}; judged by meaning: neither builder raises with DCP where it does not without")
-    return []
+    raise NotJudged(f"{missing}, and neither metadata builder raises with DCP where it does not without")
 
 
 def _refusals(ctx: Context, builder: ClassInfo, p: BuilderValidationParams, draft: bool, reach: Reach) -> list[Outcome]:

@@ -48,11 +48,15 @@ def test_examples_json(
     assert rc == (1 if findings else 0)
     for f in findings:
         assert set(f) == {"code", "severity", "message", "key", "fix"}
-    # Only the block size of the Triton example is left to the server; it says so on stderr. Besides, the run
-    # names the serving-environment variables its verdicts read unset.
+    # What was not judged goes to stderr: the Triton example's block size (left to the server), and on 0.28.0,
+    # which has no DSpark DCP validation to find, CFG103. Besides, the run names the serving-environment
+    # variables its verdicts read unset.
+    expected = {"CFG110"} if example == "dspark-dcp-triton.yaml" else set()
+    if example.startswith("dspark") and version == "0.28.0":
+        expected.add("CFG103")
     env_note = f"specguard config: note: {ENV_NOTE}: "
     others = [line for line in err.splitlines() if not line.startswith(env_note) and "judged by meaning:" not in line]
-    assert (others == []) == (example != "dspark-dcp-triton.yaml"), err
+    assert set(re.findall(r"(CFG\d{3}) not judged", "\n".join(others))) == expected, err
 
 
 def test_text_output(run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]) -> None:
