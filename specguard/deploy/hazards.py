@@ -173,18 +173,31 @@ def _judge_sites(ctx: Context, p: EvidenceParams, reach: Reach | None = None) ->
     twins = neutral_twins(ctx.cfg, p.neutral)
     if twins is None:
         return verdict([])
-    sites = [s for e in p.evidence for s in ctx.sites(e, p.platform)]
-    if sites:
-        return reach.verdict(sites)
-    return _judge_by_meaning(ctx, p, reach, twins)
+    by_text = {e.text: ctx.sites(e, p.platform) for e in p.evidence}
+    sites = [s for found in by_text.values() for s in found]
+    v = reach.verdict(sites) if sites else verdict([])
+    absent = [e for e in p.evidence if not by_text[e.text]]
+    if not absent or v.value is True:
+        return v
+    # A statement of the catalogue is not in the source (reworded, moved, gone): what it checked is judged by meaning.
+    return _judge_by_meaning(ctx, p, reach, twins, absent, {id(s.node) for s in sites})
 
 
-def _judge_by_meaning(ctx: Context, p: EvidenceParams, reach: Reach, twins: list[ServingConfig]) -> Verdict:
+def _judge_by_meaning(
+    ctx: Context,
+    p: EvidenceParams,
+    reach: Reach,
+    twins: list[ServingConfig],
+    absent: list[Evidence],
+    known: set[int],
+) -> Verdict:
     kind = p.evidence[0].kind
     fields = meaning.fields_of(p.neutral)
-    texts = " or ".join(f'"{e.text}"' for e in p.evidence)
+    texts = " or ".join(f'"{e.text}"' for e in absent)
     missing = f"no statement saying {texts} is in the served source"
-    found = meaning.candidates(ctx.facts.tree, fields, kind, p.search, p.platform)
+    found = [
+        s for s in meaning.candidates(ctx.facts.tree, fields, kind, p.search, p.platform) if id(s.node) not in known
+    ]
     scope = f"in {', '.join(p.search)} reading {', '.join(fields)}"
     what, whats = ("warning", "warnings") if kind == "warning" else ("raise or assert", "raises and asserts")
     if not found:
@@ -559,8 +572,11 @@ def _accepted_dcp(ctx: Context, p: EvidenceParams) -> list[int]:
     out = []
     for dcp in range(1, limit + 1):
         other = Context(cfg.model_copy(update={"decode_context_parallel_size": dcp}), ctx.facts)
-        if _judge_sites(other, p).value is False:
-            out.append(dcp)
+        try:
+            if _judge_sites(other, p).value is False:
+                out.append(dcp)
+        except NotJudged:
+            continue  # not known to be accepted: not offered
     return out
 
 
