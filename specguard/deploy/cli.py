@@ -37,10 +37,17 @@ def _config_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("file", nargs="?", help="a config in the format `vllm serve --config FILE` reads")
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--vllm-source",
         metavar="DIR",
         help="the vllm/ package dir to judge against (default: the vLLM installed in this environment)",
+    )
+    source.add_argument(
+        "--vllm-version",
+        metavar="X.Y.Z",
+        help="judge against this vLLM release: its wheel is downloaded once with pip (nothing installed, nothing "
+        "run) and its Python files kept in the user cache",
     )
     parser.add_argument(
         "--require-source",
@@ -97,6 +104,10 @@ def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
     from specguard.deploy.report import not_judged_line, to_json, to_text
 
     catalogue = load_catalogue(Path(args.hazards) if args.hazards else None)
+    if args.vllm_version is not None:
+        from specguard.deploy.release import release_source
+
+        args.vllm_source = str(release_source(args.vllm_version))
     facts = open_source(args.vllm_source)
     if facts is None and args.require_source:
         raise UserError(

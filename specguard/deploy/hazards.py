@@ -757,8 +757,10 @@ def _judge_all(ctx: Context, catalogue: Catalogue, judgement: Judgement) -> None
                 assumed.setdefault(name, []).append(code)
     judgement.notes += ctx.notes
     if assumed:
-        shown = "; ".join(f"{name} ({', '.join(codes)})" for name, codes in assumed.items())
-        judgement.notes.append(f"{ENV_NOTE}: {shown}")
+        items = list(assumed.items())
+        shown = "; ".join(f"{name} ({', '.join(codes)})" for name, codes in items[:6])
+        more = f"; and {len(items) - 6} more" if len(items) > 6 else ""
+        judgement.notes.append(f"{ENV_NOTE}: {shown}{more}")
     if facts.tree.unreadable:
         judgement.notes.append(unreadable_files(facts.tree, limit=5))
     problems = list(
