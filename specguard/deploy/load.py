@@ -24,6 +24,7 @@ from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
 from specguard.deploy import cmdline
 from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
 from specguard.deploy.facts import SourceFacts
+from specguard.deploy.fields import FieldTypes, Refused, post_init_refusal
 from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known, run_budget
 from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
 from specguard.deploy.source import ClassInfo, dotted
@@ -98,6 +99,7 @@ class ConfigChecker:
         self.facts = facts
         self.tree = facts.tree
         self.reader = TypeReader(facts.tree)
+        self.types = FieldTypes(facts.tree, self.reader)
 
     def __call__(self, option: OptionDef, value: dict[str, Any]) -> dict[str, Any]:
         cls = option.value.config
@@ -112,9 +114,18 @@ class ConfigChecker:
                 hint = hint or (f"; did you mean '{guess}'?" if guess else "")
                 raise argparse.ArgumentTypeError(f"{cls.name} has no field '{key}'{hint}")
         out = dict(value)
-        for name in NESTED_CHECKS.get(option.dest, ()):
-            if name in out:
+        for name in value:
+            if name in NESTED_CHECKS.get(option.dest, ()):
                 out[name] = self.field_value(cls, name, out[name])
+            elif self._validators(cls, name):
+                self.field_value(cls, name, out[name])  # refuses what the field's own validator refuses
+        try:  # field types and Literals as pydantic checks them, then what __post_init__ refuses
+            self.types.check(cls, value)
+        except Refused as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        refusal = post_init_refusal(self.tree, cls, out)
+        if refusal is not None:
+            raise argparse.ArgumentTypeError(f"{cls.name}: {refusal}")
         return out
 
     def field_value(self, cls: ClassInfo, name: str, value: Any, *, at_startup: bool = False) -> Any:
