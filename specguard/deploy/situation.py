@@ -77,6 +77,7 @@ class Situation:
         # Config classes whose section the config leaves None: their methods never run.
         self.absent: set[str] = set()
         self.interleave = interleave
+        self.derived = engine_derivations(self.tree, self.given)
         self.vllm = self._build(interleave)
 
     def config_class(self, name: str) -> ClassInfo | None:
@@ -98,6 +99,10 @@ class Situation:
         declared = {n for k in self.tree.ancestors(cls) for n in k.annotations} if cls is not None else set()
         source = self.given if given is None else given
         values = {k: v for k, v in source.items() if k in declared}
+        # What EngineArgs.create_engine_config passes the section's constructor, as the served source computes it
+        # (e.g. `_allow_auto_resolve_cp_interleave_size=(self.cp_kv_cache_interleave_size is None)`).
+        if cls is not None and given is None:
+            values.update({k: v for k, v in self.derived.get(cls.name, {}).items() if k in declared})
         values.update(modelled)
         label = label or (cls.name if cls is not None else "section")
         self.raw[label] = dict(values)
@@ -249,6 +254,53 @@ class Situation:
         text = annotation.value if isinstance(annotation, ast.Constant) else ast.unparse(annotation)
         name = str(text).split("|")[0].strip().strip("'\"").rpartition(".")[2]
         return self._by_class.get(name, UNKNOWN)
+
+
+ENGINE_ARGS = ("engine/arg_utils.py", "EngineArgs", "create_engine_config")
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Config class name -> the keyword values `EngineArgs.create_engine_config` constructs it with, evaluated with
+    the parsed options as the EngineArgs fields (those every path agrees on; what vLLM computes from the model or
+    the GPU stays out). Computed once per tree and set of options."""
+    key = ("derived", repr(sorted(given.items(), key=lambda kv: kv[0])))
+    if key not in tree.memo:
+        tree.memo[key] = _engine_derivations(tree, given)
+    return tree.memo[key]
+
+
+def _engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    module = tree.module_for_path(ENGINE_ARGS[0])
+    cls = module.classes.get(ENGINE_ARGS[1]) if module is not None else None
+    found = tree.method(cls, ENGINE_ARGS[2]) if cls is not None else None
+    if module is None or cls is None or found is None:
+        return {}
+    method, owner = found
+    config_package = f"{tree.package}.{CONFIG_PACKAGE}"
+
+    def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
+        if isinstance(func, ClassRef) and func.info.module.startswith(config_package):
+            ev.record("construct", frame.module, node, func.info.name, state.path, kwargs)
+            return UNKNOWN
+        return NOT_HANDLED
+
+    engine = Obj(cls, {k: v for k, v in given.items() if isinstance(v, (*_PLAIN, list, dict))}, defaults=True)
+    ev = Evaluator(tree, hook=hook, max_depth=2, max_steps=200_000)
+    try:
+        ev.call_function(Function(module, method, owner), [], {}, self_value=engine)
+    except OutOfBudget:
+        return {}  # the sections keep the options as given
+    out: dict[str, dict[str, Any]] = {}
+    for outcome in ev.outcomes:
+        if outcome.site.kind != "construct" or verdict([outcome]).value is False:
+            continue
+        values = {k: v for k, v in outcome.detail.items() if isinstance(v, _PLAIN)}
+        name = outcome.site.message
+        if name in out:  # several constructions: only what they agree on
+            values = {k: v for k, v in values.items() if k in out[name] and out[name][k] == v}
+        out[name] = values
+    return out
 
 
 def _post_init_fields(cls: ClassInfo | None) -> list[str]:

@@ -548,3 +548,20 @@ def test_a_fact_that_cannot_be_read_costs_one_hazard_not_the_run(
     assert failed == {"CFG102", "CFG103"}
     # The other hazards were still judged (the synthetic tree's registry does know FLASHINFER_MLA).
     assert "CFG112" not in {f.code for f in judgement.findings}
+
+
+def test_what_create_engine_config_derives_is_evaluated(
+    facts: Callable[[str], SourceFacts], catalogue: Catalogue
+) -> None:
+    """Issue #19 item 4: with a NIXL connector, vLLM 0.33.0 auto-resolves the DCP interleave size only when the
+    option was not given (`_allow_auto_resolve_cp_interleave_size=(self.cp_kv_cache_interleave_size is None)` in
+    EngineArgs.create_engine_config), from the kernel block size known only at startup."""
+    nixl = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+    base = ["-tp", "4", "-dcp", "2", "--attention-backend", "FLASHINFER_MLA", "--kv-transfer-config", nixl]
+    base += ["--block-size", "64"]
+    given_one = judge([*base, "--cp-kv-cache-interleave-size", "1"], facts(NEW), catalogue)
+    assert "CFG102" not in {f.code for f in given_one.findings} and "CFG102" not in given_one.not_judged
+    given_16 = judge([*base, "--cp-kv-cache-interleave-size", "16"], facts(NEW), catalogue)
+    assert "CFG102" in {f.code for f in given_16.findings}
+    resolved_at_startup = judge(base, facts(NEW), catalogue)
+    assert "local_block_size" in resolved_at_startup.not_judged["CFG102"]
