@@ -41,10 +41,7 @@ class SpeculatorParams(_Params):
     """Where the served source maps a method to speculator classes, and the analyzer rules to look for."""
 
     registry_file: str
-    registry_function: str
-    # The config class whose predicates (`use_eagle()`) the registry's if/elif chain calls.
-    predicate_file: str
-    predicate_class: str
+    registry_function: str  # evaluated with the config: the classes it returns new instances of
     rules: list[str] = Field(min_length=1)
 
 
