@@ -29,21 +29,11 @@ from specguard.deploy.flow import (
     known,
     verdict,
 )
+from specguard.deploy.flow.objects import PYTHON_TYPES
 from specguard.deploy.source import ClassInfo, SourceTree, dotted
 
-_BUILTINS: dict[str, Any] = {
-    "int": int,
-    "str": str,
-    "float": float,
-    "bool": bool,
-    "dict": dict,
-    "list": list,
-    "tuple": tuple,
-    "set": set,
-    "frozenset": frozenset,
-    "bytes": bytes,
-    "object": Any,
-}
+# Python's types by name, as an annotation writes them (`object` validates anything).
+_BUILTINS: dict[str, Any] = {**PYTHON_TYPES, "frozenset": frozenset, "bytes": bytes, "object": Any}
 
 
 class Refused(Exception):
@@ -61,7 +51,7 @@ class FieldTypes:
         """Raises Refused for a field value pydantic refuses (fields with a before/wrap validator excepted)."""
         from pydantic import TypeAdapter, ValidationError
 
-        before = _field_validators(self.tree, cls)
+        before = field_validators(self.tree, cls)
         for name, annotation, owner in self.reader.fields(cls):
             if name not in value or not all(self._reaches_type(v, cls, value[name]) for v in before.get(name, [])):
                 continue
@@ -176,7 +166,7 @@ def post_init_refusal(tree: SourceTree, cls: ClassInfo, value: dict[str, Any]) -
     return " ".join(failed[0].site.message.split()) or "invalid value"
 
 
-def _field_validators(tree: SourceTree, cls: ClassInfo) -> dict[str, list[tuple[str, ast.FunctionDef, ClassInfo]]]:
+def field_validators(tree: SourceTree, cls: ClassInfo) -> dict[str, list[tuple[str, ast.FunctionDef, ClassInfo]]]:
     """Field name -> the `before`/`wrap`/`plain` field validators pydantic runs on its raw value."""
     out: dict[str, list[tuple[str, ast.FunctionDef, ClassInfo]]] = {}
     for klass in tree.ancestors(cls):

@@ -9,7 +9,6 @@ pydantic model of what the hazards read.
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import difflib
 import os
@@ -24,10 +23,10 @@ from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
 from specguard.deploy import cmdline
 from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.fields import FieldTypes, Refused, post_init_refusal
+from specguard.deploy.fields import FieldTypes, Refused, field_validators, post_init_refusal
 from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known, run_budget
 from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
-from specguard.deploy.source import ClassInfo, dotted
+from specguard.deploy.source import ClassInfo
 from specguard.errors import UserError
 
 # Values inside config JSON the hazards read, by option dest: they are validated at reading, as vLLM does.
@@ -174,22 +173,12 @@ class ConfigChecker:
         return current.name if isinstance(current, EnumMember) else current
 
     def _validators(self, cls: ClassInfo, name: str) -> list[tuple[Any, ClassInfo]]:
-        out = []
-        for klass in self.tree.ancestors(cls):
-            for method in klass.methods.values():
-                for deco in method.decorator_list:
-                    if not isinstance(deco, ast.Call) or (dotted(deco.func) or "").rpartition(".")[2] != (
-                        "field_validator"
-                    ):
-                        continue
-                    names = [a.value for a in deco.args if isinstance(a, ast.Constant)]
-                    mode = next(
-                        (k.value.value for k in deco.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)),
-                        "after",
-                    )
-                    if name in names and mode == "before":
-                        out.append((method, klass))
-        return out
+        """The field's `before` validators (run on the raw value, in the served source's order)."""
+        return [
+            (method, owner)
+            for mode, method, owner in field_validators(self.tree, cls).get(name, [])
+            if mode == "before"
+        ]
 
 
 def load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts | None) -> Loaded:

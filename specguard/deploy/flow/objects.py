@@ -71,7 +71,7 @@ _BUILTINS = {
     "super",
 }
 
-_PYTYPES: dict[str, type | tuple[type, ...]] = {
+PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
     "str": str,
     "int": int,
     "float": float,
@@ -222,7 +222,7 @@ class ObjectModel:
             return UNKNOWN
         for t in options:
             if isinstance(t, Opaque) and t.name.startswith("builtins."):
-                pytype = _PYTYPES.get(t.name.rpartition(".")[2])
+                pytype = PYTHON_TYPES.get(t.name.rpartition(".")[2])
                 if pytype is None:
                     return UNKNOWN
                 if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
