@@ -1,22 +1,17 @@
-"""The command line: check, rules, explain, config, doctor. Errors become one line and exit code 2."""
+"""The command line: check, rules, explain, clean, config, doctor. Errors become one line and exit code 2."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from specguard import __version__
+from specguard import __version__, check_cli
+from specguard.check_cli import EXIT_CLEAN, EXIT_ERROR
 from specguard.console import emit
 from specguard.errors import UserError
-
-if TYPE_CHECKING:
-    from specguard.analysis.findings import Finding
-
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,231 +22,67 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    check = sub.add_parser("check", help="analyze Python files for speculator metadata bugs")
-    check.add_argument("paths", nargs="*", type=Path, help="files or folders (default: .)")
-    check.add_argument("--vllm", action="store_true", help="also analyze the vLLM installed in this environment")
-    check.add_argument("--format", choices=["text", "json", "sarif", "github"], default="text")
-    check.add_argument("--config", type=Path, help="a pyproject.toml or TOML file to read settings from")
-    check.add_argument("--select", help="comma-separated codes or prefixes to run (default: all)")
-    check.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
-    check.add_argument("--extend-select", help="codes to run in addition to the selected ones")
-    check.add_argument("--rule-pack", action="append", type=Path, default=[], help="an extra rule pack (TOML)")
-    check.add_argument(
-        "--statistics", action="store_true", help="print the number of findings per rule (text or json format)"
-    )
-    check.add_argument(
-        "--force-exclude",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="apply `exclude` to files named on the command line too (what the pre-commit hook passes)",
-    )
-    check.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
-    check.add_argument("--cache-dir", type=Path, help="where to keep the cache (default: .specguard_cache)")
-    check.add_argument("--baseline", type=Path, help="ignore the findings recorded in this file")
-    check.add_argument("--write-baseline", type=Path, help="record the current findings in this file")
-    check.add_argument("--output", type=Path, help="write the report to this file instead of stdout")
-    fix = check.add_argument_group("fixes (as in ruff)")
-    fix.add_argument("--fix", action=argparse.BooleanOptionalAction, help="apply safe fixes in place")
-    fix.add_argument(
-        "--unsafe-fixes",
-        action=argparse.BooleanOptionalAction,
-        help="also apply unsafe fixes (alone: show them as available)",
-    )
-    fix.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
-    fix.add_argument("--fixable", help="comma-separated codes or prefixes that may be fixed (default: all)")
-    fix.add_argument("--unfixable", help="comma-separated codes or prefixes never to fix")
+    check_cli.add_options(sub.add_parser("check", help="analyze Python files for speculator metadata bugs"))
 
     sub.add_parser("rules", help="list the rules")
     explain = sub.add_parser("explain", help="print a rule's documentation")
-    explain.add_argument("code", help="a rule code, e.g. SG103")
+    explain.add_argument("code", help="a rule's code or name, e.g. SG103 or padded-token-count")
+    clean = sub.add_parser("clean", help="remove the cache folders specguard wrote here and below")
+    clean.add_argument("-q", "--quiet", action="store_true", help="do not name the folders removed")
     sub.add_parser("config", help="pre-flight a vLLM serving config (see `specguard config --help`)", add_help=False)
     sub.add_parser("doctor", help="show the environment as specguard sees it", add_help=False)
     return parser
 
 
-def _codes(value: str | None) -> list[str] | None:
-    return None if value is None else [c for c in (x.strip() for x in value.split(",")) if c]
-
-
-def _installed_vllm() -> Path:
-    from specguard.analysis.modules import installed_roots
-
-    roots = [root / "vllm" for root in installed_roots("vllm")]  # located, not imported
-    if not roots or not roots[0].is_dir():
-        raise UserError("--vllm: no vLLM is installed in this environment (pip install vllm, or pass its path)")
-    return roots[0]
-
-
-def run_check(args: argparse.Namespace) -> int:
-    from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
-    from specguard.analysis.engine import check_paths
-    from specguard.report import FORMATS, text
-    from specguard.settings import load_settings
-
-    if args.statistics and args.format not in ("text", "json"):
-        raise UserError(f"--statistics prints counts as text or json, not {args.format}; drop one of the two")
-    paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
-    if args.vllm:
-        paths.append(_installed_vllm())
-    settings = load_settings(args.config, paths[0])
-    updates: dict = {}
-    for key in ("select", "ignore", "extend_select", "fixable", "unfixable"):
-        if (value := _codes(getattr(args, key))) is not None:
-            updates[key] = value
-    for key in ("fix", "unsafe_fixes"):
-        if getattr(args, key) is not None:
-            updates[key] = getattr(args, key)
-    if args.rule_pack:
-        updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
-    if args.cache_dir:
-        updates["cache_dir"] = args.cache_dir
-    if args.force_exclude is not None:
-        updates["force_exclude"] = args.force_exclude
-    if updates:
-        settings = dataclasses.replace(settings, **updates)
-    _reject_unknown_codes(settings)
-
-    result = check_paths(paths, settings, use_cache=not args.no_cache)
-    fixed = 0
-    if args.diff or settings.fix:
-        result, fixed = _run_fixes(args, paths, settings, result)
-        if args.diff:
-            return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed else EXIT_CLEAN
-    findings = result.findings
-    if args.write_baseline:
-        write_baseline(args.write_baseline, findings, settings)
-    if args.baseline:
-        findings = filter_baseline(findings, read_baseline(args.baseline), settings)
-
-    findings = _offered_fixes(findings, settings)
-    if args.statistics:
-        report = _statistics(findings, args.format, settings.unsafe_fixes)
-    elif args.format == "text":
-        report = text.render(findings, settings.unsafe_fixes, fixed)
-    else:
-        report = FORMATS[args.format](findings)
-    _emit(report, args.output)
-    for note in result.notes:
-        print(f"specguard: note: {note}", file=sys.stderr)
-    for error in result.errors:
-        print(f"specguard: error: {error}", file=sys.stderr)
-    if result.errors:
-        return EXIT_ERROR
-    if args.write_baseline:
-        return EXIT_CLEAN  # the findings were recorded as asked: a success, as ruff's --add-noqa is
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
-
-
-def _statistics(findings: list[Finding], output_format: str, unsafe_fixes: bool | None) -> str:
-    """Counts per rule: ruff's text table, or its JSON (`code`, `name`, `count`, `fixable`...)."""
-    from collections import Counter
-
-    from specguard.report.text import statistics
-    from specguard.rules import ALL_CODES, load_rule
-
-    names = {"SG000": "source-error", **{c: load_rule(c).name for c in ALL_CODES}}
-    if output_format == "text":
-        return statistics(findings, names)
-    import json
-
-    counts = Counter(f.code for f in findings).most_common()
-    fixable = Counter(f.code for f in findings if f.fix is not None and f.fix.applies(unsafe_fixes))
-    rows = [
-        {"code": c, "name": names.get(c, ""), "count": n, "fixable": fixable[c] > 0, "fixable_count": fixable[c]}
-        for c, n in counts
-    ]
-    return json.dumps(rows, indent=2)
-
-
-def _fix_policy(settings):  # type: ignore[no-untyped-def]
-    from specguard.fixes.apply import FixPolicy
-
-    return FixPolicy(settings.unsafe_fixes, settings.is_fixable)
-
-
-def _offered_fixes(findings: list, settings) -> list:  # type: ignore[no-untyped-def]
-    """The findings as reported: an unfixable code's finding shows no fix, as in ruff."""
-    if settings.fixable is None and not settings.unfixable:
-        return findings
-    policy = _fix_policy(settings)
-    return [dataclasses.replace(f, fix=policy.offered(f)) if f.fix else f for f in findings]
-
-
-def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  # type: ignore[no-untyped-def]
-    """`--fix` or `--diff` on the reported findings. `--diff` prints the diffs and the count it would fix;
-    `--fix` writes the files and checks again, so the report shows what remains, where it now is."""
-    import linecache
-
-    from specguard.analysis.baseline import filter_baseline, read_baseline
-    from specguard.analysis.engine import check_paths
-    from specguard.fixes.apply import fix_files, unified_diff
-    from specguard.report.text import diff_summary
-
-    reported = result.findings
-    if args.baseline:
-        reported = filter_baseline(reported, read_baseline(args.baseline), settings)
-    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff)
-    for note in outcome.notes:
-        print(f"specguard: warning: {note}", file=sys.stderr)
-    if args.diff:
-        diffs = [unified_diff(path, *texts) for path, texts in sorted(outcome.changed.items())]
-        summary = diff_summary(outcome.fixed, _offered_fixes(reported, settings), settings.unsafe_fixes)
-        _emit("\n".join([*diffs, summary]).strip("\n"), args.output)
-        for note in result.notes:
-            print(f"specguard: note: {note}", file=sys.stderr)
-        for error in result.errors:
-            print(f"specguard: error: {error}", file=sys.stderr)
-        return result, outcome.fixed
-    if outcome.changed:
-        linecache.checkcache()  # suppressions and baselines read the fixed lines, not the ones cached
-        result = check_paths(paths, settings, use_cache=not args.no_cache)
-    return result, outcome.fixed
-
-
-def _reject_unknown_codes(settings) -> None:  # type: ignore[no-untyped-def]
-    from specguard.rules import ALL_CODES
-
-    known = ["SG000", *ALL_CODES, "ALL"]
-    selectors = [*(settings.select or []), *settings.ignore, *settings.extend_select]
-    for selector in [*selectors, *(settings.fixable or []), *settings.unfixable]:
-        if not any(code.startswith(selector) for code in known):
-            raise UserError(f"unknown rule selector '{selector}'; see `specguard rules`")
-
-
-def _emit(report: str, output: Path | None) -> None:
-    if output is None:
-        if report:
-            emit(report)
-        return
-    try:
-        output.write_text(report + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{output}: cannot write report: {exc.strerror or exc}") from None
-
-
 def run_rules() -> int:
-    from specguard.rules import all_rules
+    from specguard.rules import SOURCE_ERROR_TITLE, all_rules
 
     lines = [
         f"{'code':<6}  {'name':<26}  what it flags",
-        f"{'SG000':<6}  {'source-error':<26}  file cannot be read, decoded or parsed",
+        f"{'SG000':<6}  {'source-error':<26}  {SOURCE_ERROR_TITLE}",
         *(f"{rule.code:<6}  {rule.name:<26}  {rule.title}" for rule in all_rules().values()),
     ]
     emit("\n".join(lines))
     return EXIT_CLEAN
 
 
-def run_explain(code: str) -> int:
-    from specguard.rules import ALL_CODES, SOURCE_ERROR_DOCS, load_rule
+def run_explain(rule: str) -> int:
+    """A rule's documentation, by its code or its name (as `ruff rule` takes either)."""
+    import difflib
 
-    code = code.upper()
-    if code == "SG000":
-        emit(SOURCE_ERROR_DOCS)
-    elif code in ALL_CODES:
-        emit(load_rule(code).docs())
-    else:
-        raise UserError(f"unknown rule '{code}'; known: SG000, {', '.join(ALL_CODES)}")
+    from specguard.rules import SOURCE_ERROR_DOCS, load_rule, rule_names
+
+    by_name = {name: code for code, name in rule_names().items()}
+    wanted = rule.strip()
+    code = wanted.upper() if wanted.upper() in rule_names() else by_name.get(wanted.lower())
+    if code is None:
+        close = difflib.get_close_matches(wanted.lower(), [*by_name, *(c.lower() for c in by_name.values())], n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise UserError(f"unknown rule '{rule}'{hint} (`specguard rules` lists every code and name)")
+    emit(SOURCE_ERROR_DOCS if code == "SG000" else load_rule(code).docs())
+    return EXIT_CLEAN
+
+
+def run_clean(quiet: bool) -> int:
+    """Remove every `.specguard_cache` here and below, and the configured `cache-dir`: only what specguard wrote."""
+    from specguard.analysis.cache_clean import Cleaned, cache_folders, clean
+    from specguard.settings import load_settings
+
+    here = Path(".")
+    folders = list(cache_folders(here))
+    configured = load_settings(None, here).cache_dir
+    if configured is not None and configured.resolve() not in {f.resolve() for f in folders}:
+        folders.append(configured)
+    result = Cleaned()
+    for folder in folders:
+        try:
+            clean(folder, result)
+        except OSError as exc:
+            raise UserError(f"{folder}: cannot remove the cache: {exc.strerror or exc}") from None
+    for folder in [] if quiet else result.removed:
+        print(f"Removing cache at: {os.path.relpath(folder)}", file=sys.stderr)
+    for left in result.left:
+        print(f"specguard: warning: {left}", file=sys.stderr)
     return EXIT_CLEAN
 
 
@@ -265,11 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "check":
-            return run_check(args)
+            return check_cli.run_check(args)
         if args.command == "rules":
             return run_rules()
         if args.command == "explain":
             return run_explain(args.code)
+        if args.command == "clean":
+            return run_clean(args.quiet)
         _parser().print_help()
         return EXIT_ERROR
     except UserError as exc:
@@ -289,8 +122,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _debug() -> bool:
-    import os
-
     return os.environ.get("SPECGUARD_DEBUG", "") not in ("", "0")
 
 

@@ -24,7 +24,9 @@ from specguard.errors import UserError
 
 BUILTIN_PACK = "vllm.toml"
 # Keys a pack may leave empty.
-_OPTIONAL = frozenset({"replace", "description", "descriptor_params", "real_counts", "real_count_arrays", "mode_enum"})
+_OPTIONAL = frozenset(
+    {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
+)
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
 
@@ -62,9 +64,11 @@ class Padding(_Section):
     padded_attribute: str | None = None
     mode_attribute: str | None = None
     full_mode: str | None = None
-    # SG103's fix (optional): the real query token count where a speculator has one, and the mode enum it tests
-    real_counts: list[str] = field(default_factory=list)  # locals or parameters holding it
-    real_count_arrays: list[str] = field(default_factory=list)  # host arrays of query offsets: `int(<array>[-1])`
+    # SG103's fix (optional): how the sink's and the helpers' parameters describe the query they build metadata
+    # for, so that its real token count comes from the call itself, and the mode enum the fix tests
+    query_offsets: list[str] = field(default_factory=list)  # host query start offsets: `int(<offsets>[<requests>])`
+    query_requests: list[str] = field(default_factory=list)  # the request count those offsets are read at
+    query_width: list[str] = field(default_factory=list)  # without offsets: tokens per request, `<requests> * <width>`
     mode_enum: str | None = None  # qualified name, imported where the fix needs it and the module lacks it
 
 

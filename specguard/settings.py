@@ -17,7 +17,60 @@ from typing import Any
 
 from specguard._snapshots import user_cache_home, validated
 from specguard._toml import load_toml
+from specguard.analysis.discover import DEFAULT_EXCLUDE
 from specguard.errors import UserError
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One layer of code selection, as ruff layers them: the configuration's, then the command line's.
+
+    Within a layer the most specific selector that matches a code decides (`SG103` over `SG1` over `ALL`; at equal
+    specificity `ignore` wins); a layer with `select` starts over, one without it adjusts the layers before it."""
+
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _normalize(self, ("select", "ignore", "extend_select"))
+
+
+def _normalize(obj: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None:
+            object.__setattr__(obj, name, [c.strip().upper() for c in value])
+
+
+def _specificity(selector: str) -> int:
+    return 0 if selector == "ALL" else len(selector)
+
+
+def _matches(code: str, selector: str) -> bool:
+    return selector == "ALL" or code.startswith(selector)
+
+
+def _chosen(code: str, layers: list[Selection]) -> bool:
+    """Whether the layers, applied in order, leave `code` chosen (everything is, before the first layer)."""
+    chosen, carried = True, []
+    for layer in layers:
+        on = [s for s in [*(layer.select or []), *layer.extend_select] if _matches(code, s)]
+        off = [s for s in [*layer.ignore, *carried] if _matches(code, s)]
+        # the decisive selector: the most specific; at equal specificity an ignore (True sorts after False)
+        decisive = max([(_specificity(s), False) for s in on] + [(_specificity(s), True) for s in off], default=None)
+        if layer.select is not None:
+            chosen = decisive is not None and not decisive[1]
+        elif decisive is not None:
+            chosen = not decisive[1]
+        # as in ruff, `select = []` with ignores hands the ignores on to the next layer
+        carried = layer.ignore if layer.select == [] and not layer.extend_select else []
+    return chosen
+
+
+def _doc(meaning: str) -> dict[str, str]:
+    """A key's meaning, where pydantic keeps it as the field's description; docs/settings.md is generated from it."""
+    return {"description": meaning}
 
 
 @dataclass(frozen=True)
@@ -26,55 +79,102 @@ class Settings:
 
     __pydantic_config__ = {"extra": "forbid"}
 
-    select: list[str] | None = None
-    ignore: list[str] = field(default_factory=list)
-    extend_select: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
-    # apply `exclude` to files named on the command line too (as pre-commit passes them), like ruff's
-    force_exclude: bool = False
-    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
-    rule_packs: list[Path] = field(default_factory=list)
-    cache_dir: Path | None = None
-    # Fixes, as in ruff: `fix` applies them, `unsafe-fixes` also the unsafe ones (false: not even mentioned),
-    # `fixable`/`unfixable` choose the codes (default all; prefixes match, as in select).
-    fix: bool = False
-    unsafe_fixes: bool | None = None
-    fixable: list[str] | None = None
-    unfixable: list[str] = field(default_factory=list)
-    # The folder relative paths in the settings are resolved against (the pyproject's folder); not a key.
+    select: list[str] | None = field(
+        default=None,
+        metadata=_doc("Rule codes or prefixes to run (`ALL`: every rule); unset, every rule runs."),
+    )
+    ignore: list[str] = field(
+        default_factory=list,
+        metadata=_doc(
+            "Codes or prefixes not to run. The most specific selector that matches a code decides (`SG103` over "
+            "`SG1` over `ALL`); at equal specificity `ignore` wins."
+        ),
+    )
+    extend_select: list[str] = field(
+        default_factory=list, metadata=_doc("Codes or prefixes to run besides those `select` chooses.")
+    )
+    exclude: list[str] = field(
+        default_factory=lambda: list(DEFAULT_EXCLUDE),
+        metadata=_doc(
+            "fnmatch patterns of files and folders not to check, matched against a name or the path from the "
+            "configuration root; setting it replaces the default list (`extend-exclude` adds to it)."
+        ),
+    )
+    extend_exclude: list[str] = field(
+        default_factory=list, metadata=_doc("Patterns not to check, besides those of `exclude`.")
+    )
+    force_exclude: bool = field(
+        default=False,
+        metadata=_doc(
+            "Apply the excludes to files named on the command line too, as pre-commit names them (the hook "
+            "passes `--force-exclude`)."
+        ),
+    )
+    respect_gitignore: bool = field(
+        default=True,
+        metadata=_doc(
+            "Skip what `.gitignore` files (inside a git repository), `.git/info/exclude` and `.ignore` files "
+            "exclude, read as git reads them."
+        ),
+    )
+    per_file_ignores: dict[str, list[str]] = field(
+        default_factory=dict,
+        metadata=_doc('Codes or prefixes not to report in the files a pattern matches: `{ "legacy/*" = ["SG103"] }`.'),
+    )
+    rule_packs: list[Path] = field(
+        default_factory=list,
+        metadata=_doc("Rule packs (TOML) that adapt the rules to a fork, relative to the configuration root."),
+    )
+    cache_dir: Path | None = field(
+        default=None,
+        metadata=_doc(
+            "Where the analysis cache is kept, relative to the configuration root; unset, `.specguard_cache` there."
+        ),
+    )
+    fix: bool = field(default=False, metadata=_doc("Apply the safe fixes in place, as `--fix` does."))
+    unsafe_fixes: bool | None = field(
+        default=None,
+        metadata=_doc(
+            "`true`: `fix` applies the unsafe fixes too; `false`: they are not even mentioned; unset, they are "
+            "shown as available and not applied."
+        ),
+    )
+    fixable: list[str] | None = field(
+        default=None, metadata=_doc("Codes or prefixes whose findings `--fix` may fix; unset, every rule's.")
+    )
+    unfixable: list[str] = field(default_factory=list, metadata=_doc("Codes or prefixes never to fix."))
+    # Not keys. The folder relative paths in the settings are resolved against (the pyproject's folder), and the
+    # command line's layers of selection (--select/--ignore/--extend-select, --fixable/--unfixable).
     root: Path = field(default_factory=Path.cwd)
+    cli_rules: Selection = field(default_factory=Selection)
+    cli_fixes: Selection = field(default_factory=Selection)
 
     def __post_init__(self) -> None:
-        for name in ("select", "ignore", "extend_select", "fixable", "unfixable"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, [c.strip().upper() for c in value])
+        _normalize(self, ("select", "ignore", "extend_select", "fixable", "unfixable"))
 
     def enabled(self, all_codes: list[str]) -> set[str]:
-        """Codes that run: select (default all) plus extend-select, minus ignore; prefixes match (SG1)."""
-
-        def expand(selectors: list[str]) -> set[str]:
-            return {c for c in all_codes for s in selectors if c.startswith(s) or s == "ALL"}
-
-        chosen = expand(self.select) if self.select is not None else set(all_codes)
-        return (chosen | expand(self.extend_select)) - expand(self.ignore)
+        """Codes that run: the configuration's selection, then the command line's, as ruff resolves them."""
+        layers = [Selection(self.select, self.ignore, self.extend_select), self.cli_rules]
+        return {code for code in all_codes if _chosen(code, layers)}
 
     def is_fixable(self, code: str) -> bool:
-        """Whether `--fix` may fix this code's findings: fixable (default all) minus unfixable."""
+        """Whether `--fix` may fix this code's findings: fixable (default all) and unfixable, resolved as selections."""
+        return _chosen(code, [Selection(self.fixable, self.unfixable), self.cli_fixes])
 
-        def matches(selectors: list[str]) -> bool:
-            return any(code.startswith(s) or s == "ALL" for s in selectors)
-
-        return (self.fixable is None or matches(self.fixable)) and not matches(self.unfixable)
+    def selectors(self) -> list[str]:
+        """Every code selector the configuration and the command line name, for validation."""
+        layers = [
+            Selection(self.select, self.ignore, self.extend_select),
+            Selection(self.fixable, self.unfixable),
+            self.cli_rules,
+            self.cli_fixes,
+        ]
+        return [s for layer in layers for s in [*(layer.select or []), *layer.ignore, *layer.extend_select]]
 
     def relative(self, path: str | Path) -> str:
         """A path as `exclude`, `per-file-ignores` and baselines see it: relative to the configuration root,
         whichever way it was typed; absolute (resolved) for a file outside the root."""
-        resolved = Path(path).resolve()
-        try:
-            return resolved.relative_to(self.root.resolve()).as_posix()
-        except ValueError:
-            return resolved.as_posix()
+        return path_from(self.root, path)
 
     def fingerprint(self) -> str:
         """What the analysis cache is keyed by: everything that changes which findings a file gets."""
@@ -82,9 +182,20 @@ class Settings:
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def path_from(root: Path, path: str | Path) -> str:
+    """`path` relative to `root` (posix), whichever way it was typed; absolute (resolved) when outside `root`."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
 # Settings that change what is done with the findings, not which findings a file gets.
-_NOT_ANALYSIS = ("root", "cache_dir", "fix", "unsafe_fixes", "fixable", "unfixable")
-_KEYS = sorted(f.name.replace("_", "-") for f in dataclasses.fields(Settings) if f.name != "root")
+_NOT_ANALYSIS = ("root", "cache_dir", "fix", "unsafe_fixes", "fixable", "unfixable", "cli_fixes")
+# The fields that are [tool.specguard] keys, in the order docs/settings.md lists them.
+KEY_FIELDS = [f for f in dataclasses.fields(Settings) if f.name not in ("root", "cli_rules", "cli_fixes")]
+_KEYS = sorted(f.name.replace("_", "-") for f in KEY_FIELDS)
 
 
 def _unknown_key_message(key: str, origin: str) -> str:
@@ -122,6 +233,13 @@ def settings_from_mapping(raw: dict[str, Any], *, root: Path, origin: str) -> Se
 def user_cache_dir() -> Path:
     """Where runs over a tree that is not the user's project (an installed vLLM) keep their cache."""
     return user_cache_home() / "check"
+
+
+def served_tree_settings(root: Path) -> Settings:
+    """How a served vLLM tree is checked (`specguard config`, `doctor`): every module Python would import, so no
+    excludes and no ignore files (an installed vLLM lies under `site-packages`, a vendored one may sit in a folder
+    the user's `.gitignore` names), the cache in the user's cache rather than in the tree."""
+    return Settings(exclude=[], respect_gitignore=False, root=root, cache_dir=user_cache_dir())
 
 
 def find_pyproject(start: Path) -> Path | None:

@@ -43,7 +43,7 @@ def test_text_output_and_exit_code_1(cli, project: Path) -> None:  # type: ignor
 def test_clean_tree_exits_0(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "ok.py").write_text("def build_attn_metadata():\n    return 1\n")
     out = cli("check", ".", cwd=tmp_path)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "All checks passed!\n", "")
 
 
 def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
@@ -53,7 +53,7 @@ def test_json_is_ruff_compatible(cli, project: Path) -> None:  # type: ignore[no
     assert item["filename"] == str((project / "pkg" / "spec.py").resolve())
     assert item["location"] == {"row": 7, "column": 16}
     assert item["end_location"] == {"row": 7, "column": 54}
-    assert item["url"].endswith("#sg101")
+    assert item["url"].endswith("/docs/rules/SG101.md")  # the rule's own page (test_generated_docs.py)
     assert (item["name"], item["severity"], item["cell"], item["fix"]) == (
         "metadata-outside-helper",
         "error",
@@ -131,8 +131,19 @@ def test_statistics(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli("check", str(EXAMPLES), "--statistics", "--no-cache")
     assert out.returncode == 1
     lines = out.stdout.splitlines()
-    assert len(lines) == 7 and all(line.split()[0] == "1" for line in lines)
-    assert any("SG103  padded-token-count" in line for line in lines)
+    assert lines[:7] == [
+        "1\tSG101\t[ ] metadata-outside-helper",
+        "1\tSG102\t[*] helper-override",
+        "1\tSG103\t[ ] padded-token-count",
+        "1\tSG104\t[ ] duplicate-dcp-prep",
+        "1\tSG105\t[ ] stale-dcp-lens",
+        "1\tSG201\t[*] group-flag-any-merge",
+        "1\tSG202\t[ ] dcp-causal-bound-geometry",
+    ]
+    assert lines[7:] == [
+        "Found 7 findings.",
+        "[*] 2 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`).",
+    ]
 
 
 def test_statistics_as_json_like_ruff(cli) -> None:  # type: ignore[no-untyped-def]
@@ -141,14 +152,15 @@ def test_statistics_as_json_like_ruff(cli) -> None:  # type: ignore[no-untyped-d
     rows = json.loads(out.stdout)
     assert len(rows) == 7 and {r["count"] for r in rows} == {1}
     assert {"code": "SG103", "name": "padded-token-count", "count": 1, "fixable": False, "fixable_count": 0} in rows
+    assert {"code": "SG102", "name": "helper-override", "count": 1, "fixable": True, "fixable_count": 1} in rows
 
 
 @pytest.mark.parametrize("fmt", ["sarif", "github"])
 def test_statistics_with_a_format_that_cannot_carry_counts_is_refused(cli, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    out = cli("check", str(EXAMPLES), "--statistics", "--format", fmt, "--no-cache")
+    out = cli("check", str(EXAMPLES), "--statistics", "--output-format", fmt, "--no-cache")
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr.splitlines() == [
-        f"specguard: error: --statistics prints counts as text or json, not {fmt}; drop one of the two"
+        f"specguard: error: --statistics prints counts as concise or json, not {fmt}; drop one of the two"
     ]
 
 
@@ -194,7 +206,7 @@ def test_pyproject_settings(cli, project: Path) -> None:  # type: ignore[no-unty
     """)
     )
     out = cli("check", "pkg", cwd=project)
-    assert (out.returncode, out.stdout) == (0, "")
+    assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
     # walking up: the config is found from a subfolder too
     assert cli("check", ".", cwd=project / "pkg").returncode == 0
 
@@ -316,3 +328,25 @@ def test_a_reader_that_leaves_early_gets_no_traceback(args: list[str]) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == (1 if args[0] == "check" else 0)
     assert stderr == ""
+
+
+def test_a_file_level_noqa_never_hides_a_file_that_does_not_parse(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "broken.py").write_text("# specguard: noqa\nfrom vllm import build_attn_metadata\ndef f(:\n")
+    out = cli("check", "broken.py", "--output-format", "json", cwd=tmp_path)
+    assert out.returncode == 1 and [i["code"] for i in json.loads(out.stdout)] == ["SG000"]
+
+
+@pytest.mark.parametrize("level", ["-q", "-s"])
+def test_quiet_and_silent_still_say_errors(cli, project: Path, level: str) -> None:  # type: ignore[no-untyped-def]
+    out = cli("check", "pkg", "missing.py", level, cwd=project)
+    assert out.returncode == 2 and out.stderr == "specguard: error: missing.py: no such file or directory\n"
+
+
+def test_clean_removes_the_configured_cache_dir_too(cli, project: Path) -> None:  # type: ignore[no-untyped-def]
+    (project / "pyproject.toml").write_text('[tool.specguard]\ncache-dir = "caches/sg"\n')
+    assert cli("check", "pkg", cwd=project).returncode == 1
+    names = sorted(p.name for p in (project / "caches" / "sg").iterdir())
+    assert names[0] == ".gitignore" and names[1].startswith("v") and len(names) == 2
+    out = cli("clean", cwd=project)
+    assert (out.returncode, out.stderr) == (0, "Removing cache at: caches/sg\n")
+    assert not (project / "caches" / "sg").exists() and (project / "caches").is_dir()

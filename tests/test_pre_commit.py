@@ -83,8 +83,15 @@ def test_hook_fails_on_the_bad_speculator_and_passes_once_fixed(tmp_path: Path) 
     assert excluded.returncode == 0, excluded.stdout + excluded.stderr
 
 
+# The base helper is the project's own (the hook's environment has no vLLM): deleting a pure forward to it is safe
+# only where its definition shows that every call binds alike.
+BASE = """\
+class DraftModelSpeculator:
+    def _build_attn_metadata(self, num_reqs, batch_desc):
+        return None
+"""
 FORWARD = """\
-from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+from myfork.speculator import DraftModelSpeculator
 
 
 class MyDraftSpeculator(DraftModelSpeculator):
@@ -128,6 +135,9 @@ def test_with_fix_the_hook_rewrites_the_file_and_fails_like_ruffs_then_passes(tm
         """)
     )
     (project / "spec.py").write_text(FORWARD)
+    (project / "myfork").mkdir()
+    (project / "myfork" / "__init__.py").write_text("")
+    (project / "myfork" / "speculator.py").write_text(BASE)
     git(project, "add", ".")
 
     def run() -> subprocess.CompletedProcess:

@@ -57,6 +57,14 @@ def module_function(
     return resolve(text).rpartition(".")[2]
 
 
+def defaults(args: ast.arguments) -> list[tuple[ast.arg, ast.expr]]:
+    """Each parameter that has a default, with it (positional ones take the last defaults, as Python binds)."""
+    positional = [*args.posonlyargs, *args.args]
+    tail = positional[len(positional) - len(args.defaults) :]
+    kwonly = [(p, d) for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+    return [*zip(tail, args.defaults, strict=True), *kwonly]
+
+
 def span(node: ast.AST) -> Span:
     line = getattr(node, "lineno", 1)
     col = getattr(node, "col_offset", 0)

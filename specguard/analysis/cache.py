@@ -10,6 +10,7 @@ are atomic (temp file + rename) so a run interrupted mid-write leaves the previo
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from specguard._snapshots import user_cache_home
 from specguard.analysis.findings import Finding
 from specguard.analysis.scan import FileScan
 
-_FORMAT = 6  # bump when a cached type changes shape
+_FORMAT = 7  # bump when a cached type changes shape
 _SCANS, _RESULTS = "scans.msgpack", "results.msgpack"
+GITIGNORE = b"*\n"  # what the cache root's .gitignore holds, so that no one commits the cache
+_VERSION_FOLDER = re.compile(r"v[\w.+!-]+-[0-9a-f]{32}")  # Cache.at's names, of any specguard version
 ScanTable = dict[str, FileScan]
 ResultTable = dict[str, list[Finding]]
 
@@ -37,6 +40,11 @@ def _user_key() -> bytes | None:
     except OSError:
         return None
     return key
+
+
+def version_folder_name(name: str) -> bool:
+    """Whether `name` is a cache folder's name as `Cache.at` makes them, for any version (`specguard clean`)."""
+    return _VERSION_FOLDER.fullmatch(name) is not None
 
 
 class Cache:
@@ -75,7 +83,7 @@ class Cache:
             self.folder.mkdir(parents=True, exist_ok=True)
             gitignore = self.folder.parent / ".gitignore"
             if not gitignore.exists():
-                gitignore.write_text("*\n")
+                gitignore.write_bytes(GITIGNORE)
             _datafile.write(self.folder / _SCANS, "scans", self.scans)
             _datafile.write(self.folder / _RESULTS, "results", self.results)
         except OSError:

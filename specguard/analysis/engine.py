@@ -13,15 +13,17 @@ from typing import Any
 
 from specguard.analysis.cache import Cache
 from specguard.analysis.dataflow.values import FunctionFlow
-from specguard.analysis.discover import discover
+from specguard.analysis.discover import Discovery, discover
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
-from specguard.analysis.suppress import is_suppressed
+from specguard.analysis.suppress import file_exemption, is_suppressed
 from specguard.errors import SourceError
+from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
+from specguard.fixes.line_length import LineLengths
 from specguard.packs import Pack, load_pack
 from specguard.rules import ALL_CODES
 from specguard.settings import Settings
@@ -37,6 +39,7 @@ class CheckResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the run could not see; not findings, not errors
+    warnings: list[str] = field(default_factory=list)  # the user's own mistakes that cost nothing yet (a stray noqa)
     files: int = 0
     parsed: int = 0
     project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
@@ -97,6 +100,7 @@ class _Run:
         self.index = ProjectIndex(self.locator, self._load_summary, self._load_flows)
         self.scans: dict[str, FileScan] = {}
         self.borrowed: set[str] = set()
+        self.line_lengths = LineLengths()
 
     def scan(self, files: list[str], workers: Callable[[int], Workers]) -> Workers:
         """Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change."""
@@ -165,6 +169,7 @@ class _Run:
                 if scan.summary is None or not scan.mentions:
                     continue
                 facts = self.index.facts(scan.summary, scan.root, self.pack, scan.call_owners)
+                facts = dataclasses.replace(facts, line_length=self.line_lengths.of(path))
                 key = _result_key(scan, facts, self.codes)
                 live_results.add(key)
                 if key in self.cache.results:
@@ -195,7 +200,8 @@ class _Run:
         scan = self.scans[path]
         assert scan.summary is not None
         module, is_package = scan.summary.module, scan.summary.is_package
-        return _evaluate_text(text, path, module, is_package, self.index, self.pack, self.codes, scan.root)
+        length = self.line_lengths.of(path)
+        return _evaluate_text(text, path, module, is_package, self.index, self.pack, self.codes, scan.root, length)
 
 
 def check_paths(
@@ -203,7 +209,7 @@ def check_paths(
 ) -> CheckResult:
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
-    found = discover([Path(p) for p in paths], settings.exclude, settings.root, settings.force_exclude)
+    found = discover_files(paths, settings)
     result = CheckResult(errors=list(found.errors), files=len(found.files))
 
     def workers(files_to_scan: int) -> Workers:
@@ -214,9 +220,20 @@ def check_paths(
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
     result.notes.extend(_unresolved_note(run.index.unresolved, run.pack, settings))
+    # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
+    result.warnings = [w for path in sorted({f.path for f in result.findings}) for w in file_exemption(path).unused]
+    result.notes.extend(run.line_lengths.notes())
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings))
     result.project = run
     return result
+
+
+def discover_files(paths: Sequence[str | Path], settings: Settings) -> Discovery:
+    """The files `check_paths` analyzes (what `--show-files` lists)."""
+    patterns = [*settings.exclude, *settings.extend_exclude]
+    return discover(
+        [Path(p) for p in paths], patterns, settings.root, settings.force_exclude, settings.respect_gitignore
+    )
 
 
 def _unresolved_note(unresolved: dict[str, Unresolved], pack: Pack, settings: Settings) -> list[str]:
@@ -258,8 +275,10 @@ def check_source(
     *,
     pack: Pack | None = None,
     settings: Settings | None = None,
+    line_length: int = DEFAULT_LINE_LENGTH,
 ) -> list[Finding]:
-    """One in-memory module through the same index and rules, with nothing else in the project.
+    """One in-memory module through the same index and rules, with nothing else in the project, its fixes laid
+    out at `line_length`.
 
     What the rules' own examples and the property tests run; a source error comes back as SG000.
     """
@@ -267,7 +286,7 @@ def check_source(
     pack = pack or load_pack(settings.rule_packs)
     index = ProjectIndex(ModuleLocator(installed=False), lambda _: None)
     codes = frozenset(settings.enabled(ALL_CODES))
-    return sorted(_evaluate_text(text, path, module, False, index, pack, codes))
+    return sorted(_evaluate_text(text, path, module, False, index, pack, codes, Path(), line_length))
 
 
 def _evaluate_text(
@@ -279,6 +298,7 @@ def _evaluate_text(
     pack: Pack,
     codes: frozenset[str],
     root: Path = Path(),
+    line_length: int = DEFAULT_LINE_LENGTH,
 ) -> list[Finding]:
     """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter."""
     from specguard.analysis.evaluate import evaluate_source
@@ -296,6 +316,6 @@ def _evaluate_text(
     function_flows(summary, tree, pack.padding_flow)  # of this text: the index would read the file on disk
     owners = call_owners(data, pack.needles)
     index.add(summary, root)
-    facts = index.facts(summary, root, pack, owners)
+    facts = dataclasses.replace(index.facts(summary, root, pack, owners), line_length=line_length)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
     return evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions)

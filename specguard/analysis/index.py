@@ -26,6 +26,7 @@ class FileFacts:
     sink_accepts_dcp: bool
     object_imports: frozenset[str] = frozenset()  # imported names known not to be modules (see calls_function)
     flows: FlowFacts = FlowFacts()  # what the helpers its speculators call return, and their attributes hold
+    line_length: int = 88  # what the project formats this file at (ruff's line-length): fixes fit it
 
     @property
     def is_speculator_module(self) -> bool:

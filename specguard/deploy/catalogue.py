@@ -147,6 +147,9 @@ class Hazard(BaseModel):
     message: str = Field(min_length=10)
     fix: str = Field(min_length=5)
     params: _Params
+    # Documentation only (the hazard's page in docs/hazards/): when it fires, and what it reads in the source.
+    fires_when: str = ""
+    reads: str = ""
 
 
 class Catalogue(BaseModel):
@@ -167,6 +170,8 @@ class _Entry(BaseModel):
     message: str = Field(min_length=10)
     fix: str = Field(min_length=5)
     params: dict[str, Any] = Field(default_factory=dict)
+    fires_when: str = ""
+    reads: str = ""
 
 
 def _problem(exc: ValidationError, fields: list[str]) -> tuple[str, str]:
@@ -224,6 +229,8 @@ def parse_catalogue(raw: dict[str, Any], origin: str) -> Catalogue:
             message=entry.message,
             fix=entry.fix,
             params=params,
+            fires_when=entry.fires_when,
+            reads=entry.reads,
         )
     missing = [code for code in PARAMS if code not in hazards]
     if missing:

@@ -64,9 +64,9 @@ class SourceFacts:
         """`specguard check` over the served tree (cached by the engine between runs)."""
         # Deferred: the analyzer is heavier than loading a config.
         from specguard.analysis.engine import check_paths
-        from specguard.settings import Settings, user_cache_dir
+        from specguard.settings import served_tree_settings
 
-        result = check_paths([self.tree.root], Settings(cache_dir=user_cache_dir()))
+        result = check_paths([self.tree.root], served_tree_settings(self.tree.root))
         # A file the analyzer could not read (SG000) or a discovery error may hide a finding a hazard needs.
         self.analysis_problems = [
             *result.errors,

@@ -10,8 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
-
+from specguard.fixes.layout import Argument, Layout, flat
 from specguard.fixes.model import Edit, split_lines
 
 _SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -81,20 +80,91 @@ def insert_before(text: str, statement: ast.stmt, new_lines: list[str]) -> Edit 
     return Edit("".join(f"{indent}{new}{newline}" if new else newline for new in new_lines), at, 1, at, 1)
 
 
-def set_of_iterable(text: str, call: ast.Call) -> str | None:
-    """A set of what a one-argument reduction (`any(s.flag for s in specs)`, `max(flags)`) reduces: the same
-    comprehension in braces, or `set(<argument>)`. None for any other call shape."""
-    if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+def around(text: str, node: ast.AST) -> tuple[str, str]:
+    """The text before `node` on its first line (indentation included) and after it on its last line (without the
+    line ending): where a replacement of `node` will stand."""
+    lines = split_lines(text)
+    first = lines[node.lineno - 1]  # type: ignore[attr-defined]
+    last = lines[(node.end_lineno or node.lineno) - 1].rstrip("\r\n")  # type: ignore[attr-defined]
+    prefix = first[: _column(first, node.col_offset) - 1]  # type: ignore[attr-defined]
+    return prefix, last[_column(last, node.end_col_offset or 0) - 1 :]  # type: ignore[attr-defined]
+
+
+def argument_of(root: ast.AST, node: ast.expr) -> ast.Call | None:
+    """The call under `root` that `node` is an argument of (by position or keyword), if any."""
+    for call in (n for n in ast.walk(root) if isinstance(n, ast.Call)):
+        if any(a is node for a in call.args) or any(k.value is node for k in call.keywords):
+            return call
+    return None
+
+
+def place(
+    text: str,
+    node: ast.expr,
+    layout: Layout,
+    expression: tuple[str, list[str], str, str],
+    statement: ast.stmt,
+    call: ast.Call | None = None,
+) -> Edit | None:
+    """The edit putting an expression where `node` (in `statement`) is. `expression` is (head, parts, tail, one
+    line).
+
+    Where `node` is an argument of `call` and the call's arguments share one line, the call is laid out anew as
+    a formatter lays it out (joined when it now fits, split when it no longer does); otherwise the one line
+    stays in place if the line then fits, else head + parts + tail is split inside its brackets where a
+    formatter would split there. None where a formatter would split something else, which a fix does not
+    rewrite, or where a line of the statement the edit leaves as it is was already too long: a formatter that
+    kept it so had no better layout, and may find another one for the fixed statement."""
+    edit = split_call(text, call, node, layout, expression) if call is not None else None
+    if edit is None:
+        head, parts, tail, flat_text = expression
+        prefix, suffix = around(text, node)
+        new = layout.in_place(prefix, suffix, flat_text, head, parts, tail)
+        edit = replace_node(text, node, new) if new is not None else None
+    if edit is None:
         return None
-    source = ast.get_source_segment(text, call)
-    if source is None:
+    kept = [
+        n
+        for n in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1)
+        if not edit.line <= n <= edit.end_line
+    ]
+    lines = split_lines(text)
+    return edit if layout.fits(*(lines[n - 1].rstrip("\r\n") for n in kept)) else None
+
+
+def split_call(
+    text: str, call: ast.Call, node: ast.expr, layout: Layout, expression: tuple[str, list[str], str, str]
+) -> Edit | None:
+    """`call`, whose arguments all sit on one line, with `node` (one of them) replaced and the arguments laid out
+    as a formatter lays out a call that ends its line; None where the call holds a comment or a trailing comma,
+    or something follows it on its last line (then the formatter would split that instead)."""
+    source, func = ast.get_source_segment(text, call), ast.get_source_segment(text, call.func)
+    items = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
+    if source is None or func is None or not items or len({n.lineno for n in items} | {items[-1].end_lineno}) > 1:
         return None
-    try:
-        parsed = cst.parse_expression(source)
-    except cst.ParserSyntaxError:
+    prefix, suffix = around(text, call)
+    opening = source.index("(", len(func))
+    inside = source[opening + 1 : -1]
+    if suffix.split("#", 1)[0].strip() or flat(f"({inside})") is None or inside.rstrip().endswith(","):
         return None
-    assert isinstance(parsed, cst.Call)
-    spread = parsed.args[0].value
-    if isinstance(spread, (cst.GeneratorExp, cst.ListComp, cst.SetComp)):
-        return cst.Module([]).code_for_node(cst.SetComp(spread.elt, spread.for_in))
-    return f"set({cst.Module([]).code_for_node(spread)})"
+    head, parts, tail, flat_text = expression
+    arguments = []
+    for item in items:
+        written = ast.get_source_segment(text, item)
+        value = item.value if isinstance(item, ast.keyword) else item
+        if written is None:
+            return None
+        if value is not node:
+            arguments.append(Argument(written))
+            continue
+        keyword = f"{item.arg}=" if isinstance(item, ast.keyword) else ""
+        arguments.append(Argument(keyword + flat_text, (keyword + head, parts, tail)))
+    indent = prefix[: len(prefix) - len(prefix.lstrip())]
+    lines = layout.call(indent, prefix[len(indent) :] + source[: opening + 1], arguments, ")" + suffix)
+    if lines is None:
+        return None
+    newline = "\r\n" if split_lines(text)[call.lineno - 1].endswith("\r\n") else "\n"
+    last = split_lines(text)[(call.end_lineno or call.lineno) - 1].rstrip("\r\n")
+    return Edit(
+        newline.join(lines)[len(indent) :], call.lineno, len(indent) + 1, call.end_lineno or call.lineno, len(last) + 1
+    )

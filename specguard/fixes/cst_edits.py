@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import libcst as cst
 
@@ -85,14 +85,31 @@ def delete_statement(root: cst.CSTNode, statement: cst.BaseStatement) -> Change:
     return statement, cst.SimpleStatementLine([cst.Pass()]) if alone else cst.RemoveFromParent()
 
 
-def without_keyword(call: cst.Call, name: str) -> Change:
+def without_keyword(call: cst.Call, name: str, fits: Callable[[str], bool] = lambda line: False) -> Change:
     """The call without its `name=` argument; a removed last argument leaves its comma and the whitespace
-    before `)` to the new last one, so `f(a, x=1)` becomes `f(a)` and a one-per-line call keeps its layout."""
+    before `)` to the new last one, so `f(a, x=1)` becomes `f(a)` and a one-per-line call keeps its layout.
+    A call a formatter had split only because it was too long (its arguments together on a line of their own,
+    no trailing comma) is joined onto one line when `fits` says the line it then makes fits, as the formatter
+    would join it."""
     args = [a for a in call.args if a.keyword is None or a.keyword.value != name]
     last = call.args[-1]
     if args and last not in args:
         args[-1] = args[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
-    return call, call.with_changes(args=args)
+    new = call.with_changes(args=args)
+    joined = _joined(new)
+    return call, joined if joined is not None and fits(cst.Module([]).code_for_node(joined)) else new
+
+
+def _joined(call: cst.Call) -> cst.Call | None:
+    """The call with its arguments hugged by its brackets, when they sat together on one line between them."""
+    if not call.args or not isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        return None
+    last = call.args[-1]
+    if isinstance(last.comma, cst.Comma) or not isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace):
+        return None  # a trailing comma keeps a formatter's split ("magic trailing comma")
+    inner = call.with_changes(whitespace_before_args=cst.SimpleWhitespace(""))
+    inner = inner.with_changes(args=[*call.args[:-1], last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))])
+    return None if "\n" in cst.Module([]).code_for_node(inner) else inner
 
 
 _SCOPES = (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp, cst.FunctionDef, cst.ClassDef)

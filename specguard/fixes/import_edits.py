@@ -26,7 +26,8 @@ def _top_level_imports(source: str) -> list[ast.Import | ast.ImportFrom]:
 
 def add_import(source: str, module: str, name: str) -> Edit:
     """`from module import name` on a new line after the last top-level import (after a module docstring, or
-    first, in a module without imports)."""
+    first, in a module without imports), with the blank lines a formatter keeps around imports: one after a
+    docstring, and, where no import was there before, one before the next statement (two before a definition)."""
     tree = ast.parse(source)
     imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
     head = tree.body[0] if tree.body else None
@@ -39,7 +40,18 @@ def add_import(source: str, module: str, name: str) -> Edit:
     if line > len(lines) and lines and not lines[-1].endswith("\n"):  # no newline after the last import
         end = len(lines[-1]) + 1
         return Edit(newline + statement, len(lines), end, len(lines), end)
-    return Edit(statement + newline, line, 1, line, 1)
+    if imports:
+        return Edit(statement + newline, line, 1, line, 1)
+    following = next((s for s in tree.body if s.lineno >= line), None)
+    blank = 0
+    while line - 1 + blank < len(lines) and not lines[line - 1 + blank].strip():
+        blank += 1
+    wanted = 0 if following is None else 2 if isinstance(following, (*_DEFINITIONS, ast.ClassDef)) else 1
+    before = newline if docstring is not None else ""
+    return Edit(before + statement + newline + newline * max(0, wanted - blank), line, 1, line, 1)
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def drop_import(source: str, name: str, deleted: str) -> Edit | None:

@@ -1,8 +1,12 @@
-"""GitHub Actions workflow commands: one `::error` annotation per finding."""
+"""GitHub Actions workflow commands: one `::error` annotation per finding, its file relative to the repository's
+root (where the runner resolves it from), whatever folder specguard ran in."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specguard.analysis.findings import Finding
+from specguard.settings import path_from
 
 
 def _escape(value: str) -> str:
@@ -13,9 +17,12 @@ def _escape_property(value: str) -> str:
     return _escape(value).replace(":", "%3A").replace(",", "%2C")
 
 
-def render(findings: list[Finding]) -> str:
-    return "\n".join(
-        f"::error title=specguard ({f.code}),file={_escape_property(f.path)},line={f.line},col={f.col},"
-        f"endLine={f.end_line or f.line},endColumn={f.end_col or f.col}::{_escape(f'{f.code} {f.message}')}"
-        for f in findings
-    )
+def _annotation(f: Finding, root: Path) -> str:
+    where = f"file={_escape_property(path_from(root, f.path))},line={f.line},col={f.col}"
+    end = f"endLine={f.end_line or f.line},endColumn={f.end_col or f.col}"
+    return f"::error title=specguard ({f.code}),{where},{end}::{_escape(f'{f.code} {f.message}')}"
+
+
+def render(findings: list[Finding], root: Path) -> str:
+    """The annotations; `root` is the repository's root (see specguard/report/paths.py)."""
+    return "\n".join(_annotation(f, root) for f in findings)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from specguard.analysis.findings import Finding
 from specguard.fixes.model import Fix
 from specguard.report.docs_url import rule_url
+from specguard.report.text import RuleCount
 from specguard.rules import rule_name
 
 
@@ -54,3 +56,8 @@ def render(findings: list[Finding]) -> str:
         indent=2,
         sort_keys=True,
     )
+
+
+def statistics(rows: list[RuleCount]) -> str:
+    """`--statistics` as ruff's JSON: `code`, `name`, `count`, `fixable`, `fixable_count` per rule."""
+    return json.dumps([dataclasses.asdict(r) for r in rows], indent=2)

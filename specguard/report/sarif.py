@@ -1,51 +1,57 @@
-"""SARIF 2.1.0 for code scanning: one run, the rules as reportingDescriptors, one result per finding."""
+"""SARIF 2.1.0 for code scanning: one run, the rules as reportingDescriptors, one result per finding.
+
+Paths are relative to the repository's root (`uriBaseId` `%SRCROOT%`, whose absolute URI `originalUriBaseIds`
+gives), so the log says the same whichever folder specguard ran in and GitHub places each result on its file."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from specguard import __version__
 from specguard.analysis.findings import Finding
 from specguard.report.docs_url import DOCS, rule_url
-from specguard.rules import ALL_CODES, SOURCE_ERROR_DOCS, load_rule
+from specguard.rules import ALL_CODES, SOURCE_ERROR_DOCS, SOURCE_ERROR_TITLE, load_rule
+from specguard.settings import path_from
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SRCROOT = "%SRCROOT%"
+
+
+def _sentence(title: str) -> str:
+    """A rule's one-line title as the one short sentence code scanning shows above an alert."""
+    return f"{title[:1].upper()}{title[1:]}."
+
+
+def _descriptor(code: str, name: str, title: str, full: str, docs: str) -> dict:
+    return {
+        "id": code,
+        "name": name,
+        "shortDescription": {"text": _sentence(title)},
+        "fullDescription": {"text": full},
+        "help": {"text": docs, "markdown": docs},
+        "helpUri": rule_url(code),
+        "defaultConfiguration": {"level": "error"},
+    }
 
 
 def _rules() -> list[dict]:
-    described = [
-        {
-            "id": "SG000",
-            "name": "source-error",
-            "shortDescription": {"text": "A file specguard could not read, decode or parse."},
-            "fullDescription": {"text": SOURCE_ERROR_DOCS},
-            "helpUri": rule_url("SG000"),
-            "defaultConfiguration": {"level": "error"},
-        }
-    ]
+    described = [_descriptor("SG000", "source-error", SOURCE_ERROR_TITLE, SOURCE_ERROR_DOCS, SOURCE_ERROR_DOCS)]
     for code in ALL_CODES:
         rule = load_rule(code)
-        described.append(
-            {
-                "id": rule.code,
-                "name": rule.name,
-                "shortDescription": {"text": rule.summary},
-                "fullDescription": {"text": rule.why},
-                "help": {"text": rule.docs(), "markdown": rule.docs()},
-                "helpUri": rule_url(rule.code),
-                "defaultConfiguration": {"level": "error"},
-            }
-        )
+        described.append(_descriptor(rule.code, rule.name, rule.title, rule.why, rule.docs()))
     return described
 
 
-def _uri(path: str) -> str:
-    p = Path(path)
-    return p.as_posix() if not p.is_absolute() else p.as_uri()
+def _artifact(path: str, root: Path) -> dict:
+    rel = path_from(root, path)
+    if rel.startswith("/"):
+        return {"uri": Path(rel).as_uri()}  # outside the repository (an installed vLLM): absolute
+    return {"uri": quote(rel), "uriBaseId": SRCROOT}
 
 
-def _fixes(f: Finding) -> dict:
+def _fixes(f: Finding, root: Path) -> dict:
     """SARIF's `fixes`: one per finding that has one, replacing regions of its file."""
     if f.fix is None:
         return {}
@@ -56,11 +62,12 @@ def _fixes(f: Finding) -> dict:
         }
         for e in f.fix.edits
     ]
-    change = {"artifactLocation": {"uri": _uri(f.path)}, "replacements": replacements}
+    change = {"artifactLocation": _artifact(f.path, root), "replacements": replacements}
     return {"fixes": [{"description": {"text": f.fix.message}, "artifactChanges": [change]}]}
 
 
-def render(findings: list[Finding]) -> str:
+def render(findings: list[Finding], root: Path) -> str:
+    """The log; `root` is the repository's root (see specguard/report/paths.py)."""
     rules = _rules()
     index = {r["id"]: i for i, r in enumerate(rules)}
     results = [
@@ -72,7 +79,7 @@ def render(findings: list[Finding]) -> str:
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": _uri(f.path)},
+                        "artifactLocation": _artifact(f.path, root),
                         "region": {
                             "startLine": f.line,
                             "startColumn": f.col,
@@ -83,7 +90,7 @@ def render(findings: list[Finding]) -> str:
                     **({"logicalLocations": [{"fullyQualifiedName": f.symbol}]} if f.symbol else {}),
                 }
             ],
-            **_fixes(f),
+            **_fixes(f, root),
         }
         for f in findings
     ]
@@ -95,6 +102,7 @@ def render(findings: list[Finding]) -> str:
                 "tool": {
                     "driver": {"name": "specguard", "version": __version__, "informationUri": DOCS, "rules": rules}
                 },
+                "originalUriBaseIds": {SRCROOT: {"uri": root.resolve().as_uri() + "/"}},
                 "results": results,
             }
         ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from specguard.analysis.findings import Finding
 
@@ -18,19 +19,31 @@ def _hidden(findings: list[Finding], unsafe_fixes: bool | None) -> int:
     return sum(1 for f in findings if f.fix is not None and not f.fix.applies(None))
 
 
-def render(findings: list[Finding], unsafe_fixes: bool | None = None, fixed: int = 0) -> str:
-    """The findings (those left after `--fix`, which fixed `fixed` others), then ruff's summary lines."""
+def _applies(f: Finding, unsafe_fixes: bool | None) -> bool:
+    return f.fix is not None and f.fix.applies(unsafe_fixes)
 
-    def marker(f: Finding) -> str:
-        return "[*] " if f.fix is not None and f.fix.applies(unsafe_fixes) else ""
 
-    lines = [f"{f.path}:{f.line}:{f.col}: {f.code} {marker(f)}{f.message}" for f in findings]
+def render(findings: list[Finding], unsafe_fixes: bool | None = None, fixed: int = 0, quiet: bool = False) -> str:
+    """The findings (those left after `--fix`, which fixed `fixed` others), then ruff's summary lines
+    (not with `quiet`: ruff's `-q` prints the findings and nothing else)."""
+    lines = [
+        f"{f.path}:{f.line}:{f.col}: {f.code} {'[*] ' if _applies(f, unsafe_fixes) else ''}{f.message}"
+        for f in findings
+    ]
+    return "\n".join(lines if quiet else [*lines, *summary(findings, unsafe_fixes, fixed)])
+
+
+def summary(findings: list[Finding], unsafe_fixes: bool | None, fixed: int = 0) -> list[str]:
+    """ruff's lines after the findings: how many, or that all checks passed; how many `--fix` would fix."""
+    lines = []
     if fixed:
         total = fixed + len(findings)
         lines.append(f"Found {_plural(total, 'finding')} ({fixed} fixed, {len(findings)} remaining).")
     elif findings:
         lines.append(f"Found {_plural(len(findings), 'finding')}.")
-    applicable = sum(1 for f in findings if marker(f))
+    else:
+        lines.append("All checks passed!")
+    applicable = sum(1 for f in findings if _applies(f, unsafe_fixes))
     hidden = _hidden(findings, unsafe_fixes)
     unsafe = f"{_plural(hidden, 'unsafe fix', 'es')} available with `--fix --unsafe-fixes`"
     if applicable and hidden:
@@ -39,7 +52,7 @@ def render(findings: list[Finding], unsafe_fixes: bool | None = None, fixed: int
         lines.append(f"[*] {applicable} fixable with `--fix`.")
     elif hidden:
         lines.append(f"{unsafe}.")
-    return "\n".join(lines)
+    return lines
 
 
 def diff_summary(fixed: int, findings: list[Finding], unsafe_fixes: bool | None) -> str:
@@ -53,6 +66,37 @@ def diff_summary(fixed: int, findings: list[Finding], unsafe_fixes: bool | None)
     return f"Would fix {_plural(fixed, 'finding')}." if fixed else ""
 
 
-def statistics(findings: list[Finding], names: dict[str, str]) -> str:
+@dataclass(frozen=True)
+class RuleCount:
+    """One row of `--statistics`, with the keys of ruff's JSON."""
+
+    code: str
+    name: str
+    count: int
+    fixable: bool  # every finding of the rule is fixable (ruff's meaning since it added `fixable_count`)
+    fixable_count: int
+
+
+def rule_counts(findings: list[Finding], names: dict[str, str], unsafe_fixes: bool | None) -> list[RuleCount]:
+    """Counts per rule, most frequent first; ties in rule order."""
     counts = Counter(f.code for f in findings)
-    return "\n".join(f"{n:>5}  {code}  {names.get(code, '')}".rstrip() for code, n in counts.most_common())
+    fixable = Counter(f.code for f in findings if _applies(f, unsafe_fixes))
+    rows = [RuleCount(c, names.get(c, ""), n, fixable[c] == n, fixable[c]) for c, n in sorted(counts.items())]
+    return sorted(rows, key=lambda r: -r.count)
+
+
+def statistics(findings: list[Finding], names: dict[str, str], unsafe_fixes: bool | None, quiet: bool = False) -> str:
+    """ruff's `--statistics` table (count, code, `[*]` all fixable / `[-]` some / `[ ]` none, name), then its
+    summary; nothing at all for no findings, as ruff."""
+    rows = rule_counts(findings, names, unsafe_fixes)
+    if not rows:
+        return ""
+    width = len(str(rows[0].count))
+    code_width = max(len(r.code) for r in rows)
+    marks = any(r.fixable_count for r in rows)
+
+    def mark(r: RuleCount) -> str:
+        return ("[*] " if r.fixable else "[-] " if r.fixable_count else "[ ] ") if marks else ""
+
+    lines = [f"{r.count:>{width}}\t{r.code:<{code_width}}\t{mark(r)}{r.name}" for r in rows]
+    return "\n".join(lines if quiet else [*lines, *summary(findings, unsafe_fixes)])

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 _MODULE = re.compile(r"^sg(\d{3})_\w+$")
 
 # SG000 is the engine's own: a file that could not be read, decoded or parsed.
+SOURCE_ERROR_TITLE = "file cannot be read, decoded or parsed"
 SOURCE_ERROR_DOCS = """# source-error (SG000)
 
 ## What it does
@@ -49,6 +50,11 @@ def rule_name(code: str) -> str:
     if code == "SG000":
         return "source-error"
     return _modules()[code].rpartition(".")[2].split("_", 1)[1].replace("_", "-")
+
+
+def rule_names() -> dict[str, str]:
+    """Every code, SG000 included, with its name."""
+    return {code: rule_name(code) for code in ["SG000", *ALL_CODES]}
 
 
 def load_rule(code: str) -> Rule:

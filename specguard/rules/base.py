@@ -33,6 +33,13 @@ class NodeFix:
 
 
 @dataclass(frozen=True)
+class NoFix:
+    """Why a finding gets no fix; the rule says it in the finding's message, so every output format carries it."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     node: cst.CSTNode | None  # where it is: a libcst node, or None with `span`
     message: str
@@ -114,6 +121,15 @@ FixAvailability = Literal["always", "sometimes", "never"]
 
 
 @dataclass(frozen=True)
+class Limit:
+    """Something a rule does not see, said plainly. `missed`, where given, is code the rule does not flag: it runs
+    as a test, so the sentence goes when the rule learns to see it."""
+
+    text: str
+    missed: str = ""
+
+
+@dataclass(frozen=True)
 class Rule:
     code: str
     name: str
@@ -124,7 +140,11 @@ class Rule:
     good: str
     check: Check
     applies: Applies
-    analysis: tuple[str, ...] = ()  # paragraphs on how the rule follows values, and its limits
+    analysis: tuple[str, ...] = ()  # paragraphs on how the rule follows values
+    limits: tuple[Limit, ...] = ()
+    # Where the pattern comes from and where to read more, as ruff's "References": plain text (no links), so
+    # every link specguard prints is to its own documentation.
+    references: tuple[str, ...] = ()
     # Fixes, as ruff declares them: whether the rule offers one, what it does and how safe it is (`fix_summary`),
     # and, as fixit does, what the bad example becomes under `--fix --unsafe-fixes` (run as a test).
     fix_availability: FixAvailability = "never"
@@ -133,21 +153,17 @@ class Rule:
 
     def docs(self) -> str:
         """The text `specguard explain CODE` prints, in ruff's layout."""
-
-        def fill(text: str) -> str:  # no breaks at hyphens: "non-causal" stays whole, quotes stay findable
-            return textwrap.fill(text, 100, break_on_hyphens=False)
-
-        analysis = ["## How it follows values", *(p for par in self.analysis for p in (fill(par), ""))]
+        analysis = ["## How it follows values", *(p for par in self.analysis for p in (_fill(par), ""))]
         return "\n".join(
             [
                 f"# {self.name} ({self.code})",
                 "",
                 *([f"Fix is {self.fix_availability} available.", ""] if self.fix_availability != "never" else []),
                 "## What it does",
-                fill(self.summary),
+                _fill(self.summary),
                 "",
                 "## Why is this bad?",
-                fill(self.why),
+                _fill(self.why),
                 "",
                 *(analysis if self.analysis else []),
                 "## Example",
@@ -160,8 +176,19 @@ class Rule:
                 textwrap.dedent(self.good).strip(),
                 "```",
                 *self._fix_docs(),
+                *self._limit_docs(),
+                *(["", "## References", *(_fill(r, "- ") for r in self.references)] if self.references else []),
             ]
         )
+
+    def _limit_docs(self) -> list[str]:
+        lines = ["", "## Limits"] if self.limits else []
+        for limit in self.limits:
+            lines += [_fill(limit.text)]
+            if limit.missed:
+                lines += ["", "Not flagged:", "```python", textwrap.dedent(limit.missed).strip(), "```"]
+            lines += [""]
+        return lines[:-1]
 
     def _fix_docs(self) -> list[str]:
         if self.fix_availability == "never":
@@ -169,13 +196,17 @@ class Rule:
         return [
             "",
             "## Fix",
-            textwrap.fill(self.fix_summary, 100, break_on_hyphens=False),
+            _fill(self.fix_summary),
             "",
             "The example above, after `specguard check --fix --unsafe-fixes`:",
             "```python",
             textwrap.dedent(self.fixed).strip(),
             "```",
         ]
+
+
+def _fill(text: str, bullet: str = "") -> str:  # no breaks at hyphens: "non-causal" stays whole, quotes stay findable
+    return textwrap.fill(text, 100, initial_indent=bullet, subsequent_indent=" " * len(bullet), break_on_hyphens=False)
 
 
 def speculator_module(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from specguard.analysis.cst_tools import is_true, keyword, scopes
-from specguard.rules.base import Diagnostic, Rule, RuleContext, speculator_module
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, speculator_module
 
 
 def is_capture_builder_call(call: cst.Call, ctx: RuleContext) -> bool:
@@ -71,4 +71,26 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    limits=(
+        Limit(
+            "The sink is recognised where it is called, by the name it was imported under or through its module: "
+            "a call through a local variable or `getattr` is not followed.",
+            missed="""
+                from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs):
+                        build = build_attn_metadata
+                        return build(attn_groups=self.attn_groups, num_reqs=num_reqs)
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#56181 ("Fix DP token padding in dflash attention metadata", in vLLM 0.30.0): every '
+        "speculator builds its draft metadata through `DraftModelSpeculator._build_attn_metadata` or "
+        "`_build_uniform_attn_metadata` (`vllm/v1/worker/gpu/spec_decode/speculator.py`).",
+        'vllm-project/vllm#55458 ("Exclude DP token padding from draft attention metadata"): the same DP padding, '
+        "fixed first in the autoregressive draft decode.",
+    ),
 )

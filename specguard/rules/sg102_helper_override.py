@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import libcst as cst
 
 from specguard.analysis.cst_tools import dotted, kids, parameters, scopes
+from specguard.analysis.dataflow.values import Signature
 from specguard.fixes.cst_edits import delete_statement
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext, speculator_module
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -27,9 +28,32 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
                 message += f"; no fix offered: the override is not a pure forward ({'; '.join(problems[:2])})"
             fix = None
             if not problems:
+                base = ctx.facts.flows.function_map.get(f"super({cls}).{scope.name}")
+                same = base is not None and binds_alike(scope.function, base.signature)
                 what = f"Delete `{scope.qualname}`, which only forwards its arguments to the base helper"
-                fix = NodeFix("safe", what, (delete_statement(ctx.module, scope.function),))
+                if not same:
+                    what += " (unsafe: the base's parameters are not known to be the same, so a call may bind apart)"
+                fix = NodeFix("safe" if same else "unsafe", what, (delete_statement(ctx.module, scope.function),))
             yield Diagnostic(scope.function.name, message, scope.qualname, fix=fix)
+
+
+def binds_alike(function: cst.FunctionDef, base: Signature) -> bool:
+    """Whether every call that binds on the override (a pure forward) binds the same way on the base helper,
+    so deleting the override changes no call that worked: each parameter a caller may name reaches a base
+    parameter of that name that takes a keyword, each one a caller passes by position reaches the base's
+    parameter at that position. What `*args` and `**kwargs` forward lands on the base as it would directly."""
+    p = function.params
+    kinds = [(q.name.value, True) for q in p.posonly_params] + [(q.name.value, False) for q in p.params]
+    own = kinds[1:]  # without `self`
+    theirs = base.positional[1:] if base.bound else base.positional
+    positional_only = set(base.positional[: base.positional_only])
+    if len(own) > len(theirs):
+        return False
+    for (name, only_by_position), base_name in zip(own, theirs, strict=False):
+        if not only_by_position and (name != base_name or base_name in positional_only):
+            return False
+    keywords = (set(theirs[len(own) :]) - positional_only) | set(base.keyword_only)
+    return all(k.name.value in keywords or base.starstar for k in p.kwonly_params)
 
 
 # ---- is the override a pure forward? -----------------------------------------------------------------------
@@ -180,14 +204,38 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    limits=(
+        Limit(
+            "Only a method defined in the class body is an override: a helper name bound to another function by "
+            "assignment is not flagged.",
+            missed="""
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                def my_builder(self, num_reqs, num_tokens_padded):
+                    return None
+
+                class MyDFlashSpeculator(DraftModelSpeculator):
+                    _build_attn_metadata = my_builder
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#56181 ("Fix DP token padding in dflash attention metadata", in vLLM 0.30.0): deletes '
+        "`DFlashSpeculator._build_draft_attn_metadata`, which vLLM 0.28.0 and 0.29.0 define in "
+        "`vllm/v1/worker/gpu/spec_decode/dflash/speculator.py`.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
-        "Safe, and offered only for an override that is a pure forward: its body only returns "
-        "`super().<same helper>(...)`, passing each of its own parameters on unchanged (positionally in order, as "
-        "`name=name`, `*args`, `**kwargs`), and it has no defaults of its own, no decorator and no other "
-        "statement. The fix deletes the override, so the base helper runs with the same arguments. Any other "
-        "override keeps its finding without a fix, and the message says why (vLLM 0.28.0's DFlash override "
-        "returns early and passes `self.num_query_per_req`, so its removal needs a person)."
+        "Offered only for an override that is a pure forward: its body only returns `super().<same helper>(...)`,"
+        " passing each of its own parameters on unchanged (positionally in order, as `name=name`, `*args`, "
+        "`**kwargs`), and it has no defaults of its own, no decorator and no other statement. The fix deletes the"
+        " override, so the base helper runs with the same arguments. Safe where the base helper's definition is "
+        "in the project (or installed) and every call that binds on the override binds the same way on it: each "
+        "parameter a caller may name is a base parameter of that name that takes a keyword, each one passed by "
+        "position lands at the same position. Unsafe otherwise, since a caller naming a parameter the base calls "
+        "differently would then fail. Any other override keeps its finding without a fix, and the message says "
+        "why (vLLM 0.28.0's DFlash override returns early and passes `self.num_query_per_req`, so its removal "
+        "needs a person)."
     ),
     fixed="""
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator

@@ -12,10 +12,12 @@ from specguard.analysis.dataflow.resolve import MAX_DEPTH
 from specguard.analysis.dataflow.resolve import MAX_ROUNDS as ATTRIBUTE_ROUNDS
 from specguard.analysis.dataflow.values import Item, Value
 from specguard.analysis.dataflow.walker import MAX_ROUNDS, FlowWalker, parameter_env
-from specguard.fixes.ast_edits import replace_node
+from specguard.fixes.ast_edits import enclosing_statement, indent_unit, place
 from specguard.fixes.import_edits import add_import
+from specguard.fixes.layout import Layout, flat
 from specguard.fixes.model import Edit
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.fixes.query_count import QueryNames, Reached, real_count
+from specguard.rules.base import Diagnostic, Limit, NodeFix, NoFix, Rule, RuleContext, speculator_module
 
 PADDED = "padded"  # the label Pack.padding_flow gives a descriptor's padded count
 
@@ -56,11 +58,20 @@ class _Sinks(ProjectHooks):
                 padded = [i for i in value.values() if i.label == PADDED and i.key is None]
                 if padded:
                     first = min(padded, key=lambda i: len(i.steps))
-                    fix = full_or_real_fix(self.ctx, self.function, arg, first)
+                    fix = full_or_real_fix(self.ctx, self, node, arg, first)
                     self.found.append(self._diagnostic(callee, param, arg, first, fix))
                     break
 
-    def _diagnostic(self, callee: str, param: str, arg: Passed, item: Item, fix: NodeFix | None) -> Diagnostic:
+    def reached(self, func: ast.expr) -> Reached:
+        """What the project says about the function a call reaches."""
+        key = self.key(func)
+        return self.reached_key(key) if key is not None else Reached(None, None)
+
+    def reached_key(self, key: str) -> Reached:
+        flow = self.facts.flows.function_map.get(key)
+        return Reached(flow.qualname, flow.signature) if flow is not None else Reached(None, None)
+
+    def _diagnostic(self, callee: str, param: str, arg: Passed, item: Item, fix: NodeFix | NoFix) -> Diagnostic:
         pad = self.ctx.pack.padding
         passed = {
             "": f"`{param}=`" if arg.keyword else f"`{param}` (by position)",
@@ -73,66 +84,81 @@ class _Sinks(ProjectHooks):
             f"`{self.qualname}` passes a padded batch size (`{pad.padded_attribute}` of a batch-execution "
             f"descriptor) as {passed} to `{callee}` without a `{pad.mode_attribute} == {pad.full_mode}` check; in "
             f"eager/PIECEWISE mode it must be the real query token count (`query_start_loc[-1]`)"
-            + (f"; it gets there {how}" if how else ""),
+            + (f"; it gets there {how}" if how else "")
+            + (f"; no fix offered: {fix.reason}" if isinstance(fix, NoFix) else ""),
             self.qualname,
             span(arg.node),  # type: ignore[arg-type]
-            fix=fix,
+            fix=fix if isinstance(fix, NodeFix) else None,
         )
 
 
-# ---- the fix: the padded count under FULL graphs, the real one otherwise ----------------------------------
+# ---- the fix: the padded count under FULL graphs, the real count of the call's query otherwise ---------------
 
 
-def full_or_real_fix(
-    ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, arg: Passed, item: Item
-) -> NodeFix | None:
-    """Rewrite the argument to `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, what the
-    shared helper of upstream's fix decides. Offered where the padded count is read from a descriptor in this
-    function (so the descriptor is in scope) and the pack names a real count that is (`real_counts`, or
-    `int(<array>[-1])` of a `real_count_arrays` array reached from a parameter); unsafe, since which count is
-    the real one is the pack's guess by name."""
+def full_or_real_fix(ctx: RuleContext, hooks: _Sinks, call: ast.Call, arg: Passed, item: Item) -> NodeFix | NoFix:
+    """Rewrite the argument to `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, what
+    upstream's shared helper decides, where the descriptor the padded count was read from is in scope and the
+    real count of the query this call describes follows from its arguments (fixes/query_count.py)."""
     pad = ctx.pack.padding
-    if arg.star or not (pad.mode_attribute and pad.full_mode and pad.mode_enum):
-        return None
-    read = next((n for n in ast.walk(function) if isinstance(n, ast.Attribute) and span(n) == item.span), None)
+    if not (pad.mode_attribute and pad.full_mode and pad.mode_enum):
+        return NoFix("the rule pack names no CUDA-graph mode to test (`[padding] mode_enum`)")
+    if arg.star:
+        return NoFix(f"the count reaches the call inside `{arg.star}` arguments, with nothing to rewrite in place")
+    function = hooks.function
+    reads = (n for n in ast.walk(function) if isinstance(n, ast.Attribute) and n.attr == pad.padded_attribute)
+    read = next((n for n in reads if span(n) == item.span), None)
     descriptor = dotted(read.value) if read is not None else None
+    if read is None or descriptor is None:
+        return NoFix("the padded count is read in another function, so the descriptor that decides is not in scope")
+    if _rebound(function, descriptor, read, call):
+        return NoFix(f"`{descriptor}` is assigned again between the read of its count and the call")
+    names = QueryNames(tuple(pad.query_offsets), tuple(pad.query_requests), tuple(pad.query_width))
+    real = real_count(
+        call,
+        hooks.reached(call.func),
+        names,
+        caller_self=hooks.self_name,
+        bases=frozenset(ctx.pack.speculators.bases),
+        classes={c.name: c for c in ctx.tree.body if isinstance(c, ast.ClassDef)},
+        lookup=hooks.reached_key,
+        caller=function,
+    )
+    if isinstance(real, NoFix):
+        return real
+    enum = _mode_enum(ctx, pad.mode_enum)
+    if enum is None:
+        return NoFix(f"`{pad.mode_enum.rpartition('.')[2]}` means something else in this module")
     value = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
-    real, enum = _real_count(ctx, function, value), _mode_enum(ctx, pad.mode_enum)
-    padded = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
-    if descriptor is None or real is None or enum is None or padded is None:
-        return None
+    written = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
+    padded = flat(written) if written is not None else None
+    if padded is None or not isinstance(value, ast.expr):
+        return NoFix("the padded argument spans lines with a comment, which a fix cannot move")
     if isinstance(value, (ast.IfExp, ast.Lambda, ast.NamedExpr)):
         padded = f"({padded})"
     name, import_edit = enum
-    rewritten = f"{padded} if {descriptor}.{pad.mode_attribute} == {name}.{pad.full_mode} else {real}"
+    parts = [padded, f"if {descriptor}.{pad.mode_attribute} == {name}.{pad.full_mode}", f"else {real}"]
+    statement = enclosing_statement(function, value)
+    layout = Layout(ctx.facts.line_length, indent_unit(ctx.text, function))
+    edit = place(ctx.text, value, layout, ("(", parts, ")", " ".join(parts)), statement, call) if statement else None
+    if edit is None:
+        return NoFix("the rewritten argument cannot be laid out within the line length where it stands")
     return NodeFix(
         "unsafe",
-        f"Pass `{padded}` only under FULL CUDA graphs and the real count `{real}` otherwise",
+        f"Pass `{padded}` only under FULL CUDA graphs and the real count of the call's query, `{real}`, otherwise",
         (),
-        (replace_node(ctx.text, value, rewritten), *import_edit),  # type: ignore[arg-type]
+        (edit, *import_edit),
     )
 
 
-def _real_count(ctx: RuleContext, function: ast.FunctionDef | ast.AsyncFunctionDef, use: ast.AST) -> str | None:
-    """The real query token count the pack names, if this function has one where `use` is: a parameter, a local
-    assigned at the function's top level before it, or `int(<array>[-1])` of an array reached from a parameter."""
-    pad = ctx.pack.padding
-    params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
-    assigned = {
-        t.id
-        for stmt in function.body
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.lineno < use.lineno  # type: ignore[attr-defined]
-        for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
-        if isinstance(t, ast.Name)
-    }
-    for name in pad.real_counts:
-        if name in params or name in assigned:
-            return name
-    for node in ast.walk(function):
-        text = dotted(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
-        if text and text.rpartition(".")[2] in pad.real_count_arrays and text.partition(".")[0] in params:
-            return f"int({text}[-1])"
-    return None
+def _rebound(function: ast.FunctionDef | ast.AsyncFunctionDef, descriptor: str, read: ast.AST, call: ast.Call) -> bool:
+    """Whether the descriptor (`d`, `self.desc`) or what holds it is assigned after the read and before the call
+    ends: the mode tested at the call would then be another descriptor's."""
+    start, end = (read.lineno, read.col_offset), (call.end_lineno or call.lineno, call.end_col_offset or 0)  # type: ignore[attr-defined]
+    holders = {".".join(descriptor.split(".")[:i]) for i in range(1, descriptor.count(".") + 2)}
+    stores = (
+        n for n in ast.walk(function) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)
+    )
+    return any(dotted(n) in holders and start < (n.lineno, n.col_offset) < end for n in stores)
 
 
 def _mode_enum(ctx: RuleContext, qualified: str) -> tuple[str, tuple[Edit, ...]] | None:
@@ -201,11 +227,36 @@ RULE = Rule(
         "`==`, `!=`, `is`, `is not` and `in` are understood in either operand order, with the mode read from the "
         "descriptor or from a local holding it. A mode test on an object that is not a known descriptor "
         "clears every descriptor.",
-        "Limits: a function of another module is followed only when it is passed a descriptor or a padded "
-        "count; a value passed into a helper that itself calls the sink is judged inside the helper (its "
-        "parameter is not a descriptor there unless named or annotated as one); a tuple returned by a helper "
-        "and unpacked by the caller is not followed element by element; properties, `getattr` and values "
-        "stored on objects other than `self` are not followed.",
+    ),
+    limits=(
+        Limit(
+            "Properties, `getattr` and values stored on objects other than `self` are not followed.",
+            missed="""
+                from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDraftSpeculator(DraftModelSpeculator):
+                    def prepare(self, num_reqs, num_tokens):
+                        batch_desc, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_tokens)
+                        self.state.padded = batch_desc.num_tokens
+
+                    def propose(self, num_reqs):
+                        return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=self.state.padded)
+            """,
+        ),
+        Limit(
+            "A function of another module is followed only when it is passed a descriptor or a padded count, and a "
+            "value passed into a helper that itself calls the sink is judged inside the helper (its parameter is "
+            "not a descriptor there unless named or annotated as one)."
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#56181 ("Fix DP token padding in dflash attention metadata", in vLLM 0.30.0): the shared '
+        "helper `DraftModelSpeculator._build_attn_metadata` takes the descriptor's count for FULL CUDA graphs and "
+        "`query_start_loc_np[-1]` otherwise; DFlash's `q.shape[0] (52) does not match qo_indptr[-1] (48)` at "
+        "startup with DP>1 is the failure it fixed.",
+        'vllm-project/vllm#55458 ("Exclude DP token padding from draft attention metadata"): the same DP '
+        "padding, fixed first in the autoregressive draft decode.",
     ),
     bad="""
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
@@ -224,11 +275,12 @@ RULE = Rule(
                 kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
                 return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
 
-            def propose_block(self, num_reqs, num_query_tokens):
-                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+            def propose_block(self, num_reqs, batch):
+                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, batch.num_tokens)
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
                     num_tokens_padded=d.num_tokens,  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
                 )
     """,
     good="""
@@ -261,15 +313,21 @@ RULE = Rule(
     applies=speculator_module,
     fix_availability="sometimes",
     fix_summary=(
-        "Unsafe: the argument becomes `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`, "
-        "the choice upstream's shared helper makes, and `CUDAGraphMode` is imported where the module lacks it. "
-        "Offered where the padded count is read from a descriptor in the flagged function (so the descriptor is "
-        "in scope) and a real query token count is too: a local assigned before the call or a parameter with a "
-        "name the pack lists (`[padding] real_counts`, DFlash's `num_query_tokens`), or `int(<array>[-1])` of a "
-        "host array of query offsets the pack lists (`real_count_arrays`, `query_start_loc_np`) reached from a "
-        "parameter. A count from a helper, a container or `**kwargs`, or a function with no real count (the "
-        "autoregressive decode steps) keeps its finding without a fix. It is unsafe because the real count is "
-        "recognised by its name, and the better fix, moving to the shared helper that decides, needs a person."
+        "Unsafe: the argument becomes `<padded> if <descriptor>.cg_mode == CUDAGraphMode.FULL else <real count>`,"
+        " the choice upstream's shared helper makes, and `CUDAGraphMode` is imported where the module lacks it. "
+        "The real count is that of the query this very call builds metadata for, read off the call's own "
+        "arguments as the pack describes them (`[padding] query_offsets`, `query_requests`, `query_width`): "
+        "`int(<offsets>[<num_reqs>])` when the call hands the build its query start offsets, else `<num_reqs> * "
+        "<num_query_per_req>` for the uniform query the helper builds, the width's default read from the helper's"
+        " definition, and an override in the same module that only checks its arguments and forwards them to "
+        "`super()` followed through that call. A count found elsewhere in the function is never taken: a draft "
+        "decode step that sees the target batch's offsets builds one token per request. Offered only where the "
+        "descriptor the padded count was read from is in scope at the call and that count follows; otherwise the "
+        "finding keeps no fix and its message says why (a count from a helper or through `**kwargs`, a call that "
+        "does not say its query, an override in another module). It is unsafe because what the helper builds from"
+        " its arguments is the pack's description of it, a subclass elsewhere may override the helper again, and "
+        "eager/PIECEWISE builds whose count carried graph or DP padding change, which is the point of the fix; "
+        "the better fix, moving to the shared helper that decides, needs a person."
     ),
     fixed="""
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
@@ -289,11 +347,16 @@ RULE = Rule(
                 kwargs = dict(num_reqs=num_reqs, num_tokens_padded=max(num_reqs, batch_desc.num_tokens))
                 return self._build_draft_attn_metadata(**kwargs, step=1)  # SG103: through **kwargs
 
-            def propose_block(self, num_reqs, num_query_tokens):
-                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, num_query_tokens)
+            def propose_block(self, num_reqs, batch):
+                d, _ = dispatch_cg_and_sync_dp(self.cg_manager, num_reqs, batch.num_tokens)
                 return self._build_draft_attn_metadata(
                     num_reqs=num_reqs,
-                    num_tokens_padded=d.num_tokens if d.cg_mode == CUDAGraphMode.FULL else num_query_tokens,  # SG103
+                    num_tokens_padded=(
+                        d.num_tokens
+                        if d.cg_mode == CUDAGraphMode.FULL
+                        else int(batch.query_start_loc_np[num_reqs])
+                    ),  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
                 )
     """,
 )

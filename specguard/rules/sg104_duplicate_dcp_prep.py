@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import libcst as cst
 
 from specguard.analysis.cst_tools import Scope, dotted, is_self_call, kids, last_name, parameters, scopes
+from specguard.analysis.positions import spans
 from specguard.fixes.cst_edits import delete_statements, without_keyword
 from specguard.fixes.import_edits import drop_import
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext, speculator_module
+from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext, speculator_module
 from specguard.rules.sg101_metadata_outside_helper import is_capture_builder_call
 
 
@@ -114,9 +115,17 @@ def _drop_duplicate(ctx: RuleContext, scope: Scope, call: cst.Call) -> NodeFix |
         "unsafe",
         f"Delete the duplicate `{ctx.callee(call)}` call and the `{param}=` it feeds; the shared helper "
         f"recomputes them",
-        (*deletions, *(without_keyword(c, param) for c in feeds)),
+        (*deletions, *(without_keyword(c, param, _fits_in_place(ctx, c)) for c in feeds)),
         (unused_import,) if unused_import else (),
     )
+
+
+def _fits_in_place(ctx: RuleContext, call: cst.Call) -> Callable[[str], bool]:
+    """Whether a call's new code, put where `call` is, makes a line within the project's line length."""
+    line, col, end_line, end_col = spans(ctx.module, [call])[0]
+    lines = ctx.text.splitlines()
+    prefix, suffix = lines[line - 1][: col - 1], lines[end_line - 1][end_col - 1 :]
+    return lambda code: len(prefix + code + suffix) <= ctx.facts.line_length
 
 
 def _reads_elsewhere(node: cst.CSTNode, buffer: str, aliases: set[str], allowed: set[int]) -> bool:
@@ -174,13 +183,34 @@ RULE = Rule(
     """,
     check=check,
     applies=speculator_module,
+    limits=(
+        Limit(
+            "The preparation is recognised where it is called, by the name it was imported under or through its "
+            "module: a call through a local variable or `getattr` is not followed.",
+            missed="""
+                from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+                from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+                class MyDFlashSpeculator(DraftModelSpeculator):
+                    def propose(self, num_reqs):
+                        prepare = prepare_dcp_local_seq_lens
+                        prepare(self.dcp_lens, self.input_buffers.seq_lens, num_reqs)
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): the shared draft '
+        "metadata helper recomputes the rank-local lengths, and DFlash's own preparation "
+        "is removed.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
         "Unsafe, and offered only when what the call prepares (its first argument, the buffer it fills, or what "
         "it returns) is read nowhere but in the shared helper's `dcp_local_seq_lens=` argument, directly or "
         "through locals that only carry it (or None). The fix deletes the call, those locals and the argument, "
         "an `if` it leaves empty and the import nothing else uses, so the helper recomputes the lengths once, "
-        "itself. It is unsafe because "
+        "itself; a call a formatter had split only for its length is joined back where it now fits. It is unsafe "
+        "because "
         "the buffer may be read after the call returns (another method, a CUDA graph), and because the helper "
         "must be one that recomputes them (vLLM's does since the DCP fix)."
     ),
@@ -189,8 +219,6 @@ RULE = Rule(
 
         class MyDFlashSpeculator(DraftModelSpeculator):
             def propose(self, num_reqs, batch_desc, query_start_loc_np):
-                return self._build_attn_metadata(
-                    num_reqs, batch_desc, query_start_loc_np
-                )
+                return self._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
     """,
 )

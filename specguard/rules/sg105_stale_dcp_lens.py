@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from specguard.analysis.cst_tools import keyword, kids, scopes
-from specguard.rules.base import Diagnostic, Rule, RuleContext
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 
 
 def _parameters(function: cst.FunctionDef) -> set[str]:
@@ -96,4 +96,29 @@ RULE = Rule(
     """,
     check=check,
     applies=_sink_defined_here,
+    limits=(
+        Limit(
+            "Only the order of the calls in the helper is read: a preparation anywhere before the sink counts, "
+            "whether or not its result reaches the sink.",
+            missed="""
+                from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+                def build_attn_metadata(*, num_reqs, num_tokens, seq_lens, dcp_local_seq_lens=None):
+                    ...
+
+                class DraftModelSpeculator:
+                    def _build_attn_metadata(self, num_reqs, num_tokens):
+                        prepare_dcp_local_seq_lens(self.other_lens, self.input_buffers.seq_lens, num_reqs)
+                        return build_attn_metadata(
+                            num_reqs=num_reqs, num_tokens=num_tokens, seq_lens=self.input_buffers.seq_lens,
+                        )
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): the shared draft '
+        "metadata helper recomputes the rank-local DCP sequence lengths from the draft's "
+        "own global lengths before every build; vLLM 0.28.0's `DraftModelSpeculator._build_draft_attn_metadata` "
+        "does not.",
+    ),
 )

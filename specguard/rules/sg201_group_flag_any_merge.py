@@ -10,8 +10,10 @@ from specguard.analysis.dataflow.calls import Passed
 from specguard.analysis.dataflow.project import ProjectHooks
 from specguard.analysis.dataflow.values import ANY, Item, Value
 from specguard.analysis.dataflow.walker import FlowWalker
-from specguard.fixes.ast_edits import enclosing_statement, indent_unit, insert_before, replace_node, set_of_iterable
-from specguard.rules.base import Diagnostic, NodeFix, Rule, RuleContext
+from specguard.fixes.agreement import AGREEING, agreement_fix
+from specguard.fixes.ast_edits import indent_unit
+from specguard.fixes.layout import Layout
+from specguard.rules.base import Diagnostic, Limit, NodeFix, NoFix, Rule, RuleContext
 
 REDUCTION = "reduction"  # the label Pack.merge_flow gives a reduction's or a fold's result
 
@@ -59,6 +61,7 @@ class _FlagSinks(ProjectHooks):
             return
         item = min(merged, key=lambda i: len(i.steps))
         how = item.how()
+        fix = _fix(self.ctx, self.method, flag, item)
         self.found.append(
             Diagnostic(
                 None,
@@ -67,54 +70,23 @@ class _FlagSinks(ProjectHooks):
                 + f", {_MEANING.get(item.source, _OTHER)}; every consumer of the merged flag must then recompute "
                 f"it per layer, or the merge must require the specs to agree (e.g. a set of the values with "
                 f"exactly one element). The runtime guard's G3 (`VLLM_SPECGUARD=1`) reports a deployment's groups "
-                f"whose layers disagree",
+                f"whose layers disagree" + (f"; no fix offered: {fix.reason}" if isinstance(fix, NoFix) else ""),
                 self.qualname,
                 span(node),  # type: ignore[arg-type]
-                fix=agreement_fix(self.ctx.text, self.method, flag, item),
+                fix=fix if isinstance(fix, NodeFix) else None,
             )
         )
 
 
-# ---- the fix: require agreement where the reduction was -------------------------------------------------
-
-_AGREEING = ("any", "all", "max", "min")  # reductions that give the one value back when every layer agrees
+# ---- the fix: require agreement where the reduction was (specguard/fixes/agreement.py) ------------------
 
 
-def agreement_fix(text: str, method: ast.FunctionDef | ast.AsyncFunctionDef, flag: str, item: Item) -> NodeFix | None:
-    """Replace `any(<per-spec values>)` (all, max, min) by an agreement check: collect the values in a set just
-    before the statement that held the reduction, raise ValueError naming the class and the flag unless there is
-    exactly one, and pass that one value on. Upstream's DCP fix in shape, with an error that survives `python -O`."""
+def _fix(ctx: RuleContext, method: ast.FunctionDef | ast.AsyncFunctionDef, flag: str, item: Item) -> NodeFix | NoFix:
     reduction = next((n for n in ast.walk(method) if isinstance(n, ast.Call) and span(n) == item.span), None)
-    if item.source not in _AGREEING or reduction is None or not method.args.args:
-        return None
-    collected, statement = set_of_iterable(text, reduction), enclosing_statement(method, reduction)
-    if collected is None or statement is None:
-        return None
-    owner, unit = method.args.args[0].arg, indent_unit(text, method)
-    taken = {n.id for n in ast.walk(method) if isinstance(n, ast.Name)} | {
-        a.arg for a in ast.walk(method) if isinstance(a, ast.arg)
-    }
-    values = next(v for v in (f"{flag}_values{i or ''}" for i in range(len(taken) + 1)) if v not in taken)
-    check = insert_before(
-        text,
-        statement,
-        [
-            f"{values} = {collected}",
-            f"if len({values}) != 1:",
-            f"{unit}raise ValueError(",
-            f'{unit * 2}f"{{{owner}.__name__}}: the layers of one KV cache group disagree on "',
-            f'{unit * 2}f"{flag}: {{sorted({values})}}"',
-            f"{unit})",
-        ],
-    )
-    if check is None:
-        return None
-    return NodeFix(
-        "safe",
-        f"Require every spec to agree on `{flag}`: raise ValueError when they differ, pass the one value",
-        (),
-        (check, replace_node(text, reduction, f"{values}.pop()")),
-    )
+    if item.source not in AGREEING or reduction is None:
+        return NoFix(f"{_merging(item)} has no value that stands for agreeing layers; require agreement by hand")
+    layout = Layout(ctx.facts.line_length, indent_unit(ctx.text, method))
+    return agreement_fix(ctx.text, method, flag, reduction, layout)
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
@@ -171,22 +143,56 @@ RULE = Rule(
         "one element (`assert len(flags) == 1`, `if len(set(...)) != 1: raise`), or each spec compared with "
         "the first (`assert s.flag == first`, `if s.flag != specs[0].flag: raise` in a loop, "
         "`all(s.flag == first for s in specs)`).",
-        "Limits: flags handed to the constructor by position, and merges spread over helper methods, are not followed.",
+    ),
+    limits=(
+        Limit(
+            "A flag handed to the constructor by position is not followed.",
+            missed="""
+                from dataclasses import dataclass
+
+                @dataclass
+                class MLAAttentionSpec:
+                    non_causal_multi_token_decode: bool = False
+
+                    @classmethod
+                    def merge(cls, specs):
+                        return cls(any(s.non_causal_multi_token_decode for s in specs))
+            """,
+        ),
+        Limit(
+            "A reduction made in another method that the merge calls is not followed.",
+            missed="""
+                from dataclasses import dataclass
+
+                @dataclass
+                class MLAAttentionSpec:
+                    non_causal_multi_token_decode: bool = False
+
+                    @classmethod
+                    def _merged_flag(cls, specs):
+                        return any(s.non_causal_multi_token_decode for s in specs)
+
+                    @classmethod
+                    def merge(cls, specs):
+                        return cls(non_causal_multi_token_decode=cls._merged_flag(specs))
+            """,
+        ),
     ),
     bad="""
         from dataclasses import dataclass
 
-        @dataclass
+        @dataclass(frozen=True)
         class MLAAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
             @classmethod
             def merge(cls, specs):
+                assert all(isinstance(s, MLAAttentionSpec) for s in specs), "one kind per group"
                 return cls(
                     non_causal_multi_token_decode=any(s.non_causal_multi_token_decode for s in specs),  # SG201
                 )
 
-        @dataclass
+        @dataclass(frozen=True)
         class DraftAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
@@ -222,47 +228,66 @@ RULE = Rule(
     """,
     check=check,
     applies=_spec_class_with_flag,
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): '
+        "`MLAAttentionSpec.merge` (`vllm/v1/kv_cache_interface.py`) asserts that the layers of a KV-cache group agree "
+        "on `non_causal_multi_token_decode`; vLLM 0.30.0 and later merge it with `any()` again.",
+    ),
     fix_availability="sometimes",
     fix_summary=(
-        "Safe: the reduction becomes an agreement check, the shape of upstream's DCP fix. The values are "
-        "collected in a set just before the statement that held the reduction, a `ValueError` naming the class and "
-        "the flag is raised unless there is exactly one, and that one value is passed on; a group that agrees "
-        "merges exactly as before. Offered for `any`, `all`, `max` and `min` of one iterable, in the merge method "
-        "itself (not inside a lambda or comprehension, whose names the check could not see); `sum`, `reduce` and "
-        "folds in a loop keep their finding without a fix."
+        "Safe: the values the reduction reduced are collected in a set just before the statement that held it, "
+        "the merge fails unless the set holds at most one value, and the reduction runs over that set instead. It"
+        " fails as the merge's own checks fail: an `assert` with a message where the method checks with asserts "
+        "(vLLM's merges do, and so does vLLM's own fix in 0.29.0), `raise AssertionError` where it has none, so "
+        "every caller that probes `merge` keeps working and puts disagreeing layers in separate groups (vLLM's "
+        "`is_kv_cache_spec_uniform` and KV-cache grouping catch `AssertionError`). It is safe because where the "
+        "layers agree, `any`, `all`, `max` and `min` of the distinct values give what they gave over every "
+        "layer's value, an empty group included, so the merge returns what it returned; only a group whose layers"
+        " disagree, the input the rule reports, now fails. A project that unions the flag on purpose and "
+        "recomputes it per layer in every consumer should suppress the finding instead: the fix would split such "
+        "groups. Offered for `any`, `all`, `max` and `min` of one iterable in a simple statement or an `if` test "
+        "of the merge itself (not in a lambda or comprehension, whose names the check could not see, nor around a"
+        " comment it would lose); other reductions keep their finding, and the message says why."
     ),
     fixed="""
         from dataclasses import dataclass
 
-        @dataclass
+        @dataclass(frozen=True)
         class MLAAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
             @classmethod
             def merge(cls, specs):
-                non_causal_multi_token_decode_values = {s.non_causal_multi_token_decode for s in specs}
-                if len(non_causal_multi_token_decode_values) != 1:
-                    raise ValueError(
-                        f"{cls.__name__}: the layers of one KV cache group disagree on "
-                        f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
-                    )
+                assert all(isinstance(s, MLAAttentionSpec) for s in specs), "one kind per group"
+                non_causal_multi_token_decode_values = {
+                    s.non_causal_multi_token_decode for s in specs
+                }
+                assert len(non_causal_multi_token_decode_values) <= 1, (
+                    f"{cls.__name__}: all layers of one KV cache group must agree on "
+                    f"non_causal_multi_token_decode, got {non_causal_multi_token_decode_values}"
+                )
                 return cls(
-                    non_causal_multi_token_decode=non_causal_multi_token_decode_values.pop(),  # SG201
+                    non_causal_multi_token_decode=any(
+                        non_causal_multi_token_decode_values
+                    ),  # SG201
                 )
 
-        @dataclass
+        @dataclass(frozen=True)
         class DraftAttentionSpec:
             non_causal_multi_token_decode: bool = False
 
             @classmethod
             def merge(cls, specs):
-                non_causal_multi_token_decode_values = {s.non_causal_multi_token_decode for s in specs}
-                if len(non_causal_multi_token_decode_values) != 1:
-                    raise ValueError(
-                        f"{cls.__name__}: the layers of one KV cache group disagree on "
-                        f"non_causal_multi_token_decode: {sorted(non_causal_multi_token_decode_values)}"
+                non_causal_multi_token_decode_values = {
+                    s.non_causal_multi_token_decode for s in specs
+                }
+                if len(non_causal_multi_token_decode_values) > 1:
+                    raise AssertionError(
+                        f"{cls.__name__}: all layers of one KV cache group must agree on "
+                        "non_causal_multi_token_decode, got "
+                        f"{non_causal_multi_token_decode_values}"
                     )
-                flag = non_causal_multi_token_decode_values.pop()
+                flag = max(non_causal_multi_token_decode_values)
                 return cls(non_causal_multi_token_decode=flag)  # SG201: through `flag`
     """,
 )

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from specguard.analysis.cst_tools import dotted, keyword, kids, last_name, scopes
-from specguard.rules.base import Diagnostic, Rule, RuleContext
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 
 
 class RowExpansion:
@@ -165,4 +165,31 @@ RULE = Rule(
     """,
     check=check,
     applies=_calls_entry_with_bound,
+    limits=(
+        Limit(
+            "Expansion is read inside the function that launches the kernel: rows expanded by a helper function "
+            "are not seen, so the bound left per request beside them is not flagged.",
+            missed="""
+                from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
+
+                def per_row(x, n):
+                    return x.repeat_interleave(n)
+
+                def forward_mqa(q, kv_cache, decode, query_len):
+                    return trtllm_batch_decode_with_kv_cache_mla(
+                        query=q, kv_cache=kv_cache,
+                        block_tables=per_row(decode.block_table, query_len),
+                        seq_lens=per_row(decode.seq_lens, query_len),
+                        causal_seqlens_kv_global=decode.dcp_tot_seq_lens,
+                    )
+            """,
+        ),
+    ),
+    references=(
+        'vllm-project/vllm#54277 ("Enable FlashInfer MLA for DSpark drafting", in vLLM 0.29.0): '
+        "`FlashInferMLAImpl.forward_mqa` (`vllm/v1/attention/backends/mla/flashinfer_mla.py`) repeats the "
+        "global causal bounds when non-causal DSpark blocks are flattened into decode rows.",
+        'vllm-project/vllm#54012 ("Use FlashInfer native CP for MLA decode"): the native context-parallel '
+        "MLA decode that takes `causal_seqlens_kv_global`.",
+    ),
 )

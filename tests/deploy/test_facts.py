@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sg_mutate import fork
 
 from specguard.deploy.catalogue import load_catalogue
+from specguard.deploy.doctor import _check_summary
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.hazards import Context, _speculators
+from specguard.deploy.hazards import Context, _speculators, evaluate
 from specguard.deploy.load import load
 from specguard.deploy.situation import find_sites
 from specguard.deploy.source import ClassInfo, SourceTree
@@ -96,6 +99,27 @@ def test_findings_come_from_the_analyzer(facts: Callable[[str], SourceFacts]) ->
     assert {"SG102", "SG103", "SG201"} <= old
     assert not {c for c in new if c.startswith("SG1")}
     assert "SG201" in new
+
+
+def test_a_served_tree_is_checked_whole_whatever_the_folders_above_it_ignore(
+    tmp_path: Path, source_dir: Callable[[str], Path], facts: Callable[[str], SourceFacts]
+) -> None:
+    # An installed vLLM sits under `site-packages` (a default exclude of `specguard check`); this one also sits in a
+    # git repository whose .gitignore ignores it, and holds an .ignore of its own: Python imports it all the same.
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".gitignore").write_text("site-packages/\n*.py\n")
+    tree = fork(source_dir("0.28.0"), project / "lib" / "site-packages")
+    (tree / "v1" / ".ignore").write_text("*\n")
+    served = SourceFacts.open(tree)
+    release = facts("0.28.0")
+    counts = Counter(f.code for f in release.findings)
+    assert Counter(f.code for f in served.findings) == counts and {"SG102", "SG103"} <= set(counts)
+    spec = json.dumps({"method": "dflash", "model": "d", "num_speculative_tokens": 3})
+    judgement = evaluate(load(None, ["m", "-dp", "2", "-sc", spec], served).config, load_catalogue(), served)
+    assert "CFG101" in {f.code for f in judgement.findings}
+    doctor = _check_summary(tree)
+    assert doctor.files == len(list(tree.rglob("*.py"))) and doctor.findings == dict(sorted(counts.items()))
 
 
 @pytest.mark.parametrize("version", ["0.28.0", "0.30.0", "0.33.0"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from specguard.analysis.ast_tools import FUNCTIONS, callee_text, is_bound_method, module_function
+from specguard.analysis.ast_tools import FUNCTIONS, callee_text, defaults, is_bound_method, module_function
 from specguard.analysis.dataflow.calls import Passed
 from specguard.analysis.dataflow.values import (
     ATTR,
@@ -38,7 +38,14 @@ def signature(func: ast.FunctionDef | ast.AsyncFunctionDef, bound: bool) -> Sign
         star=a.vararg.arg if a.vararg else None,
         starstar=a.kwarg.arg if a.kwarg else None,
         bound=bound,
+        defaults=tuple((p.arg, repr(d.value)) for p, d in defaults(a) if _constant(d)),  # type: ignore[attr-defined]
+        positional_only=len(a.posonlyargs),
     )
+
+
+def _constant(default: ast.expr | None) -> bool:
+    """A default whose `repr` is its source: None, a bool or an int (what a count or a switch defaults to)."""
+    return isinstance(default, ast.Constant) and (default.value is None or isinstance(default.value, (bool, int)))
 
 
 class _Recorder(Hooks):

@@ -190,6 +190,13 @@ class Signature:
     star: str | None = None
     starstar: str | None = None
     bound: bool = False  # a method reached through `self`/`cls`: its first positional parameter is not passed
+    # (parameter, default) for the defaults that are constants (`1`, `None`, `True`), as source: what a fix
+    # reads to know the value a call that omits the argument passes
+    defaults: tuple[tuple[str, str], ...] = ()
+    positional_only: int = 0  # how many of `positional` come before a `/`
+
+    def default(self, parameter: str) -> str | None:
+        return next((value for name, value in self.defaults if name == parameter), None)
 
 
 @dataclass(frozen=True)

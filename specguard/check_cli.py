@@ -1,0 +1,289 @@
+"""`specguard check`: its options, spelled and grouped as ruff's, and the run from settings to report and exit code."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specguard.console import emit
+from specguard.errors import UserError
+
+if TYPE_CHECKING:
+    from specguard.analysis.engine import CheckResult
+    from specguard.analysis.findings import Finding
+    from specguard.settings import Settings
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+# ruff's names; `text` is specguard's older name for `concise`
+OUTPUT_FORMATS = ["concise", "text", "json", "sarif", "github"]
+
+
+def add_options(check: argparse.ArgumentParser) -> None:
+    """The options, spelled and grouped as ruff's (specguard's older spellings kept as aliases)."""
+    check.add_argument("paths", nargs="*", type=Path, help="files or folders (default: .)")
+    check.add_argument("--vllm", action="store_true", help="also analyze the vLLM installed in this environment")
+    check.add_argument("--config", type=Path, help="a pyproject.toml or TOML file to read settings from")
+    check.add_argument("--rule-pack", action="append", type=Path, default=[], help="an extra rule pack (TOML)")
+    check.add_argument(
+        "--output-format",
+        "--format",
+        dest="output_format",
+        choices=OUTPUT_FORMATS,
+        default="concise",
+        help="concise (default; `text` is the same), json (ruff's), sarif, github",
+    )
+    check.add_argument(
+        "-o", "--output-file", "--output", dest="output_file", type=Path, help="write the report to this file"
+    )
+    check.add_argument(
+        "--statistics", action="store_true", help="print the number of findings per rule (concise or json)"
+    )
+    check.add_argument("--show-files", action="store_true", help="list the files that would be checked, and stop")
+    check.add_argument("--show-settings", action="store_true", help="print the settings that would be used, and stop")
+    check.add_argument("--baseline", type=Path, help="ignore the findings recorded in this file")
+    check.add_argument("--write-baseline", type=Path, help="record the current findings in this file")
+
+    fix = check.add_argument_group("fixes (as in ruff)")
+    fix.add_argument("--fix", action=argparse.BooleanOptionalAction, help="apply safe fixes in place")
+    fix.add_argument(
+        "--unsafe-fixes",
+        action=argparse.BooleanOptionalAction,
+        help="also apply unsafe fixes (alone: show them as available)",
+    )
+    fix.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
+
+    rules = check.add_argument_group("rule selection (comma-separated codes or prefixes; the most specific wins)")
+    rules.add_argument("--select", action="append", help="codes to run, instead of the configured ones (ALL: all)")
+    rules.add_argument("--ignore", action="append", help="codes to skip")
+    rules.add_argument("--extend-select", action="append", help="codes to run in addition to the selected ones")
+    rules.add_argument("--fixable", action="append", help="codes that may be fixed (default: all)")
+    rules.add_argument("--unfixable", action="append", help="codes never to fix")
+
+    files = check.add_argument_group("file selection")
+    files.add_argument("--exclude", action="append", help="patterns to skip, instead of the configured ones")
+    files.add_argument("--extend-exclude", action="append", help="patterns to skip, besides the configured ones")
+    files.add_argument(
+        "--respect-gitignore",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="skip what .gitignore, .git/info/exclude and .ignore files exclude (default: on)",
+    )
+    files.add_argument(
+        "--force-exclude",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="apply the excludes to files named on the command line too (what the pre-commit hook passes)",
+    )
+
+    misc = check.add_argument_group("miscellaneous")
+    misc.add_argument("-n", "--no-cache", action="store_true", help="neither read nor write the cache")
+    misc.add_argument("--cache-dir", type=Path, help="where to keep the cache (default: .specguard_cache)")
+    misc.add_argument("-e", "--exit-zero", action="store_true", help="exit 0 even when there are findings")
+
+    levels = check.add_mutually_exclusive_group()
+    levels.add_argument("-q", "--quiet", action="store_true", help="print the findings and nothing else")
+    levels.add_argument(
+        "-s", "--silent", action="store_true", help="print nothing (the exit code still says 1 for findings)"
+    )
+
+
+def _codes(values: list[str] | None) -> list[str] | None:
+    """A repeatable option of comma-separated values, as one list."""
+    if values is None:
+        return None
+    return [c for value in values for c in (x.strip() for x in value.split(",")) if c]
+
+
+def _patterns_from_cwd(values: list[str] | None) -> list[str]:
+    """Exclude patterns typed on the command line: as ruff, one with a `/` is anchored at the current folder."""
+    cwd = os.path.realpath(".")
+    return [p if "/" not in p or p.startswith("/") else f"{cwd}/{p}" for p in _codes(values) or []]
+
+
+def _installed_vllm() -> Path:
+    from specguard.analysis.modules import installed_roots
+
+    roots = [root / "vllm" for root in installed_roots("vllm")]  # located, not imported
+    if not roots or not roots[0].is_dir():
+        raise UserError("--vllm: no vLLM is installed in this environment (pip install vllm, or pass its path)")
+    return roots[0]
+
+
+def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
+    """The configuration's settings with the command line's on top, as ruff layers them."""
+    from specguard.settings import Selection, load_settings
+
+    settings = load_settings(args.config, paths[0])
+    updates: dict = {
+        "cli_rules": Selection(_codes(args.select), _codes(args.ignore) or [], _codes(args.extend_select) or []),
+        "cli_fixes": Selection(_codes(args.fixable), _codes(args.unfixable) or []),
+        "extend_exclude": [*settings.extend_exclude, *_patterns_from_cwd(args.extend_exclude)],
+    }
+    if args.exclude is not None:
+        updates["exclude"] = _patterns_from_cwd(args.exclude)
+    for key in ("fix", "unsafe_fixes", "cache_dir", "force_exclude", "respect_gitignore"):
+        if getattr(args, key) is not None:
+            updates[key] = getattr(args, key)
+    if args.rule_pack:
+        updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
+    settings = dataclasses.replace(settings, **updates)
+    _reject_unknown_codes(settings)
+    return settings
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
+    from specguard.analysis.engine import check_paths
+
+    if args.statistics and args.output_format not in ("concise", "text", "json"):
+        raise UserError(f"--statistics prints counts as concise or json, not {args.output_format}; drop one of the two")
+    paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
+    if args.vllm:
+        paths.append(_installed_vllm())
+    settings = _settings(args, paths)
+    if args.show_files or args.show_settings:
+        return _show(args, paths, settings)
+
+    result = check_paths(paths, settings, use_cache=not args.no_cache)
+    fixed = 0
+    if args.diff or settings.fix:
+        result, fixed = _run_fixes(args, paths, settings, result)
+        if args.diff:
+            return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed and not args.exit_zero else EXIT_CLEAN
+    findings = result.findings
+    if args.write_baseline:
+        write_baseline(args.write_baseline, findings, settings)
+    if args.baseline:
+        findings = filter_baseline(findings, read_baseline(args.baseline), settings)
+
+    findings = _offered_fixes(findings, settings)
+    _emit(_report(args, findings, settings, fixed), args)
+    _tell(args, result)
+    if result.errors:
+        return EXIT_ERROR
+    if args.write_baseline or args.exit_zero:
+        return EXIT_CLEAN  # recorded as asked (a success, as ruff's --add-noqa is), or asked for outright
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _report(args: argparse.Namespace, findings: list[Finding], settings: Settings, fixed: int) -> str:
+    from specguard.report import github, json_format, sarif, text
+    from specguard.report.paths import report_root
+    from specguard.rules import rule_names
+
+    concise = args.output_format in ("concise", "text")
+    if args.statistics and concise:
+        return text.statistics(findings, rule_names(), settings.unsafe_fixes, quiet=args.quiet)
+    if args.statistics:
+        return json_format.statistics(text.rule_counts(findings, rule_names(), settings.unsafe_fixes))
+    if concise:
+        return text.render(findings, settings.unsafe_fixes, fixed, quiet=args.quiet)
+    if args.output_format == "json":
+        return json_format.render(findings)
+    renderer = sarif.render if args.output_format == "sarif" else github.render
+    return renderer(findings, report_root(settings.root))
+
+
+def _tell(args: argparse.Namespace, result: CheckResult) -> None:
+    """What the run says besides the report, on stderr: notes and warnings (not with -q or -s), errors (always)."""
+    if not (args.quiet or args.silent):
+        for note in result.notes:
+            print(f"specguard: note: {note}", file=sys.stderr)
+        for warning in result.warnings:
+            print(f"specguard: warning: {warning}", file=sys.stderr)
+    for error in result.errors:
+        print(f"specguard: error: {error}", file=sys.stderr)
+
+
+def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> int:
+    """`--show-files` (every file the settings select, sorted, absolute) or `--show-settings` (the settings the
+    first of them is checked with), as ruff prints them."""
+    from specguard.analysis.engine import discover_files
+    from specguard.report.settings_view import render_settings
+    from specguard.settings import find_pyproject
+
+    found = discover_files(paths, settings)
+    for error in found.errors:
+        print(f"specguard: error: {error}", file=sys.stderr)
+    files = sorted(os.path.abspath(f) for f in found.files)
+    if args.show_settings:
+        if not files:
+            raise UserError("no Python files found under the given paths; --show-settings shows a file's settings")
+        source = args.config if args.config is not None else find_pyproject(paths[0])
+        _emit(render_settings(settings, Path(files[0]), source, args), args)
+    else:
+        if not files and not (args.quiet or args.silent):
+            print("specguard: warning: no Python files found under the given paths", file=sys.stderr)
+        _emit("\n".join(files), args)
+    return EXIT_ERROR if found.errors else EXIT_CLEAN
+
+
+def _fix_policy(settings):  # type: ignore[no-untyped-def]
+    from specguard.fixes.apply import FixPolicy
+
+    return FixPolicy(settings.unsafe_fixes, settings.is_fixable)
+
+
+def _offered_fixes(findings: list, settings) -> list:  # type: ignore[no-untyped-def]
+    """The findings as reported: an unfixable code's finding shows no fix, as in ruff."""
+    policy = _fix_policy(settings)
+    return [dataclasses.replace(f, fix=policy.offered(f)) if f.fix else f for f in findings]
+
+
+def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  # type: ignore[no-untyped-def]
+    """`--fix` or `--diff` on the reported findings. `--diff` prints the diffs and the count it would fix;
+    `--fix` writes the files and checks again, so the report shows what remains, where it now is."""
+    import linecache
+
+    from specguard.analysis.baseline import filter_baseline, read_baseline
+    from specguard.analysis.engine import check_paths
+    from specguard.fixes.apply import fix_files, unified_diff
+    from specguard.report.text import diff_summary
+
+    reported = result.findings
+    if args.baseline:
+        reported = filter_baseline(reported, read_baseline(args.baseline), settings)
+    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff)
+    for note in [] if args.quiet or args.silent else outcome.notes:
+        print(f"specguard: warning: {note}", file=sys.stderr)
+    if args.diff:
+        diffs = [unified_diff(path, *texts) for path, texts in sorted(outcome.changed.items())]
+        summary = (
+            "" if args.quiet else diff_summary(outcome.fixed, _offered_fixes(reported, settings), settings.unsafe_fixes)
+        )
+        _emit("\n".join([*diffs, summary]).strip("\n"), args)
+        _tell(args, result)
+        return result, outcome.fixed
+    if outcome.changed:
+        linecache.checkcache()  # suppressions and baselines read the fixed lines, not the ones cached
+        result = check_paths(paths, settings, use_cache=not args.no_cache)
+    return result, outcome.fixed
+
+
+def _reject_unknown_codes(settings: Settings) -> None:
+    from specguard.rules import ALL_CODES
+
+    known = ["SG000", *ALL_CODES, "ALL"]
+    for selector in settings.selectors():
+        if not any(code.startswith(selector) for code in known):
+            raise UserError(f"unknown rule selector '{selector}'; see `specguard rules`")
+
+
+def _emit(report: str, args: argparse.Namespace) -> None:
+    """The report to stdout or `--output-file`; nothing with `--silent` (whose output file is left empty, as ruff's)."""
+    if args.silent:
+        report = ""
+    output: Path | None = args.output_file
+    if output is None:
+        if report:
+            emit(report)
+        return
+    try:
+        output.write_text(report + "\n" if report else "", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{output}: cannot write report: {exc.strerror or exc}") from None
