@@ -65,6 +65,9 @@ class ParsedModule:
     star_imports: list[str] = field(default_factory=list)
     # Names assigned only inside `if TYPE_CHECKING:` (they do not exist at run time).
     typing_only: set[str] = field(default_factory=set)
+    # Names assigned more than once, one of them inside an `if` or `try` (`HAS_TRITON = find_spec(...)`, then
+    # `HAS_TRITON = False` where a check fails): what import time leaves them is not known here.
+    varies: set[str] = field(default_factory=set)
 
 
 def dotted(expr: ast.expr) -> str | None:
@@ -93,6 +96,15 @@ class _Collector:
 
     def __init__(self, parsed: ParsedModule) -> None:
         self.parsed = parsed
+        self.conditional = 0  # inside a module-level `if` (not TYPE_CHECKING) or `try`
+        self.assigned_where: dict[str, list[bool]] = {}  # name -> whether each assignment was conditional
+
+    def _assign(self, name: str, value: ast.expr) -> None:
+        self.parsed.assigns[name] = value
+        where = self.assigned_where.setdefault(name, [])
+        where.append(self.conditional > 0)
+        if len(where) > 1 and any(where):
+            self.parsed.varies.add(name)
 
     def collect(self, statements: list[ast.stmt]) -> None:
         for stmt in statements:
@@ -112,21 +124,26 @@ class _Collector:
             elif isinstance(stmt, ast.Assign):
                 for target in stmt.targets:
                     if isinstance(target, ast.Name):
-                        self.parsed.assigns[target.id] = stmt.value
+                        self._assign(target.id, stmt.value)
             elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(stmt.target, ast.Name):
-                self.parsed.assigns[stmt.target.id] = stmt.value
+                self._assign(stmt.target.id, stmt.value)
             elif isinstance(stmt, ast.If):
                 before = set(self.parsed.assigns)
+                typing = (dotted(stmt.test) or "").rpartition(".")[2] == "TYPE_CHECKING"
+                self.conditional += not typing
                 self.collect(stmt.body)
-                if (dotted(stmt.test) or "").rpartition(".")[2] == "TYPE_CHECKING":
+                if typing:
                     self.parsed.typing_only |= set(self.parsed.assigns) - before
                 self.collect(stmt.orelse)
+                self.conditional -= not typing
             elif isinstance(stmt, ast.Try):
+                self.conditional += 1
                 self.collect(stmt.body)
                 for handler in stmt.handlers:
                     self.collect(handler.body)
                 self.collect(stmt.orelse)
                 self.collect(stmt.finalbody)
+                self.conditional -= 1
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         mod = node.module or ""

@@ -171,6 +171,54 @@ def undecided_handler(p):
         pass
 
 
+def label_of(p):
+    return "plain"
+
+
+class Holder:
+    def __init__(self, p):
+        self.size = p.size
+        self.label = label_of(p)
+        if self.size > 2:
+            raise ValueError("kept after a call")
+
+
+def appended_on_one_path(p, gpu):
+    found = []
+    if gpu.is_old():
+        found.append("old")
+    if found:
+        raise ValueError("found something")
+
+
+def appended_on_a_decided_path(p):
+    found = []
+    if p.size > 2:
+        found.append("big")
+    if found:
+        raise ValueError("found big")
+
+
+def nested_on_one_path(p, gpu):
+    options = {"size": {"nargs": "+"}, "mode": {}}
+    if gpu.is_old():
+        options["mode"]["nargs"] = "?"
+    if options["size"]["nargs"] == "+":
+        raise ValueError("agreed part kept")
+
+
+HAS_FAST = True
+try:
+    import fastlib
+except ImportError:
+    HAS_FAST = False
+
+
+def fast_path(p):
+    if HAS_FAST:
+        raise ValueError("fast")
+
+
 open("{marker}", "w").write("module level")
 """
 
@@ -335,3 +383,25 @@ def _state() -> Any:
     from specguard.deploy.flow import State
 
     return State({}, {}, frozenset())
+
+
+def test_what_a_method_stored_survives_the_calls_after_it(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    holder = Obj(t.module("vllm.m").classes["Holder"], {}, defaults=True)  # type: ignore[union-attr]
+    assert _failures(_run(t, "Holder.__init__", _parallel(t, size=4), self_value=holder)).value is True
+
+
+def test_what_one_path_appends_the_other_does_not_see(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    v = _failures(_run(t, "appended_on_one_path", _parallel(t), Obj(None, {})))
+    assert v.value is UNKNOWN and "`found`" in v.reasons()  # what the paths joined disagree on
+    assert _failures(_run(t, "appended_on_a_decided_path", _parallel(t, size=4))).value is True
+    assert _failures(_run(t, "appended_on_a_decided_path", _parallel(t, size=1))).value is False
+    # Where the paths join, what they agree on is kept.
+    assert _failures(_run(t, "nested_on_one_path", _parallel(t), Obj(None, {}))).value is True
+
+
+def test_a_module_name_a_failed_import_check_reassigns_is_unknown(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    v = _failures(_run(t, "fast_path", _parallel(t)))
+    assert v.value is UNKNOWN and "HAS_FAST" in v.reasons()

@@ -736,7 +736,7 @@ class Evaluator(ObjectModel):
         if not ends:
             return UNKNOWN
         end_writes = merge([State({}, s.writes, s.path) for s, _ in ends])
-        if end_writes is not None:
+        if end_writes is not None and end_writes.writes is not state.writes:  # one path shares the caller's writes
             state.writes.clear()
             state.writes.update(end_writes.writes)
         first = ends[0][1]

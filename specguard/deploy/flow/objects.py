@@ -397,6 +397,8 @@ class ObjectModel:
             parsed, node = found
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return Function(parsed, node)
+            if any(parsed.assigns.get(varying) is node for varying in parsed.varies):
+                return UNKNOWN  # assigned again where a check at import time fails: which value is not known
             frame = Frame(parsed, None, None, 0)
             return self.eval(node, frame, State({}, {}, frozenset()))
         if parsed is not None and name in parsed.imports:
