@@ -11,6 +11,7 @@ Wording lives in the catalogue; these functions supply the facts it formats.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,15 +30,26 @@ from specguard.deploy.catalogue import (
     Hazard,
     InterleaveParams,
     InterleaveResolution,
+    Registry,
     SourceEnumParams,
     SpeculatorParams,
 )
 from specguard.deploy.facts import SourceFacts, SourceFinding
-from specguard.deploy.flow import UNKNOWN, Obj, Outcome, OutOfBudget, Verdict, environment, run_budget, verdict
+from specguard.deploy.flow import (
+    UNKNOWN,
+    Cond,
+    Obj,
+    Outcome,
+    OutOfBudget,
+    Verdict,
+    environment,
+    run_budget,
+    verdict,
+)
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
-from specguard.deploy.source import ClassInfo, SourceTree
+from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class NotJudged(Exception):
 class _Hit:
     key: str
     facts: dict[str, Any]
+    assumption: str = ""  # what the verdict assumed that the config does not decide (the model runner, ...)
 
 
 @dataclass
@@ -246,60 +259,210 @@ def _evidence_hit(
 # -- analyzer-finding hazards -------------------------------------------------------------------------------------
 
 
-def _speculators(ctx: Context, p: SpeculatorParams) -> list[ClassInfo]:
-    """The speculator classes the served registry builds for the config's method (any it may build, whatever
+def _function(tree: SourceTree, file: str, name: str) -> tuple[ParsedModule, Any, ClassInfo | None] | None:
+    """A function of `file` named `name` or `Class.method` (inherited methods included)."""
+    module = tree.module_for_path(file)
+    if module is None:
+        return None
+    owner_name, _, function_name = name.rpartition(".")
+    if not owner_name:
+        function = module.functions.get(name)
+        return (module, function, None) if function is not None else None
+    owner = module.classes.get(owner_name)
+    found = tree.method(owner, function_name) if owner is not None else None
+    if found is None:
+        return None
+    defining = tree.module(found[1].module)
+    return (defining, found[0], found[1]) if defining is not None else None
+
+
+def _speculators(ctx: Context, registry: Registry) -> list[ClassInfo]:
+    """The speculator classes a runner's registry builds for the config's method (any it may build, whatever
     else decides among them: the draft model's architecture), by evaluating the registry function."""
-    module = ctx.facts.tree.module_for_path(p.registry_file)
-    function = module.functions.get(p.registry_function) if module is not None else None
-    if module is None or function is None:
+    found = _function(ctx.facts.tree, registry.file, registry.function)
+    what = f"which speculator {registry.runner} runs for method '{ctx.cfg.method}' is read from"
+    if found is None:
         raise NotJudged(
-            f"which speculator serves method '{ctx.cfg.method}' is read from `{p.registry_function}` in "
-            f"{p.registry_file}, and the served source has none{_unreadable(ctx.facts.tree)}"
+            f"{what} `{registry.function}` in {registry.file}, and the served source has none"
+            f"{_unreadable(ctx.facts.tree)}"
         )
-    live = [o for o in ctx.reach.constructed(module, function) if verdict([o]).value is not False]
+    module, function, owner = found
+    if registry.attribute is not None and not _stores(function, registry.attribute):
+        raise NotJudged(
+            f"{what} what `{registry.function}` in {registry.file} stores in `{registry.attribute}`, and the served "
+            "source stores nothing there"
+        )
+    built = ctx.reach.constructed(module, function, owner, registry.attribute)
+    live = [o for o in built if verdict([o]).value is not False]
     return list(dict.fromkeys(o.detail for o in live))
+
+
+def _stores(function: ast.AST, attribute: str) -> bool:
+    """Whether `function` assigns `<something>.<attribute>` anywhere in it."""
+    return any(
+        isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.ctx, ast.Store)
+        for node in ast.walk(function)
+    )
+
+
+@dataclass
+class _Pick:
+    """A model runner the served source's selection may pick for the config, and what that rests on."""
+
+    registry: Registry
+    certain: bool
+    conditions: list[str]  # the undecided tests (and returned values) it depends on, `text` (file:line)
+
+    def depending(self) -> str:
+        if self.certain or not self.conditions:
+            return ""
+        more = f"; and {len(self.conditions) - 3} more" if len(self.conditions) > 3 else ""
+        return " depending on " + "; ".join(self.conditions[:3]) + more
+
+
+def _picks(ctx: Context, p: SpeculatorParams) -> tuple[list[_Pick], list[str], str]:
+    """The runners the selection may pick for the config, the variables (unset) that decided a branch of it, and
+    the selection as the verdicts name it."""
+    sel, tree = p.selection, ctx.facts.tree
+    where = f"`{sel.function}` ({sel.file})"
+    found = _function(tree, sel.file, sel.function)
+    if found is None:
+        raise NotJudged(f"which model runner serves it is read from {where}, which the served source lacks")
+    reach = ctx.reach  # built before: what building the situation decides is no part of the selection
+    env = environment.current()
+    start = len(env.decided)
+    returns = [o for o in reach.returned(*found) if verdict([o]).value is not False]
+    picks = []
+    for registry in p.registries:
+        mine = [o for o in returns if o.detail is UNKNOWN or _truth(o.detail) is registry.selected_by]
+        if not mine:
+            continue
+        conds: list[Cond] = []
+        for o in mine:
+            conds += [cond for cond, _ in o.path]
+            node, module = o.site.node, o.site.module
+            if o.detail is UNKNOWN and isinstance(node, ast.Return) and node.value is not None:
+                conds.append(Cond(node.value, module.path, tree.relpath(module.path)))  # what it returns decides
+        ordered = sorted(dict.fromkeys(conds), key=lambda c: (c.relpath, getattr(c.node, "lineno", 0)))
+        certain = any(not o.path and o.detail is not UNKNOWN for o in mine)
+        picks.append(_Pick(registry, certain, list(dict.fromkeys(c.describe() for c in ordered))))
+    return picks, env.decided_unset(start), where
+
+
+def _truth(value: Any) -> bool | None:
+    try:
+        return bool(value)
+    except Exception:  # noqa: BLE001 - an evaluated value without a plain truth value
+        return None
+
+
+def _by_runner(ctx: Context, p: SpeculatorParams, judge: Callable[[Registry], list[_Hit]]) -> list[_Hit]:
+    """The hazard judged for the model runner the served source picks for the config. Runners that all agree need
+    no pick. Where they disagree and the pick is undecided, or rests on a variable the serving environment leaves
+    unset, the verdict says which runner it was judged for and what picks it: in a hit's message, or in a note
+    for a clean verdict."""
+    verdicts: dict[int, list[_Hit] | NotJudged] = {}
+    for registry in p.registries:
+        try:
+            verdicts[id(registry)] = judge(registry)
+        except NotJudged as exc:
+            verdicts[id(registry)] = exc
+    judged = [v for v in verdicts.values() if not isinstance(v, NotJudged)]
+    if len(judged) == len(verdicts) and len({bool(v) for v in judged}) == 1:
+        return judged[0]  # which runner serves it does not matter
+    picks, unset, where = _picks(ctx, p)
+    if not picks:
+        raise NotJudged(f"{where} picks none of {', '.join(r.runner for r in p.registries)} for this config")
+    results: list[tuple[_Pick, list[_Hit]]] = []
+    for pick in picks:
+        result = verdicts[id(pick.registry)]
+        if isinstance(result, NotJudged):
+            raise result
+        results.append((pick, result))
+    hit = [(pick, hits) for pick, hits in results if hits]
+    clean = [pick for pick, hits in results if not hits]
+    if hit and clean:  # the pick is undecided, and decides the verdict
+        otherwise = " or ".join(f"{pick.registry.runner}, picked otherwise," for pick in clean)
+        return _assumed(hit[0], where, unset, f"{otherwise} has not this hazard")
+    if not unset:  # a variable set, or none read: the pick is the deployment's
+        return hit[0][1] if hit else []
+    # The pick rests on a variable left unset; a runner it does not pick has another verdict, or none.
+    others = "; ".join(
+        f"{r.runner} {_other_verdict(verdicts[id(r)])}" for r in p.registries if all(r is not q.registry for q in picks)
+    )
+    if hit:
+        return _assumed(hit[0], where, unset, others)
+    picked = " or ".join(f"{pick.registry.runner}{_picked_by(pick, where, unset)}" for pick in clean)
+    ctx.note(f"no hazard for {picked}; {others}")
+    return []
+
+
+def _other_verdict(result: list[_Hit] | NotJudged) -> str:
+    if isinstance(result, NotJudged):
+        return f"could not be judged ({result})"
+    return "would have it" if result else "has not this hazard"
+
+
+def _picked_by(pick: _Pick, where: str, unset: list[str]) -> str:
+    variables = f" with {', '.join(unset)} unset" if unset else ""
+    return f", which {where} picks for this config{variables}{pick.depending()}"
+
+
+def _assumed(hit: tuple[_Pick, list[_Hit]], where: str, unset: list[str], others: str) -> list[_Hit]:
+    pick, hits = hit
+    said = f"Judged for {pick.registry.runner}{_picked_by(pick, where, unset)}; {others}."
+    return [_Hit(h.key, h.facts, said) for h in hits]
 
 
 def _cfg101(ctx: Context, p: DraftPathParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.method is None or cfg.data_parallel_size <= 1:
         return []
-    family = [c for c in _speculators(ctx, p) if facts.descends_from(c, p.draft_path_class)]
-    hits = facts.findings_in_lineage(family, p.rules) if family else []
-    if not hits:
-        return []
-    return [
-        _Hit(
-            "data-parallel-size",
-            {
-                "method": cfg.method,
-                "dp": cfg.data_parallel_size,
-                "speculators": ", ".join(c.name for c in family),
-                "findings": _where(hits),
-            },
-        )
-    ]
+
+    def judge(registry: Registry) -> list[_Hit]:
+        assert registry.draft_path_class is not None  # the catalogue's validation
+        family = [c for c in _speculators(ctx, registry) if facts.descends_from(c, registry.draft_path_class)]
+        hits = facts.findings_in_lineage(family, p.rules) if family else []
+        if not hits:
+            return []
+        return [
+            _Hit(
+                "data-parallel-size",
+                {
+                    "method": cfg.method,
+                    "dp": cfg.data_parallel_size,
+                    "speculators": ", ".join(c.name for c in family),
+                    "findings": _where(hits),
+                },
+            )
+        ]
+
+    return _by_runner(ctx, p, judge)
 
 
 def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.method is None or cfg.decode_context_parallel_size <= 1:
         return []
-    classes = _speculators(ctx, p)
-    hits = facts.findings_in_lineage(classes, p.rules)
-    if not hits:
-        return []
-    return [
-        _Hit(
-            "decode-context-parallel-size",
-            {
-                "method": cfg.method,
-                "dcp": cfg.decode_context_parallel_size,
-                "speculators": ", ".join(c.name for c in classes),
-                "findings": _where(hits),
-            },
-        )
-    ]
+
+    def judge(registry: Registry) -> list[_Hit]:
+        classes = _speculators(ctx, registry)
+        hits = facts.findings_in_lineage(classes, p.rules)
+        if not hits:
+            return []
+        return [
+            _Hit(
+                "decode-context-parallel-size",
+                {
+                    "method": cfg.method,
+                    "dcp": cfg.decode_context_parallel_size,
+                    "speculators": ", ".join(c.name for c in classes),
+                    "findings": _where(hits),
+                },
+            )
+        ]
+
+    return _by_runner(ctx, p, judge)
 
 
 def _cfg104(ctx: Context, p: GroupMergeParams) -> list[_Hit]:
@@ -706,14 +869,14 @@ def _render(hazard: Hazard, hit: _Hit, source: str) -> ConfigFinding:
     return ConfigFinding(
         code=hazard.code,
         severity=hazard.severity,
-        message=" ".join(hazard.message.format_map(values).split()),
+        message=" ".join(f"{hazard.message.format_map(values)} {hit.assumption}".split()),
         key=hit.key,
         fix=" ".join(hazard.fix.format_map(values).split()),
     )
 
 
 NO_SOURCE = "no vLLM source to judge it against"
-# The code paths vLLM picks from its environment: which variables a verdict read unset (with the hazards).
+# The code paths vLLM picks from its environment: which variables, unset, decided a branch of a verdict.
 ENV_NOTE = "judged with these variables unset in the serving environment (pass --env NAME=VALUE where they are set)"
 
 
@@ -738,7 +901,7 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
     if facts is None:
         judgement.not_judged = {code: NO_SOURCE for code in sorted(catalogue.hazards)}
         return judgement
-    with run_budget():
+    with run_budget(), environment.ensured():
         ctx = Context(cfg, facts)
         _judge_all(ctx, catalogue, judgement)
     return judgement
@@ -748,12 +911,17 @@ def _judge_all(ctx: Context, catalogue: Catalogue, judgement: Judgement) -> None
     facts = ctx.facts
     env = environment.current()
     assumed: dict[str, list[str]] = {}
+    start = len(env.decided)
+    with contextlib.suppress(Exception):  # a situation that cannot be built leaves each hazard not judged, with why
+        _ = ctx.reach  # what every verdict starts from: the config as vLLM's code receives it
+    for name in env.decided_unset(start):
+        assumed.setdefault(name, []).append("all")
     for code, hazard in sorted(catalogue.hazards.items()):
         ctx.code = code
-        start = len(env.log)
+        start = len(env.decided)
         _judge_one(ctx, hazard, judgement)
-        for name in dict.fromkeys(env.log[start:]):
-            if env.values.get(name) is None:
+        for name in env.decided_unset(start):
+            if assumed.get(name) != ["all"]:
                 assumed.setdefault(name, []).append(code)
     judgement.notes += ctx.notes
     if assumed:

@@ -34,6 +34,7 @@ from specguard.deploy.flow import (
     OutOfBudget,
     State,
     Verdict,
+    environment,
     verdict,
 )
 from specguard.deploy.model import ServingConfig
@@ -263,11 +264,9 @@ _PLAIN = (int, float, str, bool, type(None))
 def engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Config class name -> the keyword values `EngineArgs.create_engine_config` constructs it with, evaluated with
     the parsed options as the EngineArgs fields (those every path agrees on; what vLLM computes from the model or
-    the GPU stays out). Computed once per tree and set of options."""
+    the GPU stays out). Computed once per tree, set of options and serving environment."""
     key = ("derived", repr(sorted(given.items(), key=lambda kv: kv[0])))
-    if key not in tree.memo:
-        tree.memo[key] = _engine_derivations(tree, given)
-    return tree.memo[key]
+    return environment.memoized(tree.memo, key, lambda: _engine_derivations(tree, given))
 
 
 def _engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -473,24 +472,43 @@ class Reach:
             raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
         return ev.outcomes
 
-    def constructed(self, module: ParsedModule, function: Any) -> list[Outcome]:
-        """The classes of the tree `function` returns new instances of for this situation (`return C(...)`, in it
-        or in what it calls), each an outcome with the conditions it is built under: a registry such as
-        `init_speculator`, evaluated however its tests are written (a local, a predicate method, `in`, ...)."""
+    def constructed(
+        self, module: ParsedModule, function: Any, owner: ClassInfo | None = None, attribute: str | None = None
+    ) -> list[Outcome]:
+        """The classes of the tree `function` builds instances of for this situation, each an outcome with the
+        conditions it is built under: those it returns (`return C(...)`, in it or in what it calls) or, with
+        `attribute`, those it stores there instead (`self.drafter = C(...)`). A registry such as `init_speculator`
+        or a model runner's constructor, evaluated however its tests are written (a local, a predicate, `in`)."""
+
+        def kept(parent: ast.AST | None) -> bool:
+            if attribute is None:
+                return isinstance(parent, ast.Return)
+            targets = parent.targets if isinstance(parent, ast.Assign) else [getattr(parent, "target", None)]
+            return any(isinstance(t, ast.Attribute) and t.attr == attribute for t in targets)
 
         def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
-            if isinstance(func, ClassRef) and isinstance(self.tree.parents(frame.module).get(id(node)), ast.Return):
+            if isinstance(func, ClassRef) and kept(self.tree.parents(frame.module).get(id(node))):
                 ev.record("construct", frame.module, node, func.info.name, state.path, func.info)
                 return UNKNOWN
             return NOT_HANDLED
 
-        self_value, kwargs = self.situation.bind(function, None, module)
         ev = Evaluator(self.tree, hook=hook)
+        self._call(ev, module, function, owner)
+        return [o for o in ev.outcomes if o.site.kind == "construct"]
+
+    def returned(self, module: ParsedModule, function: Any, owner: ClassInfo | None) -> list[Outcome]:
+        """What `function` returns for this situation (a property of a config section: `self` is the section): an
+        outcome per `return` reached, with the value as its detail and the conditions of its path."""
+        ev = Evaluator(self.tree, track_returns=True)
+        self._call(ev, module, function, owner)
+        return [o for o in ev.outcomes if o.site.kind == "return"]
+
+    def _call(self, ev: Evaluator, module: ParsedModule, function: Any, owner: ClassInfo | None) -> None:
+        self_value, kwargs = self.situation.bind(function, owner, module)
         try:
-            ev.call_function(Function(module, function), [], kwargs, self_value=self_value)
+            ev.call_function(Function(module, function, owner), [], kwargs, self_value=self_value)
         except OutOfBudget as exc:
             raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
-        return [o for o in ev.outcomes if o.site.kind == "construct"]
 
     def entries(self, module: ParsedModule, function: Any, owner: ClassInfo | None, depth: int) -> list[_Context]:
         key = id(function)

@@ -57,7 +57,12 @@ def _write(tmp_path: Path, text: str) -> Path:
         (
             'draft_path_class = "DFlashSpeculator"',
             'draft_path_klass = "DFlashSpeculator"',
-            "hazard 'CFG101.params.draft_path_klass': unknown key (did you mean 'draft_path_class'?)",
+            "hazard 'CFG101.params.registries.0.draft_path_klass': unknown key (did you mean 'draft_path_class'?)",
+        ),
+        (
+            'draft_path_class = "DFlashProposer"\n',
+            "",
+            "hazard 'CFG101.params': Value error, registries of the V1 model runner need a draft_path_class",
         ),
         ("[hazards.CFG113]", "[hazards.CFG999]", "hazard 'CFG999': unknown code"),
         ('kind = "warning"', 'kind = "log"', "hazard 'CFG109.params.evidence.0.kind'"),

@@ -27,10 +27,12 @@ def test_version_is_read_from_the_tree(version: str, facts: Callable[[str], Sour
     assert facts(version).label.startswith(f"vLLM {version} at ")
 
 
-def _built(f: SourceFacts, method: str) -> dict[str, ClassInfo]:
-    """The speculator classes the served `init_speculator` builds for `method`, by evaluating it."""
+def _built(f: SourceFacts, method: str, runner: int = 0) -> dict[str, ClassInfo]:
+    """The speculator classes a model runner's registry builds for `method`, by evaluating it: the served
+    `init_speculator` (V2, runner 0) or what `GPUModelRunner.__init__` stores in `self.drafter` (V1, runner 1)."""
     cfg = load(None, ["m", "-sc", json.dumps({"method": method, "model": "d", "num_speculative_tokens": 2})], f).config
-    return {c.name: c for c in _speculators(Context(cfg, f), load_catalogue()["CFG101"].params)}  # type: ignore[arg-type]
+    registry = load_catalogue()["CFG101"].params.registries[runner]  # type: ignore[attr-defined]
+    return {c.name: c for c in _speculators(Context(cfg, f), registry)}
 
 
 def test_method_registry_differs_between_versions(facts: Callable[[str], SourceFacts]) -> None:
@@ -42,6 +44,14 @@ def test_method_registry_differs_between_versions(facts: Callable[[str], SourceF
     assert set(_built(old, "eagle3")) == {"EagleSpeculator"}
     assert "EagleSpeculator" not in _built(old, "mtp")
     assert _built(old, "draft_model") == {} and set(_built(new, "draft_model")) == {"StandaloneARSpeculator"}
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
+def test_the_v1_model_runner_registry(version: str, facts: Callable[[str], SourceFacts]) -> None:
+    f = facts(version)
+    assert set(_built(f, "dflash", runner=1)) == {"DFlashProposer"}
+    assert set(_built(f, "eagle3", runner=1)) == {"EagleProposer"}
+    assert set(_built(f, "ngram", runner=1)) == {"NgramProposer"}
 
 
 def test_speculator_ancestry(facts: Callable[[str], SourceFacts]) -> None:

@@ -219,6 +219,15 @@ def fast_path(p):
         raise ValueError("fast")
 
 
+def environment_tests(p):
+    label = os.environ.get("SG_LABEL")
+    strict = os.environ.get("SG_STRICT")
+    if strict:
+        raise ValueError("strict")
+    if os.getenv("SG_DIRECT", "1") == "1":
+        pass
+
+
 open("{marker}", "w").write("module level")
 """
 
@@ -405,3 +414,16 @@ def test_a_module_name_a_failed_import_check_reassigns_is_unknown(tree: tuple[So
     t, _ = tree
     v = _failures(_run(t, "fast_path", _parallel(t)))
     assert v.value is UNKNOWN and "HAS_FAST" in v.reasons()
+
+
+def test_the_environment_remembers_what_decided_a_branch(tree: tuple[SourceTree, Path]) -> None:
+    from specguard.deploy.flow.environment import served_environment
+
+    t, _ = tree
+    with served_environment({}) as env:
+        assert _failures(_run(t, "environment_tests", _parallel(t))).value is False
+    assert {"SG_LABEL", "SG_STRICT", "SG_DIRECT"} <= set(env.log)
+    assert env.decided_unset() == ["SG_STRICT", "SG_DIRECT"]  # SG_LABEL is read, never tested
+    with served_environment({"SG_STRICT": "1"}) as env:
+        assert _failures(_run(t, "environment_tests", _parallel(t))).value is True
+    assert env.decided_unset() == ["SG_DIRECT"]

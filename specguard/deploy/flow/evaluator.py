@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from specguard.deploy.flow import exceptions
+from specguard.deploy.flow import environment, exceptions
 from specguard.deploy.flow.budget import (
     EVALUATION_STEPS,
     MAX_INT_BITS,
@@ -121,6 +121,7 @@ class Evaluator(ObjectModel):
         watch_attrs: Iterable[str] = (),
         max_depth: int = 4,
         max_steps: int = EVALUATION_STEPS,
+        track_returns: bool = False,
     ) -> None:
         self.tree = tree
         self.hook = hook
@@ -129,10 +130,15 @@ class Evaluator(ObjectModel):
         self.max_depth = max_depth
         self.budget = evaluation_budget(max_steps)
         self.outcomes: list[Outcome] = []
+        self.track_returns = track_returns
+        self._top_returns: set[int] = set()  # the `return` statements of the function `call_function` runs
         self._conds: dict[int, Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
+        self._module_reads: dict[tuple[str, str], list[str]] = {}
         self._resolving: set[tuple[str, str]] = set()
         self._reraise: list[list[Outcome]] = []  # what the handler being run caught (for a bare `raise`)
+        self.env = environment.current()
+        self.quiet = 0  # > 0 while a module-level value is computed: its branches decide no verdict
 
     def call_function(
         self,
@@ -145,6 +151,8 @@ class Evaluator(ObjectModel):
     ) -> tuple[Any, State]:
         """Run `func` with these arguments; returns its value (UNKNOWN if paths disagree) and the end state."""
         state = State({}, {}, path)
+        if self.track_returns:
+            self._top_returns = {id(n) for n in _own_returns(func.node)}
         value = self._invoke(func, self_value, args, kwargs, state, depth, force=True)
         return value, state
 
@@ -175,23 +183,31 @@ class Evaluator(ObjectModel):
             self.eval(stmt.value, frame, state)
             return Flow(normal=state)
         if isinstance(stmt, ast.Assign):
+            mark = len(self.env.log)
             value = self.eval(stmt.value, frame, state)
             for target in stmt.targets:
                 self.assign(target, value, frame, state, stmt)
+                self._carry_env(target, stmt.value, state, mark)
             return Flow(normal=state)
         if isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
+                mark = len(self.env.log)
                 self.assign(stmt.target, self.eval(stmt.value, frame, state), frame, state, stmt)
+                self._carry_env(stmt.target, stmt.value, state, mark)
             return Flow(normal=state)
         if isinstance(stmt, ast.AugAssign):
+            mark = len(self.env.log)
             current = self.eval(stmt.target, frame, state)
             value = self._binop(stmt.op, current, self.eval(stmt.value, frame, state))
             self.assign(stmt.target, value, frame, state, stmt)
+            self._carry_env(stmt.target, stmt, state, mark)
             return Flow(normal=state)
         if isinstance(stmt, ast.If):
             return self._branch(stmt.test, stmt.body, stmt.orelse, frame, state)
         if isinstance(stmt, ast.Return):
             value = self.eval(stmt.value, frame, state) if stmt.value is not None else None
+            if id(stmt) in self._top_returns:  # what the function `call_function` runs returns
+                self.record("return", frame.module, stmt, "", state.path, value)
             return Flow(returns=[(state, value)])
         if isinstance(stmt, ast.Raise):
             # Recorded, and evaluation goes on as if it had not fired: each validation is judged on its own
@@ -204,7 +220,7 @@ class Evaluator(ObjectModel):
                     self.outcomes.append(Outcome(caught.site, caught.path | state.path, caught.detail))
             return Flow(normal=state)
         if isinstance(stmt, ast.Assert):
-            truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
+            truth = self.test(stmt.test, frame, state)
             message = message_of(stmt.msg) if stmt.msg is not None else ""
             if truth is False:
                 self.record("assert", frame.module, stmt, message, state.path)
@@ -297,7 +313,7 @@ class Evaluator(ObjectModel):
         return Flow(merge(ends), flow.returns, flow.breaks, flow.continues)
 
     def _branch(self, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt], frame: Frame, state: State) -> Flow:
-        truth = self.truth(self.eval(test, frame, state), frame, state)
+        truth = self.test(test, frame, state)
         if truth is True:
             return self.exec_block(body, frame, state)
         if truth is False:
@@ -310,6 +326,24 @@ class Evaluator(ObjectModel):
         yes = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}))
         no = self.exec_block(orelse, frame, state.copy(state.path | {(cond, False)}))
         return self._join(yes, no)
+
+    def test(self, test: ast.expr, frame: Frame, state: State) -> Any:
+        """The truth of a branch's test. One the serving environment decides is remembered there: the variables
+        read while evaluating it, or that the locals it reads were computed from (see `environment`)."""
+        mark = len(self.env.log)
+        truth = self.truth(self.eval(test, frame, state), frame, state)
+        if truth is not UNKNOWN and not self.quiet:
+            self.env.decide([*self.env.log[mark:], *_env_of(test, state)])
+        return truth
+
+    def _carry_env(self, target: ast.expr, value: ast.AST, state: State, mark: int) -> None:
+        """What a local assigned here was computed from: the variables read meanwhile, and those of the locals read."""
+        names = frozenset([*self.env.log[mark:], *_env_of(value, state)])
+        for name in _bound_names(target):
+            if names:
+                state.env[name] = names
+            else:
+                state.env.pop(name, None)
 
     def _join(self, yes: Flow, no: Flow) -> Flow:
         normals = [f.normal for f in (yes, no) if f.normal is not None]
@@ -564,7 +598,7 @@ class Evaluator(ObjectModel):
             return UNKNOWN
 
     def _e_IfExp(self, e: ast.IfExp, frame: Frame, state: State) -> Any:
-        truth = self.truth(self.eval(e.test, frame, state), frame, state)
+        truth = self.test(e.test, frame, state)
         if truth is True:
             return self.eval(e.body, frame, state)
         if truth is False:
@@ -733,6 +767,8 @@ class Evaluator(ObjectModel):
         ends = [(s, v) for s, v in flow.returns]
         if flow.normal is not None:
             ends.append((flow.normal, None))
+        if force and self.track_returns and flow.normal is not None:  # the implicit `return None` at its end
+            self.record("return", func.module, func.node, "", flow.normal.path, None)
         if not ends:
             return UNKNOWN
         end_writes = merge([State({}, s.writes, s.path) for s, _ in ends])
@@ -787,6 +823,37 @@ class Evaluator(ObjectModel):
         self, kind: str, module: ParsedModule, node: ast.AST, message: str, path: frozenset, detail: Any = None
     ) -> None:
         self.outcomes.append(Outcome(Site(kind, module, node, message), path, detail))
+
+
+def _bound_names(target: ast.expr) -> list[str]:
+    """The locals an assignment target binds (`a`, `a, *b`), not the objects it stores into (`a.x`, `a[i]`)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for elt in target.elts for name in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
+def _env_of(node: ast.AST, state: State) -> list[str]:
+    """The variables the locals `node` reads were computed from."""
+    if not state.env:
+        return []
+    return [n for sub in ast.walk(node) if isinstance(sub, ast.Name) for n in state.env.get(sub.id, ())]
+
+
+def _own_returns(func: ast.AST) -> list[ast.Return]:
+    """The `return` statements of a function, not of the functions nested in it."""
+    found: list[ast.Return] = []
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _is_static(node: ast.AST) -> bool:

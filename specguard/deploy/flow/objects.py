@@ -98,7 +98,10 @@ class ObjectModel:
     tree: SourceTree
     budget: Budget
     _module_values: dict[tuple[str, str], Any]
+    _module_reads: dict[tuple[str, str], list[str]]  # the serving environment's variables each value read
     _resolving: set[tuple[str, str]]
+    env: environment.ServedEnvironment
+    quiet: int
 
     def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
         raise NotImplementedError
@@ -149,7 +152,7 @@ class ObjectModel:
         if short == "cast" and len(args) == 2:
             return args[1]
         if name in ("os.getenv", "os.environ.get") and args and isinstance(args[0], str) and not kwargs:
-            value = environment.current().get(args[0])  # the serving environment, not specguard's process
+            value = self.env.get(args[0])  # the serving environment, not specguard's process
             return value if value is not None else (args[1] if len(args) > 1 else None)
         return UNKNOWN
 
@@ -369,17 +372,25 @@ class ObjectModel:
         return self._resolved(module.name, name)
 
     def _resolved(self, module: str, name: str) -> Any:
+        """A module-level name's value, computed once per evaluator; the serving environment's variables it read
+        are read again at each use (a test of `envs.X` is decided by X however often it is made)."""
         key = (module, name)
         if key in self._module_values:
+            self.env.log.extend(self._module_reads.get(key, ()))
             return self._module_values[key]
         if key in self._resolving:
             return UNKNOWN
         self._resolving.add(key)
+        mark = len(self.env.log)
+        self.quiet += 1
         try:
             value = self._resolve_uncached(module, name)
         finally:
+            self.quiet -= 1
             self._resolving.discard(key)
         self._module_values[key] = value
+        if len(self.env.log) > mark:
+            self._module_reads[key] = self.env.log[mark:]
         return value
 
     def _resolve_uncached(self, module: str, name: str) -> Any:

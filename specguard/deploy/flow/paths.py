@@ -31,7 +31,7 @@ class Cond:
 
 @dataclass(frozen=True, eq=False)
 class Site:
-    kind: str  # raise | assert | warning | assign | call
+    kind: str  # raise | assert | warning | assign | call | construct | return
     module: ParsedModule
     node: ast.AST
     message: str
@@ -54,6 +54,8 @@ class State:
     locals: dict[str, Any]
     writes: dict[tuple[int, str], Any]
     path: frozenset
+    # local name -> the serving environment's variables its value was computed from (see `environment`)
+    env: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def copy(self, path: frozenset | None = None) -> State:
         """A state for another path: the containers it holds are copied too, so what one path appends to a list
@@ -61,7 +63,7 @@ class State:
         copies: dict[int, Any] = {}
         locals_ = {k: _own(v, copies) for k, v in self.locals.items()}
         writes = {k: _own(v, copies) for k, v in self.writes.items()}
-        return State(locals_, writes, self.path if path is None else path)
+        return State(locals_, writes, self.path if path is None else path, dict(self.env))
 
 
 def _own(value: Any, copies: dict[int, Any]) -> Any:
@@ -113,6 +115,9 @@ def merge(states: list[State]) -> State | None:
     if len(states) == 1:
         return states[0]
     out = State({}, {}, frozenset.intersection(*(s.path for s in states)))
+    for s in states:
+        for name, names in s.env.items():
+            out.env[name] = out.env.get(name, frozenset()) | names
     merged: dict[tuple[int, ...], Any] = {}
     for attr in ("locals", "writes"):
         target = getattr(out, attr)
