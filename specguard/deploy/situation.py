@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -425,6 +426,16 @@ class _Context:
     self_value: Any
     args: list[Any]
     kwargs: dict[str, Any]
+    # What the callers' try/except make of the function's outcomes (None: no caller calls it inside a `try`).
+    guard: Callable[[list[Outcome]], list[Outcome]] | None = None
+
+
+@dataclass(frozen=True)
+class _Caller:
+    module: ParsedModule
+    function: Any
+    owner: ClassInfo | None
+    calls: list[ast.AST]  # its calls of the function followed
 
 
 @dataclass
@@ -458,7 +469,8 @@ class Reach:
                     ev.call_function(func, ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value)
                 except OutOfBudget as exc:  # what it did not reach is unknown: the verdict cannot be "no"
                     raise OutOfBudget(f"{first.relpath}:{first.function.name}: {exc}") from None
-                out += [o for o in ev.outcomes if id(o.site.node) in targets]
+                found = [o for o in ev.outcomes if id(o.site.node) in targets]
+                out += ctx.guard(found) if ctx.guard is not None and found else found
         return out
 
     def run(
@@ -536,6 +548,7 @@ class Reach:
             return None
         contexts: list[_Context] = []
         for caller_module, caller, caller_owner, calls in callers:
+            guarded = _in_try(self.tree, caller_module, caller, calls)
             for ctx in self.entries(caller_module, caller, caller_owner, depth - 1):
                 ev = Evaluator(self.tree, watch_calls=calls, max_depth=1, max_steps=100_000)
                 try:
@@ -551,16 +564,49 @@ class Reach:
                     # run whose whole budget is spent fails again at once, and the hazard goes unjudged).
                     self.problems.append(f"{self.tree.relpath(caller_module.path)}:{caller.name} was too costly")
                     return None
-                for outcome in ev.outcomes:
-                    if outcome.site.kind != "call":
-                        continue
+                calls_made = [o for o in ev.outcomes if o.site.kind == "call"]
+                for index, outcome in enumerate(calls_made):
                     func_value, args, kwargs = outcome.detail
-                    contexts.append(
-                        self._call_context(
-                            outcome.path, func_value, args, kwargs, function, owner, outcome.site.node, module
-                        )
+                    call = self._call_context(
+                        outcome.path, func_value, args, kwargs, function, owner, outcome.site.node, module
                     )
+                    if id(outcome.site.node) in guarded or ctx.guard is not None:
+                        call.guard = functools.partial(
+                            self._through_caller, _Caller(caller_module, caller, caller_owner, calls), ctx, index
+                        )
+                    contexts.append(call)
         return contexts
+
+    def _through_caller(self, caller: _Caller, ctx: _Context, index: int, raised: list[Outcome]) -> list[Outcome]:
+        """`raised` (the outcomes of the function that the caller's `index`-th call of it runs) as the caller's
+        try/except leaves them: the caller is evaluated again with that call recording them, so its handlers catch
+        them, run, and raise them again or not (see `Evaluator._handle`); then its own callers do the same."""
+        watched = {id(c) for c in caller.calls}
+        sites = {id(o.site) for o in raised}
+        met = 0
+
+        def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
+            nonlocal met
+            if id(node) not in watched:
+                return NOT_HANDLED
+            if met == index:
+                ev.outcomes += [Outcome(o.site, o.path | state.path, o.detail) for o in raised]
+            met += 1
+            return UNKNOWN  # as the watched call of the first evaluation returned
+
+        ev = Evaluator(self.tree, hook=hook, max_depth=1, max_steps=100_000)
+        try:
+            ev.call_function(
+                Function(caller.module, caller.function, caller.owner),
+                ctx.args,
+                ctx.kwargs,
+                ctx.path,
+                self_value=ctx.self_value,
+            )
+        except OutOfBudget as exc:
+            raise OutOfBudget(f"{self.tree.relpath(caller.module.path)}:{caller.function.name}: {exc}") from None
+        seen = [o for o in ev.outcomes if id(o.site) in sites]
+        return ctx.guard(seen) if ctx.guard is not None and seen else seen
 
     def _call_context(
         self,
@@ -626,6 +672,20 @@ class Reach:
                 if calls:
                     out.append((module, func, owner, calls))
         return out
+
+
+def _in_try(tree: SourceTree, module: ParsedModule, function: Any, calls: list[ast.AST]) -> set[int]:
+    """The calls (ids) that lie inside a `try` statement of `function` itself."""
+    parents = tree.parents(module)
+    inside: set[int] = set()
+    for call in calls:
+        node = parents.get(id(call))
+        while node is not None and node is not function:
+            if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                inside.add(id(call))
+                break
+            node = parents.get(id(node))
+    return inside
 
 
 def _own_nodes(func: ast.AST) -> Iterable[ast.AST]:

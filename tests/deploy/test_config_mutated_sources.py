@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sg_mutate import fork, replace, rewrite
+from sg_mutate import fork, replace, rewrite, through_method, wrap_in_try
 
 from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.facts import SourceFacts
@@ -148,6 +148,56 @@ def test_a_check_inside_try_except(new: Path, handler: str, refused: bool) -> No
     judgement = _judge(new, "-tp", "2", "-dcp", "4")
     assert ("CFG105" in _codes(judgement)) is refused
     assert "CFG105" not in judgement.not_judged
+
+
+# -- try/except in the caller of a check ------------------------------------------------------------------------
+
+DRAFT_TP = "self.draft_tensor_parallel_size = ("  # SpeculativeConfig.__post_init__ calls _verify_and_get_draft_tp
+DRAFT_TP_CONFIG = json.dumps(
+    {"method": "eagle3", "model": "d", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}
+)
+
+
+@pytest.mark.parametrize("release", ["0.28.0", "0.33.0"])
+@pytest.mark.parametrize(
+    ("handler", "body", "refused"),
+    [
+        ("ValueError", ['logger.warning("draft TP not verified, going on")'], False),
+        ("(TypeError, ValueError)", ["pass"], False),
+        ("Exception as exc", ['logger.warning("odd draft TP: %s", exc)'], False),
+        ("ValueError", ['logger.warning("draft TP not verified")', "raise"], True),
+        ("ValueError as exc", ['raise RuntimeError("bad draft TP") from exc'], True),
+        ("KeyError", ['logger.warning("never raised here")'], True),
+    ],
+    ids=["warns", "tuple", "exception", "re-raises", "raises-another", "catches-another-type"],
+)
+def test_a_try_in_the_caller_of_a_check(
+    release: str, handler: str, body: list[str], refused: bool, tmp_path: Path, source_dir: Callable[[str], Path]
+) -> None:
+    """`_verify_and_get_draft_tp` raises; it is judged from its caller, `SpeculativeConfig.__post_init__`, which
+    here calls it inside a try: what the caller's handler does decides."""
+    tree = fork(source_dir(release), tmp_path)
+    rewrite(tree, "config/speculative.py", wrap_in_try(DRAFT_TP, handler, body))
+    judgement = _judge(tree, "-tp", "4", "-sc", DRAFT_TP_CONFIG)
+    assert ("CFG107" in _codes(judgement)) is refused, judgement.not_judged
+    assert "CFG107" not in judgement.not_judged
+    if refused:  # the check's own text and place, whatever the caller raises instead
+        assert "other value than 1 or target model tensor_parallel_size" in _finding(judgement, "CFG107")
+        assert "config/speculative.py:" in _finding(judgement, "CFG107")
+
+
+@pytest.mark.parametrize(("handler", "refused"), [("ValueError", False), ("KeyError", True)])
+def test_a_try_two_callers_up(old: Path, handler: str, refused: bool) -> None:
+    """The check's caller is a helper method; the helper's caller wraps the call in the try."""
+
+    def change(text: str) -> str:
+        text = through_method(DRAFT_TP, "_checked_draft_tp")(text)
+        return wrap_in_try("self.draft_tensor_parallel_size = self._checked_draft_tp()", handler, ["pass"])(text)
+
+    rewrite(old, "config/speculative.py", change)
+    judgement = _judge(old, "-tp", "4", "-sc", DRAFT_TP_CONFIG)
+    assert ("CFG107" in _codes(judgement)) is refused, judgement.not_judged
+    assert "CFG107" not in judgement.not_judged
 
 
 # -- the speculator registry written another way ----------------------------------------------------------------

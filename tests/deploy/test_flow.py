@@ -171,6 +171,13 @@ def undecided_handler(p):
         pass
 
 
+def reraised_as_another(p):
+    try:
+        size_check(p)
+    except ValueError as exc:
+        raise RuntimeError("wrapped") from exc
+
+
 def label_of(p):
     return "plain"
 
@@ -392,6 +399,13 @@ def _state() -> Any:
     from specguard.deploy.flow import State
 
     return State({}, {}, frozenset())
+
+
+def test_a_handler_that_raises_another_exception_fails_again(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    ev = _run(t, "reraised_as_another", _parallel(t, size=4))
+    assert "too big" in [o.site.message for o in ev.outcomes if o.site.kind == "raise" and not o.caught]
+    assert _failures(_run(t, "reraised_as_another", _parallel(t, size=1))).value is False
 
 
 def test_what_a_method_stored_survives_the_calls_after_it(tree: tuple[SourceTree, Path]) -> None:

@@ -301,16 +301,27 @@ class Evaluator(ObjectModel):
                 inner = (flow.normal or state).copy(path)
                 if handler.name:
                     inner.locals[handler.name] = UNKNOWN
-                self._reraise.append([o for o in caught if o.path == path])
+                group = [o for o in caught if o.path == path]
+                self._reraise.append(group)
+                before = len(self.outcomes)
                 try:
                     res = self.exec_block(handler.body, frame, inner)
                 finally:
                     self._reraise.pop()
+                self._raised_again(group, self.outcomes[before:])
                 flow = Flow(flow.normal, flow.returns + res.returns, flow.breaks + res.breaks, flow.continues)
                 if res.normal is not None:
                     res.normal.path = state.path if flow.normal is None else flow.normal.path
                     ends.append(res.normal)
         return Flow(merge(ends), flow.returns, flow.breaks, flow.continues)
+
+    def _raised_again(self, caught: list[Outcome], handled: list[Outcome]) -> None:
+        """A handler that raises (`raise Other(...) from exc`, or a failing assert) fails again on that path: what it
+        caught is a failure there, under another name. A bare `raise` was already counted (see `_reraise`)."""
+        sites = {id(o.site) for o in caught}
+        for again in handled:
+            if again.site.kind in ("raise", "assert") and not again.caught and id(again.site) not in sites:
+                self.outcomes += [Outcome(o.site, o.path | again.path, o.detail) for o in caught]
 
     def _branch(self, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt], frame: Frame, state: State) -> Flow:
         truth = self.test(test, frame, state)
@@ -717,13 +728,13 @@ class Evaluator(ObjectModel):
             handled = self.hook(self, func, args, kwargs, e, frame, state)
             if handled is not NOT_HANDLED:
                 return handled
+        if id(e) in self.watch_calls:
+            self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
+            return UNKNOWN  # the caller only wants to know the call happens, and with what
         if isinstance(e.func, ast.Attribute) and e.func.attr.startswith("warn"):
             # `logger.warning(...)`, `logger.warning_once(...)`, `warnings.warn(...)`: whatever the logger is.
             self.record("warning", frame.module, e, message_of(e), state.path)
             return None
-        if id(e) in self.watch_calls:
-            self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
-            return UNKNOWN  # the caller only wants to know the call happens, and with what
         return self.call(func, args, kwargs, e, frame, state)
 
     def call(
