@@ -59,6 +59,30 @@ def test_examples_json(
     assert set(re.findall(r"(CFG\d{3}) not judged", "\n".join(others))) == expected, err
 
 
+@pytest.mark.parametrize(
+    ("argv", "plain", "strict"),
+    [
+        (["--", "m", "-pcp", "2", "-dp", "2"], 0, 3),  # CFG113 not judged on 0.33.0, nothing found
+        (["--", "m", "-tp", "4", "-sc", '{"method": "eagle3", "model": "d", "draft_tensor_parallel_size": 2}'], 1, 1),
+        (["--", "m", "-tp", "2", "--block-size", "16"], 0, 0),  # everything judged, nothing found
+    ],
+    ids=["not-judged", "found", "judged-clean"],
+)
+def test_strict_exit_codes(
+    argv: list[str],
+    plain: int,
+    strict: int,
+    run_config: Callable[..., tuple[int, str, str]],
+    source_dir: Callable[[str], Path],
+) -> None:
+    src = ["--vllm-source", str(source_dir("0.33.0"))]
+    rc, out, err = run_config(*src, *argv)
+    assert rc == plain, out + err
+    rc, out, err = run_config(*src, "--strict", *argv)
+    assert rc == strict, out + err
+    assert ("CFG113 not judged" in out) is (strict == 3)
+
+
 def test_text_output(run_config: Callable[..., tuple[int, str, str]], source_dir: Callable[[str], Path]) -> None:
     path = EXAMPLES / "dflash-dp2.yaml"
     rc, out, _ = run_config(str(path), "--vllm-source", str(source_dir("0.28.0")))
