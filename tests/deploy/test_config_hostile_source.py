@@ -35,6 +35,10 @@ COSTLY = {
     "format-repetition": 'big = ("{0}" * 20000).format("ab" * 50000)\n',
     "deep-nesting": 'x = []\nfor c in "ab" * 50000:\n    x = [x]\nok = len(x) == 1\n',
     "membership-in-a-loop": 'big = list("ab" * 50000)\nfor c in "ab" * 50000:\n    found = c in big\n',
+    # Each path of an undecided test gets its own copy of the lists it holds, and paths that join are compared.
+    "copies-at-undecided-tests": (
+        'big = list("ab" * 40000)\nfor c in "ab" * 50000:\n    if os.cpu_count() == 1:\n        last = c\n'
+    ),
 }
 # Values too large to build are unknown and the check after them is still judged; spending a whole budget
 # ends in "not judged: too costly to evaluate".
@@ -43,6 +47,7 @@ SPENT = {
     "comprehension-of-copies",
     "many-large-copies",
     "membership-in-a-loop",
+    "copies-at-undecided-tests",
 }
 
 

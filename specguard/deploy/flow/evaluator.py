@@ -298,7 +298,7 @@ class Evaluator(ObjectModel):
         ends = [flow.normal] if flow.normal is not None else []
         for handler, caught in runs:
             for path in list(dict.fromkeys(o.path for o in caught))[:4]:
-                inner = (flow.normal or state).copy(path)
+                inner = (flow.normal or state).copy(path, self.budget)
                 if handler.name:
                     inner.locals[handler.name] = UNKNOWN
                 group = [o for o in caught if o.path == path]
@@ -313,7 +313,7 @@ class Evaluator(ObjectModel):
                 if res.normal is not None:
                     res.normal.path = state.path if flow.normal is None else flow.normal.path
                     ends.append(res.normal)
-        return Flow(merge(ends), flow.returns, flow.breaks, flow.continues)
+        return Flow(merge(ends, self.budget), flow.returns, flow.breaks, flow.continues)
 
     def _raised_again(self, caught: list[Outcome], handled: list[Outcome]) -> None:
         """A handler that raises (`raise Other(...) from exc`, or a failing assert) fails again on that path: what it
@@ -334,8 +334,8 @@ class Evaluator(ObjectModel):
             return self.exec_block(body, frame, state)
         if (cond, False) in state.path:
             return self.exec_block(orelse, frame, state)
-        yes = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}))
-        no = self.exec_block(orelse, frame, state.copy(state.path | {(cond, False)}))
+        yes = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}, self.budget))
+        no = self.exec_block(orelse, frame, state.copy(state.path | {(cond, False)}, self.budget))
         return self._join(yes, no)
 
     def test(self, test: ast.expr, frame: Frame, state: State) -> Any:
@@ -359,7 +359,7 @@ class Evaluator(ObjectModel):
     def _join(self, yes: Flow, no: Flow) -> Flow:
         normals = [f.normal for f in (yes, no) if f.normal is not None]
         return Flow(
-            normal=merge(normals),
+            normal=merge(normals, self.budget),
             returns=yes.returns + no.returns,
             breaks=yes.breaks + no.breaks,
             continues=yes.continues + no.continues,
@@ -379,20 +379,20 @@ class Evaluator(ObjectModel):
             res = self.exec_block(stmt.body, frame, current)
             flow.returns += res.returns
             broke += res.breaks
-            current = merge([s for s in [res.normal, *res.continues] if s is not None])
+            current = merge([s for s in [res.normal, *res.continues] if s is not None], self.budget)
         if current is not None and not broke:
             res = self.exec_block(stmt.orelse, frame, current)
             flow.returns += res.returns
             current = res.normal
-        flow.normal = merge([s for s in [current, *broke] if s is not None])
+        flow.normal = merge([s for s in [current, *broke] if s is not None], self.budget)
         return flow
 
     def _loop_unknown(self, stmt: ast.stmt, over: ast.expr, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
         for name in _assigned_names(body) | _assigned_names([stmt]):
             state.locals[name] = UNKNOWN
         cond = self.cond(over, frame.module)  # "the loop body runs", named by what it iterates over
-        res = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}))
-        after = merge([s for s in [state, res.normal, *res.breaks, *res.continues] if s is not None])
+        res = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}, self.budget))
+        after = merge([s for s in [state, res.normal, *res.breaks, *res.continues] if s is not None], self.budget)
         if after is not None:
             after.path = state.path
             for name in _assigned_names(body):
@@ -676,7 +676,7 @@ class Evaluator(ObjectModel):
         if items is None:
             return UNKNOWN
         out: list[Any] = []
-        inner = state.copy()
+        inner = state.copy(budget=self.budget)
         for item in items:
             self.budget.step()
             self.assign(gen.target, item, frame, inner, e)
@@ -782,7 +782,7 @@ class Evaluator(ObjectModel):
             self.record("return", func.module, func.node, "", flow.normal.path, None)
         if not ends:
             return UNKNOWN
-        end_writes = merge([State({}, s.writes, s.path) for s, _ in ends])
+        end_writes = merge([State({}, s.writes, s.path) for s, _ in ends], self.budget)
         if end_writes is not None and end_writes.writes is not state.writes:  # one path shares the caller's writes
             state.writes.clear()
             state.writes.update(end_writes.writes)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specguard.deploy.flow.budget import Budget
 from specguard.deploy.flow.values import UNKNOWN, same_value
 from specguard.deploy.source import ClassInfo, ParsedModule
 
@@ -57,12 +58,14 @@ class State:
     # local name -> the serving environment's variables its value was computed from (see `environment`)
     env: dict[str, frozenset[str]] = field(default_factory=dict)
 
-    def copy(self, path: frozenset | None = None) -> State:
+    def copy(self, path: frozenset | None = None, budget: Budget | None = None) -> State:
         """A state for another path: the containers it holds are copied too, so what one path appends to a list
-        the other does not see (two names of one list stay one list)."""
+        the other does not see (two names of one list stay one list). The copies are charged to `budget`."""
         copies: dict[int, Any] = {}
         locals_ = {k: _own(v, copies) for k, v in self.locals.items()}
         writes = {k: _own(v, copies) for k, v in self.writes.items()}
+        if budget is not None and copies:
+            budget.spend(sum(len(c) + 1 for c in copies.values()))
         return State(locals_, writes, self.path if path is None else path, dict(self.env))
 
 
@@ -108,8 +111,9 @@ class Frame:
     depth: int
 
 
-def merge(states: list[State]) -> State | None:
-    """One state for paths that join again: values they disagree on become UNKNOWN."""
+def merge(states: list[State], budget: Budget | None = None) -> State | None:
+    """One state for paths that join again: values they disagree on become UNKNOWN. The containers joined item by
+    item are charged to `budget`."""
     if not states:
         return None
     if len(states) == 1:
@@ -124,6 +128,8 @@ def merge(states: list[State]) -> State | None:
         keys = set().union(*(getattr(s, attr).keys() for s in states))
         for key in keys:
             target[key] = _joined([getattr(s, attr).get(key, UNKNOWN) for s in states], merged)
+    if budget is not None and merged:
+        budget.spend(sum(len(v) + 1 if isinstance(v, (dict, list)) else 1 for v in merged.values()))
     return out
 
 
