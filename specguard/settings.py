@@ -300,6 +300,13 @@ def user_cache_dir() -> Path:
     return user_cache_home() / "check"
 
 
+def served_tree_settings(root: Path) -> Settings:
+    """How a served vLLM tree is checked (`specguard config`, `doctor`): every module Python would import, so no
+    excludes and no ignore files (an installed vLLM lies under `site-packages`, a vendored one may sit in a folder
+    the user's `.gitignore` names), the cache in the user's cache rather than in the tree."""
+    return Settings(exclude=[], respect_gitignore=False, root=root, cache_dir=user_cache_dir())
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml with a [tool.specguard] table, walking up from `start`."""
     here = start.resolve()

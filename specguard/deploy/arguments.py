@@ -71,6 +71,7 @@ class OptionDef:
     const: Any = None
     choices: tuple[Any, ...] | None = None  # None: not checked (unknown or not restricted)
     value: ValueKind = ValueKind("str")
+    complete: bool = True  # False: some of its argparse keywords could not be read from the source
 
 
 @dataclass
@@ -85,6 +86,11 @@ class ServeOptions:
     json_number_expansion: bool = False
     problems: list[str] = field(default_factory=list)
     origin: str = ""
+
+    @property
+    def incomplete(self) -> bool:
+        """Some definitions could not be read: an argument the parser does not know may be the source's fault."""
+        return bool(self.problems) or not self.options
 
     def by_dest(self, dest: str) -> OptionDef | None:
         return next((o for o in self.options if o.dest == dest and o.flags), None)
@@ -359,6 +365,7 @@ class _Builder:
         self.reader = reader
         self.rules = rules
         self.result = ServeOptions()
+        self.unread: list[str] = []  # options whose keywords (type, nargs, ...) could not be read
 
     def __call__(
         self,
@@ -395,8 +402,9 @@ class _Builder:
         if not all(isinstance(a, str) for a in args) or not args:
             self.result.problems.append(f"an option whose name is not a literal ({where})")
             return
-        if STAR_KWARGS in kwargs:
-            self.result.problems.append(f"{args[0]}: its keywords could not be read ({where})")
+        complete = STAR_KWARGS not in kwargs and kwargs.get("nargs") is not UNKNOWN
+        if not complete:
+            self.unread.append(args[0])
         flags = tuple(a for a in args if a.startswith("-"))
         positional = not flags
         dest = kwargs.get("dest")
@@ -409,7 +417,6 @@ class _Builder:
         action = _action(kwargs.get("action", "store"), self.tree)
         nargs = kwargs.get("nargs")
         if nargs is UNKNOWN:
-            self.result.problems.append(f"{flags[0] if flags else dest}: nargs could not be read ({where})")
             nargs = None
         choices = kwargs.get("choices")
         choice_tuple = tuple(choices) if isinstance(choices, (list, tuple, set)) and known(list(choices)) else None
@@ -424,6 +431,7 @@ class _Builder:
                 const=kwargs.get("const"),
                 choices=choice_tuple,
                 value=_as_kind(kwargs.get("type")),
+                complete=complete,
             )
         )
 
@@ -547,10 +555,11 @@ def read_serve_options(tree: SourceTree) -> ServeOptions:
     reader = TypeReader(tree)
     builder = _Builder(tree, reader, _kwargs_rules(tree))
     result = builder.result
-    ev = Evaluator(tree, hook=builder, max_depth=6, budget=200_000)
+    ev = Evaluator(tree, hook=builder, max_depth=6)
     serve = tree.module_for_path(SERVE_MODULE)
     factory = ev.module_value(serve, PARSER_FACTORY) if serve is not None else UNKNOWN
     parser = Token("parser")
+    unreadable_before = dict(tree.unreadable)
     try:
         if isinstance(factory, Function):
             result.origin = f"{tree.relpath(factory.module.path)}:{factory.name}"
@@ -566,7 +575,14 @@ def read_serve_options(tree: SourceTree) -> ServeOptions:
             result.problems.append(f"{SERVE_MODULE} has no `{PARSER_FACTORY}`: only EngineArgs options were read")
             ev.call_function(Function(engine, method, cls), [parser], {})
     except OutOfBudget:
-        result.problems.append("reading the parser construction took too many steps; some options may be missing")
+        result.problems.append("the parser construction was too costly to evaluate; some options may be missing")
+    if builder.unread:
+        more = len(builder.unread) - 3
+        shown = ", ".join(builder.unread[:3]) + (f" and {more} more" if more > 0 else "")
+        result.problems.append(f"the keywords of {len(builder.unread)} options could not be read ({shown})")
+    result.problems += [
+        f"{rel} could not be read ({why})" for rel, why in tree.unreadable.items() if rel not in unreadable_before
+    ]
     result.inverse_prefixes = _inverse_prefixes(tree)
     result.spec_flags = _spec_flags(tree)
     engine = tree.module_for_path(ENGINE_ARGS[0])

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import difflib
 import string
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specguard._toml import load_toml, parse_toml
+from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
+from specguard._toml import parse_toml
 from specguard.errors import UserError
 
 BUILTIN_CATALOGUE = "hazards.toml"
@@ -36,21 +38,47 @@ class Evidence(_Params):
     files: list[str] = Field(default_factory=lambda: ["**"], description="globs relative to the vllm/ package dir")
 
 
-class SpeculatorParams(_Params):
-    """Where the served source maps a method to speculator classes, and the analyzer rules to look for."""
+class Registry(_Params):
+    """Where one model runner maps a method to speculator classes: `function` (a module function, or `Class.method`)
+    evaluated with the config; the classes it returns new instances of, or (with `attribute`) stores in that
+    attribute. `selected_by` is the value of the runner selection that picks this runner."""
 
-    registry_file: str
-    registry_function: str
-    # The config class whose predicates (`use_eagle()`) the registry's if/elif chain calls.
-    predicate_file: str
-    predicate_class: str
+    runner: str
+    selected_by: bool
+    file: str
+    function: str
+    attribute: str | None = None
+    draft_path_class: str | None = None  # CFG101: the class the DFlash draft path descends from, in this runner
+
+
+class RunnerSelection(_Params):
+    """Which model runner serves a config: `function` (`Class.method`, a property of a config section) in `file`,
+    evaluated with the config and the serving environment."""
+
+    file: str
+    function: str
+
+
+class SpeculatorParams(_Params):
+    """Which model runner the served source picks for the config (`selection`), where each runner maps a method to
+    speculator classes (`registries`), and the analyzer rules to look for on them. The hazard is judged for the
+    runner picked; where the pick is undecided or rests on an unset environment variable and the runners disagree,
+    the verdict names the runner it assumed and what picks it."""
+
+    selection: RunnerSelection
+    registries: list[Registry] = Field(min_length=1)
     rules: list[str] = Field(min_length=1)
 
 
 class DraftPathParams(SpeculatorParams):
-    """CFG101: a method whose speculator descends from `draft_path_class`, with `rules` findings on it."""
+    """CFG101: a method whose speculator descends from the runner's `draft_path_class`, with `rules` findings on it."""
 
-    draft_path_class: str
+    @model_validator(mode="after")
+    def _draft_paths(self) -> DraftPathParams:
+        missing = [r.runner for r in self.registries if r.draft_path_class is None]
+        if missing:
+            raise ValueError(f"registries of {', '.join(missing)} need a draft_path_class")
+        return self
 
 
 class InterleaveResolution(_Params):
@@ -90,10 +118,20 @@ class GroupMergeParams(_Params):
 class EvidenceParams(_Params):
     """Hazards decided by vLLM's own validation: every statement of `evidence` the config may reach.
 
-    `platform`: checks in another platform's module (`platforms/rocm.py` for "cuda") do not count."""
+    `platform`: checks in another platform's module (`platforms/rocm.py` for "cuda") do not count.
+
+    `neutral`: the config values under which the hazard cannot arise (`decode_context_parallel_size = 1`; a dotted
+    key reaches into a JSON option, `speculative_config.draft_tensor_parallel_size`, where null removes the key).
+    Where the source has no statement with the evidence's text (a fork rewording or moving it), the hazard is
+    judged by meaning instead: every statement of the kind in `search` whose function reads one of the neutral
+    keys is evaluated for the config and for the config made neutral; one the config reaches and the neutral
+    config does not is the validation. A config that already is neutral has not the hazard. The value "unset"
+    means the option (or the JSON key) is not given."""
 
     evidence: list[Evidence] = Field(min_length=1)
     platform: str = "cuda"
+    neutral: dict[str, Any] = Field(min_length=1)
+    search: list[str] = Field(default_factory=lambda: ["config/**", "engine/**", "platforms/**"], min_length=1)
 
 
 class BlockSizeParams(EvidenceParams):
@@ -166,17 +204,34 @@ class _Entry(BaseModel):
     reads: str = ""
 
 
-def _problem(exc: ValidationError, fields: list[str]) -> tuple[str, str]:
-    """The key and problem to report; a misspelt key is reported as unknown (with a guess), not as missing."""
+def _problem(exc: ValidationError, model: type[BaseModel]) -> tuple[str, str]:
+    """The key and problem to report; a misspelt key is reported as unknown (with a guess among the keys of the
+    table it is in), not as missing."""
     errors = exc.errors(include_url=False)
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     key = ".".join(str(p) for p in err["loc"])
     problem = {"extra_forbidden": "unknown key", "missing": "missing"}.get(err["type"], err["msg"])
     if err["type"] == "extra_forbidden":
-        guess = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1)
+        guess = difflib.get_close_matches(str(err["loc"][-1]), _keys_at(model, err["loc"][:-1]), n=1)
         if guess:
             problem += f" (did you mean '{guess[0]}'?)"
     return key, problem
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys of the table at `loc` (table names and list indexes) inside `model`'s."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        inner = [
+            a for a in (*typing.get_args(annotation), annotation) if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if not inner:
+            return []
+        model = inner[0]
+    return list(model.model_fields)
 
 
 def _check_template(origin: str, code: str, field: str, text: str) -> None:
@@ -205,13 +260,14 @@ def parse_catalogue(raw: dict[str, Any], origin: str) -> Catalogue:
         try:
             entry = _Entry.model_validate(body)
         except ValidationError as exc:
-            key, problem = _problem(exc, list(_Entry.model_fields))
+            key, problem = _problem(exc, _Entry)
             raise UserError(f"{origin}: hazard '{code}.{key}': {problem}") from None
         try:
             params = PARAMS[code].model_validate(entry.params)
         except ValidationError as exc:
-            key, problem = _problem(exc, list(PARAMS[code].model_fields))
-            raise UserError(f"{origin}: hazard '{code}.params.{key}': {problem}") from None
+            key, problem = _problem(exc, PARAMS[code])
+            where = f"{code}.params.{key}" if key else f"{code}.params"
+            raise UserError(f"{origin}: hazard '{where}': {problem}") from None
         for field in ("message", "fix"):
             _check_template(origin, code, field, getattr(entry, field))
         hazards[code] = Hazard(
@@ -244,5 +300,11 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
         raw = parse_toml(_builtin_text(), origin=origin, what="hazard catalogue")
     else:
         origin = str(path)
-        raw = load_toml(path, what="hazard catalogue")
+        if not path.exists() and not path.is_symlink():
+            raise UserError(f"{path}: hazard catalogue not found")
+        try:
+            text = read_regular_text(path, DATA_CAP)
+        except UnreadableFile as exc:
+            raise UserError(f"{path}: cannot read hazard catalogue: {exc.reason}") from None
+        raw = parse_toml(text, origin=origin, what="hazard catalogue")
     return parse_catalogue(raw, origin)

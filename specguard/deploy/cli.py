@@ -6,6 +6,7 @@ Each owns its argparse and turns every UserError into one line on stderr and exi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -13,9 +14,9 @@ from typing import NoReturn
 from specguard.console import emit
 from specguard.errors import UserError
 
-CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR] [--require-source] [--format text|json]
-       specguard config [--vllm-source DIR] [--require-source] [--format text|json] [FILE.yaml]
-                        -- <vllm serve arguments>"""
+CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR | --vllm-version X.Y.Z] [--require-source] [--strict]
+                        [--env KEY=VALUE ...] [--format text|json] [--hazards FILE]
+       specguard config [options] [FILE.yaml] -- <vllm serve arguments>"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,19 +32,40 @@ def _config_parser() -> argparse.ArgumentParser:
         usage=CONFIG_USAGE,
         description=(
             "Pre-flight a vLLM serving config against the hazards of the vLLM source it will run. "
-            "Exit 0: clean; 1: hazards found; 2: error."
+            "Exit 0: no hazard found; 1: hazards found; 2: error; 3: with --strict, some hazard was not judged "
+            "(and none was found)."
         ),
     )
     parser.add_argument("file", nargs="?", help="a config in the format `vllm serve --config FILE` reads")
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--vllm-source",
         metavar="DIR",
         help="the vllm/ package dir to judge against (default: the vLLM installed in this environment)",
+    )
+    source.add_argument(
+        "--vllm-version",
+        metavar="X.Y.Z",
+        help="judge against this vLLM release: its wheel is downloaded once with pip (nothing installed, nothing "
+        "run) and its Python files kept in the user cache",
     )
     parser.add_argument(
         "--require-source",
         action="store_true",
         help="exit 2 when no vLLM source is found (without one, no hazard can be judged)",
+    )
+    parser.add_argument(
+        "--env",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="an environment variable of the serving environment (repeatable); the code paths vLLM picks from its "
+        "environment are judged with these and this process's environment",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 3 when some hazard could not be judged (a CI gate that never passes a config it did not judge)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--hazards", metavar="FILE", help="a hazard catalogue to use instead of the built-in one")
@@ -51,11 +73,8 @@ def _config_parser() -> argparse.ArgumentParser:
 
 
 def _run_config(argv: list[str]) -> int:
-    from specguard.deploy.catalogue import load_catalogue
-    from specguard.deploy.facts import open_source
-    from specguard.deploy.hazards import evaluate
-    from specguard.deploy.load import load
-    from specguard.deploy.report import not_judged_line, to_json, to_text
+    from specguard.deploy.flow import run_budget
+    from specguard.deploy.flow.environment import served_environment
 
     if "--" in argv:
         split = argv.index("--")
@@ -66,7 +85,29 @@ def _run_config(argv: list[str]) -> int:
     if args.file is None and serve_args is None:
         raise UserError("specguard config: give a config FILE.yaml, or `--` followed by vllm serve arguments")
 
+    served = dict(os.environ)
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key or any(c.isspace() for c in key):
+            raise UserError(f"specguard config: --env expects KEY=VALUE, got {item!r}")
+        served[key] = value
+    # One budget for every evaluation of the served source this run makes; the serving environment it reads.
+    with run_budget(), served_environment(served):
+        return _judge(args, serve_args)
+
+
+def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
+    from specguard.deploy.catalogue import load_catalogue
+    from specguard.deploy.facts import open_source
+    from specguard.deploy.hazards import evaluate
+    from specguard.deploy.load import load
+    from specguard.deploy.report import not_judged_line, to_json, to_text
+
     catalogue = load_catalogue(Path(args.hazards) if args.hazards else None)
+    if args.vllm_version is not None:
+        from specguard.deploy.release import release_source
+
+        args.vllm_source = str(release_source(args.vllm_version))
     facts = open_source(args.vllm_source)
     if facts is None and args.require_source:
         raise UserError(
@@ -86,7 +127,9 @@ def _run_config(argv: list[str]) -> int:
             print(f"specguard config: {not_judged_line(judgement)}", file=sys.stderr)
     else:
         emit(to_text(judgement, loaded.origin))
-    return 1 if judgement.findings else 0
+    if judgement.findings:
+        return 1
+    return 3 if args.strict and judgement.not_judged else 0
 
 
 def config_main(argv: list[str]) -> int:

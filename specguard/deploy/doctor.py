@@ -60,9 +60,9 @@ def _version(names: tuple[str, ...]) -> str | None:
 
 def _check_summary(root: Path) -> CheckSummary:
     from specguard.analysis.engine import check_paths  # deferred: only when there is a tree to check
-    from specguard.settings import Settings, user_cache_dir
+    from specguard.settings import served_tree_settings
 
-    result = check_paths([root], Settings(cache_dir=user_cache_dir()))
+    result = check_paths([root], served_tree_settings(root))
     counts = Counter(f.code for f in result.findings)
     return CheckSummary(str(root), result.files, dict(sorted(counts.items())), list(result.errors))
 

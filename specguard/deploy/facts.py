@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.deploy.arguments import ServeOptions, serve_options
-from specguard.deploy.source import ClassInfo, SourceTree, dotted, literal_strings, literal_value
+from specguard.deploy.source import ClassInfo, SourceTree, literal_strings, literal_value
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,6 @@ class BackendInfo:
 @dataclass
 class SourceFacts:
     tree: SourceTree
-    _speculators: dict[tuple[str, ...], dict[str, list[ClassInfo]]] = field(default_factory=dict)
     analysis_problems: list[str] = field(default_factory=list)
 
     @classmethod
@@ -65,9 +64,9 @@ class SourceFacts:
         """`specguard check` over the served tree (cached by the engine between runs)."""
         # Deferred: the analyzer is heavier than loading a config.
         from specguard.analysis.engine import check_paths
-        from specguard.settings import Settings, user_cache_dir
+        from specguard.settings import served_tree_settings
 
-        result = check_paths([self.tree.root], Settings(cache_dir=user_cache_dir()))
+        result = check_paths([self.tree.root], served_tree_settings(self.tree.root))
         # A file the analyzer could not read (SG000) or a discovery error may hide a finding a hazard needs.
         self.analysis_problems = [
             *result.errors,
@@ -100,58 +99,7 @@ class SourceFacts:
     def findings_of(self, rules: list[str]) -> list[SourceFinding]:
         return sorted({f for f in self.findings if f.code in rules}, key=lambda f: (f.relpath, f.line, f.code))
 
-    # -- speculative methods and their speculator classes ---------------------------------------------------
-
-    def method_speculators(
-        self,
-        registry_file: str,
-        function: str,
-        predicate_file: str | None = None,
-        predicate_class: str | None = None,
-    ) -> dict[str, list[ClassInfo]]:
-        """method string -> the speculator classes the registry function may build for it.
-
-        Read from the if/elif chain of e.g. `init_speculator`: a branch tested with `<x>.method == "m"` (or
-        `in (...)`) contributes every class it instantiates in a `return C(...)`. A branch tested by a predicate
-        (`speculative_config.use_eagle()`) is read through that method of `predicate_class`. A method an earlier
-        plain comparison already took is not given to later branches: the chain never reaches them for it.
-        """
-        key = (registry_file, function, predicate_file or "", predicate_class or "")
-        if key in self._speculators:
-            return self._speculators[key]
-        parsed = self._module(registry_file)
-        result: dict[str, list[ClassInfo]] = {}
-        func = parsed.functions.get(function) if parsed is not None else None
-        if func is not None:
-            predicates = self._predicates(predicate_file, predicate_class)
-            taken: set[str] = set()
-            for test, body in _branches(func.body):
-                methods, exact = _branch_methods(test, predicates)
-                methods = [m for m in methods if m not in taken]
-                if exact:
-                    taken.update(methods)
-                if not methods:
-                    continue
-                local = _local_imports(body, parsed.imports)
-                classes: list[ClassInfo] = []
-                for name in _returned_calls(body):
-                    module, cname = local.get(name, (parsed.name, name))
-                    info = self.tree.resolve_class(module, cname)
-                    if info is not None and info not in classes:
-                        classes.append(info)
-                for method in methods:
-                    result.setdefault(method, []).extend(c for c in classes if c not in result.get(method, []))
-        self._speculators[key] = result
-        return result
-
-    def _predicates(self, relpath: str | None, cls_name: str | None) -> dict[str, ast.FunctionDef]:
-        """Methods of the config class the registry calls as predicates (`use_eagle`), by name."""
-        if relpath is None or cls_name is None:
-            return {}
-        parsed = self._module(relpath)
-        if parsed is None or cls_name not in parsed.classes:
-            return {}
-        return {n: f for n, f in parsed.classes[cls_name].methods.items() if isinstance(f, ast.FunctionDef)}
+    # -- speculator classes ----------------------------------------------------------------------------------
 
     def descends_from(self, cls: ClassInfo, name: str) -> bool:
         return any(a.name == name for a in self.tree.ancestors(cls))
@@ -255,81 +203,6 @@ class SourceFacts:
     def serve_options(self) -> ServeOptions:
         """The `vllm serve` options the served source defines (read from its parser construction)."""
         return serve_options(self.tree)
-
-
-# -- ast helpers --------------------------------------------------------------------------------------------------
-
-
-def _branches(body: list[ast.stmt]) -> list[tuple[ast.expr, list[ast.stmt]]]:
-    """Every (test, body) of the if/elif chains at the top level of a function body."""
-    out: list[tuple[ast.expr, list[ast.stmt]]] = []
-    for stmt in body:
-        node: Any = stmt
-        while isinstance(node, ast.If):  # an `elif` is an If alone in orelse
-            out.append((node.test, node.body))
-            node = node.orelse[0] if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) else None
-    return out
-
-
-def _methods_tested(test: ast.expr, negated: bool = False) -> list[str]:
-    """`spec.method == "x"` / `spec.method in ("x", "y")` (and with `negated`, `!=` / `not in`) -> strings."""
-    ops: tuple[type, ...] = (ast.Eq, ast.In) + ((ast.NotEq, ast.NotIn) if negated else ())
-    methods: list[str] = []
-    for comp in _comparisons(test):
-        if not (isinstance(comp.left, ast.Attribute) and comp.left.attr == "method"):
-            continue
-        for op, comparator in zip(comp.ops, comp.comparators, strict=True):
-            if isinstance(op, ops):
-                methods.extend(literal_strings(comparator))
-    return methods
-
-
-def _branch_methods(test: ast.expr, predicates: dict[str, ast.FunctionDef]) -> tuple[list[str], bool]:
-    """The methods an if-test selects, and whether it selects exactly them (no other condition)."""
-    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and not test.args:
-        func = predicates.get(test.func.attr)
-        if func is None:
-            return [], False
-        body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-        if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Compare):
-            return _methods_tested(body[0].value), True
-        # A compound predicate (`method == "mtp" and <draft config>`) may or may not hold for its methods.
-        methods: list[str] = []
-        for sub in ast.walk(func):
-            if isinstance(sub, ast.Compare):
-                methods.extend(_methods_tested(sub, negated=True))
-        return list(dict.fromkeys(methods)), False
-    return _methods_tested(test), isinstance(test, ast.Compare)
-
-
-def _comparisons(expr: ast.expr) -> list[ast.Compare]:
-    if isinstance(expr, ast.Compare):
-        return [expr]
-    if isinstance(expr, ast.BoolOp):
-        return [c for v in expr.values for c in _comparisons(v)]
-    return []
-
-
-def _local_imports(body: list[ast.stmt], module_imports: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """Function-local `from m import C` inside a branch (vLLM imports speculators lazily there)."""
-    local = dict(module_imports)
-    for stmt in body:
-        for sub in ast.walk(stmt):
-            if isinstance(sub, ast.ImportFrom) and not sub.level and sub.module is not None:
-                for alias in sub.names:
-                    local[alias.asname or alias.name] = (sub.module, alias.name)
-    return local
-
-
-def _returned_calls(body: list[ast.stmt]) -> list[str]:
-    names: list[str] = []
-    for stmt in body:
-        for sub in ast.walk(stmt):
-            if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
-                name = dotted(sub.value.func)
-                if name is not None and "." not in name:
-                    names.append(name)
-    return names
 
 
 def open_source(path: str | Path | None) -> SourceFacts | None:

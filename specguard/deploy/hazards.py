@@ -11,12 +11,14 @@ Wording lives in the catalogue; these functions supply the facts it formats.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from specguard.deploy import meaning
 from specguard.deploy.catalogue import (
     BlockSizeParams,
     BuilderValidationParams,
@@ -28,14 +30,26 @@ from specguard.deploy.catalogue import (
     Hazard,
     InterleaveParams,
     InterleaveResolution,
+    Registry,
     SourceEnumParams,
     SpeculatorParams,
 )
 from specguard.deploy.facts import SourceFacts, SourceFinding
-from specguard.deploy.flow import UNKNOWN, Obj, Outcome, Verdict, verdict
+from specguard.deploy.flow import (
+    UNKNOWN,
+    Cond,
+    Obj,
+    Outcome,
+    OutOfBudget,
+    Verdict,
+    environment,
+    run_budget,
+    verdict,
+)
+from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
-from specguard.deploy.source import ClassInfo, SourceTree
+from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,7 @@ class NotJudged(Exception):
 class _Hit:
     key: str
     facts: dict[str, Any]
+    assumption: str = ""  # what the verdict assumed that the config does not decide (the model runner, ...)
 
 
 @dataclass
@@ -94,6 +109,11 @@ class Context:
         self._interleave: dict[tuple[str, str], tuple[Reach, _Resolved]] = {}
         self._builders: dict[tuple[int, str, str, bool], list[Outcome]] = {}
         self._sites: dict[tuple[str, str, tuple[str, ...], str], list[SiteRef]] = {}
+        self.code = ""  # the hazard being judged, for its notes
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"{self.code}: {text}")
 
     @cached_property
     def situation(self) -> Situation:
@@ -160,9 +180,68 @@ def _undecided(v: Verdict, what: str) -> NotJudged:
 
 
 def _judge_sites(ctx: Context, p: EvidenceParams, reach: Reach | None = None) -> Verdict:
-    """Whether the config reaches one of the statements `p.evidence` names."""
-    sites = [s for e in p.evidence for s in ctx.sites(e, p.platform)]
-    return (reach or ctx.reach).verdict(sites) if sites else verdict([])
+    """Whether the config reaches one of the statements `p.evidence` names (found by its text, or else by what it
+    does: see `meaning`). A config with one of the hazard's neutral values has not the hazard."""
+    reach = reach or ctx.reach
+    twins = neutral_twins(ctx.cfg, p.neutral)
+    if twins is None:
+        return verdict([])
+    by_text = {e.text: ctx.sites(e, p.platform) for e in p.evidence}
+    sites = [s for found in by_text.values() for s in found]
+    v = reach.verdict(sites) if sites else verdict([])
+    absent = [e for e in p.evidence if not by_text[e.text]]
+    if not absent or v.value is True:
+        return v
+    # A statement of the catalogue is not in the source (reworded, moved, gone): what it checked is judged by meaning.
+    return _judge_by_meaning(ctx, p, reach, twins, absent, {id(s.node) for s in sites})
+
+
+def _judge_by_meaning(
+    ctx: Context,
+    p: EvidenceParams,
+    reach: Reach,
+    twins: list[ServingConfig],
+    absent: list[Evidence],
+    known: set[int],
+) -> Verdict:
+    kind = p.evidence[0].kind
+    fields = meaning.fields_of(p.neutral)
+    texts = " or ".join(f'"{e.text}"' for e in absent)
+    missing = f"no statement saying {texts} is in the served source"
+    found = [
+        s for s in meaning.candidates(ctx.facts.tree, fields, kind, p.search, p.platform) if id(s.node) not in known
+    ]
+    scope = f"in {', '.join(p.search)} reading {', '.join(fields)}"
+    what, whats = ("warning", "warnings") if kind == "warning" else ("raise or assert", "raises and asserts")
+    if not found:
+        raise NotJudged(f"{missing}, and no {what} {scope} was found{_unreadable(ctx.facts.tree)}")
+    others = [Reach(Situation(twin, ctx.facts, interleave=reach.situation.interleave)) for twin in twins]
+    judged = meaning.judge(reach, others, found)
+    v = judged.verdict
+    if v.value is True:
+        _, where = _site_where(v.outcomes, ctx)
+        ctx.note(f"{missing}; judged by meaning: the statement at {where} is reached with this config, not without it")
+    elif v.value is False:  # the validation may have moved out of reach, or be gone: never a clean by default
+        raise NotJudged(
+            f"{missing}, and none of the {judged.evaluated} {whats} {scope} refuses this config as evaluated"
+            f"{_unreadable(ctx.facts.tree)}"
+        )
+    else:
+        raise NotJudged(f"{missing}; judged by meaning, it depends on {v.reasons()}{_unreadable(ctx.facts.tree)}")
+    return v
+
+
+def _unreadable(tree: SourceTree) -> str:
+    return f" ({unreadable_files(tree)})" if tree.unreadable else ""
+
+
+def unreadable_files(tree: SourceTree, limit: int = 3) -> str:
+    """ "2 files of the served source could not be read: a.py (a FIFO...); b.py (...)"."""
+    items = list(tree.unreadable.items())
+    shown = "; ".join(f"{rel} ({why})" for rel, why in items[:limit])
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    files = "1 file" if len(items) == 1 else f"{len(items)} files"
+    return f"{files} of the served source could not be read: {shown}{more}"
 
 
 def _evidence_hit(
@@ -180,51 +259,210 @@ def _evidence_hit(
 # -- analyzer-finding hazards -------------------------------------------------------------------------------------
 
 
-def _speculators(method: str, p: SpeculatorParams, facts: SourceFacts) -> list[ClassInfo]:
-    registry = facts.method_speculators(p.registry_file, p.registry_function, p.predicate_file, p.predicate_class)
-    return registry.get(method, [])
+def _function(tree: SourceTree, file: str, name: str) -> tuple[ParsedModule, Any, ClassInfo | None] | None:
+    """A function of `file` named `name` or `Class.method` (inherited methods included)."""
+    module = tree.module_for_path(file)
+    if module is None:
+        return None
+    owner_name, _, function_name = name.rpartition(".")
+    if not owner_name:
+        function = module.functions.get(name)
+        return (module, function, None) if function is not None else None
+    owner = module.classes.get(owner_name)
+    found = tree.method(owner, function_name) if owner is not None else None
+    if found is None:
+        return None
+    defining = tree.module(found[1].module)
+    return (defining, found[0], found[1]) if defining is not None else None
+
+
+def _speculators(ctx: Context, registry: Registry) -> list[ClassInfo]:
+    """The speculator classes a runner's registry builds for the config's method (any it may build, whatever
+    else decides among them: the draft model's architecture), by evaluating the registry function."""
+    found = _function(ctx.facts.tree, registry.file, registry.function)
+    what = f"which speculator {registry.runner} runs for method '{ctx.cfg.method}' is read from"
+    if found is None:
+        raise NotJudged(
+            f"{what} `{registry.function}` in {registry.file}, and the served source has none"
+            f"{_unreadable(ctx.facts.tree)}"
+        )
+    module, function, owner = found
+    if registry.attribute is not None and not _stores(function, registry.attribute):
+        raise NotJudged(
+            f"{what} what `{registry.function}` in {registry.file} stores in `{registry.attribute}`, and the served "
+            "source stores nothing there"
+        )
+    built = ctx.reach.constructed(module, function, owner, registry.attribute)
+    live = [o for o in built if verdict([o]).value is not False]
+    return list(dict.fromkeys(o.detail for o in live))
+
+
+def _stores(function: ast.AST, attribute: str) -> bool:
+    """Whether `function` assigns `<something>.<attribute>` anywhere in it."""
+    return any(
+        isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.ctx, ast.Store)
+        for node in ast.walk(function)
+    )
+
+
+@dataclass
+class _Pick:
+    """A model runner the served source's selection may pick for the config, and what that rests on."""
+
+    registry: Registry
+    certain: bool
+    conditions: list[str]  # the undecided tests (and returned values) it depends on, `text` (file:line)
+
+    def depending(self) -> str:
+        if self.certain or not self.conditions:
+            return ""
+        more = f"; and {len(self.conditions) - 3} more" if len(self.conditions) > 3 else ""
+        return " depending on " + "; ".join(self.conditions[:3]) + more
+
+
+def _picks(ctx: Context, p: SpeculatorParams) -> tuple[list[_Pick], list[str], str]:
+    """The runners the selection may pick for the config, the variables (unset) that decided a branch of it, and
+    the selection as the verdicts name it."""
+    sel, tree = p.selection, ctx.facts.tree
+    where = f"`{sel.function}` ({sel.file})"
+    found = _function(tree, sel.file, sel.function)
+    if found is None:
+        raise NotJudged(f"which model runner serves it is read from {where}, which the served source lacks")
+    reach = ctx.reach  # built before: what building the situation decides is no part of the selection
+    env = environment.current()
+    start = len(env.decided)
+    returns = [o for o in reach.returned(*found) if verdict([o]).value is not False]
+    picks = []
+    for registry in p.registries:
+        mine = [o for o in returns if o.detail is UNKNOWN or _truth(o.detail) is registry.selected_by]
+        if not mine:
+            continue
+        conds: list[Cond] = []
+        for o in mine:
+            conds += [cond for cond, _ in o.path]
+            node, module = o.site.node, o.site.module
+            if o.detail is UNKNOWN and isinstance(node, ast.Return) and node.value is not None:
+                conds.append(Cond(node.value, module.path, tree.relpath(module.path)))  # what it returns decides
+        ordered = sorted(dict.fromkeys(conds), key=lambda c: (c.relpath, getattr(c.node, "lineno", 0)))
+        certain = any(not o.path and o.detail is not UNKNOWN for o in mine)
+        picks.append(_Pick(registry, certain, list(dict.fromkeys(c.describe() for c in ordered))))
+    return picks, env.decided_unset(start), where
+
+
+def _truth(value: Any) -> bool | None:
+    try:
+        return bool(value)
+    except Exception:  # noqa: BLE001 - an evaluated value without a plain truth value
+        return None
+
+
+def _by_runner(ctx: Context, p: SpeculatorParams, judge: Callable[[Registry], list[_Hit]]) -> list[_Hit]:
+    """The hazard judged for the model runner the served source picks for the config. Runners that all agree need
+    no pick. Where they disagree and the pick is undecided, or rests on a variable the serving environment leaves
+    unset, the verdict says which runner it was judged for and what picks it: in a hit's message, or in a note
+    for a clean verdict."""
+    verdicts: dict[int, list[_Hit] | NotJudged] = {}
+    for registry in p.registries:
+        try:
+            verdicts[id(registry)] = judge(registry)
+        except NotJudged as exc:
+            verdicts[id(registry)] = exc
+    judged = [v for v in verdicts.values() if not isinstance(v, NotJudged)]
+    if len(judged) == len(verdicts) and len({bool(v) for v in judged}) == 1:
+        return judged[0]  # which runner serves it does not matter
+    picks, unset, where = _picks(ctx, p)
+    if not picks:
+        raise NotJudged(f"{where} picks none of {', '.join(r.runner for r in p.registries)} for this config")
+    results: list[tuple[_Pick, list[_Hit]]] = []
+    for pick in picks:
+        result = verdicts[id(pick.registry)]
+        if isinstance(result, NotJudged):
+            raise result
+        results.append((pick, result))
+    hit = [(pick, hits) for pick, hits in results if hits]
+    clean = [pick for pick, hits in results if not hits]
+    if hit and clean:  # the pick is undecided, and decides the verdict
+        otherwise = " or ".join(f"{pick.registry.runner}, picked otherwise," for pick in clean)
+        return _assumed(hit[0], where, unset, f"{otherwise} has not this hazard")
+    if not unset:  # a variable set, or none read: the pick is the deployment's
+        return hit[0][1] if hit else []
+    # The pick rests on a variable left unset; a runner it does not pick has another verdict, or none.
+    others = "; ".join(
+        f"{r.runner} {_other_verdict(verdicts[id(r)])}" for r in p.registries if all(r is not q.registry for q in picks)
+    )
+    if hit:
+        return _assumed(hit[0], where, unset, others)
+    picked = " or ".join(f"{pick.registry.runner}{_picked_by(pick, where, unset)}" for pick in clean)
+    ctx.note(f"no hazard for {picked}; {others}")
+    return []
+
+
+def _other_verdict(result: list[_Hit] | NotJudged) -> str:
+    if isinstance(result, NotJudged):
+        return f"could not be judged ({result})"
+    return "would have it" if result else "has not this hazard"
+
+
+def _picked_by(pick: _Pick, where: str, unset: list[str]) -> str:
+    variables = f" with {', '.join(unset)} unset" if unset else ""
+    return f", which {where} picks for this config{variables}{pick.depending()}"
+
+
+def _assumed(hit: tuple[_Pick, list[_Hit]], where: str, unset: list[str], others: str) -> list[_Hit]:
+    pick, hits = hit
+    said = f"Judged for {pick.registry.runner}{_picked_by(pick, where, unset)}; {others}."
+    return [_Hit(h.key, h.facts, said) for h in hits]
 
 
 def _cfg101(ctx: Context, p: DraftPathParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.method is None or cfg.data_parallel_size <= 1:
         return []
-    family = [c for c in _speculators(cfg.method, p, facts) if facts.descends_from(c, p.draft_path_class)]
-    hits = facts.findings_in_lineage(family, p.rules) if family else []
-    if not hits:
-        return []
-    return [
-        _Hit(
-            "data-parallel-size",
-            {
-                "method": cfg.method,
-                "dp": cfg.data_parallel_size,
-                "speculators": ", ".join(c.name for c in family),
-                "findings": _where(hits),
-            },
-        )
-    ]
+
+    def judge(registry: Registry) -> list[_Hit]:
+        assert registry.draft_path_class is not None  # the catalogue's validation
+        family = [c for c in _speculators(ctx, registry) if facts.descends_from(c, registry.draft_path_class)]
+        hits = facts.findings_in_lineage(family, p.rules) if family else []
+        if not hits:
+            return []
+        return [
+            _Hit(
+                "data-parallel-size",
+                {
+                    "method": cfg.method,
+                    "dp": cfg.data_parallel_size,
+                    "speculators": ", ".join(c.name for c in family),
+                    "findings": _where(hits),
+                },
+            )
+        ]
+
+    return _by_runner(ctx, p, judge)
 
 
 def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.method is None or cfg.decode_context_parallel_size <= 1:
         return []
-    classes = _speculators(cfg.method, p, facts)
-    hits = facts.findings_in_lineage(classes, p.rules)
-    if not hits:
-        return []
-    return [
-        _Hit(
-            "decode-context-parallel-size",
-            {
-                "method": cfg.method,
-                "dcp": cfg.decode_context_parallel_size,
-                "speculators": ", ".join(c.name for c in classes),
-                "findings": _where(hits),
-            },
-        )
-    ]
+
+    def judge(registry: Registry) -> list[_Hit]:
+        classes = _speculators(ctx, registry)
+        hits = facts.findings_in_lineage(classes, p.rules)
+        if not hits:
+            return []
+        return [
+            _Hit(
+                "decode-context-parallel-size",
+                {
+                    "method": cfg.method,
+                    "dcp": cfg.decode_context_parallel_size,
+                    "speculators": ", ".join(c.name for c in classes),
+                    "findings": _where(hits),
+                },
+            )
+        ]
+
+    return _by_runner(ctx, p, judge)
 
 
 def _cfg104(ctx: Context, p: GroupMergeParams) -> list[_Hit]:
@@ -248,6 +486,8 @@ def _cfg102(ctx: Context, p: InterleaveParams) -> list[_Hit]:
     if cfg.attention_backend is None:
         return []  # chosen at startup from the GPU: CFG102 is judged for the backend the config sets
     backend = ctx.facts.backend(p.registry_file, cfg.attention_backend)
+    if backend is None and ctx.facts.tree.module_for_path(p.registry_file) is None:
+        raise NotJudged(f"the attention backends are read from {p.registry_file}, which the served source lacks")
     if backend is None:
         return []  # not a backend of this source: CFG112 says so
     if backend.builder is None:
@@ -323,8 +563,10 @@ def _required_value(outcome: Outcome, suffix: str, tree: SourceTree) -> int | No
 def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
     cfg = ctx.cfg
     sites = ctx.sites(p.evidence, None)
-    if not sites or cfg.speculative_config is None:
+    if cfg.speculative_config is None or cfg.decode_context_parallel_size <= 1:
         return []
+    if not sites:
+        return _cfg103_by_meaning(ctx, p)
     reach, resolved = ctx.with_interleave(p.resolution)
     site_ids = {id(s.node) for s in sites}
     roles = (
@@ -367,6 +609,55 @@ def _cfg103(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
     if undecided:
         raise NotJudged("whether the metadata builders refuse it depends on " + "; ".join(undecided))
     return []
+
+
+def _cfg103_by_meaning(ctx: Context, p: BuilderValidationParams) -> list[_Hit]:
+    """No statement with the catalogued text: a raise constructing the target's or the draft's builder reaches
+    with this config and not with DCP off is the validation (one under an interleave-size test is CFG102's)."""
+    cfg = ctx.cfg
+    reach, _ = ctx.with_interleave(p.resolution)
+    twin = Reach(
+        Situation(cfg.model_copy(update={"decode_context_parallel_size": 1}), ctx.facts, reach.situation.interleave)
+    )
+    missing = f'no statement saying "{p.evidence.text}" is in the served source'
+    roles = (
+        ("target", cfg.attention_backend, "decode-context-parallel-size"),
+        ("draft", cfg.draft_backend, "speculative-config.attention_backend"),
+    )
+    undecided: list[str] = []
+    for role, name, key in roles:
+        backend = ctx.facts.backend(p.registry_file, name) if name is not None else None
+        if backend is None or backend.builder is None:
+            undecided.append(
+                f"the {role}'s attention backend ({name or 'chosen at startup'}) has no builder to evaluate"
+            )
+            continue
+        draft = role == "draft"
+
+        builder = backend.builder
+        theirs = {id(o.site.node) for o in _refusals(ctx, builder, p, draft, twin) if verdict([o]).value is not False}
+        mine = [o for o in _refusals(ctx, builder, p, draft, reach) if id(o.site.node) not in theirs]
+        v = verdict(mine)
+        if v.value is True:
+            raised, where = _site_where(v.outcomes, ctx)
+            ctx.note(f"{missing}; judged by meaning: constructing {builder.name} raises at {where} with DCP only")
+            facts = {"method": cfg.method, "dcp": cfg.decode_context_parallel_size, "role": role, "backend": name}
+            return [_Hit(key, {**facts, "builder": backend.builder.name, "raised": raised, "where": where})]
+        if v.value is UNKNOWN:
+            undecided.append(f"{v.reasons()} for the {role}'s {backend.builder.name}")
+    if undecided:
+        raise NotJudged(f"{missing}; judged by meaning, it depends on " + "; ".join(undecided))
+    raise NotJudged(f"{missing}, and neither metadata builder raises with DCP where it does not without")
+
+
+def _refusals(ctx: Context, builder: ClassInfo, p: BuilderValidationParams, draft: bool, reach: Reach) -> list[Outcome]:
+    """Raises and failed asserts constructing `builder`, other than CFG102's (under an interleave-size test)."""
+    outcomes = ctx.builder_outcomes(builder, p.role_attribute, draft, reach)
+    return [
+        o
+        for o in outcomes
+        if o.site.kind in ("raise", "assert") and not _guarded_by(o, "interleave_size", ctx.facts.tree)
+    ]
 
 
 def _validation_without_builder(ctx: Context, sites: list[SiteRef], role_attribute: str, draft: bool) -> list[Outcome]:
@@ -444,8 +735,11 @@ def _accepted_dcp(ctx: Context, p: EvidenceParams) -> list[int]:
     out = []
     for dcp in range(1, limit + 1):
         other = Context(cfg.model_copy(update={"decode_context_parallel_size": dcp}), ctx.facts)
-        if _judge_sites(other, p).value is False:
-            out.append(dcp)
+        try:
+            if _judge_sites(other, p).value is False:
+                out.append(dcp)
+        except NotJudged:
+            continue  # not known to be accepted: not offered
     return out
 
 
@@ -527,7 +821,12 @@ def _enum_hit(value: str | None, key: str, p: SourceEnumParams, facts: SourceFac
     if value is None:
         return []
     accepted = facts.accepted_values(p.file, p.symbol)
-    if not accepted or value in accepted:
+    if not accepted:
+        raise NotJudged(
+            f"whether the served source accepts {value!r} is read from `{p.symbol}` in {p.file}, which it does not "
+            f"define{_unreadable(facts.tree)}"
+        )
+    if value in accepted:
         return []
     return [_Hit(key, {"value": value, "method": value, "accepted": _accepted(value, accepted)})]
 
@@ -570,13 +869,31 @@ def _render(hazard: Hazard, hit: _Hit, source: str) -> ConfigFinding:
     return ConfigFinding(
         code=hazard.code,
         severity=hazard.severity,
-        message=" ".join(hazard.message.format_map(values).split()),
+        message=" ".join(f"{hazard.message.format_map(values)} {hit.assumption}".split()),
         key=hit.key,
         fix=" ".join(hazard.fix.format_map(values).split()),
     )
 
 
 NO_SOURCE = "no vLLM source to judge it against"
+# The code paths vLLM picks from its environment: which variables, unset, decided a branch of a verdict.
+ENV_NOTE = "judged with these variables unset in the serving environment (pass --env NAME=VALUE where they are set)"
+
+
+def _judge_one(ctx: Context, hazard: Hazard, judgement: Judgement) -> None:
+    code = hazard.code
+    try:
+        hits = EVALUATORS[code](ctx, hazard.params)
+    except NotJudged as exc:
+        judgement.not_judged[code] = str(exc)
+        return
+    except OutOfBudget as exc:
+        judgement.not_judged[code] = f"too costly to evaluate ({exc})"
+        return
+    except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
+        judgement.not_judged[code] = f"reading the source failed ({type(exc).__name__}: {exc})"
+        return
+    judgement.findings += [_render(hazard, hit, ctx.facts.label) for hit in hits]
 
 
 def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None) -> Judgement:
@@ -584,18 +901,36 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
     if facts is None:
         judgement.not_judged = {code: NO_SOURCE for code in sorted(catalogue.hazards)}
         return judgement
-    ctx = Context(cfg, facts)
+    with run_budget(), environment.ensured():
+        ctx = Context(cfg, facts)
+        _judge_all(ctx, catalogue, judgement)
+    return judgement
+
+
+def _judge_all(ctx: Context, catalogue: Catalogue, judgement: Judgement) -> None:
+    facts = ctx.facts
+    env = environment.current()
+    assumed: dict[str, list[str]] = {}
+    start = len(env.decided)
+    with contextlib.suppress(Exception):  # a situation that cannot be built leaves each hazard not judged, with why
+        _ = ctx.reach  # what every verdict starts from: the config as vLLM's code receives it
+    for name in env.decided_unset(start):
+        assumed.setdefault(name, []).append("all")
     for code, hazard in sorted(catalogue.hazards.items()):
-        try:
-            hits = EVALUATORS[code](ctx, hazard.params)
-        except NotJudged as exc:
-            judgement.not_judged[code] = str(exc)
-            continue
-        except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
-            judgement.notes.append(f"{code} not judged: reading the source failed ({type(exc).__name__}: {exc})")
-            continue
-        for hit in hits:
-            judgement.findings.append(_render(hazard, hit, facts.label))
+        ctx.code = code
+        start = len(env.decided)
+        _judge_one(ctx, hazard, judgement)
+        for name in env.decided_unset(start):
+            if assumed.get(name) != ["all"]:
+                assumed.setdefault(name, []).append(code)
+    judgement.notes += ctx.notes
+    if assumed:
+        items = list(assumed.items())
+        shown = "; ".join(f"{name} ({', '.join(codes)})" for name, codes in items[:6])
+        more = f"; and {len(items) - 6} more" if len(items) > 6 else ""
+        judgement.notes.append(f"{ENV_NOTE}: {shown}{more}")
+    if facts.tree.unreadable:
+        judgement.notes.append(unreadable_files(facts.tree, limit=5))
     problems = list(
         dict.fromkeys(
             [*facts.analysis_problems, *ctx.reach.problems] if "reach" in ctx.__dict__ else facts.analysis_problems
@@ -605,4 +940,3 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         shown = "; ".join(problems[:3])
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         judgement.notes.append(f"`specguard check` could not analyze all of the source: {shown}{more}")
-    return judgement

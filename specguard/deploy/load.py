@@ -9,8 +9,9 @@ pydantic model of what the hazards read.
 from __future__ import annotations
 
 import argparse
-import ast
+import dataclasses
 import difflib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +19,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
 from specguard.deploy import cmdline
 from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known
+from specguard.deploy.fields import FieldTypes, Refused, field_validators, post_init_refusal
+from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known, run_budget
 from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
-from specguard.deploy.source import ClassInfo, dotted
+from specguard.deploy.source import ClassInfo
 from specguard.errors import UserError
 
 # Values inside config JSON the hazards read, by option dest: they are validated at reading, as vLLM does.
@@ -48,15 +51,12 @@ def read_yaml(path: str | Path) -> Any:
             "(or give the options as vllm serve arguments after --)"
         ) from None
 
-    p = Path(path)
+    if not os.path.lexists(path):
+        raise UserError(f"{path}: no such file")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from None
+        text = read_regular_text(path, DATA_CAP)
+    except UnreadableFile as exc:
+        raise UserError(f"{path}: {exc.reason}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -98,6 +98,7 @@ class ConfigChecker:
         self.facts = facts
         self.tree = facts.tree
         self.reader = TypeReader(facts.tree)
+        self.types = FieldTypes(facts.tree, self.reader)
 
     def __call__(self, option: OptionDef, value: dict[str, Any]) -> dict[str, Any]:
         cls = option.value.config
@@ -112,9 +113,18 @@ class ConfigChecker:
                 hint = hint or (f"; did you mean '{guess}'?" if guess else "")
                 raise argparse.ArgumentTypeError(f"{cls.name} has no field '{key}'{hint}")
         out = dict(value)
-        for name in NESTED_CHECKS.get(option.dest, ()):
-            if name in out:
+        for name in value:
+            if name in NESTED_CHECKS.get(option.dest, ()):
                 out[name] = self.field_value(cls, name, out[name])
+            elif self._validators(cls, name):
+                self.field_value(cls, name, out[name])  # refuses what the field's own validator refuses
+        try:  # field types and Literals as pydantic checks them, then what __post_init__ refuses
+            self.types.check(cls, value)
+        except Refused as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        refusal = post_init_refusal(self.tree, cls, out)
+        if refusal is not None:
+            raise argparse.ArgumentTypeError(f"{cls.name}: {refusal}")
         return out
 
     def field_value(self, cls: ClassInfo, name: str, value: Any, *, at_startup: bool = False) -> Any:
@@ -163,50 +173,62 @@ class ConfigChecker:
         return current.name if isinstance(current, EnumMember) else current
 
     def _validators(self, cls: ClassInfo, name: str) -> list[tuple[Any, ClassInfo]]:
-        out = []
-        for klass in self.tree.ancestors(cls):
-            for method in klass.methods.values():
-                for deco in method.decorator_list:
-                    if not isinstance(deco, ast.Call) or (dotted(deco.func) or "").rpartition(".")[2] != (
-                        "field_validator"
-                    ):
-                        continue
-                    names = [a.value for a in deco.args if isinstance(a, ast.Constant)]
-                    mode = next(
-                        (k.value.value for k in deco.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)),
-                        "after",
-                    )
-                    if name in names and mode == "before":
-                        out.append((method, klass))
-        return out
+        """The field's `before` validators (run on the raw value, in the served source's order)."""
+        return [
+            (method, owner)
+            for mode, method, owner in field_validators(self.tree, cls).get(name, [])
+            if mode == "before"
+        ]
 
 
 def load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts | None) -> Loaded:
     """Read the config as `vllm serve [ARGS] [--config FILE]` with the served source's definitions."""
+    with run_budget():
+        return _load(file, serve_args, facts)
+
+
+def _load(file: str | None, serve_args: Sequence[str] | None, facts: SourceFacts | None) -> Loaded:
     argv = list(serve_args or [])
     if file is not None:
         argv += ["--config", file]
     origin = file if file is not None and not serve_args else "vllm serve arguments"
     notes: list[str] = []
     checker: ConfigChecker | None = None
-    options = facts.serve_options if facts is not None else ServeOptions()
-    notes += [f"reading the served option definitions: {p}" for p in options.problems]
-    strict = bool(options.options)
-    if strict:
+    served = facts.serve_options if facts is not None else ServeOptions()
+    if served.problems:
+        notes.append(f"the served option definitions could not all be read: {'; '.join(served.problems)}")
+    if served.options:
         checker = ConfigChecker(facts)  # type: ignore[arg-type]
-    else:  # no source, or one whose parser could not be read: the modelled options with their usual shapes
-        options = ServeOptions(options=list(FALLBACK_OPTIONS))
+    # Where the served definitions are missing or incomplete, the modelled options keep their usual shapes, and an
+    # argument nobody defines is skipped with a note instead of blaming the command line for the source's fault.
+    options = _with_fallbacks(served)
+    strict = not served.incomplete
     try:
         reading = cmdline.read(argv, options, read_yaml, checker, origin, strict=strict)
     except cmdline.UnknownOptions as exc:
         raise UserError(_unknown_message(exc, options, origin)) from None
     if reading.ignored:
-        notes.append(
-            "read without the served source's option definitions: "
-            f"{' '.join(reading.ignored)} not read (pass --vllm-source DIR)"
-        )
+        typo = _unknown_message(cmdline.UnknownOptions(reading.ignored), options, origin)
+        if "did you mean" in typo:
+            raise UserError(typo)
+        why = "the served source's option definitions are incomplete" if served.options else "pass --vllm-source DIR"
+        notes.append(f"not read: {' '.join(reading.ignored)} ({why})")
     config = build(reading.values, origin, checker)
     return Loaded(config, reading, origin, notes)
+
+
+def _with_fallbacks(served: ServeOptions) -> ServeOptions:
+    """The served definitions, with the modelled options' usual shapes where a served one is missing or unread."""
+    if not served.options:
+        return ServeOptions(options=list(FALLBACK_OPTIONS))
+    if not served.incomplete:
+        return served
+    read = {o.dest for o in served.options if o.complete}
+    extra = [o for o in FALLBACK_OPTIONS if o.dest not in read]
+    replaced = {o.dest for o in extra}
+    taken = {f for o in extra for f in o.flags}
+    kept = [o for o in served.options if o.dest not in replaced and not set(o.flags) & taken]
+    return dataclasses.replace(served, options=[*kept, *extra])
 
 
 def _unknown_message(exc: Exception, options: ServeOptions, origin: str) -> str:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.flow import (
+    NOT_HANDLED,
     UNKNOWN,
     Bound,
     ClassRef,
@@ -33,6 +35,7 @@ from specguard.deploy.flow import (
     OutOfBudget,
     State,
     Verdict,
+    environment,
     verdict,
 )
 from specguard.deploy.model import ServingConfig
@@ -75,6 +78,8 @@ class Situation:
         self.raw: dict[str, dict[str, Any]] = {}
         # Config classes whose section the config leaves None: their methods never run.
         self.absent: set[str] = set()
+        self.interleave = interleave
+        self.derived = engine_derivations(self.tree, self.given)
         self.vllm = self._build(interleave)
 
     def config_class(self, name: str) -> ClassInfo | None:
@@ -96,6 +101,10 @@ class Situation:
         declared = {n for k in self.tree.ancestors(cls) for n in k.annotations} if cls is not None else set()
         source = self.given if given is None else given
         values = {k: v for k, v in source.items() if k in declared}
+        # What EngineArgs.create_engine_config passes the section's constructor, as the served source computes it
+        # (e.g. `_allow_auto_resolve_cp_interleave_size=(self.cp_kv_cache_interleave_size is None)`).
+        if cls is not None and given is None:
+            values.update({k: v for k, v in self.derived.get(cls.name, {}).items() if k in declared})
         values.update(modelled)
         label = label or (cls.name if cls is not None else "section")
         self.raw[label] = dict(values)
@@ -249,6 +258,51 @@ class Situation:
         return self._by_class.get(name, UNKNOWN)
 
 
+ENGINE_ARGS = ("engine/arg_utils.py", "EngineArgs", "create_engine_config")
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Config class name -> the keyword values `EngineArgs.create_engine_config` constructs it with, evaluated with
+    the parsed options as the EngineArgs fields (those every path agrees on; what vLLM computes from the model or
+    the GPU stays out). Computed once per tree, set of options and serving environment."""
+    key = ("derived", repr(sorted(given.items(), key=lambda kv: kv[0])))
+    return environment.memoized(tree.memo, key, lambda: _engine_derivations(tree, given))
+
+
+def _engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    module = tree.module_for_path(ENGINE_ARGS[0])
+    cls = module.classes.get(ENGINE_ARGS[1]) if module is not None else None
+    found = tree.method(cls, ENGINE_ARGS[2]) if cls is not None else None
+    if module is None or cls is None or found is None:
+        return {}
+    method, owner = found
+    config_package = f"{tree.package}.{CONFIG_PACKAGE}"
+
+    def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
+        if isinstance(func, ClassRef) and func.info.module.startswith(config_package):
+            ev.record("construct", frame.module, node, func.info.name, state.path, kwargs)
+            return UNKNOWN
+        return NOT_HANDLED
+
+    engine = Obj(cls, {k: v for k, v in given.items() if isinstance(v, (*_PLAIN, list, dict))}, defaults=True)
+    ev = Evaluator(tree, hook=hook, max_depth=2, max_steps=200_000)
+    try:
+        ev.call_function(Function(module, method, owner), [], {}, self_value=engine)
+    except OutOfBudget:
+        return {}  # the sections keep the options as given
+    out: dict[str, dict[str, Any]] = {}
+    for outcome in ev.outcomes:
+        if outcome.site.kind != "construct" or verdict([outcome]).value is False:
+            continue
+        values = {k: v for k, v in outcome.detail.items() if isinstance(v, _PLAIN)}
+        name = outcome.site.message
+        if name in out:  # several constructions: only what they agree on
+            values = {k: v for k, v in values.items() if k in out[name] and out[name][k] == v}
+        out[name] = values
+    return out
+
+
 def _post_init_fields(cls: ClassInfo | None) -> list[str]:
     """Fields `__post_init__` assigns: vLLM computes them, so the user's JSON does not decide them."""
     if cls is None or "__post_init__" not in cls.methods:
@@ -302,7 +356,7 @@ def _find_sites(tree: SourceTree, text: str, kind: str, files: list[str], platfo
         rel = tree.relpath(path)
         if not any(fnmatch.fnmatch(rel, p) or p == "**" for p in patterns):
             continue
-        if platform is not None and _other_platform(rel, platform):
+        if platform is not None and other_platform(rel, platform):
             continue  # another platform's own checks (ROCm, XPU, ...) do not apply to this one
         raw = tree.text(path)
         if not all(w in raw for w in words) or not _may_hold(raw, text):
@@ -310,7 +364,7 @@ def _find_sites(tree: SourceTree, text: str, kind: str, files: list[str], platfo
         module = tree.module(tree.module_name(path))
         if module is None:
             continue
-        for node, message in _messages(tree, module, kind):
+        for node, message in message_nodes(tree, module, kind):
             if text not in message:
                 continue
             found = innermost(module, node, tree)
@@ -329,7 +383,7 @@ def _may_hold(raw: str, text: str) -> bool:
     return any(" ".join(words[i : i + 3]) in raw for i in range(len(words) - 2))
 
 
-def _messages(tree: SourceTree, module: ParsedModule, kind: str) -> list[tuple[ast.AST, str]]:
+def message_nodes(tree: SourceTree, module: ParsedModule, kind: str) -> list[tuple[ast.AST, str]]:
     """Every raise/assert or warning call of a module with its text, indexed once per module."""
     key = ("messages", module.name, kind)
     if key not in tree.memo:
@@ -348,7 +402,7 @@ def _message_nodes(tree: ast.Module, kind: str) -> Iterable[ast.AST]:
             yield node
 
 
-def _other_platform(relpath: str, platform: str) -> bool:
+def other_platform(relpath: str, platform: str) -> bool:
     """`platforms/rocm.py` is another platform than "cuda"; the shared interface is not."""
     if not relpath.startswith("platforms/") or relpath.count("/") != 1:
         return False
@@ -372,6 +426,16 @@ class _Context:
     self_value: Any
     args: list[Any]
     kwargs: dict[str, Any]
+    # What the callers' try/except make of the function's outcomes (None: no caller calls it inside a `try`).
+    guard: Callable[[list[Outcome]], list[Outcome]] | None = None
+
+
+@dataclass(frozen=True)
+class _Caller:
+    module: ParsedModule
+    function: Any
+    owner: ClassInfo | None
+    calls: list[ast.AST]  # its calls of the function followed
 
 
 @dataclass
@@ -403,9 +467,10 @@ class Reach:
                 func = Function(first.module, first.function, first.owner)
                 try:
                     ev.call_function(func, ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value)
-                except OutOfBudget:
-                    self.problems.append(f"{first.relpath}:{first.function.name} was too long to evaluate")
-                out += [o for o in ev.outcomes if id(o.site.node) in targets]
+                except OutOfBudget as exc:  # what it did not reach is unknown: the verdict cannot be "no"
+                    raise OutOfBudget(f"{first.relpath}:{first.function.name}: {exc}") from None
+                found = [o for o in ev.outcomes if id(o.site.node) in targets]
+                out += ctx.guard(found) if ctx.guard is not None and found else found
         return out
 
     def run(
@@ -415,9 +480,47 @@ class Reach:
         ev = Evaluator(self.tree)
         try:
             ev.call_function(Function(module, function, owner), [], kwargs, self_value=self_value)
-        except OutOfBudget:
-            self.problems.append(f"{self.tree.relpath(module.path)}:{function.name} was too long to evaluate")
+        except OutOfBudget as exc:
+            raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
         return ev.outcomes
+
+    def constructed(
+        self, module: ParsedModule, function: Any, owner: ClassInfo | None = None, attribute: str | None = None
+    ) -> list[Outcome]:
+        """The classes of the tree `function` builds instances of for this situation, each an outcome with the
+        conditions it is built under: those it returns (`return C(...)`, in it or in what it calls) or, with
+        `attribute`, those it stores there instead (`self.drafter = C(...)`). A registry such as `init_speculator`
+        or a model runner's constructor, evaluated however its tests are written (a local, a predicate, `in`)."""
+
+        def kept(parent: ast.AST | None) -> bool:
+            if attribute is None:
+                return isinstance(parent, ast.Return)
+            targets = parent.targets if isinstance(parent, ast.Assign) else [getattr(parent, "target", None)]
+            return any(isinstance(t, ast.Attribute) and t.attr == attribute for t in targets)
+
+        def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
+            if isinstance(func, ClassRef) and kept(self.tree.parents(frame.module).get(id(node))):
+                ev.record("construct", frame.module, node, func.info.name, state.path, func.info)
+                return UNKNOWN
+            return NOT_HANDLED
+
+        ev = Evaluator(self.tree, hook=hook)
+        self._call(ev, module, function, owner)
+        return [o for o in ev.outcomes if o.site.kind == "construct"]
+
+    def returned(self, module: ParsedModule, function: Any, owner: ClassInfo | None) -> list[Outcome]:
+        """What `function` returns for this situation (a property of a config section: `self` is the section): an
+        outcome per `return` reached, with the value as its detail and the conditions of its path."""
+        ev = Evaluator(self.tree, track_returns=True)
+        self._call(ev, module, function, owner)
+        return [o for o in ev.outcomes if o.site.kind == "return"]
+
+    def _call(self, ev: Evaluator, module: ParsedModule, function: Any, owner: ClassInfo | None) -> None:
+        self_value, kwargs = self.situation.bind(function, owner, module)
+        try:
+            ev.call_function(Function(module, function, owner), [], kwargs, self_value=self_value)
+        except OutOfBudget as exc:
+            raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
 
     def entries(self, module: ParsedModule, function: Any, owner: ClassInfo | None, depth: int) -> list[_Context]:
         key = id(function)
@@ -445,8 +548,9 @@ class Reach:
             return None
         contexts: list[_Context] = []
         for caller_module, caller, caller_owner, calls in callers:
+            guarded = _in_try(self.tree, caller_module, caller, calls)
             for ctx in self.entries(caller_module, caller, caller_owner, depth - 1):
-                ev = Evaluator(self.tree, watch_calls=calls, max_depth=1, budget=20_000)
+                ev = Evaluator(self.tree, watch_calls=calls, max_depth=1, max_steps=100_000)
                 try:
                     ev.call_function(
                         Function(caller_module, caller, caller_owner),
@@ -456,18 +560,53 @@ class Reach:
                         self_value=ctx.self_value,
                     )
                 except OutOfBudget:
-                    self.problems.append(f"{self.tree.relpath(caller_module.path)}:{caller.name} was too long")
+                    # The caller is too costly to follow: the function is judged as an entry point instead (a
+                    # run whose whole budget is spent fails again at once, and the hazard goes unjudged).
+                    self.problems.append(f"{self.tree.relpath(caller_module.path)}:{caller.name} was too costly")
                     return None
-                for outcome in ev.outcomes:
-                    if outcome.site.kind != "call":
-                        continue
+                calls_made = [o for o in ev.outcomes if o.site.kind == "call"]
+                for index, outcome in enumerate(calls_made):
                     func_value, args, kwargs = outcome.detail
-                    contexts.append(
-                        self._call_context(
-                            outcome.path, func_value, args, kwargs, function, owner, outcome.site.node, module
-                        )
+                    call = self._call_context(
+                        outcome.path, func_value, args, kwargs, function, owner, outcome.site.node, module
                     )
+                    if id(outcome.site.node) in guarded or ctx.guard is not None:
+                        call.guard = functools.partial(
+                            self._through_caller, _Caller(caller_module, caller, caller_owner, calls), ctx, index
+                        )
+                    contexts.append(call)
         return contexts
+
+    def _through_caller(self, caller: _Caller, ctx: _Context, index: int, raised: list[Outcome]) -> list[Outcome]:
+        """`raised` (the outcomes of the function that the caller's `index`-th call of it runs) as the caller's
+        try/except leaves them: the caller is evaluated again with that call recording them, so its handlers catch
+        them, run, and raise them again or not (see `Evaluator._handle`); then its own callers do the same."""
+        watched = {id(c) for c in caller.calls}
+        sites = {id(o.site) for o in raised}
+        met = 0
+
+        def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
+            nonlocal met
+            if id(node) not in watched:
+                return NOT_HANDLED
+            if met == index:
+                ev.outcomes += [Outcome(o.site, o.path | state.path, o.detail) for o in raised]
+            met += 1
+            return UNKNOWN  # as the watched call of the first evaluation returned
+
+        ev = Evaluator(self.tree, hook=hook, max_depth=1, max_steps=100_000)
+        try:
+            ev.call_function(
+                Function(caller.module, caller.function, caller.owner),
+                ctx.args,
+                ctx.kwargs,
+                ctx.path,
+                self_value=ctx.self_value,
+            )
+        except OutOfBudget as exc:
+            raise OutOfBudget(f"{self.tree.relpath(caller.module.path)}:{caller.function.name}: {exc}") from None
+        seen = [o for o in ev.outcomes if id(o.site) in sites]
+        return ctx.guard(seen) if ctx.guard is not None and seen else seen
 
     def _call_context(
         self,
@@ -533,6 +672,20 @@ class Reach:
                 if calls:
                     out.append((module, func, owner, calls))
         return out
+
+
+def _in_try(tree: SourceTree, module: ParsedModule, function: Any, calls: list[ast.AST]) -> set[int]:
+    """The calls (ids) that lie inside a `try` statement of `function` itself."""
+    parents = tree.parents(module)
+    inside: set[int] = set()
+    for call in calls:
+        node = parents.get(id(call))
+        while node is not None and node is not function:
+            if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                inside.add(id(call))
+                break
+            node = parents.get(id(node))
+    return inside
 
 
 def _own_nodes(func: ast.AST) -> Iterable[ast.AST]:

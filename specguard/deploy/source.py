@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.errors import UserError
 
 ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
@@ -62,6 +63,11 @@ class ParsedModule:
     module_imports: dict[str, str] = field(default_factory=dict)
     # Modules named by `from m import *`, searched last.
     star_imports: list[str] = field(default_factory=list)
+    # Names assigned only inside `if TYPE_CHECKING:` (they do not exist at run time).
+    typing_only: set[str] = field(default_factory=set)
+    # Names assigned more than once, one of them inside an `if` or `try` (`HAS_TRITON = find_spec(...)`, then
+    # `HAS_TRITON = False` where a check fails): what import time leaves them is not known here.
+    varies: set[str] = field(default_factory=set)
 
 
 def dotted(expr: ast.expr) -> str | None:
@@ -90,6 +96,15 @@ class _Collector:
 
     def __init__(self, parsed: ParsedModule) -> None:
         self.parsed = parsed
+        self.conditional = 0  # inside a module-level `if` (not TYPE_CHECKING) or `try`
+        self.assigned_where: dict[str, list[bool]] = {}  # name -> whether each assignment was conditional
+
+    def _assign(self, name: str, value: ast.expr) -> None:
+        self.parsed.assigns[name] = value
+        where = self.assigned_where.setdefault(name, [])
+        where.append(self.conditional > 0)
+        if len(where) > 1 and any(where):
+            self.parsed.varies.add(name)
 
     def collect(self, statements: list[ast.stmt]) -> None:
         for stmt in statements:
@@ -109,18 +124,26 @@ class _Collector:
             elif isinstance(stmt, ast.Assign):
                 for target in stmt.targets:
                     if isinstance(target, ast.Name):
-                        self.parsed.assigns[target.id] = stmt.value
+                        self._assign(target.id, stmt.value)
             elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(stmt.target, ast.Name):
-                self.parsed.assigns[stmt.target.id] = stmt.value
+                self._assign(stmt.target.id, stmt.value)
             elif isinstance(stmt, ast.If):
+                before = set(self.parsed.assigns)
+                typing = (dotted(stmt.test) or "").rpartition(".")[2] == "TYPE_CHECKING"
+                self.conditional += not typing
                 self.collect(stmt.body)
+                if typing:
+                    self.parsed.typing_only |= set(self.parsed.assigns) - before
                 self.collect(stmt.orelse)
+                self.conditional -= not typing
             elif isinstance(stmt, ast.Try):
+                self.conditional += 1
                 self.collect(stmt.body)
                 for handler in stmt.handlers:
                     self.collect(handler.body)
                 self.collect(stmt.orelse)
                 self.collect(stmt.finalbody)
+                self.conditional -= 1
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         mod = node.module or ""
@@ -164,7 +187,8 @@ class SourceTree:
     root: Path
     _cache: dict[str, ParsedModule | None] = field(default_factory=dict)
     _texts: dict[Path, str] | None = None
-    # Modules that exist but could not be parsed, for the notes of a judgement.
+    # Files that exist but could not be read or parsed (relative path -> why), for the notes of a judgement: a FIFO,
+    # a link to a device, a file over the size cap, a syntax error, a module too deeply nested for Python's parser.
     unreadable: dict[str, str] = field(default_factory=dict)
     # Facts derived from the files that do not depend on a serving config (statements found by their text,
     # the callers of a function): computed once per tree.
@@ -202,9 +226,10 @@ class SourceTree:
         if parts[0] != self.package:
             return None
         base = self.root.joinpath(*parts[1:])
-        if (base / "__init__.py").is_file():
+        # exists(), not is_file(): a FIFO or a link to a device named like a module is that module, unreadable.
+        if (base / "__init__.py").exists():
             return base / "__init__.py", True
-        if base.with_suffix(".py").is_file():
+        if base.with_suffix(".py").exists():
             return base.with_suffix(".py"), False
         return None
 
@@ -215,11 +240,15 @@ class SourceTree:
         parsed: ParsedModule | None = None
         if found is not None:
             path, is_pkg = found
-            try:
-                tree = ast.parse(self.text(path), filename=str(path))
-            except (SyntaxError, ValueError) as exc:
-                self.unreadable[name] = f"{self.relpath(path)}: {type(exc).__name__}: {exc}"
-                tree = None
+            text = self.text(path)
+            tree = None
+            if self.relpath(path) not in self.unreadable:
+                try:
+                    tree = ast.parse(text, filename=str(path))
+                except (SyntaxError, ValueError) as exc:
+                    self.unreadable[self.relpath(path)] = f"{type(exc).__name__}: {exc}"
+                except (RecursionError, MemoryError):
+                    self.unreadable[self.relpath(path)] = "too deeply nested for Python's parser (RecursionError)"
             if tree is not None:
                 parsed = ParsedModule(name, path, is_pkg, tree)
                 _Collector(parsed).collect(tree.body)
@@ -227,11 +256,14 @@ class SourceTree:
         return parsed
 
     def text(self, path: Path) -> str:
+        """A source file's text; "" for one that cannot be read (a FIFO, a device, too large), noted in
+        `unreadable` with the reason."""
         if self._texts is not None and path in self._texts:
             return self._texts[path]
         try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            return read_regular(path, SOURCE_CAP).decode("utf-8", errors="replace")
+        except UnreadableFile as exc:
+            self.unreadable[self.relpath(path)] = exc.reason
             return ""
 
     def module_name(self, path: Path) -> str:
@@ -242,10 +274,12 @@ class SourceTree:
         return ".".join([self.package, *parts])
 
     def relpath(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
-            return str(path)
+        for candidate in (path.resolve(), path):  # a link out of the tree (to /dev/zero) keeps its own name
+            try:
+                return candidate.relative_to(self.root).as_posix()
+            except ValueError:
+                continue
+        return str(path)
 
     def module_for_path(self, relpath: str) -> ParsedModule | None:
         """`v1/attention/backends/mla/flashinfer_mla.py` (relative to the package dir) -> its module."""

@@ -65,6 +65,17 @@ def indent_unit(text: str, function: ast.FunctionDef | ast.AsyncFunctionDef) -> 
     return inner[len(outer) :] if inner.startswith(outer) and len(inner) > len(outer) else "    "
 
 
+def line_ending(text: str, lineno: int) -> str:
+    """The line ending of line `lineno` (1-based), which the lines a fix writes there take: a CRLF file stays CRLF.
+    A last line without one takes the ending of the line above it."""
+    lines = split_lines(text)
+    for line in reversed(lines[:lineno]):
+        ending = line[len(line.rstrip("\r\n")) :]
+        if ending:
+            return ending
+    return "\n"
+
+
 def insert_before(text: str, statement: ast.stmt, new_lines: list[str]) -> Edit | None:
     """`new_lines` as whole lines before `statement` (and above the comment lines directly over it, which belong
     to it), each indented as the statement is. None when the statement does not start its line."""
@@ -76,7 +87,7 @@ def insert_before(text: str, statement: ast.stmt, new_lines: list[str]) -> Edit 
     at = statement.lineno
     while at > 1 and lines[at - 2].strip().startswith("#") and lines[at - 2].startswith(indent):
         at -= 1
-    newline = line[len(line.rstrip("\r\n")) :] or "\n"
+    newline = line_ending(text, statement.lineno)
     return Edit("".join(f"{indent}{new}{newline}" if new else newline for new in new_lines), at, 1, at, 1)
 
 
@@ -120,8 +131,7 @@ def place(
         head, parts, tail, flat_text = expression
         prefix, suffix = around(text, node)
         new = layout.in_place(prefix, suffix, flat_text, head, parts, tail)
-        newline = _newline(text, node.lineno)  # the file's own line ending on the lines the fix splits
-        edit = replace_node(text, node, new.replace("\n", newline)) if new is not None else None
+        edit = replace_node(text, node, new.replace("\n", line_ending(text, node.lineno))) if new is not None else None
     if edit is None:
         return None
     kept = [
@@ -131,10 +141,6 @@ def place(
     ]
     lines = split_lines(text)
     return edit if layout.fits(*(lines[n - 1].rstrip("\r\n") for n in kept)) else None
-
-
-def _newline(text: str, line: int) -> str:
-    return "\r\n" if split_lines(text)[line - 1].endswith("\r\n") else "\n"
 
 
 def split_call(
@@ -168,7 +174,7 @@ def split_call(
     lines = layout.call(indent, prefix[len(indent) :] + source[: opening + 1], arguments, ")" + suffix)
     if lines is None:
         return None
-    newline = _newline(text, call.lineno)
+    newline = line_ending(text, call.lineno)
     last = split_lines(text)[(call.end_lineno or call.lineno) - 1].rstrip("\r\n")
     return Edit(
         newline.join(lines)[len(indent) :], call.lineno, len(indent) + 1, call.end_lineno or call.lineno, len(last) + 1

@@ -343,4 +343,48 @@ CORPUS: list[Case] = [
         '{"method": "eagle3", "model": "e", "num_speculative_tokens_per_batch_size": [[1, 64, 4]]}',
     ),
     _c("eager-and-graphs", "m", "--enforce-eager", "-cc", '{"cudagraph_mode": "FULL_AND_PIECEWISE"}'),
+    # -- JSON-valued options with bad values (issue #19 item 3): vLLM validates config dataclasses while parsing ----
+    _c("19-kv-no-role", "m", "--kv-transfer-config", '{"kv_connector": "NixlConnector"}'),
+    _c("19-kv-bad-role", "m", "--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_everything"}'),
+    _c("19-kv-bad-port", "m", "--kv-transfer-config", '{"kv_connector": "X", "kv_role": "kv_both", "kv_port": "x"}'),
+    _c(
+        "19-kv-port-as-text", "m", "--kv-transfer-config", '{"kv_connector": "X", "kv_role": "kv_both", "kv_port": "1"}'
+    ),
+    _c("19-kv-port-float", "m", "--kv-transfer-config", '{"kv_role": "kv_both", "kv_port": 14579.5}'),
+    _c("19-kv-role-only", "m", "--kv-transfer-config", '{"kv_role": "kv_producer"}'),
+    _c("19-kv-dotted-no-role", "m", "--kv-transfer-config.kv_connector", "NixlConnector"),
+    _c(
+        "19-kv-dotted-with-role",
+        "m",
+        "--kv-transfer-config.kv_connector",
+        "NixlConnector",
+        "--kv-transfer-config.kv_role=kv_consumer",
+    ),
+    _c(
+        "19-yaml-kv-no-role",
+        files={"kv.yaml": "model: m\nkv-transfer-config:\n  kv_connector: NixlConnector\n"},
+        file="{dir}/kv.yaml",
+    ),
+    _c(
+        "19-yaml-dotted-kv-bad-role",
+        files={"kvd.yaml": "model: m\nkv-transfer-config.kv_connector: X\nkv-transfer-config.kv_role: kv_all\n"},
+        file="{dir}/kvd.yaml",
+    ),
+    _c("19-cc-capture-sizes-text", "m", "-cc", '{"cudagraph_capture_sizes": "big"}'),
+    _c("19-cc-capture-sizes-bad-item", "m", "-cc", '{"cudagraph_capture_sizes": [1, 2, "x"]}'),
+    _c("19-cc-capture-sizes", "m", "-cc", '{"cudagraph_capture_sizes": [1, 2, 4]}'),
+    _c("19-cc-dotted-capture-sizes", "m", "-cc.cudagraph_capture_sizes+", "1,2,x"),
+    _c("19-cc-partition-maybe", "m", "-cc", '{"use_inductor_graph_partition": "maybe"}'),
+    _c("19-cc-partition-yes", "m", "-cc", '{"use_inductor_graph_partition": "true"}'),
+    _c("19-cc-mode-9", "m", "-cc", '{"mode": 9}'),
+    _c("19-cc-mode-3", "m", "-cc", '{"mode": 3}'),
+    _c("19-cc-max-size-fraction", "m", "-cc", '{"max_cudagraph_capture_size": 2.5}'),
+    _c("19-cc-max-size-whole", "m", "-cc", '{"max_cudagraph_capture_size": 16.0}'),
+    _c("19-cc-compile-sizes-mixed", "m", "-cc", '{"compile_sizes": [1, "cudagraph_capture_sizes"]}'),
+    _c("19-cc-compile-sizes-bad", "m", "-cc", '{"compile_sizes": [1, [2]]}'),
+    _c(
+        "19-yaml-cc-bad-sizes",
+        files={"cc.yaml": "model: m\ncompilation-config:\n  cudagraph_capture_sizes: [1, two]\n"},
+        file="{dir}/cc.yaml",
+    ),
 ]

@@ -57,7 +57,12 @@ def _write(tmp_path: Path, text: str) -> Path:
         (
             'draft_path_class = "DFlashSpeculator"',
             'draft_path_klass = "DFlashSpeculator"',
-            "hazard 'CFG101.params.draft_path_klass': unknown key (did you mean 'draft_path_class'?)",
+            "hazard 'CFG101.params.registries.0.draft_path_klass': unknown key (did you mean 'draft_path_class'?)",
+        ),
+        (
+            'draft_path_class = "DFlashProposer"\n',
+            "",
+            "hazard 'CFG101.params': Value error, registries of the V1 model runner need a draft_path_class",
         ),
         ("[hazards.CFG113]", "[hazards.CFG999]", "hazard 'CFG999': unknown code"),
         ('kind = "warning"', 'kind = "log"', "hazard 'CFG109.params.evidence.0.kind'"),
@@ -101,15 +106,19 @@ def test_an_edited_catalogue_changes_what_is_said(tmp_path: Path, facts: Callabl
     assert finding.fix == "pick DCP from the sizes this layout accepts: 1, 2, 4"
 
 
-def test_an_evidence_text_the_source_does_not_have_means_no_hazard(
+def test_an_evidence_text_the_source_does_not_have_is_judged_by_meaning(
     tmp_path: Path, facts: Callable[[str], SourceFacts]
 ) -> None:
     from specguard.deploy.hazards import evaluate
     from specguard.deploy.load import build
 
-    # A fork that words the refusal differently: the catalogue is what points at it.
+    # A catalogue whose text the source does not have (as for a fork that rewords the refusal): the statement that
+    # refuses this layout and not DCP 1 is found by what it does, and the verdict says it was judged that way.
     path = _write(
         tmp_path, BUILTIN.replace('text = "must be divisible by dcp_size"', 'text = "not divisible in our fork"')
     )
     cfg = build({"tensor_parallel_size": 4, "decode_context_parallel_size": 3}, "t")
-    assert "CFG105" not in {f.code for f in evaluate(cfg, load_catalogue(path), facts("0.33.0")).findings}
+    judgement = evaluate(cfg, load_catalogue(path), facts("0.33.0"))
+    [finding] = [f for f in judgement.findings if f.code == "CFG105"]
+    assert "must be divisible by dcp_size" in finding.message
+    assert any(n.startswith('CFG105: no statement saying "not divisible in our fork"') for n in judgement.notes)

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sg_mutate import fork
 
+from specguard.deploy.catalogue import load_catalogue
+from specguard.deploy.doctor import _check_summary
 from specguard.deploy.facts import SourceFacts
+from specguard.deploy.hazards import Context, _speculators, evaluate
+from specguard.deploy.load import load
 from specguard.deploy.situation import find_sites
-from specguard.deploy.source import SourceTree
+from specguard.deploy.source import ClassInfo, SourceTree
 from specguard.errors import UserError
-
-REGISTRY = (
-    "v1/worker/gpu/spec_decode/__init__.py",
-    "init_speculator",
-    "config/speculative.py",
-    "SpeculativeConfig",
-)
 
 
 @pytest.mark.parametrize("version", ["0.28.0", "0.30.0", "0.33.0"])
@@ -27,21 +27,36 @@ def test_version_is_read_from_the_tree(version: str, facts: Callable[[str], Sour
     assert facts(version).label.startswith(f"vLLM {version} at ")
 
 
+def _built(f: SourceFacts, method: str, runner: int = 0) -> dict[str, ClassInfo]:
+    """The speculator classes a model runner's registry builds for `method`, by evaluating it: the served
+    `init_speculator` (V2, runner 0) or what `GPUModelRunner.__init__` stores in `self.drafter` (V1, runner 1)."""
+    cfg = load(None, ["m", "-sc", json.dumps({"method": method, "model": "d", "num_speculative_tokens": 2})], f).config
+    registry = load_catalogue()["CFG101"].params.registries[runner]  # type: ignore[attr-defined]
+    return {c.name: c for c in _speculators(Context(cfg, f), registry)}
+
+
 def test_method_registry_differs_between_versions(facts: Callable[[str], SourceFacts]) -> None:
-    old = {m: {c.name for c in cs} for m, cs in facts("0.28.0").method_speculators(*REGISTRY).items()}
-    new = {m: {c.name for c in cs} for m, cs in facts("0.33.0").method_speculators(*REGISTRY).items()}
-    assert old["dspark"] == new["dspark"] == {"DSparkSpeculator"}
-    assert old["dflash"] == {"DFlashSpeculator", "DFlash2Speculator"}
-    assert {"XPressSpeculator", "LiLiCorrSpeculator"} <= new["dflash"]
+    old, new = facts("0.28.0"), facts("0.33.0")
+    assert set(_built(old, "dspark")) == set(_built(new, "dspark")) == {"DSparkSpeculator"}
+    assert set(_built(old, "dflash")) == {"DFlashSpeculator", "DFlash2Speculator"}
+    assert {"XPressSpeculator", "LiLiCorrSpeculator"} <= set(_built(new, "dflash"))
     # eagle is reached through the `use_eagle()` predicate; mtp, taken by an earlier branch, is not given to it.
-    assert old["eagle3"] == {"EagleSpeculator"}
-    assert "EagleSpeculator" not in old["mtp"]
-    assert "draft_model" not in old and new["draft_model"] == {"StandaloneARSpeculator"}
+    assert set(_built(old, "eagle3")) == {"EagleSpeculator"}
+    assert "EagleSpeculator" not in _built(old, "mtp")
+    assert _built(old, "draft_model") == {} and set(_built(new, "draft_model")) == {"StandaloneARSpeculator"}
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])
+def test_the_v1_model_runner_registry(version: str, facts: Callable[[str], SourceFacts]) -> None:
+    f = facts(version)
+    assert set(_built(f, "dflash", runner=1)) == {"DFlashProposer"}
+    assert set(_built(f, "eagle3", runner=1)) == {"EagleProposer"}
+    assert set(_built(f, "ngram", runner=1)) == {"NgramProposer"}
 
 
 def test_speculator_ancestry(facts: Callable[[str], SourceFacts]) -> None:
     f = facts("0.33.0")
-    [lilicorr] = [c for c in f.method_speculators(*REGISTRY)["dflash"] if c.name == "LiLiCorrSpeculator"]
+    lilicorr = _built(f, "dflash")["LiLiCorrSpeculator"]
     assert [a.name for a in f.tree.ancestors(lilicorr)][:3] == [
         "LiLiCorrSpeculator",
         "DFlash2Speculator",
@@ -96,6 +111,27 @@ def test_findings_come_from_the_analyzer(facts: Callable[[str], SourceFacts]) ->
     assert "SG201" in new
 
 
+def test_a_served_tree_is_checked_whole_whatever_the_folders_above_it_ignore(
+    tmp_path: Path, source_dir: Callable[[str], Path], facts: Callable[[str], SourceFacts]
+) -> None:
+    # An installed vLLM sits under `site-packages` (a default exclude of `specguard check`); this one also sits in a
+    # git repository whose .gitignore ignores it, and holds an .ignore of its own: Python imports it all the same.
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".gitignore").write_text("site-packages/\n*.py\n")
+    tree = fork(source_dir("0.28.0"), project / "lib" / "site-packages")
+    (tree / "v1" / ".ignore").write_text("*\n")
+    served = SourceFacts.open(tree)
+    release = facts("0.28.0")
+    counts = Counter(f.code for f in release.findings)
+    assert Counter(f.code for f in served.findings) == counts and {"SG102", "SG103"} <= set(counts)
+    spec = json.dumps({"method": "dflash", "model": "d", "num_speculative_tokens": 3})
+    judgement = evaluate(load(None, ["m", "-dp", "2", "-sc", spec], served).config, load_catalogue(), served)
+    assert "CFG101" in {f.code for f in judgement.findings}
+    doctor = _check_summary(tree)
+    assert doctor.files == len(list(tree.rglob("*.py"))) and doctor.findings == dict(sorted(counts.items()))
+
+
 @pytest.mark.parametrize("version", ["0.28.0", "0.30.0", "0.33.0"])
 def test_serve_options_are_read_from_the_parser_construction(version: str, facts: Callable[[str], SourceFacts]) -> None:
     options = facts(version).serve_options
@@ -116,7 +152,7 @@ def test_serve_options_are_read_from_the_parser_construction(version: str, facts
 def test_the_analyzed_vllm_is_never_imported(source_dir: Callable[[str], Path]) -> None:
     before = set(sys.modules)
     f = SourceFacts.open(source_dir("0.28.0"))  # a fresh one: nothing cached
-    f.method_speculators(*REGISTRY)
+    _built(f, "dflash")
     f.class_attribute(
         f.backend("v1/attention/backends/registry.py", "FLASHINFER_MLA").builder,  # type: ignore[union-attr]
         "supports_non_causal_multi_token_dcp",

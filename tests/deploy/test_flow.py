@@ -120,6 +120,121 @@ def forever(p):
     return forever(p)
 
 
+class MyError(ValueError):
+    pass
+
+
+def caught(p):
+    try:
+        if p.size > 2:
+            raise ValueError("caught")
+    except ValueError:
+        logger.warning("recovered")
+
+
+def wrong_handler(p):
+    try:
+        if p.size > 2:
+            raise ValueError("wrong handler")
+    except KeyError:
+        logger.warning("never")
+
+
+def caught_from_callee(p):
+    try:
+        size_check(p)
+    except (TypeError, ValueError) as exc:
+        logger.warning("fell back")
+
+
+def reraised(p):
+    try:
+        size_check(p)
+    except Exception:
+        logger.warning("logged, then")
+        raise
+
+
+def own_exception(p):
+    try:
+        if p.size > 2:
+            raise MyError("a subclass")
+    except ValueError:
+        pass
+
+
+def undecided_handler(p):
+    try:
+        if p.size > 2:
+            raise ValueError("maybe caught")
+    except errors_of(p):
+        pass
+
+
+def reraised_as_another(p):
+    try:
+        size_check(p)
+    except ValueError as exc:
+        raise RuntimeError("wrapped") from exc
+
+
+def label_of(p):
+    return "plain"
+
+
+class Holder:
+    def __init__(self, p):
+        self.size = p.size
+        self.label = label_of(p)
+        if self.size > 2:
+            raise ValueError("kept after a call")
+
+
+def appended_on_one_path(p, gpu):
+    found = []
+    if gpu.is_old():
+        found.append("old")
+    if found:
+        raise ValueError("found something")
+
+
+def appended_on_a_decided_path(p):
+    found = []
+    if p.size > 2:
+        found.append("big")
+    if found:
+        raise ValueError("found big")
+
+
+def nested_on_one_path(p, gpu):
+    options = {"size": {"nargs": "+"}, "mode": {}}
+    if gpu.is_old():
+        options["mode"]["nargs"] = "?"
+    if options["size"]["nargs"] == "+":
+        raise ValueError("agreed part kept")
+
+
+HAS_FAST = True
+try:
+    import fastlib
+except ImportError:
+    HAS_FAST = False
+
+
+def fast_path(p):
+    if HAS_FAST:
+        raise ValueError("fast")
+
+
+def environment_tests(p):
+    label = os.environ.get("SG_LABEL")
+    strict = os.environ.get("SG_STRICT")
+    if strict:
+        raise ValueError("strict")
+    if os.getenv("SG_DIRECT", "1") == "1":
+        pass
+
+
 open("{marker}", "w").write("module level")
 """
 
@@ -243,14 +358,86 @@ def test_recursion_is_bounded(tree: tuple[SourceTree, Path]) -> None:
     t, _ = tree
     ev = _run(t, "forever", _parallel(t))
     assert ev.outcomes == []
-    ev = Evaluator(t, budget=2)
+    ev = Evaluator(t, max_steps=2)
     module = t.module("vllm.m")
     assert module is not None
     with pytest.raises(OutOfBudget):
         ev.call_function(Function(module, module.functions["both_branches"]), [_parallel(t), Obj(None, {})], {})
 
 
+def _failures(ev: Evaluator) -> Any:
+    return verdict([o for o in ev.outcomes if o.site.kind == "raise"])
+
+
+def test_a_raise_an_enclosing_except_catches_is_no_failure(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    big = _parallel(t, size=4)
+    ev = _run(t, "caught", big)
+    assert _failures(ev).value is False
+    assert verdict([o for o in ev.outcomes if o.site.message == "recovered"]).value is True  # the handler ran
+    assert _failures(_run(t, "wrong_handler", big)).value is True
+    assert _messages(_run(t, "wrong_handler", big)) == ["wrong handler"]
+    assert _failures(_run(t, "caught_from_callee", big)).value is False  # raised in the callee, caught here
+    assert _failures(_run(t, "own_exception", big)).value is False  # the source's own subclass of ValueError
+    assert _messages(_run(t, "caught", _parallel(t, size=1))) == []  # nothing raised: the handler never runs
+
+
+def test_a_bare_raise_in_a_handler_fails_again(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    ev = _run(t, "reraised", _parallel(t, size=4))
+    assert _failures(ev).value is True
+    assert "too big" in [o.site.message for o in ev.outcomes if o.site.kind == "raise" and not o.caught]
+
+
+def test_a_handler_the_evaluator_cannot_read_leaves_the_failure_undecided(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    v = _failures(_run(t, "undecided_handler", _parallel(t, size=4)))
+    assert v.value is UNKNOWN and "errors_of(p)" in v.reasons()
+
+
 def _state() -> Any:
     from specguard.deploy.flow import State
 
     return State({}, {}, frozenset())
+
+
+def test_a_handler_that_raises_another_exception_fails_again(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    ev = _run(t, "reraised_as_another", _parallel(t, size=4))
+    assert "too big" in [o.site.message for o in ev.outcomes if o.site.kind == "raise" and not o.caught]
+    assert _failures(_run(t, "reraised_as_another", _parallel(t, size=1))).value is False
+
+
+def test_what_a_method_stored_survives_the_calls_after_it(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    holder = Obj(t.module("vllm.m").classes["Holder"], {}, defaults=True)  # type: ignore[union-attr]
+    assert _failures(_run(t, "Holder.__init__", _parallel(t, size=4), self_value=holder)).value is True
+
+
+def test_what_one_path_appends_the_other_does_not_see(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    v = _failures(_run(t, "appended_on_one_path", _parallel(t), Obj(None, {})))
+    assert v.value is UNKNOWN and "`found`" in v.reasons()  # what the paths joined disagree on
+    assert _failures(_run(t, "appended_on_a_decided_path", _parallel(t, size=4))).value is True
+    assert _failures(_run(t, "appended_on_a_decided_path", _parallel(t, size=1))).value is False
+    # Where the paths join, what they agree on is kept.
+    assert _failures(_run(t, "nested_on_one_path", _parallel(t), Obj(None, {}))).value is True
+
+
+def test_a_module_name_a_failed_import_check_reassigns_is_unknown(tree: tuple[SourceTree, Path]) -> None:
+    t, _ = tree
+    v = _failures(_run(t, "fast_path", _parallel(t)))
+    assert v.value is UNKNOWN and "HAS_FAST" in v.reasons()
+
+
+def test_the_environment_remembers_what_decided_a_branch(tree: tuple[SourceTree, Path]) -> None:
+    from specguard.deploy.flow.environment import served_environment
+
+    t, _ = tree
+    with served_environment({}) as env:
+        assert _failures(_run(t, "environment_tests", _parallel(t))).value is False
+    assert {"SG_LABEL", "SG_STRICT", "SG_DIRECT"} <= set(env.log)
+    assert env.decided_unset() == ["SG_STRICT", "SG_DIRECT"]  # SG_LABEL is read, never tested
+    with served_environment({"SG_STRICT": "1"}) as env:
+        assert _failures(_run(t, "environment_tests", _parallel(t))).value is True
+    assert env.decided_unset() == ["SG_DIRECT"]

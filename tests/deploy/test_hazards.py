@@ -11,7 +11,7 @@ import pytest
 
 from specguard.deploy.catalogue import Catalogue
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.hazards import EVALUATORS, Judgement, evaluate
+from specguard.deploy.hazards import ENV_NOTE, EVALUATORS, Context, Judgement, _speculators, evaluate
 from specguard.deploy.load import build, load
 
 OLD, MID, NEW = "0.28.0", "0.30.0", "0.33.0"
@@ -206,8 +206,32 @@ def test_hazard(
     judgement = judge(argv, facts(version), catalogue)
     codes = {f.code for f in judgement.findings}
     assert (code in codes) == (version in fires_on), f"{name} on {version}: {sorted(codes)} {judgement.not_judged}"
+    if (code, version, name) in UNJUDGED_BY_MEANING:
+        # The release has no statement with the catalogued text (0.28.0: no DSpark DCP validation; 0.33.0: PCP
+        # with DP is no longer refused) and none found by meaning refuses the config: not judged, said, never a
+        # clean that rests on a statement not being found.
+        assert judgement.not_judged[code].startswith("no statement saying "), judgement.not_judged[code]
+        return
     assert code not in judgement.not_judged, judgement.not_judged[code]
-    assert judgement.notes == []
+    # A verdict reached without the catalogued statement's text says how it was judged instead; one that rests on
+    # the model runner an unset variable picks says so; nothing else (besides the serving environment's note).
+    own = [n for n in judgement.notes if not n.startswith(ENV_NOTE)]
+    assert all(
+        n.startswith(f"{code}: no statement saying ")
+        and "judged by meaning" in n
+        or n.startswith(f"{code}: no hazard for the V1 model runner, which")
+        for n in own
+    ), own
+
+
+UNJUDGED_BY_MEANING = {
+    ("CFG103", OLD, "dspark-dcp-triton-mla"),
+    ("CFG103", OLD, "dspark-dcp-flashmla"),
+    ("CFG103", OLD, "dflash-dcp-triton-mla"),
+    ("CFG103", OLD, "dspark-dcp-fimla-both"),
+    ("CFG103", OLD, "dspark-draft-triton"),
+    ("CFG113", NEW, "pcp2-dp2"),
+}
 
 
 def test_every_code_has_cases_both_ways() -> None:
@@ -233,15 +257,16 @@ def test_cfg101_names_the_findings_and_the_startup_crash(
 def test_cfg101_covers_every_dflash_path_class_the_source_builds(
     facts: Callable[[str], SourceFacts], catalogue: Catalogue
 ) -> None:
-    # Which classes share the DFlash draft path is read from the served registry, so it differs by version.
+    # Which classes share the DFlash draft path is read from the served (V2) registry, so it differs by version.
     p = catalogue["CFG101"].params
     for version, expected in (
         (OLD, {"DFlashSpeculator", "DFlash2Speculator"}),
         (NEW, {"DFlashSpeculator", "DFlash2Speculator", "XPressSpeculator", "LiLiCorrSpeculator"}),
     ):
         f = facts(version)
-        classes = f.method_speculators(p.registry_file, p.registry_function, p.predicate_file, p.predicate_class)  # type: ignore[attr-defined]
-        assert {c.name for c in classes["dflash"] if f.descends_from(c, "DFlashSpeculator")} == expected
+        cfg = load(None, ["m", *_spec("dflash")], f).config
+        classes = _speculators(Context(cfg, f), p.registries[0])  # type: ignore[attr-defined]
+        assert {c.name for c in classes if f.descends_from(c, "DFlashSpeculator")} == expected
 
 
 def test_cfg102_points_at_the_check_in_the_backend(facts: Callable[[str], SourceFacts], catalogue: Catalogue) -> None:
@@ -285,10 +310,11 @@ def test_cfg103_an_unknown_draft_backend_is_not_judged(
     judgement = judge([*DSPARK_DCP, "--attention-backend", "FLASHINFER_MLA"], facts(NEW), catalogue)
     assert "CFG103" not in {f.code for f in judgement.findings}
     assert "set speculative-config.attention_backend" in judgement.not_judged["CFG103"]
-    # A source without the validation has nothing to decide.
-    assert (
-        "CFG103" not in judge([*DSPARK_DCP, "--attention-backend", "FLASHINFER_MLA"], facts(OLD), catalogue).not_judged
-    )
+    # A source without the validation's text is judged by meaning: the target's builder is evaluated, the draft's
+    # (chosen at startup) cannot be, so it is not judged either, and says why.
+    old = judge([*DSPARK_DCP, "--attention-backend", "FLASHINFER_MLA"], facts(OLD), catalogue)
+    assert "draft's attention backend (chosen at startup)" in old.not_judged["CFG103"]
+    assert "no statement saying" in old.not_judged["CFG103"]
 
 
 def test_cfg105_lists_the_sizes_the_source_accepts(facts: Callable[[str], SourceFacts], catalogue: Catalogue) -> None:
@@ -524,7 +550,25 @@ def test_a_fact_that_cannot_be_read_costs_one_hazard_not_the_run(
         cp_kv_cache_interleave_size=4,
         speculative_config={"method": "dspark", "attention_backend": "FLASHINFER_MLA"},
     )
-    failed = {n.split()[0] for n in judgement.notes if "reading the source failed (RuntimeError" in n}
+    # Not judged (an exit 3 under --strict), not a note beside a clean verdict.
+    failed = {code for code, why in judgement.not_judged.items() if "reading the source failed (RuntimeError" in why}
     assert failed == {"CFG102", "CFG103"}
     # The other hazards were still judged (the synthetic tree's registry does know FLASHINFER_MLA).
     assert "CFG112" not in {f.code for f in judgement.findings}
+
+
+def test_what_create_engine_config_derives_is_evaluated(
+    facts: Callable[[str], SourceFacts], catalogue: Catalogue
+) -> None:
+    """Issue #19 item 4: with a NIXL connector, vLLM 0.33.0 auto-resolves the DCP interleave size only when the
+    option was not given (`_allow_auto_resolve_cp_interleave_size=(self.cp_kv_cache_interleave_size is None)` in
+    EngineArgs.create_engine_config), from the kernel block size known only at startup."""
+    nixl = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+    base = ["-tp", "4", "-dcp", "2", "--attention-backend", "FLASHINFER_MLA", "--kv-transfer-config", nixl]
+    base += ["--block-size", "64"]
+    given_one = judge([*base, "--cp-kv-cache-interleave-size", "1"], facts(NEW), catalogue)
+    assert "CFG102" not in {f.code for f in given_one.findings} and "CFG102" not in given_one.not_judged
+    given_16 = judge([*base, "--cp-kv-cache-interleave-size", "16"], facts(NEW), catalogue)
+    assert "CFG102" in {f.code for f in given_16.findings}
+    resolved_at_startup = judge(base, facts(NEW), catalogue)
+    assert "local_block_size" in resolved_at_startup.not_judged["CFG102"]

@@ -153,4 +153,10 @@ def test_issue13_verdict(
     judgement = evaluate(load(None, ["m", *argv], facts(version)).config, catalogue, facts(version))
     found = code in {f.code for f in judgement.findings}
     assert found == (version in refused_on), (item, version, judgement.not_judged.get(code))
+    why = judgement.not_judged.get(code, "")
+    if (code, version) in (("CFG103", "0.28.0"), ("CFG113", "0.33.0")) and not found:
+        # The release has no statement with the catalogued text (0.28.0 no DSpark DCP validation, 0.33.0 no PCP+DP
+        # refusal) and nothing found by meaning refuses it: not judged, said, never a silent clean.
+        assert why.startswith("no statement saying"), why
+        return
     assert code not in judgement.not_judged, judgement.not_judged[code]

@@ -197,3 +197,10 @@ def test_the_reference_really_refuses_and_reads() -> None:
         assert case in refused
     for case in ("11-served-model-names", "8-abbrev", "12-yaml-twice", "6-json-then-dotted"):
         assert case in read
+    # Issue #19 item 3: JSON-valued options with bad values, refused by vLLM's dataclass validation while parsing
+    # (field types, Literals, field validators, __post_init__), and good ones beside them.
+    issue19 = [i for i in results if i.startswith("19-")]
+    refused19 = [i for i in issue19 if i in refused]
+    assert len(refused19) >= 12 and len(issue19) - len(refused19) >= 6, refused19
+    for case in ("19-kv-no-role", "19-kv-bad-role", "19-cc-capture-sizes-text", "19-yaml-kv-no-role", "19-cc-mode-9"):
+        assert case in refused

@@ -18,8 +18,12 @@ from sg_runtime_helpers import run_in_venv
 
 # Logging is left unconfigured, as in vLLM's API server when it loads plugins while adding its CLI arguments.
 SCRIPT = r"""
-import json, multiprocessing, os, sys, threading, time
+import importlib.util, json, multiprocessing, os, sys, threading, time
 import vllm.envs as envs
+
+# specguard's own folder, located without importing it (a path test on "specguard" would also match a venv kept
+# under ~/.cache/specguard, where vLLM's own getters live)
+SPECGUARD_DIR = os.path.join(importlib.util.find_spec("specguard").submodule_search_locations[0], "")
 from vllm.platforms.interface import Platform
 import vllm.plugins
 
@@ -36,7 +40,7 @@ report = {
     # what of specguard sits in vLLM's environment code paths: the getters vLLM calls, compile_factors
     "specguard_in_envs": sorted(
         name for name, obj in [*envs.environment_variables.items(), ("compile_factors", envs.compile_factors)]
-        if "specguard" in getattr(getattr(obj, "__code__", None), "co_filename", "")
+        if getattr(getattr(obj, "__code__", None), "co_filename", "").startswith(SPECGUARD_DIR)
     ),
     "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("specguard")),
     "parent_pid": os.getpid(),
@@ -209,3 +213,20 @@ def test_counters_are_exact_under_threads() -> None:
         POLICY.reset_counters()
     assert s["checks_run"]["G1:hammered"] == threads * per_thread
     assert s["violations"]["G1:hammered"] == threads * per_thread // 2
+
+
+def test_a_bad_stats_interval_stops_register_before_anything_is_patched() -> None:
+    """Issue 16 item 15, as vLLM meets it: `register()` raises the startup error before it imports the installer,
+    so a rejected interval leaves nothing of the guard behind."""
+    import subprocess
+
+    script = (
+        "import sys, specguard.runtime as sg\n"
+        "try:\n    sg.register()\nexcept sg.SpecGuardConfigError as exc:\n    print('refused:', exc)\n"
+        "print('installer imported:', 'specguard.runtime.install' in sys.modules)\n"
+    )
+    env = {**os.environ, "VLLM_SPECGUARD": "1", "VLLM_SPECGUARD_STATS_INTERVAL": "1e-9"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused: VLLM_SPECGUARD_STATS_INTERVAL='1e-9' is not a valid value" in out.stdout
+    assert "installer imported: False" in out.stdout

@@ -1,7 +1,8 @@
 """Static evaluation of the served vLLM's code for one serving config (see `evaluator`): values, paths and
 verdicts, the object model, and the evaluator itself."""
 
-from specguard.deploy.flow.evaluator import STAR_KWARGS, Evaluator, OutOfBudget
+from specguard.deploy.flow.budget import OutOfBudget, run_budget
+from specguard.deploy.flow.evaluator import STAR_KWARGS, Evaluator
 from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, Verdict, merge, verdict
 from specguard.deploy.flow.values import (
     NOT_HANDLED,
@@ -48,5 +49,6 @@ __all__ = [
     "Verdict",
     "known",
     "merge",
+    "run_budget",
     "verdict",
 ]

@@ -22,6 +22,15 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from specguard.deploy.flow import environment, exceptions
+from specguard.deploy.flow.budget import (
+    EVALUATION_STEPS,
+    MAX_INT_BITS,
+    OutOfBudget,
+    deep_size,
+    evaluation_budget,
+    too_large,
+)
 from specguard.deploy.flow.objects import ObjectModel
 from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
 from specguard.deploy.flow.values import (
@@ -53,34 +62,51 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.BitAnd: operator.and_,
 }
 
-# The largest value the evaluator computes: the served source is data to it, and a tree that multiplies a string by
-# 10**12 or raises to a huge power must cost a "not judged", not the machine's memory or minutes of CPU.
-_MAX_ITEMS = 100_000
 _MAX_EXPONENT = 256
 _WIDE_PRINTF = re.compile(r"%[-+ #0]*(?:\*|\d{6,})")
+_SEQUENCES = (str, tuple, list)
 
 
-def _too_costly(op: ast.operator, left: Any, right: Any) -> bool:
+def _result_size(op: ast.operator, left: Any, right: Any) -> int | None:
+    """The size of `left <op> right` before computing it (see `budget.size`), or None where it would be too large
+    (or too slow: a huge power, a printf field a million wide)."""
+    ints = isinstance(left, int) and isinstance(right, int)
     if isinstance(op, ast.Pow):
         numbers = isinstance(left, (int, float)) and isinstance(right, (int, float))
-        return not numbers or abs(right) > _MAX_EXPONENT or abs(left) > 2**64
+        if not numbers or abs(right) > _MAX_EXPONENT or abs(left) > 2**64:
+            return None
+        bits = max(abs(int(left)), 2).bit_length() * max(int(right), 1) if ints else 64
+        return bits // 64 + 1 if bits <= MAX_INT_BITS else None
     if isinstance(op, ast.Mult):
-        seq, count = (left, right) if isinstance(left, (str, tuple, list)) else (right, left)
-        sized = isinstance(seq, (str, tuple, list)) and isinstance(count, int)
-        return sized and count * max(len(seq), 1) > _MAX_ITEMS
+        if ints:
+            bits = abs(left).bit_length() + abs(right).bit_length()
+            return bits // 64 + 1 if bits <= MAX_INT_BITS else None
+        seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
+        if isinstance(seq, _SEQUENCES) and isinstance(count, int):
+            items = max(count, 0) * len(seq)
+            return items + 1 if not too_large(items) else None
+        return 1
+    if isinstance(op, ast.Add) and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
+        items = len(left) + len(right)
+        return items + 1 if not too_large(items) else None
+    if isinstance(op, (ast.BitOr, ast.BitAnd)) and not ints and hasattr(left, "__len__") and hasattr(right, "__len__"):
+        items = len(left) + len(right)
+        return items + 1 if not too_large(items) else None
     if isinstance(op, ast.Mod) and isinstance(left, str):
-        return bool(_WIDE_PRINTF.search(left))
-    return False
+        if _WIDE_PRINTF.search(left):
+            return None
+        chars = len(left) + (left.count("%") + 1) * deep_size(right)  # `%(a)s` may insert one value many times
+        return chars + 1 if not too_large(chars) else None
+    if ints:  # +, -, //, %, |, &: no larger than the larger operand and a bit
+        bits = max(abs(left).bit_length(), abs(right).bit_length()) + 1
+        return bits // 64 + 1 if bits <= MAX_INT_BITS else None
+    return 1
 
 
 _STAR_UNKNOWN: Any = object()
 
 # A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
 STAR_KWARGS = "\0**"
-
-
-class OutOfBudget(Exception):
-    """The evaluation ran more statements than it may; the caller reports the hazard as not judged."""
 
 
 class Evaluator(ObjectModel):
@@ -94,18 +120,25 @@ class Evaluator(ObjectModel):
         watch_calls: Iterable[ast.AST] = (),
         watch_attrs: Iterable[str] = (),
         max_depth: int = 4,
-        budget: int = 60_000,
+        max_steps: int = EVALUATION_STEPS,
+        track_returns: bool = False,
     ) -> None:
         self.tree = tree
         self.hook = hook
         self.watch_calls = {id(n) for n in watch_calls}
         self.watch_attrs = set(watch_attrs)
         self.max_depth = max_depth
-        self.budget = budget
+        self.budget = evaluation_budget(max_steps)
         self.outcomes: list[Outcome] = []
+        self.track_returns = track_returns
+        self._top_returns: set[int] = set()  # the `return` statements of the function `call_function` runs
         self._conds: dict[int, Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
+        self._module_reads: dict[tuple[str, str], list[str]] = {}
         self._resolving: set[tuple[str, str]] = set()
+        self._reraise: list[list[Outcome]] = []  # what the handler being run caught (for a bare `raise`)
+        self.env = environment.current()
+        self.quiet = 0  # > 0 while a module-level value is computed: its branches decide no verdict
 
     def call_function(
         self,
@@ -118,6 +151,8 @@ class Evaluator(ObjectModel):
     ) -> tuple[Any, State]:
         """Run `func` with these arguments; returns its value (UNKNOWN if paths disagree) and the end state."""
         state = State({}, {}, path)
+        if self.track_returns:
+            self._top_returns = {id(n) for n in _own_returns(func.node)}
         value = self._invoke(func, self_value, args, kwargs, state, depth, force=True)
         return value, state
 
@@ -134,9 +169,7 @@ class Evaluator(ObjectModel):
         for stmt in stmts:
             if current is None:
                 break
-            self.budget -= 1
-            if self.budget < 0:
-                raise OutOfBudget
+            self.budget.step()
             res = self.exec_stmt(stmt, frame, current)
             flow.returns += res.returns
             flow.breaks += res.breaks
@@ -150,23 +183,31 @@ class Evaluator(ObjectModel):
             self.eval(stmt.value, frame, state)
             return Flow(normal=state)
         if isinstance(stmt, ast.Assign):
+            mark = len(self.env.log)
             value = self.eval(stmt.value, frame, state)
             for target in stmt.targets:
                 self.assign(target, value, frame, state, stmt)
+                self._carry_env(target, stmt.value, state, mark)
             return Flow(normal=state)
         if isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
+                mark = len(self.env.log)
                 self.assign(stmt.target, self.eval(stmt.value, frame, state), frame, state, stmt)
+                self._carry_env(stmt.target, stmt.value, state, mark)
             return Flow(normal=state)
         if isinstance(stmt, ast.AugAssign):
+            mark = len(self.env.log)
             current = self.eval(stmt.target, frame, state)
             value = self._binop(stmt.op, current, self.eval(stmt.value, frame, state))
             self.assign(stmt.target, value, frame, state, stmt)
+            self._carry_env(stmt.target, stmt, state, mark)
             return Flow(normal=state)
         if isinstance(stmt, ast.If):
             return self._branch(stmt.test, stmt.body, stmt.orelse, frame, state)
         if isinstance(stmt, ast.Return):
             value = self.eval(stmt.value, frame, state) if stmt.value is not None else None
+            if id(stmt) in self._top_returns:  # what the function `call_function` runs returns
+                self.record("return", frame.module, stmt, "", state.path, value)
             return Flow(returns=[(state, value)])
         if isinstance(stmt, ast.Raise):
             # Recorded, and evaluation goes on as if it had not fired: each validation is judged on its own
@@ -174,9 +215,12 @@ class Evaluator(ObjectModel):
             # unrelated raise hide the rest of the function).
             if stmt.exc is not None:
                 self.record("raise", frame.module, stmt, message_of(stmt.exc), state.path)
+            elif self._reraise:  # a bare `raise` in a handler: what it caught fails again, on this path
+                for caught in self._reraise[-1]:
+                    self.outcomes.append(Outcome(caught.site, caught.path | state.path, caught.detail))
             return Flow(normal=state)
         if isinstance(stmt, ast.Assert):
-            truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
+            truth = self.test(stmt.test, frame, state)
             message = message_of(stmt.msg) if stmt.msg is not None else ""
             if truth is False:
                 self.record("assert", frame.module, stmt, message, state.path)
@@ -190,7 +234,9 @@ class Evaluator(ObjectModel):
         if isinstance(stmt, ast.While):
             return self._loop_unknown(stmt, stmt.test, stmt.body, frame, state)
         if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            start = len(self.outcomes)
             flow = self.exec_block(stmt.body, frame, state)  # type: ignore[attr-defined]
+            flow = self._handle(stmt.handlers, self.outcomes[start:], flow, frame, state)  # type: ignore[attr-defined]
             if flow.normal is not None:
                 rest = self.exec_block(stmt.orelse, frame, flow.normal)  # type: ignore[attr-defined]
                 flow = _chain(flow, rest)
@@ -226,8 +272,59 @@ class Evaluator(ObjectModel):
             state.locals[name] = UNKNOWN
         return Flow(normal=state)
 
+    def _handle(
+        self, handlers: list[ast.ExceptHandler], raised: list[Outcome], flow: Flow, frame: Frame, state: State
+    ) -> Flow:
+        """Mark the raises of a try body its handlers catch (under a condition where a handler is undecided), and
+        run each handler that catches something on the paths of what it caught."""
+        if not handlers:
+            return flow
+        runs: list[tuple[ast.ExceptHandler, list[Outcome]]] = [(h, []) for h in handlers]
+        for outcome in raised:
+            if outcome.site.kind not in ("raise", "assert") or outcome.caught:
+                continue
+            types = exceptions.lineage(outcome, self.tree)
+            for handler, caught in runs:
+                match = exceptions.catches(handler, types)
+                if match is False:
+                    continue
+                if match is True:
+                    outcome.caught = True
+                    caught.append(outcome)
+                    break
+                cond = self.cond(handler.type or handler, frame.module)  # "this handler catches it"
+                caught.append(Outcome(outcome.site, outcome.path | {(cond, True)}, outcome.detail))
+                outcome.path = outcome.path | {(cond, False)}
+        ends = [flow.normal] if flow.normal is not None else []
+        for handler, caught in runs:
+            for path in list(dict.fromkeys(o.path for o in caught))[:4]:
+                inner = (flow.normal or state).copy(path, self.budget)
+                if handler.name:
+                    inner.locals[handler.name] = UNKNOWN
+                group = [o for o in caught if o.path == path]
+                self._reraise.append(group)
+                before = len(self.outcomes)
+                try:
+                    res = self.exec_block(handler.body, frame, inner)
+                finally:
+                    self._reraise.pop()
+                self._raised_again(group, self.outcomes[before:])
+                flow = Flow(flow.normal, flow.returns + res.returns, flow.breaks + res.breaks, flow.continues)
+                if res.normal is not None:
+                    res.normal.path = state.path if flow.normal is None else flow.normal.path
+                    ends.append(res.normal)
+        return Flow(merge(ends, self.budget), flow.returns, flow.breaks, flow.continues)
+
+    def _raised_again(self, caught: list[Outcome], handled: list[Outcome]) -> None:
+        """A handler that raises (`raise Other(...) from exc`, or a failing assert) fails again on that path: what it
+        caught is a failure there, under another name. A bare `raise` was already counted (see `_reraise`)."""
+        sites = {id(o.site) for o in caught}
+        for again in handled:
+            if again.site.kind in ("raise", "assert") and not again.caught and id(again.site) not in sites:
+                self.outcomes += [Outcome(o.site, o.path | again.path, o.detail) for o in caught]
+
     def _branch(self, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt], frame: Frame, state: State) -> Flow:
-        truth = self.truth(self.eval(test, frame, state), frame, state)
+        truth = self.test(test, frame, state)
         if truth is True:
             return self.exec_block(body, frame, state)
         if truth is False:
@@ -237,14 +334,32 @@ class Evaluator(ObjectModel):
             return self.exec_block(body, frame, state)
         if (cond, False) in state.path:
             return self.exec_block(orelse, frame, state)
-        yes = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}))
-        no = self.exec_block(orelse, frame, state.copy(state.path | {(cond, False)}))
+        yes = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}, self.budget))
+        no = self.exec_block(orelse, frame, state.copy(state.path | {(cond, False)}, self.budget))
         return self._join(yes, no)
+
+    def test(self, test: ast.expr, frame: Frame, state: State) -> Any:
+        """The truth of a branch's test. One the serving environment decides is remembered there: the variables
+        read while evaluating it, or that the locals it reads were computed from (see `environment`)."""
+        mark = len(self.env.log)
+        truth = self.truth(self.eval(test, frame, state), frame, state)
+        if truth is not UNKNOWN and not self.quiet:
+            self.env.decide([*self.env.log[mark:], *_env_of(test, state)])
+        return truth
+
+    def _carry_env(self, target: ast.expr, value: ast.AST, state: State, mark: int) -> None:
+        """What a local assigned here was computed from: the variables read meanwhile, and those of the locals read."""
+        names = frozenset([*self.env.log[mark:], *_env_of(value, state)])
+        for name in _bound_names(target):
+            if names:
+                state.env[name] = names
+            else:
+                state.env.pop(name, None)
 
     def _join(self, yes: Flow, no: Flow) -> Flow:
         normals = [f.normal for f in (yes, no) if f.normal is not None]
         return Flow(
-            normal=merge(normals),
+            normal=merge(normals, self.budget),
             returns=yes.returns + no.returns,
             breaks=yes.breaks + no.breaks,
             continues=yes.continues + no.continues,
@@ -264,20 +379,20 @@ class Evaluator(ObjectModel):
             res = self.exec_block(stmt.body, frame, current)
             flow.returns += res.returns
             broke += res.breaks
-            current = merge([s for s in [res.normal, *res.continues] if s is not None])
+            current = merge([s for s in [res.normal, *res.continues] if s is not None], self.budget)
         if current is not None and not broke:
             res = self.exec_block(stmt.orelse, frame, current)
             flow.returns += res.returns
             current = res.normal
-        flow.normal = merge([s for s in [current, *broke] if s is not None])
+        flow.normal = merge([s for s in [current, *broke] if s is not None], self.budget)
         return flow
 
     def _loop_unknown(self, stmt: ast.stmt, over: ast.expr, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
         for name in _assigned_names(body) | _assigned_names([stmt]):
             state.locals[name] = UNKNOWN
         cond = self.cond(over, frame.module)  # "the loop body runs", named by what it iterates over
-        res = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}))
-        after = merge([s for s in [state, res.normal, *res.breaks, *res.continues] if s is not None])
+        res = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}, self.budget))
+        after = merge([s for s in [state, res.normal, *res.breaks, *res.continues] if s is not None], self.budget)
         if after is not None:
             after.path = state.path
             for name in _assigned_names(body):
@@ -292,6 +407,7 @@ class Evaluator(ObjectModel):
         if isinstance(value, (set, frozenset)) and known(value) and len(value) <= 256:
             return sorted(value, key=repr)
         if isinstance(value, str):
+            self.budget.spend(len(value))
             return list(value)
         if isinstance(value, LiteralType):
             return None
@@ -350,6 +466,7 @@ class Evaluator(ObjectModel):
     def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
         if expr is None:
             return None
+        self.budget.step()
         method = getattr(self, f"_e_{type(expr).__name__}", None)
         if method is None:
             return UNKNOWN
@@ -369,7 +486,8 @@ class Evaluator(ObjectModel):
         return self.getattr(self.eval(e.value, frame, state), e.attr, state, frame.depth)
 
     def _e_Tuple(self, e: ast.Tuple, frame: Frame, state: State) -> Any:
-        return tuple(self._elements(e.elts, frame, state))
+        values = self._elements(e.elts, frame, state)
+        return tuple(values) if values is not UNKNOWN else UNKNOWN
 
     def _e_List(self, e: ast.List, frame: Frame, state: State) -> Any:
         return self._elements(e.elts, frame, state)
@@ -377,7 +495,7 @@ class Evaluator(ObjectModel):
     def _e_Set(self, e: ast.Set, frame: Frame, state: State) -> Any:
         values = self._elements(e.elts, frame, state)
         try:
-            return set(values)
+            return set(values) if values is not UNKNOWN else UNKNOWN
         except TypeError:
             return UNKNOWN
 
@@ -389,9 +507,12 @@ class Evaluator(ObjectModel):
                 items = self._iterate(value)
                 if items is None:
                     return [UNKNOWN]  # a container with an unknown part: membership stays undecided
+                if too_large(len(out) + len(items)):
+                    return UNKNOWN
                 out.extend(items)
             else:
                 out.append(self.eval(elt, frame, state))
+        self.budget.spend(len(out) + 1)
         return out
 
     def _e_Dict(self, e: ast.Dict, frame: Frame, state: State) -> Any:
@@ -401,6 +522,9 @@ class Evaluator(ObjectModel):
                 merged = self.eval(value, frame, state)
                 if not isinstance(merged, dict):
                     return UNKNOWN
+                if too_large(len(out) + len(merged)):
+                    return UNKNOWN
+                self.budget.spend(len(merged))
                 out.update(merged)
                 continue
             k = self.eval(key, frame, state)
@@ -422,6 +546,10 @@ class Evaluator(ObjectModel):
             inner = self.eval(value.value, frame, state)
             if not known(inner) or not isinstance(inner, (str, int, float, bool)) or value.format_spec is not None:
                 return UNKNOWN
+            chars = sum(map(len, parts)) + deep_size(inner)
+            if too_large(chars):
+                return UNKNOWN
+            self.budget.spend(chars)
             parts.append(repr(inner) if value.conversion == ord("r") else str(inner))
         return "".join(parts)
 
@@ -467,19 +595,21 @@ class Evaluator(ObjectModel):
 
     def _binop(self, op: ast.operator, left: Any, right: Any) -> Any:
         fn = _BINOPS.get(type(op))
-        if fn is None or not known(left) or not known(right):
+        if fn is None or not known(left, self.budget) or not known(right, self.budget):
             return UNKNOWN
         if not all(isinstance(v, (int, float, str, tuple, list, set, frozenset)) for v in (left, right)):
             return UNKNOWN
-        if _too_costly(op, left, right):
+        cost = _result_size(op, left, right)
+        if cost is None:
             return UNKNOWN
+        self.budget.spend(cost)
         try:
             return fn(left, right)
         except Exception:  # noqa: BLE001 - division by zero or a type mismatch: the value is simply not known
             return UNKNOWN
 
     def _e_IfExp(self, e: ast.IfExp, frame: Frame, state: State) -> Any:
-        truth = self.truth(self.eval(e.test, frame, state), frame, state)
+        truth = self.test(e.test, frame, state)
         if truth is True:
             return self.eval(e.body, frame, state)
         if truth is False:
@@ -546,8 +676,9 @@ class Evaluator(ObjectModel):
         if items is None:
             return UNKNOWN
         out: list[Any] = []
-        inner = state.copy()
+        inner = state.copy(budget=self.budget)
         for item in items:
+            self.budget.step()
             self.assign(gen.target, item, frame, inner, e)
             keep: Any = True
             for cond in gen.ifs:
@@ -557,6 +688,7 @@ class Evaluator(ObjectModel):
                 keep = keep and truth
             if keep:
                 out.append(self.eval(e.elt, frame, inner))
+                self.budget.spend(1)
         return out
 
     _e_ListComp = _comprehension
@@ -596,13 +728,13 @@ class Evaluator(ObjectModel):
             handled = self.hook(self, func, args, kwargs, e, frame, state)
             if handled is not NOT_HANDLED:
                 return handled
+        if id(e) in self.watch_calls:
+            self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
+            return UNKNOWN  # the caller only wants to know the call happens, and with what
         if isinstance(e.func, ast.Attribute) and e.func.attr.startswith("warn"):
             # `logger.warning(...)`, `logger.warning_once(...)`, `warnings.warn(...)`: whatever the logger is.
             self.record("warning", frame.module, e, message_of(e), state.path)
             return None
-        if id(e) in self.watch_calls:
-            self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
-            return UNKNOWN  # the caller only wants to know the call happens, and with what
         return self.call(func, args, kwargs, e, frame, state)
 
     def call(
@@ -642,14 +774,16 @@ class Evaluator(ObjectModel):
         try:
             flow = self.exec_block(func.node.body, frame, inner)
         except RecursionError:
-            return UNKNOWN
+            raise OutOfBudget("the code is too deeply nested to evaluate") from None
         ends = [(s, v) for s, v in flow.returns]
         if flow.normal is not None:
             ends.append((flow.normal, None))
+        if force and self.track_returns and flow.normal is not None:  # the implicit `return None` at its end
+            self.record("return", func.module, func.node, "", flow.normal.path, None)
         if not ends:
             return UNKNOWN
-        end_writes = merge([State({}, s.writes, s.path) for s, _ in ends])
-        if end_writes is not None:
+        end_writes = merge([State({}, s.writes, s.path) for s, _ in ends], self.budget)
+        if end_writes is not None and end_writes.writes is not state.writes:  # one path shares the caller's writes
             state.writes.clear()
             state.writes.update(end_writes.writes)
         first = ends[0][1]
@@ -700,6 +834,37 @@ class Evaluator(ObjectModel):
         self, kind: str, module: ParsedModule, node: ast.AST, message: str, path: frozenset, detail: Any = None
     ) -> None:
         self.outcomes.append(Outcome(Site(kind, module, node, message), path, detail))
+
+
+def _bound_names(target: ast.expr) -> list[str]:
+    """The locals an assignment target binds (`a`, `a, *b`), not the objects it stores into (`a.x`, `a[i]`)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for elt in target.elts for name in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
+def _env_of(node: ast.AST, state: State) -> list[str]:
+    """The variables the locals `node` reads were computed from."""
+    if not state.env:
+        return []
+    return [n for sub in ast.walk(node) if isinstance(sub, ast.Name) for n in state.env.get(sub.id, ())]
+
+
+def _own_returns(func: ast.AST) -> list[ast.Return]:
+    """The `return` statements of a function, not of the functions nested in it."""
+    found: list[ast.Return] = []
+    stack = list(ast.iter_child_nodes(func))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            found.append(node)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _is_static(node: ast.AST) -> bool:

@@ -9,6 +9,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from specguard.deploy.flow import environment
+from specguard.deploy.flow.budget import Budget, deep_size, size, too_large
 from specguard.deploy.flow.paths import Frame, State
 from specguard.deploy.flow.values import (
     UNKNOWN,
@@ -69,7 +71,7 @@ _BUILTINS = {
     "super",
 }
 
-_PYTYPES: dict[str, type | tuple[type, ...]] = {
+PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
     "str": str,
     "int": int,
     "float": float,
@@ -94,8 +96,12 @@ class ObjectModel:
     """Attributes, names, enums, comparisons and truth; `Evaluator` adds statements, expressions and calls."""
 
     tree: SourceTree
+    budget: Budget
     _module_values: dict[tuple[str, str], Any]
+    _module_reads: dict[tuple[str, str], list[str]]  # the serving environment's variables each value read
     _resolving: set[tuple[str, str]]
+    env: environment.ServedEnvironment
+    quiet: int
 
     def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
         raise NotImplementedError
@@ -114,12 +120,18 @@ class ObjectModel:
 
     def _py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
         target = method.target
-        if not known(args) or not known(kwargs) or (isinstance(target, str) and not known(target)):
+        if not known(args, self.budget) or not known(kwargs, self.budget):
             if method.name in ("append", "extend", "update", "add", "insert") and isinstance(target, (list, dict)):
                 return None  # mutating with an unknown value: the container stays, its new part is unknown
             return UNKNOWN
         if method.name == "format" and isinstance(target, str) and _FORMAT_FIELD_SPEC.search(target):
             return UNKNOWN  # a width or an attribute path in a format field: nothing a hazard needs, and costly
+        cost = _method_result_size(target, method.name, args, kwargs)
+        if too_large(cost):
+            if method.name in ("append", "extend", "update", "add", "insert") and isinstance(target, (list, dict)):
+                return None  # not grown: what it would have held is unknown to the evaluation
+            return UNKNOWN
+        self.budget.spend(cost + size(target))
         try:
             result = getattr(target, method.name)(*args, **kwargs)
         except Exception:  # noqa: BLE001 - e.g. list.remove of a missing value: no effect we can model
@@ -139,6 +151,9 @@ class ObjectModel:
             return value.values if isinstance(value, LiteralType) else UNKNOWN
         if short == "cast" and len(args) == 2:
             return args[1]
+        if name in ("os.getenv", "os.environ.get") and args and isinstance(args[0], str) and not kwargs:
+            value = self.env.get(args[0])  # the serving environment, not specguard's process
+            return value if value is not None else (args[1] if len(args) > 1 else None)
         return UNKNOWN
 
     def _python_builtin(
@@ -164,14 +179,19 @@ class ObjectModel:
             items = args[0] if isinstance(args[0], (list, tuple, set)) else None
             if items is None:
                 return UNKNOWN
+            self.budget.spend(len(items))
             truths = [self.truth(v, frame, state) for v in items]
             if short == "any":
                 return True if True in truths else (UNKNOWN if UNKNOWN in truths else False)
             return False if False in truths else (UNKNOWN if UNKNOWN in truths else True)
         if short == "type":
             return UNKNOWN
-        if not known(args) or not known(kwargs):
+        if not known(args, self.budget) or not known(kwargs, self.budget):
             return UNKNOWN
+        cost = _builtin_result_size(short, args)
+        if cost is None or too_large(cost):
+            return UNKNOWN
+        self.budget.spend(cost)
         fn = {
             "len": len,
             "min": min,
@@ -205,7 +225,7 @@ class ObjectModel:
             return UNKNOWN
         for t in options:
             if isinstance(t, Opaque) and t.name.startswith("builtins."):
-                pytype = _PYTYPES.get(t.name.rpartition(".")[2])
+                pytype = PYTHON_TYPES.get(t.name.rpartition(".")[2])
                 if pytype is None:
                     return UNKNOWN
                 if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
@@ -352,20 +372,33 @@ class ObjectModel:
         return self._resolved(module.name, name)
 
     def _resolved(self, module: str, name: str) -> Any:
+        """A module-level name's value, computed once per evaluator; the serving environment's variables it read
+        are read again at each use (a test of `envs.X` is decided by X however often it is made)."""
         key = (module, name)
         if key in self._module_values:
+            self.env.log.extend(self._module_reads.get(key, ()))
             return self._module_values[key]
         if key in self._resolving:
             return UNKNOWN
         self._resolving.add(key)
+        mark = len(self.env.log)
+        self.quiet += 1
         try:
             value = self._resolve_uncached(module, name)
         finally:
+            self.quiet -= 1
             self._resolving.discard(key)
         self._module_values[key] = value
+        if len(self.env.log) > mark:
+            self._module_reads[key] = self.env.log[mark:]
         return value
 
     def _resolve_uncached(self, module: str, name: str) -> Any:
+        parsed = self.tree.module(module)
+        if parsed is not None and name in parsed.typing_only and "__getattr__" in parsed.functions:
+            # Declared for type checkers only; at run time the module's __getattr__ answers (vLLM's envs).
+            hook = Function(parsed, parsed.functions["__getattr__"])
+            return self._invoke(hook, None, [name], {}, State({}, {}, frozenset()), 0)
         found = self.tree.resolve(module, name)
         if isinstance(found, ClassInfo):
             return ClassRef(found)
@@ -375,9 +408,10 @@ class ObjectModel:
             parsed, node = found
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return Function(parsed, node)
+            if any(parsed.assigns.get(varying) is node for varying in parsed.varies):
+                return UNKNOWN  # assigned again where a check at import time fails: which value is not known
             frame = Frame(parsed, None, None, 0)
             return self.eval(node, frame, State({}, {}, frozenset()))
-        parsed = self.tree.module(module)
         if parsed is not None and name in parsed.imports:
             src, orig = parsed.imports[name]
             if not src.startswith(self.tree.package):
@@ -493,6 +527,7 @@ class ObjectModel:
             container = list(container.keys())
         if not isinstance(container, (list, tuple, set, frozenset)):
             return UNKNOWN
+        self.budget.spend(len(container))
         undecided = False
         for element in container:
             eq = self.equal(element, item)
@@ -525,6 +560,37 @@ class ObjectModel:
             return bool(value)
         except Exception:  # noqa: BLE001 - an evaluated value without a truth value: undecided
             return UNKNOWN
+
+
+def _method_result_size(target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> int:
+    """How large the result of a whitelisted str/list/dict/set method may be, before calling it."""
+    if isinstance(target, str):
+        if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+            old, new = args[0], args[1]
+            count = target.count(old) if old else len(target) + 1
+            return len(target) + count * max(len(new) - len(old), 0)
+        if name == "join" and len(args) == 1 and isinstance(args[0], (list, tuple, set, frozenset)):
+            items = args[0]
+            return sum(deep_size(x) for x in items) + len(target) * len(items)
+        if name == "format":  # each replacement field may insert the largest argument
+            return len(target) + target.count("{") * max([deep_size(v) for v in [*args, *kwargs.values()]] or [0])
+        return len(target) + deep_size(args)
+    if name in ("extend", "update", "union") and hasattr(target, "__len__"):
+        return len(target) + sum(len(a) if hasattr(a, "__len__") else 1 for a in args)
+    return (len(target) if hasattr(target, "__len__") else 0) + 1
+
+
+def _builtin_result_size(name: str, args: list[Any]) -> int | None:
+    """How large a builtin's result may be (None: not computed), before calling it."""
+    if name in ("str", "repr"):
+        return sum(deep_size(a) for a in args)
+    if name == "sum" and args and not all(isinstance(v, (int, float)) for v in _items(args[0])):
+        return None  # summing sequences is quadratic, and nothing a config check needs
+    return sum(len(a) if hasattr(a, "__len__") else 1 for a in args) + 1
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
 
 
 def _field_default(value: ast.expr) -> ast.expr | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specguard.deploy.flow.budget import Budget
 from specguard.deploy.flow.values import UNKNOWN, same_value
 from specguard.deploy.source import ClassInfo, ParsedModule
 
@@ -31,7 +32,7 @@ class Cond:
 
 @dataclass(frozen=True, eq=False)
 class Site:
-    kind: str  # raise | assert | warning | assign | call
+    kind: str  # raise | assert | warning | assign | call | construct | return
     module: ParsedModule
     node: ast.AST
     message: str
@@ -46,6 +47,7 @@ class Outcome:
     site: Site
     path: frozenset
     detail: Any = None
+    caught: bool = False  # a raise an enclosing `except` catches: no failure
 
 
 @dataclass
@@ -53,9 +55,44 @@ class State:
     locals: dict[str, Any]
     writes: dict[tuple[int, str], Any]
     path: frozenset
+    # local name -> the serving environment's variables its value was computed from (see `environment`)
+    env: dict[str, frozenset[str]] = field(default_factory=dict)
 
-    def copy(self, path: frozenset | None = None) -> State:
-        return State(dict(self.locals), dict(self.writes), self.path if path is None else path)
+    def copy(self, path: frozenset | None = None, budget: Budget | None = None) -> State:
+        """A state for another path: the containers it holds are copied too, so what one path appends to a list
+        the other does not see (two names of one list stay one list). The copies are charged to `budget`."""
+        copies: dict[int, Any] = {}
+        locals_ = {k: _own(v, copies) for k, v in self.locals.items()}
+        writes = {k: _own(v, copies) for k, v in self.writes.items()}
+        if budget is not None and copies:
+            budget.spend(sum(len(c) + 1 for c in copies.values()))
+        return State(locals_, writes, self.path if path is None else path, dict(self.env))
+
+
+def _own(value: Any, copies: dict[int, Any]) -> Any:
+    """`value` with every list, dict and set in it copied (what they hold otherwise shared), each once."""
+    if not isinstance(value, (list, dict, set, tuple)):
+        return value
+    found = copies.get(id(value))
+    if found is not None:
+        return found
+    if isinstance(value, dict):
+        out: Any = {}
+        copies[id(value)] = out
+        for k, v in value.items():
+            out[k] = _own(v, copies)
+    elif isinstance(value, list):
+        out = []
+        copies[id(value)] = out
+        out.extend(_own(v, copies) for v in value)
+    elif isinstance(value, set):
+        out = set(value)  # set members are hashable: no list or dict in them
+        copies[id(value)] = out
+    else:  # a tuple is not mutable, but may hold what is
+        items = [_own(v, copies) for v in value]
+        out = value if all(a is b for a, b in zip(items, value, strict=True)) else tuple(items)
+        copies[id(value)] = out
+    return out
 
 
 @dataclass
@@ -74,20 +111,51 @@ class Frame:
     depth: int
 
 
-def merge(states: list[State]) -> State | None:
-    """One state for paths that join again: values they disagree on become UNKNOWN."""
+def merge(states: list[State], budget: Budget | None = None) -> State | None:
+    """One state for paths that join again: values they disagree on become UNKNOWN. The containers joined item by
+    item are charged to `budget`."""
     if not states:
         return None
     if len(states) == 1:
         return states[0]
     out = State({}, {}, frozenset.intersection(*(s.path for s in states)))
+    for s in states:
+        for name, names in s.env.items():
+            out.env[name] = out.env.get(name, frozenset()) | names
+    merged: dict[tuple[int, ...], Any] = {}
     for attr in ("locals", "writes"):
         target = getattr(out, attr)
         keys = set().union(*(getattr(s, attr).keys() for s in states))
         for key in keys:
-            values = [getattr(s, attr).get(key, UNKNOWN) for s in states]
-            target[key] = values[0] if all(same_value(values[0], v) for v in values[1:]) else UNKNOWN
+            target[key] = _joined([getattr(s, attr).get(key, UNKNOWN) for s in states], merged)
+    if budget is not None and merged:
+        budget.spend(sum(len(v) + 1 if isinstance(v, (dict, list)) else 1 for v in merged.values()))
     return out
+
+
+def _joined(values: list[Any], merged: dict[tuple[int, ...], Any]) -> Any:
+    """One value for what paths that join hold: the value they agree on; containers of the same shape (each path
+    holds its own copy, see `State.copy`) joined item by item, each once; UNKNOWN where they disagree."""
+    first = values[0]
+    if all(v is first for v in values[1:]):
+        return first
+    key = tuple(id(v) for v in values)
+    if key in merged:
+        return merged[key]
+    if all(type(v) is dict for v in values) and all(v.keys() == first.keys() for v in values[1:]):
+        out: Any = {}
+        merged[key] = out
+        for k in first:
+            out[k] = _joined([v[k] for v in values], merged)
+        return out
+    if all(type(v) is list for v in values) and all(len(v) == len(first) for v in values[1:]):
+        items: list[Any] = []
+        merged[key] = items
+        items.extend(_joined([v[i] for v in values], merged) for i in range(len(first)))
+        return items
+    result = first if all(same_value(first, v) for v in values[1:]) else UNKNOWN
+    merged[key] = result
+    return result
 
 
 @dataclass
@@ -110,7 +178,7 @@ class Verdict:
 
 def verdict(outcomes: list[Outcome]) -> Verdict:
     """True if some outcome happens whatever the undecided conditions are, UNKNOWN if some may, else False."""
-    live = [o for o in outcomes if not _contradictory(o.path)]
+    live = [o for o in outcomes if not o.caught and not _contradictory(o.path)]
     if not live:
         return Verdict(False, [])
     certain = [o for o in live if not o.path]

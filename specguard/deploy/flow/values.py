@@ -7,6 +7,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from specguard.deploy.flow.budget import Budget
 from specguard.deploy.source import ClassInfo, ParsedModule
 
 
@@ -131,14 +132,26 @@ class TokenAttr:
     attr: str
 
 
-def known(value: Any) -> bool:
-    """A plain value with nothing unknown inside it."""
-    if value is UNKNOWN:
-        return False
-    if isinstance(value, dict):
-        return all(known(k) and known(v) for k, v in value.items())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return all(known(v) for v in value)
+def known(value: Any, budget: Budget | None = None) -> bool:
+    """A plain value with nothing unknown inside it (walked without recursion: nesting and cycles cost nothing
+    more than their elements, which `budget` is charged for)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if item is UNKNOWN:
+            return False
+        if isinstance(item, (dict, list, tuple, set, frozenset)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if budget is not None:
+                budget.spend(len(item) + 1)
+            if isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            else:
+                stack.extend(item)
     return True
 
 

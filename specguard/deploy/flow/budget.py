@@ -1,0 +1,113 @@
+"""What an evaluation may spend: steps (statements and expressions evaluated) and work (elements a builtin, a
+method or an operator touches or builds), per evaluation and per run, and the largest value it may build.
+
+The served source is data: a comprehension over a long string, `s.replace("a", s)`, `"".join([s] * n)`, `s = s + s`
+in a loop or `x = x * x` must cost a "not judged: too costly to evaluate", never the machine's memory or minutes of
+CPU. Each operation states the size of what it will build *before* building it: a value larger than `MAX_ITEMS`
+elements (characters, items) or `MAX_INT_BITS` bits is not built (the result is unknown), and everything built or
+touched is charged, so many small values cannot add up to a large cost either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+# The largest single value: far above anything vLLM's config code builds (its help texts, option lists, dicts of a
+# few hundred entries), far below harm.
+MAX_ITEMS = 100_000
+MAX_INT_BITS = 1 << 14
+# Per evaluation (one function run with its callees) and per run (every evaluation of one `specguard config`).
+EVALUATION_STEPS = 400_000
+EVALUATION_WORK = 20_000_000
+RUN_STEPS = 3_000_000
+RUN_WORK = 60_000_000
+
+
+class OutOfBudget(Exception):
+    """The evaluation would cost more than it may; what depended on it is "not judged: too costly to evaluate"."""
+
+
+class Budget:
+    """Steps and work left; a child charges its parent too, so a run's evaluations share the run's budget."""
+
+    def __init__(self, steps: int, work: int, parent: Budget | None = None, what: str = "evaluation") -> None:
+        self.steps = steps
+        self.work = work
+        self.parent = parent
+        self.what = what
+
+    def step(self, n: int = 1) -> None:
+        self.steps -= n
+        if self.steps < 0:
+            raise OutOfBudget(f"the {self.what} took more than its steps")
+        if self.parent is not None:
+            self.parent.step(n)
+
+    def spend(self, units: int) -> None:
+        self.work -= units
+        if self.work < 0:
+            raise OutOfBudget(f"the {self.what} built or touched too much data")
+        if self.parent is not None:
+            self.parent.spend(units)
+
+
+_RUN: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("specguard_run_budget", default=None)
+
+
+@contextlib.contextmanager
+def run_budget(steps: int = RUN_STEPS, work: int = RUN_WORK) -> Iterator[Budget]:
+    """Every evaluation inside shares one budget (the outermost one, if runs nest)."""
+    current = _RUN.get()
+    if current is not None:
+        yield current
+        return
+    budget = Budget(steps, work, what="run")
+    token = _RUN.set(budget)
+    try:
+        yield budget
+    finally:
+        _RUN.reset(token)
+
+
+def evaluation_budget(steps: int = EVALUATION_STEPS, work: int = EVALUATION_WORK) -> Budget:
+    return Budget(steps, work, parent=_RUN.get())
+
+
+def size(value: Any) -> int:
+    """What a value costs to hold or walk once, shallowly: characters, items, or 64-bit words of an integer."""
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, int):
+        return value.bit_length() // 64 + 1
+    if isinstance(value, (str, bytes, list, tuple, set, frozenset, dict)):
+        return len(value) + 1
+    return 1
+
+
+def too_large(value_size: int) -> bool:
+    return value_size > MAX_ITEMS
+
+
+def deep_size(value: Any, limit: int = MAX_ITEMS + 1) -> int:
+    """Characters `str()`/`repr()` of a value may produce, counted until `limit` (an estimate from above)."""
+    total = 0
+    stack = [value]
+    while stack and total < limit:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item) + 2
+        elif isinstance(item, int) and not isinstance(item, bool):
+            total += item.bit_length() // 3 + 2
+        elif isinstance(item, dict):
+            total += 2 * len(item) + 2
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += 2 * len(item) + 2
+            stack.extend(item)
+        else:
+            total += 32
+    return total
