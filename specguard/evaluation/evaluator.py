@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import ast
 import operator
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from specguard.analysis.ast_tools import cached_on
 from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
+from specguard.evaluation.budget import MAX_ITEMS, OutOfBudget, result_size
 from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, Site, State, join_values, merge
@@ -77,12 +77,7 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.RShift: operator.rshift,
 }
 
-# The largest value the evaluator computes: the analyzed source is data to it, and a tree that multiplies a string by
-# 10**12 or raises to a huge power must cost an "undecided", not the machine's memory or minutes of CPU.
-MAX_ITEMS = 100_000
-_MAX_EXPONENT = 256
 _MAX_SHIFT = 4096
-_WIDE_PRINTF = re.compile(r"%[-+ #0]*(?:\*|\d{6,})")
 LOOP_ROUNDS = 3  # a loop over an unknown sequence runs its body until its locals settle, at most this often
 
 _STAR_UNKNOWN: Any = object()
@@ -92,30 +87,17 @@ _RAISED: Any = object()  # an alternative that raises
 STAR_KWARGS = "\0**"
 
 
-class OutOfBudget(Exception):
-    """The evaluation ran more steps than it may; the caller reports what it asked as not decided."""
-
-
 class _PathEnds(Exception):
     """The statement being evaluated raises on every path (a call whose every path raised, an unpacking of the
     wrong length): its path ends there, as a raise an enclosing `try` may catch."""
 
 
 def too_costly(op: ast.operator, left: Any, right: Any) -> bool:
-    if isinstance(op, ast.Pow):
-        numbers = isinstance(left, (int, float)) and isinstance(right, (int, float))
-        return not numbers or abs(right) > _MAX_EXPONENT or abs(left) > 2**64
+    """A result the evaluator does not build: larger than the budget's caps (see `budget.result_size`), or a shift
+    that would be."""
     if isinstance(op, ast.LShift):
         return not isinstance(right, int) or right > _MAX_SHIFT
-    if isinstance(op, ast.Mult):
-        seq, count = (left, right) if isinstance(left, (str, tuple, list)) else (right, left)
-        sized = isinstance(seq, (str, tuple, list)) and isinstance(count, int)
-        return sized and count * max(len(seq), 1) > MAX_ITEMS
-    if isinstance(op, ast.Add) and isinstance(left, (str, tuple, list)) and isinstance(right, (str, tuple, list)):
-        return len(left) + len(right) > MAX_ITEMS
-    if isinstance(op, ast.Mod) and isinstance(left, str):
-        return bool(_WIDE_PRINTF.search(left))
-    return False
+    return result_size(op, left, right) is None
 
 
 class Evaluator(Builtins):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specguard.deploy.source import ClassInfo, ParsedModule
+from specguard.evaluation.budget import Budget
 
 
 class _Unknown:
@@ -340,16 +341,28 @@ def plain(value: Any) -> Any:
     return value.value if isinstance(value, Tagged) else value
 
 
-def known(value: Any) -> bool:
-    """A plain value with nothing unknown inside it."""
-    if isinstance(value, Tagged):
-        return known(value.value)
-    if isinstance(value, UNKNOWNS):
-        return False
-    if isinstance(value, dict):
-        return all(known(k) and known(v) for k, v in value.items())
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return all(known(v) for v in value)
+def known(value: Any, budget: Budget | None = None) -> bool:
+    """A plain value with nothing unknown inside it (walked without recursion: nesting and cycles cost nothing
+    more than their elements, which `budget` is charged for)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Tagged):
+            stack.append(item.value)
+        elif isinstance(item, UNKNOWNS):
+            return False
+        elif isinstance(item, (dict, list, tuple, set, frozenset)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if budget is not None:
+                budget.spend(len(item) + 1)
+            if isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            else:
+                stack.extend(item)
     return True
 
 

@@ -1,10 +1,10 @@
 """Static evaluation of the served vLLM's code for one serving config (see `evaluator`): values, paths and
 verdicts, the object model, and the evaluator itself."""
 
-from specguard.deploy.flow.budget import OutOfBudget, run_budget
 from specguard.deploy.flow.evaluator import STAR_KWARGS, Evaluator
 from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, Verdict, merge, verdict
-from specguard.deploy.flow.values import (
+from specguard.evaluation.budget import OutOfBudget, run_budget
+from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
     Bound,

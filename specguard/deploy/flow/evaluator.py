@@ -18,22 +18,22 @@ from __future__ import annotations
 
 import ast
 import operator
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from specguard.deploy.flow import environment, exceptions
-from specguard.deploy.flow.budget import (
+from specguard.deploy.flow.objects import ObjectModel
+from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
+from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
+from specguard.evaluation.budget import (
     EVALUATION_STEPS,
-    MAX_INT_BITS,
     OutOfBudget,
     deep_size,
     evaluation_budget,
+    result_size,
     too_large,
 )
-from specguard.deploy.flow.objects import ObjectModel
-from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
-from specguard.deploy.flow.values import (
+from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
     Bound,
@@ -48,7 +48,6 @@ from specguard.deploy.flow.values import (
     known,
     same_value,
 )
-from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -61,47 +60,6 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.BitOr: operator.or_,
     ast.BitAnd: operator.and_,
 }
-
-_MAX_EXPONENT = 256
-_WIDE_PRINTF = re.compile(r"%[-+ #0]*(?:\*|\d{6,})")
-_SEQUENCES = (str, tuple, list)
-
-
-def _result_size(op: ast.operator, left: Any, right: Any) -> int | None:
-    """The size of `left <op> right` before computing it (see `budget.size`), or None where it would be too large
-    (or too slow: a huge power, a printf field a million wide)."""
-    ints = isinstance(left, int) and isinstance(right, int)
-    if isinstance(op, ast.Pow):
-        numbers = isinstance(left, (int, float)) and isinstance(right, (int, float))
-        if not numbers or abs(right) > _MAX_EXPONENT or abs(left) > 2**64:
-            return None
-        bits = max(abs(int(left)), 2).bit_length() * max(int(right), 1) if ints else 64
-        return bits // 64 + 1 if bits <= MAX_INT_BITS else None
-    if isinstance(op, ast.Mult):
-        if ints:
-            bits = abs(left).bit_length() + abs(right).bit_length()
-            return bits // 64 + 1 if bits <= MAX_INT_BITS else None
-        seq, count = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
-        if isinstance(seq, _SEQUENCES) and isinstance(count, int):
-            items = max(count, 0) * len(seq)
-            return items + 1 if not too_large(items) else None
-        return 1
-    if isinstance(op, ast.Add) and isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
-        items = len(left) + len(right)
-        return items + 1 if not too_large(items) else None
-    if isinstance(op, (ast.BitOr, ast.BitAnd)) and not ints and hasattr(left, "__len__") and hasattr(right, "__len__"):
-        items = len(left) + len(right)
-        return items + 1 if not too_large(items) else None
-    if isinstance(op, ast.Mod) and isinstance(left, str):
-        if _WIDE_PRINTF.search(left):
-            return None
-        chars = len(left) + (left.count("%") + 1) * deep_size(right)  # `%(a)s` may insert one value many times
-        return chars + 1 if not too_large(chars) else None
-    if ints:  # +, -, //, %, |, &: no larger than the larger operand and a bit
-        bits = max(abs(left).bit_length(), abs(right).bit_length()) + 1
-        return bits // 64 + 1 if bits <= MAX_INT_BITS else None
-    return 1
-
 
 _STAR_UNKNOWN: Any = object()
 
@@ -599,7 +557,7 @@ class Evaluator(ObjectModel):
             return UNKNOWN
         if not all(isinstance(v, (int, float, str, tuple, list, set, frozenset)) for v in (left, right)):
             return UNKNOWN
-        cost = _result_size(op, left, right)
+        cost = result_size(op, left, right)
         if cost is None:
             return UNKNOWN
         self.budget.spend(cost)

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from specguard.deploy.flow import environment
-from specguard.deploy.flow.budget import Budget, deep_size, size, too_large
 from specguard.deploy.flow.paths import Frame, State
-from specguard.deploy.flow.values import (
+from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
+from specguard.evaluation.budget import Budget, deep_size, size, too_large
+from specguard.evaluation.values import (
     UNKNOWN,
     Bound,
     ClassRef,
@@ -29,7 +30,6 @@ from specguard.deploy.flow.values import (
     known,
     same_value,
 )
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
 
 _PURE_STR = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
 _PURE_STR |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specguard.deploy.flow.budget import Budget
-from specguard.deploy.flow.values import UNKNOWN, same_value
 from specguard.deploy.source import ClassInfo, ParsedModule
+from specguard.evaluation.budget import Budget
+from specguard.evaluation.values import UNKNOWN, same_value
 
 
 @dataclass(frozen=True, eq=False)
