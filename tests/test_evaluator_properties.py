@@ -98,6 +98,9 @@ def condition(draw: st.DrawFn, names: tuple[str, ...]) -> str:
     return draw(st.sampled_from([test, f"not ({test})", f"{test} and b > 0", f"{test} or a < 0"]))
 
 
+HANDLED = ["ValueError", "ZeroDivisionError", "ArithmeticError", "(KeyError, ValueError)", "Exception"]
+
+
 @st.composite
 def block(draw: st.DrawFn, depth: int = 0, branches: bool = True) -> list[str]:
     lines: list[str] = []
@@ -125,12 +128,17 @@ def block(draw: st.DrawFn, depth: int = 0, branches: bool = True) -> list[str]:
             lines.append(f"for i in range({draw(st.integers(0, 3))}):")
             lines.append(f"    {target} = {target} + {draw(expression(2, (*names, 'i')))}")
         elif kind == "try" and depth < 2:
+            # what the body raises (its own raise, a division by zero) is caught by the handler that lists its
+            # class or a base, or goes on up
+            raised = draw(st.sampled_from(["ValueError", "ZeroDivisionError"]))
+            handlers = draw(st.lists(st.sampled_from(HANDLED), min_size=1, max_size=2))
             lines.append("try:")
             lines.append(f"    {target} = {draw(expression(1, names))}")
             lines.append(f"    if {draw(condition(names))}:")
-            lines.append("        raise ValueError('inner')")
-            lines.append("except ValueError:")
-            lines.append(f"    {target} = {draw(expression(1, names))}")
+            lines.append(f"        raise {raised}('inner')")
+            for handled in handlers:
+                lines.append(f"except {handled}:")
+                lines.append(f"    {target} = {draw(expression(1, names))}")
         elif kind == "assert":
             lines.append(f"assert {draw(condition(names))}")
             lines.append(f"{target} = {draw(expression(1, names))}")

@@ -74,7 +74,7 @@ def _config_parser() -> argparse.ArgumentParser:
 
 def _run_config(argv: list[str]) -> int:
     from specguard.deploy.flow import run_budget
-    from specguard.deploy.flow.environment import served_environment
+    from specguard.evaluation.environment import served_environment
 
     if "--" in argv:
         split = argv.index("--")

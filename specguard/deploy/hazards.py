@@ -42,7 +42,6 @@ from specguard.deploy.flow import (
     Outcome,
     OutOfBudget,
     Verdict,
-    environment,
     run_budget,
     verdict,
 )
@@ -50,6 +49,7 @@ from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree
+from specguard.evaluation import environment
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from specguard.deploy.flow import (
     OutOfBudget,
     State,
     Verdict,
-    environment,
     verdict,
 )
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted, message_of
+from specguard.evaluation import environment
 
 CONFIG_PACKAGE = "config"  # vllm/config: where the config classes live (and are re-exported)
 ENTRY_DECORATORS = {"field_validator", "model_validator", "model_serializer", "cached_property", "property"}

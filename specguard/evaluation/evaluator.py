@@ -22,10 +22,12 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from specguard.analysis.ast_tools import cached_on
 from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
+from specguard.evaluation import exceptions
 from specguard.evaluation.budget import MAX_ITEMS, OutOfBudget, result_size
 from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
 from specguard.evaluation.hooks import Hooks
@@ -89,7 +91,12 @@ STAR_KWARGS = "\0**"
 
 class _PathEnds(Exception):
     """The statement being evaluated raises on every path (a call whose every path raised, an unpacking of the
-    wrong length): its path ends there, as a raise an enclosing `try` may catch."""
+    wrong length): its path ends there, as a raise an enclosing `try` may catch. `raised`: the names of what it
+    raises and of its bases, where known."""
+
+    def __init__(self, raised: set[str] | None = None) -> None:
+        super().__init__()
+        self.raised = raised
 
 
 def too_costly(op: ast.operator, left: Any, right: Any) -> bool:
@@ -195,9 +202,9 @@ class Evaluator(Builtins):
             self.step()
             try:
                 res = self.exec_stmt(stmt, frame, current)
-            except _PathEnds:
+            except _PathEnds as ends:
                 if self.raise_ends_path:
-                    flow.raises.append(current)
+                    flow.raises.append(replace(current, raised=ends.raised))
                 current = None
                 break
             except RecursionError:  # nested too deep to evaluate: what it binds is unknown, the rest goes on
@@ -300,7 +307,7 @@ class Evaluator(Builtins):
             self.eval(stmt.exc, frame, state)
         self.record("raise", frame.module, stmt, message_of(stmt.exc) if stmt.exc is not None else "", state.path)
         if self.raise_ends_path:
-            return Flow(raises=[state])
+            return Flow(raises=[replace(state, raised=exceptions.raised_by(stmt, frame.module.name, self.tree))])
         # Recorded, and evaluation goes on as if it had not fired: each validation is judged on its own (a value
         # this evaluation holds stale, e.g. one an uninlined call would have set, must not make an unrelated raise
         # hide the rest of the function).
@@ -314,7 +321,9 @@ class Evaluator(Builtins):
             return Flow(normal=state)
         if truth is False:
             self.record("assert", frame.module, stmt, message, state.path)
-            return Flow(raises=[state]) if self.raise_ends_path else Flow(normal=state)
+            if not self.raise_ends_path:
+                return Flow(normal=state)
+            return Flow(raises=[replace(state, raised=exceptions.python_lineage("AssertionError"))])
         doubt = self.is_doubt(test)
         cond = self.cond(stmt.test, frame.module) if doubt else None
         failing = state.path | {(cond, False)} if cond is not None else state.path
@@ -322,7 +331,9 @@ class Evaluator(Builtins):
         if not self.raise_ends_path:
             return Flow(normal=state)
         passing = state.copy(state.path | {(cond, True)}) if cond is not None else state
-        return Flow(normal=passing, raises=[state.copy(failing)])
+        return Flow(
+            normal=passing, raises=[replace(state.copy(failing), raised=exceptions.python_lineage("AssertionError"))]
+        )
 
     def _s_loop_while(self, stmt: ast.While, frame: Frame, state: State) -> Flow:
         truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
@@ -392,18 +403,25 @@ class Evaluator(Builtins):
 
     def _s_try(self, stmt: ast.Try, frame: Frame, state: State) -> Flow:
         flow = self.exec_block(stmt.body, frame, state)
-        raised = flow.raises
-        if stmt.handlers and raised:
-            flow.raises = []
-            entry = merge([s.copy() for s in raised])
-            for handler in stmt.handlers:
+        if stmt.handlers and flow.raises:
+            caught: list[list[State]] = [[] for _ in stmt.handlers]
+            raised, flow.raises = flow.raises, []
+            for path in raised:  # the first handler that surely catches what it raises; before it, those that may
+                for handler, into in zip(stmt.handlers, caught, strict=True):
+                    catches = exceptions.catches(handler, path.raised)
+                    if catches is not False:
+                        into.append(path)
+                    if catches is True:
+                        break
+                else:
+                    flow.raises.append(path)  # no handler surely catches it: it may go on up
+            for handler, paths in zip(stmt.handlers, caught, strict=True):
+                entry = merge([s.copy() for s in paths])
                 if entry is None:
-                    break
-                at = entry.copy()
+                    continue
                 if handler.name:
-                    at.locals[handler.name] = UNKNOWN
-                res = self.exec_block(handler.body, frame, at)
-                flow = _chain_parallel(flow, res)
+                    entry.locals[handler.name] = UNKNOWN
+                flow = _chain_parallel(flow, self.exec_block(handler.body, frame, entry))
         if flow.normal is not None and stmt.orelse:
             flow = _chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
         if flow.normal is not None and stmt.finalbody:
@@ -570,10 +588,10 @@ class Evaluator(Builtins):
                 after = len(targets) - star - 1
                 values = [*items[:star], list(items[star : len(items) - after]), *items[len(items) - after :]]
         if values is None and isinstance(inner, (list, tuple)) and self.raise_ends_path:
-            raise _PathEnds  # ValueError: too many or not enough values to unpack
+            raise _PathEnds(exceptions.python_lineage("ValueError"))  # too many or not enough values to unpack
         if values is None and isinstance(inner, (set, frozenset)) and self.raise_ends_path and star is None:
             if len(inner) != len(targets):
-                raise _PathEnds
+                raise _PathEnds(exceptions.python_lineage("ValueError"))
             values = sorted(inner, key=repr)
         if values is None:
             element = self.element_of(value)
@@ -784,8 +802,8 @@ class Evaluator(Builtins):
             return UNKNOWN
         try:
             result = fn(a, b)
-        except (ZeroDivisionError, TypeError, ValueError, OverflowError):
-            return self.fails()  # what Python raises for these known operands
+        except (ZeroDivisionError, TypeError, ValueError, OverflowError) as exc:
+            return self.fails(type(exc).__name__)  # what Python raises for these known operands
         return with_labels(result, labels)
 
     def _e_ifexp(self, e: ast.IfExp, frame: Frame, state: State) -> Any:
@@ -856,18 +874,18 @@ class Evaluator(Builtins):
                 return join_values([(v, frozenset()) for v in inner.values()])
             return unknown_from(base, key)
         if isinstance(inner, dict):
-            return inner[k] if k in inner else self.fails()  # KeyError
+            return inner[k] if k in inner else self.fails("KeyError")
         if isinstance(inner, (list, tuple, str)) and isinstance(k, int):
             if -len(inner) <= k < len(inner):
                 return with_labels(inner[k], self.provenance(base))
-            return self.fails()  # IndexError
+            return self.fails("IndexError")
         return UNKNOWN
 
-    def fails(self) -> Any:
-        """A known operation that raises in Python (a division by zero, a missing key): its path ends there as a
-        raise, or, where raises do not end paths (the config pre-flight), its value is unknown."""
+    def fails(self, error: str) -> Any:
+        """A known operation that raises `error` in Python (a division by zero, a missing key): its path ends there
+        as a raise, or, where raises do not end paths (the config pre-flight), its value is unknown."""
         if self.raise_ends_path:
-            raise _PathEnds
+            raise _PathEnds(exceptions.python_lineage(error))
         return UNKNOWN
 
     def _slice(self, base: Any, node: ast.Slice, frame: Frame, state: State) -> Any:
@@ -1163,7 +1181,8 @@ class Evaluator(Builtins):
             ends.append((flow.normal, None))
         if not ends:
             if flow.raises and self.raise_ends_path:
-                raise _PathEnds
+                known_raises = [s.raised for s in flow.raises if s.raised is not None]
+                raise _PathEnds(set().union(*known_raises) if len(known_raises) == len(flow.raises) else None)
             return unknown_from(*args, why=f"`{func.qualname}` never returns")
         end = merge([State({}, s.writes, s.path) for s, _ in ends])
         assert end is not None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.deploy.source import ClassInfo, ParsedModule
+from specguard.evaluation.budget import Budget
 from specguard.evaluation.values import (
     NO_LABELS,
     UNKNOWN,
@@ -50,7 +51,7 @@ class Cond:
 
 @dataclass(frozen=True, eq=False)
 class Site:
-    kind: str  # raise | assert | warning | assign | call | return
+    kind: str  # raise | assert | warning | assign | call | construct | return
     module: ParsedModule
     node: ast.AST
     message: str
@@ -65,6 +66,7 @@ class Outcome:
     site: Site
     path: frozenset
     detail: Any = None
+    caught: bool = False  # a raise an enclosing `except` catches: no failure
 
 
 @dataclass
@@ -72,9 +74,49 @@ class State:
     locals: dict[str, Any]
     writes: dict[tuple[Any, str], Any]
     path: frozenset
+    # local name -> the environment's variables its value was computed from (see `environment`)
+    env: dict[str, frozenset[str]] = field(default_factory=dict)
+    # on a path that ends in a raise: the names of the class raised and of its bases (None: not known)
+    raised: set[str] | None = None
 
-    def copy(self, path: frozenset | None = None) -> State:
-        return State(dict(self.locals), dict(self.writes), self.path if path is None else path)
+    def copy(self, path: frozenset | None = None, budget: Budget | None = None) -> State:
+        """A state for another path. With a budget, the containers it holds are copied too (charged to it), so what
+        one path appends to a list the other does not see (two names of one list stay one list)."""
+        path = self.path if path is None else path
+        if budget is None:
+            return State(dict(self.locals), dict(self.writes), path, dict(self.env))
+        copies: dict[int, Any] = {}
+        locals_ = {k: _own(v, copies) for k, v in self.locals.items()}
+        writes = {k: _own(v, copies) for k, v in self.writes.items()}
+        if copies:
+            budget.spend(sum(len(c) + 1 for c in copies.values()))
+        return State(locals_, writes, path, dict(self.env))
+
+
+def _own(value: Any, copies: dict[int, Any]) -> Any:
+    """`value` with every list, dict and set in it copied (what they hold otherwise shared), each once."""
+    if not isinstance(value, (list, dict, set, tuple)):
+        return value
+    found = copies.get(id(value))
+    if found is not None:
+        return found
+    if isinstance(value, dict):
+        out: Any = {}
+        copies[id(value)] = out
+        for k, v in value.items():
+            out[k] = _own(v, copies)
+    elif isinstance(value, list):
+        out = []
+        copies[id(value)] = out
+        out.extend(_own(v, copies) for v in value)
+    elif isinstance(value, set):
+        out = set(value)  # set members are hashable: no list or dict in them
+        copies[id(value)] = out
+    else:  # a tuple is not mutable, but may hold what is
+        items = [_own(v, copies) for v in value]
+        out = value if all(a is b for a, b in zip(items, value, strict=True)) else tuple(items)
+        copies[id(value)] = out
+    return out
 
 
 @dataclass
@@ -190,7 +232,7 @@ class Verdict:
 
 def verdict(outcomes: list[Outcome]) -> Verdict:
     """True if some outcome happens whatever the undecided conditions are, UNKNOWN if some may, else False."""
-    live = [o for o in outcomes if not contradictory(o.path)]
+    live = [o for o in outcomes if not o.caught and not contradictory(o.path)]
     if not live:
         return Verdict(False, [])
     certain = [o for o in live if not o.path]

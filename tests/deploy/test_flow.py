@@ -431,7 +431,7 @@ def test_a_module_name_a_failed_import_check_reassigns_is_unknown(tree: tuple[So
 
 
 def test_the_environment_remembers_what_decided_a_branch(tree: tuple[SourceTree, Path]) -> None:
-    from specguard.deploy.flow.environment import served_environment
+    from specguard.evaluation.environment import served_environment
 
     t, _ = tree
     with served_environment({}) as env:

@@ -14,9 +14,9 @@ from sg_mutate import fork, replace, rewrite
 
 from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.flow.environment import served_environment
 from specguard.deploy.hazards import ENV_NOTE, Judgement, evaluate
 from specguard.deploy.load import load
+from specguard.evaluation.environment import served_environment
 
 RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
 SELECTION = "`VllmConfig.use_v2_model_runner` (config/vllm.py)"

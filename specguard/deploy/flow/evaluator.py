@@ -21,10 +21,10 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from specguard.deploy.flow import environment, exceptions
 from specguard.deploy.flow.objects import ObjectModel
 from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
 from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
+from specguard.evaluation import environment, exceptions
 from specguard.evaluation.budget import (
     EVALUATION_STEPS,
     OutOfBudget,

@@ -9,9 +9,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from specguard.deploy.flow import environment
 from specguard.deploy.flow.paths import Frame, State
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
+from specguard.evaluation import environment
 from specguard.evaluation.budget import Budget, deep_size, size, too_large
 from specguard.evaluation.values import (
     UNKNOWN,

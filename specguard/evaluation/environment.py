@@ -1,11 +1,12 @@
-"""The environment the served vLLM will run in, as the evaluator reads it: `os.getenv(...)` and `os.environ.get(...)`
-in evaluated code look the name up here. Every read is remembered, and so is every variable whose value decided a
-branch of evaluated code (an `if`, an `assert`, a conditional expression testing it, directly or through a local
-computed from it), so a verdict that took a code path because a variable (VLLM_USE_V2_MODEL_RUNNER, ...) was unset
-can say so, and one that merely read a variable does not.
+"""The environment the evaluated code will run in, as the evaluator reads it: `os.getenv(...)` and
+`os.environ.get(...)` in evaluated code look the name up here, never in specguard's own process. Every read is
+remembered, and so is every variable whose value decided a branch of evaluated code (an `if`, an `assert`, a
+conditional expression testing it, directly or through a local computed from it), so a verdict that took a code
+path because a variable was unset can say so, and one that merely read a variable does not.
 
-`specguard config` sets it from its own environment plus `--env KEY=VALUE` (a deployment elsewhere); evaluations
-outside such a context see an empty environment (every variable unset), and still record what they read.
+A client sets it for a run (`specguard config`: its own environment plus `--env KEY=VALUE`, a deployment
+elsewhere); evaluations outside such a context see an empty environment (every variable unset), and still record
+what they read.
 """
 
 from __future__ import annotations
