@@ -274,3 +274,20 @@ def test_the_generated_helpers_are_evaluated_not_guessed() -> None:
     text = HELPERS + "\n\ndef fn(a, b):\n    return pick(double(a), total([b, 2]), first=b > 3)\n"
     assert evaluate(text, {"a": 4, "b": 5}) == ([9], 0)
     assert evaluate(text, {"a": 4, "b": 1}) == ([3], 0)
+
+
+def test_values_larger_than_the_budget_allows_are_never_built() -> None:
+    """The rules' evaluator sizes a method's, a builtin's or an operator's result before building it (the budget
+    the config pre-flight uses): one larger than the largest value is unknown, and the values around it stay known."""
+    text = """
+def fn(a, b):
+    s = "ab" * 400
+    n = 7 ** 250
+    big = n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n * n
+    return (s.replace("a", s), "".join([s] * 200), str([s] * 200), big, len(s), s.replace("a", "c")[:3])
+"""
+    returns, raises = evaluate(text, {"a": 1, "b": 2})
+    assert raises == 0 and len(returns) == 1
+    *costly, length, replaced = returns[0]
+    assert [possible(v) for v in costly] == [None] * 4
+    assert possible(length) == [800] and possible(replaced) == ["cbc"]

@@ -151,3 +151,13 @@ def cached_on(node: ast.AST, name: str, compute: Callable[[ast.AST], Any]) -> An
         found = compute(node)
         setattr(node, key, found)
     return found
+
+
+def absolute_module(module: str, is_package: bool, level: int, target: str | None) -> str:
+    """The module `from <dots><target> import ...` in `module` names (its package for `from . import x`)."""
+    if level == 0:
+        return target or ""
+    parts = module.split(".") if module else []
+    package = parts if is_package else parts[:-1]
+    base = package[: len(package) - (level - 1)] if level > 1 else package
+    return ".".join([*base, *([target] if target else [])])

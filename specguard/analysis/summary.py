@@ -11,7 +11,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from specguard.analysis.ast_tools import is_bound_method
+from specguard.analysis.ast_tools import absolute_module, is_bound_method
 from specguard.analysis.ast_tools import same_scope as _same_scope
 from specguard.analysis.signatures import Signature, signature
 
@@ -60,15 +60,6 @@ def dotted_name(node: ast.expr) -> str | None:
     if isinstance(node, ast.Subscript):  # Generic[T] -> Generic
         return dotted_name(node.value)
     return None
-
-
-def _absolute(module: str, is_package: bool, level: int, target: str | None) -> str:
-    if level == 0:
-        return target or ""
-    parts = module.split(".") if module else []
-    package = parts if is_package else parts[:-1]
-    base = package[: len(package) - (level - 1)] if level > 1 else package
-    return ".".join([*base, *([target] if target else [])])
 
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
@@ -151,7 +142,7 @@ def summarize(
                     head = alias.name.split(".")[0]
                     summary.imports[head] = head
         elif isinstance(stmt, ast.ImportFrom):
-            source = _absolute(module, is_package, stmt.level, stmt.module)
+            source = absolute_module(module, is_package, stmt.level, stmt.module)
             for alias in stmt.names:
                 if alias.name == "*":
                     summary.star_imports.append(source)

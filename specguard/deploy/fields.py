@@ -29,8 +29,8 @@ from specguard.deploy.flow import (
     known,
     verdict,
 )
-from specguard.deploy.flow.objects import PYTHON_TYPES
 from specguard.deploy.source import ClassInfo, SourceTree, dotted
+from specguard.evaluation.objects import PYTHON_TYPES
 
 # Python's types by name, as an annotation writes them (`object` validates anything).
 _BUILTINS: dict[str, Any] = {**PYTHON_TYPES, "frozenset": frozenset, "bytes": bytes, "object": Any}

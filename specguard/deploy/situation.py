@@ -40,6 +40,7 @@ from specguard.deploy.flow import (
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted, message_of
 from specguard.evaluation import environment
+from specguard.evaluation.evaluator import own_nodes
 
 CONFIG_PACKAGE = "config"  # vllm/config: where the config classes live (and are re-exported)
 ENTRY_DECORATORS = {"field_validator", "model_validator", "model_serializer", "cached_property", "property"}
@@ -662,7 +663,7 @@ class Reach:
                     continue
                 calls = [
                     sub
-                    for sub in _own_nodes(func)
+                    for sub in own_nodes(func)
                     if isinstance(sub, ast.Call)
                     and (
                         (isinstance(sub.func, ast.Attribute) and sub.func.attr == name)
@@ -686,17 +687,6 @@ def _in_try(tree: SourceTree, module: ParsedModule, function: Any, calls: list[a
                 break
             node = parents.get(id(node))
     return inside
-
-
-def _own_nodes(func: ast.AST) -> Iterable[ast.AST]:
-    """Nodes of a function body, not of the functions nested in it (they are callers in their own right)."""
-    stack = list(ast.iter_child_nodes(func))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _is_entry(function: Any) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
+from specguard.analysis.ast_tools import absolute_module
 from specguard.errors import UserError
 
 ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
@@ -145,19 +146,8 @@ class _Collector:
                 self.collect(stmt.finalbody)
                 self.conditional -= 1
 
-    def _absolute(self, node: ast.ImportFrom) -> str:
-        mod = node.module or ""
-        if not node.level:
-            return mod
-        parts = self.parsed.name.split(".")
-        if not self.parsed.is_package:
-            parts = parts[:-1]
-        if node.level > 1:
-            parts = parts[: len(parts) - (node.level - 1)]
-        return ".".join([*parts, mod] if mod else parts)
-
     def _import_from(self, node: ast.ImportFrom) -> None:
-        source = self._absolute(node)
+        source = absolute_module(self.parsed.name, self.parsed.is_package, node.level, node.module)
         for alias in node.names:
             if alias.name == "*":
                 self.parsed.star_imports.append(source)
@@ -165,19 +155,32 @@ class _Collector:
             self.parsed.imports[alias.asname or alias.name] = (source, alias.name)
 
     def _class(self, node: ast.ClassDef) -> None:
-        info = ClassInfo(node.name, self.parsed.name, self.parsed.path, node)
-        for stmt in node.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                info.annotations[stmt.target.id] = stmt.annotation
-                if stmt.value is not None:
-                    info.attributes[stmt.target.id] = stmt.value
-            elif isinstance(stmt, ast.Assign):
-                for target in stmt.targets:
-                    if isinstance(target, ast.Name):
-                        info.attributes[target.id] = stmt.value
-            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                info.methods[stmt.name] = stmt
-        self.parsed.classes[node.name] = info
+        self.parsed.classes[node.name] = read_class(self.parsed, node)
+
+
+def read_module(name: str, path: Path, is_package: bool, tree: ast.Module) -> ParsedModule:
+    """A parsed module's read model: its top-level classes, functions, assignments and imports."""
+    parsed = ParsedModule(name, path, is_package, tree)
+    _Collector(parsed).collect(tree.body)
+    return parsed
+
+
+def read_class(module: ParsedModule, node: ast.ClassDef) -> ClassInfo:
+    """A class of `module` (top-level, or nested in a function or another class): its annotations, class-level
+    values and methods."""
+    info = ClassInfo(node.name, module.name, module.path, node)
+    for stmt in node.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            info.annotations[stmt.target.id] = stmt.annotation
+            if stmt.value is not None:
+                info.attributes[stmt.target.id] = stmt.value
+        elif isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    info.attributes[target.id] = stmt.value
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            info.methods[stmt.name] = stmt
+    return info
 
 
 @dataclass
@@ -250,8 +253,7 @@ class SourceTree:
                 except (RecursionError, MemoryError):
                     self.unreadable[self.relpath(path)] = "too deeply nested for Python's parser (RecursionError)"
             if tree is not None:
-                parsed = ParsedModule(name, path, is_pkg, tree)
-                _Collector(parsed).collect(tree.body)
+                parsed = read_module(name, path, is_pkg, tree)
         self._cache[name] = parsed
         return parsed
 

@@ -154,3 +154,34 @@ def result_size(op: ast.operator, left: Any, right: Any) -> int | None:
         bits = max(abs(left).bit_length(), abs(right).bit_length()) + 1
         return bits // 64 + 1 if bits <= MAX_INT_BITS else None
     return 1
+
+
+def method_result_size(target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> int:
+    """How large the result of a whitelisted str/list/dict/set method may be (see `size`), before calling it."""
+    if isinstance(target, str):
+        if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+            old, new = args[0], args[1]
+            count = target.count(old) if old else len(target) + 1
+            return len(target) + count * max(len(new) - len(old), 0)
+        if name == "join" and len(args) == 1 and isinstance(args[0], (list, tuple, set, frozenset)):
+            items = args[0]
+            return sum(deep_size(x) for x in items) + len(target) * len(items)
+        if name == "format":  # each replacement field may insert the largest argument
+            return len(target) + target.count("{") * max([deep_size(v) for v in [*args, *kwargs.values()]] or [0])
+        return len(target) + deep_size(args)
+    if name in ("extend", "update", "union") and hasattr(target, "__len__"):
+        return len(target) + sum(len(a) if hasattr(a, "__len__") else 1 for a in args)
+    return (len(target) if hasattr(target, "__len__") else 0) + 1
+
+
+def builtin_result_size(name: str, args: list[Any]) -> int | None:
+    """How large a builtin's result may be (None: not computed), before calling it."""
+    if name in ("str", "repr"):
+        return sum(deep_size(a) for a in args)
+    if name == "sum" and args and not all(isinstance(v, (int, float)) for v in _items(args[0])):
+        return None  # summing sequences is quadratic, and nothing a config check needs
+    return sum(len(a) if hasattr(a, "__len__") else 1 for a in args) + 1
+
+
+def _items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from specguard.evaluation.budget import builtin_result_size, method_result_size, too_large
 from specguard.evaluation.objects import FORMAT_FIELD_SPEC, ObjectModel
 from specguard.evaluation.paths import Frame, State, join_values
 from specguard.evaluation.values import (
@@ -230,6 +231,9 @@ class Builtins(ObjectModel):
             if short == "dict" and not args:
                 return dict(kwargs)
             return UNKNOWN
+        cost = builtin_result_size(short, plain_args)
+        if cost is None or too_large(cost):
+            return UNKNOWN  # never built: `str()` of a value that prints longer than the budget's largest
         try:
             result = fn(*plain_args, **plain_kwargs)
         except Exception:  # noqa: BLE001 - a builtin refusing its input: the value is not known
@@ -408,7 +412,7 @@ class Builtins(ObjectModel):
             return result
         if method.name == "extend" and isinstance(target, list):
             items = self.iterate(args[0]) if args else None
-            if items is None:
+            if items is None or too_large(len(target) + len(items)):
                 return UNKNOWN
             target.extend(items)
             return None
@@ -431,13 +435,12 @@ class Builtins(ObjectModel):
             return UNKNOWN
         if method.name == "format" and isinstance(target, str) and FORMAT_FIELD_SPEC.search(target):
             return UNKNOWN  # a width or an attribute path in a format field: nothing a verdict needs, and costly
+        if too_large(method_result_size(target, method.name, plain_args, kwargs)):
+            return UNKNOWN  # never built: `s.replace("a", s)`, `"".join([s] * n)`
         try:
-            result = getattr(target, method.name)(*plain_args, **kwargs)
+            return getattr(target, method.name)(*plain_args, **kwargs)
         except Exception:  # noqa: BLE001 - a method refusing its input: no effect we can model
             return UNKNOWN
-        if isinstance(result, str) and len(result) > 100_000:
-            return UNKNOWN
-        return result
 
 
 # ---- the standard library ------------------------------------------------------------------------------------

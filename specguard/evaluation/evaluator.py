@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from specguard.analysis.ast_tools import cached_on
+from specguard.analysis.ast_tools import absolute_module, cached_on
 from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
 from specguard.evaluation import exceptions
 from specguard.evaluation.budget import MAX_ITEMS, OutOfBudget, result_size
@@ -423,9 +423,9 @@ class Evaluator(Builtins):
                     entry.locals[handler.name] = UNKNOWN
                 flow = _chain_parallel(flow, self.exec_block(handler.body, frame, entry))
         if flow.normal is not None and stmt.orelse:
-            flow = _chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
+            flow = chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
         if flow.normal is not None and stmt.finalbody:
-            flow = _chain(flow, self.exec_block(stmt.finalbody, frame, flow.normal))
+            flow = chain(flow, self.exec_block(stmt.finalbody, frame, flow.normal))
         return flow
 
     def _s_with(self, stmt: ast.With | ast.AsyncWith, frame: Frame, state: State) -> Flow:
@@ -614,14 +614,7 @@ class Evaluator(Builtins):
                 known_module = bound.startswith(self.tree.package) and self.tree.module(bound) is not None
                 state.locals[alias.asname or bound] = ModuleRef(bound) if known_module else Opaque(bound)
             return
-        source = stmt.module or ""
-        if stmt.level:
-            parts = frame.module.name.split(".")
-            if not frame.module.is_package:
-                parts = parts[:-1]
-            if stmt.level > 1:
-                parts = parts[: len(parts) - (stmt.level - 1)]
-            source = ".".join([*parts, source] if source else parts)
+        source = absolute_module(frame.module.name, frame.module.is_package, stmt.level, stmt.module)
         for alias in stmt.names:
             if alias.name != "*":
                 state.locals[alias.asname or alias.name] = self._resolved(source, alias.name)
@@ -1210,7 +1203,7 @@ class Evaluator(Builtins):
         spec = func.node.args
         positional = [*spec.posonlyargs, *spec.args]
         values = list(args)
-        if self_value is not None and not _is_static(func.node):
+        if self_value is not None and not is_static(func.node):
             values.insert(0, self_value)
         out: dict[str, Any] = {}
         unknown_rest = _STAR_UNKNOWN in values
@@ -1403,7 +1396,7 @@ def _text(node: ast.AST) -> str:
     return dotted(target) or ast.unparse(target)[:60]  # type: ignore[arg-type]
 
 
-def _is_static(node: ast.AST) -> bool:
+def is_static(node: ast.AST) -> bool:
     return any((dotted(d) or "").endswith("staticmethod") for d in getattr(node, "decorator_list", []))
 
 
@@ -1411,11 +1404,11 @@ def _is_generator(node: ast.AST) -> bool:
     if isinstance(node, ast.Lambda):
         return False
     return cached_on(
-        node, "generator", lambda n: any(isinstance(sub, (ast.Yield, ast.YieldFrom)) for sub in _own_nodes(n))
+        node, "generator", lambda n: any(isinstance(sub, (ast.Yield, ast.YieldFrom)) for sub in own_nodes(n))
     )
 
 
-def _own_nodes(node: ast.AST) -> Iterable[ast.AST]:
+def own_nodes(node: ast.AST) -> Iterable[ast.AST]:
     """The nodes of a function body, not of the functions, classes and lambdas nested in it."""
     todo = list(ast.iter_child_nodes(node))
     while todo:
@@ -1438,7 +1431,7 @@ def _dropped_calls(node: ast.AST) -> set[int]:
         node,
         "dropped",
         lambda n: {
-            id(sub.value) for sub in _own_nodes(n) if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call)
+            id(sub.value) for sub in own_nodes(n) if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call)
         },
     )
 
@@ -1452,7 +1445,7 @@ def _pattern_names(pattern: ast.pattern) -> set[str]:
     return names
 
 
-def _chain(first: Flow, second: Flow) -> Flow:
+def chain(first: Flow, second: Flow) -> Flow:
     return Flow(
         normal=second.normal,
         returns=first.returns + second.returns,

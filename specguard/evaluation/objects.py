@@ -48,14 +48,14 @@ from specguard.evaluation.values import (
 if TYPE_CHECKING:
     from specguard.evaluation.hooks import Hooks
 
-_PURE_STR = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
-_PURE_STR |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
+STR_METHODS = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
+STR_METHODS |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
 # `{:>1000000000}` or `{0.__class__}`: format fields that do more than insert a value
 FORMAT_FIELD_SPEC = re.compile(r"\{[^{}]*[:!.\[][^{}]*\}")
-_DICT = {"get", "items", "keys", "values", "pop", "copy", "setdefault", "update"}
-_LIST = {"append", "remove", "extend", "copy", "index", "count", "pop", "insert"}
-_SET = {"add", "discard", "copy", "union", "pop"}
-_CONTAINERS = (list, tuple, set, frozenset, dict)
+DICT_METHODS = {"get", "items", "keys", "values", "pop", "copy", "setdefault", "update"}
+LIST_METHODS = {"append", "remove", "extend", "copy", "index", "count", "pop", "insert"}
+SET_METHODS = {"add", "discard", "copy", "union", "pop"}
+CONTAINERS = (list, tuple, set, frozenset, dict)
 _REFERENCES = (ClassRef, Function, Bound, Partial, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod, FieldInfo)
 
 BUILTINS = {
@@ -97,7 +97,7 @@ BUILTINS = {
     "filter",
 }
 
-_ORDER: dict[type, Callable[[Any, Any], Any]] = {
+ORDERINGS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Lt: operator.lt,
     ast.LtE: operator.le,
     ast.Gt: operator.gt,
@@ -204,13 +204,13 @@ class ObjectModel:
             return Opaque(f"{base.name}.{attr}")
         if isinstance(base, FieldInfo):
             return base.name if attr == "name" else base.compare if attr == "compare" else UNKNOWN
-        if isinstance(base, str) and attr in _PURE_STR:
+        if isinstance(base, str) and attr in STR_METHODS:
             return PyMethod(base, attr)
-        if isinstance(base, dict) and attr in _DICT:
+        if isinstance(base, dict) and attr in DICT_METHODS:
             return PyMethod(base, attr)
-        if isinstance(base, list) and attr in _LIST:
+        if isinstance(base, list) and attr in LIST_METHODS:
             return PyMethod(base, attr)
-        if isinstance(base, set) and attr in _SET:
+        if isinstance(base, set) and attr in SET_METHODS:
             return PyMethod(base, attr)
         return missing if missing is not UNKNOWN and base is None else UNKNOWN
 
@@ -250,7 +250,7 @@ class ObjectModel:
                 module = self.tree.module(klass.module)
                 if module is None:
                     return UNKNOWN
-                if not defaults and not _is_classvar(klass.annotations.get(attr)):
+                if not defaults and not is_classvar(klass.annotations.get(attr)):
                     return _DECLARED if instance and attr in klass.annotations else UNKNOWN
                 value = field_default(klass.attributes[attr])
                 if value is None:
@@ -376,7 +376,7 @@ class ObjectModel:
             if not _is_dataclass(klass):
                 continue
             for name, annotation in klass.annotations.items():
-                if not _is_classvar(annotation):
+                if not is_classvar(annotation):
                     seen.pop(name, None)
                     seen[name] = klass
         return [(klass, name) for name, klass in seen.items()]
@@ -436,7 +436,7 @@ class ObjectModel:
             if inside is UNKNOWN:
                 return UNKNOWN
             return inside if isinstance(op, ast.In) else not inside
-        fn = _ORDER.get(type(op))
+        fn = ORDERINGS.get(type(op))
         if fn is None or not known(left) or not known(right):
             return UNKNOWN
         if not all(isinstance(v, (int, float)) for v in (left, right)):
@@ -551,7 +551,7 @@ class ObjectModel:
             return UNKNOWN if result is UNKNOWN else bool(result) if known(result) else UNKNOWN
         if isinstance(value, _REFERENCES):
             return True
-        if isinstance(value, _CONTAINERS):
+        if isinstance(value, CONTAINERS):
             return len(value) > 0
         try:
             return bool(value)
@@ -565,7 +565,7 @@ class ObjectModel:
             return UNKNOWN
         for t in options:
             if isinstance(t, Opaque) and t.name.startswith("builtins."):
-                pytype = _PYTYPES.get(t.name.rpartition(".")[2])
+                pytype = PYTHON_TYPES.get(t.name.rpartition(".")[2])
                 if pytype is None:
                     return UNKNOWN
                 if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
@@ -585,7 +585,7 @@ class ObjectModel:
         return False
 
 
-_PYTYPES: dict[str, type | tuple[type, ...]] = {
+PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
     "str": str,
     "int": int,
     "float": float,
@@ -618,7 +618,7 @@ def _compares(value: ast.expr | None) -> bool:
     return True
 
 
-def _is_classvar(annotation: ast.expr | None) -> bool:
+def is_classvar(annotation: ast.expr | None) -> bool:
     if annotation is None:
         return False
     text = ast.unparse(annotation)

@@ -17,7 +17,7 @@ from pathlib import Path
 from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.source import UNSTAMPED, decode, parse_ast, read_stamped
 from specguard.analysis.sparse import sparse_lines
-from specguard.deploy.source import ParsedModule, SourceTree, _Collector
+from specguard.deploy.source import ParsedModule, SourceTree, read_module
 from specguard.errors import SourceError
 
 Stamp = tuple[int, int]
@@ -58,8 +58,7 @@ class Parsed:
             except SourceError:
                 self.by_path[absolute] = (None, UNSTAMPED)
             else:
-                parsed = ParsedModule(name, absolute, is_package, tree)
-                _Collector(parsed).collect(tree.body)
+                parsed = read_module(name, absolute, is_package, tree)
                 # for preselections by reading, numbered as CPython numbers lines (a form feed ends none)
                 parsed.lines = [line.rstrip("\r\n") for line in sparse_lines(text)]  # type: ignore[attr-defined]
                 self.by_path[absolute] = (parsed, stamp)
@@ -118,8 +117,7 @@ class Program(SourceTree):
             self.read[found[0]] = stamp
         elif name in self.stubs:
             tree = ast.parse(self.stubs[name], filename=f"<stub of {name}>")
-            parsed = ParsedModule(name, Path(f"<stub of {name}>"), False, tree)
-            _Collector(parsed).collect(tree.body)
+            parsed = read_module(name, Path(f"<stub of {name}>"), False, tree)
         self._cache[name] = parsed
         return parsed
 

@@ -21,7 +21,7 @@ from typing import Any
 from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, same_scope, span
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
-from specguard.deploy.source import ClassInfo, ParsedModule
+from specguard.deploy.source import ClassInfo, ParsedModule, read_class
 from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator, OutOfBudget
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.instances import InstanceAttributes
@@ -146,25 +146,8 @@ def _scopes(
             qualname = prefix + stmt.name
             info = module.classes.get(stmt.name)
             if info is None or info.node is not stmt:
-                info = class_info(module, stmt)
+                info = read_class(module, stmt)
             yield from _scopes(module, stmt.body, info, qualname + ".", methods=True)
-
-
-def class_info(module: ParsedModule, node: ast.ClassDef) -> ClassInfo:
-    """A class nested in a function or another class, read as the module's own classes are."""
-    info = ClassInfo(node.name, module.name, module.path, node)
-    for stmt in node.body:
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            info.annotations[stmt.target.id] = stmt.annotation
-            if stmt.value is not None:
-                info.attributes[stmt.target.id] = stmt.value
-        elif isinstance(stmt, ast.Assign):
-            for target in stmt.targets:
-                if isinstance(target, ast.Name):
-                    info.attributes[target.id] = stmt.value
-        elif isinstance(stmt, FUNCTIONS):
-            info.methods[stmt.name] = stmt
-    return info
 
 
 # ---- what a callee value denotes ----------------------------------------------------------------------------

@@ -21,9 +21,10 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from specguard.analysis.ast_tools import absolute_module
 from specguard.deploy.flow.objects import ObjectModel
 from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
-from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
+from specguard.deploy.source import ParsedModule, SourceTree, message_of
 from specguard.evaluation import environment, exceptions
 from specguard.evaluation.budget import (
     EVALUATION_STEPS,
@@ -33,6 +34,7 @@ from specguard.evaluation.budget import (
     result_size,
     too_large,
 )
+from specguard.evaluation.evaluator import assigned_names, chain, is_static, own_nodes
 from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
@@ -197,9 +199,9 @@ class Evaluator(ObjectModel):
             flow = self._handle(stmt.handlers, self.outcomes[start:], flow, frame, state)  # type: ignore[attr-defined]
             if flow.normal is not None:
                 rest = self.exec_block(stmt.orelse, frame, flow.normal)  # type: ignore[attr-defined]
-                flow = _chain(flow, rest)
+                flow = chain(flow, rest)
             if flow.normal is not None and stmt.finalbody:  # type: ignore[attr-defined]
-                flow = _chain(flow, self.exec_block(stmt.finalbody, frame, flow.normal))  # type: ignore[attr-defined]
+                flow = chain(flow, self.exec_block(stmt.finalbody, frame, flow.normal))  # type: ignore[attr-defined]
             return flow
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
             for item in stmt.items:
@@ -226,7 +228,7 @@ class Evaluator(ObjectModel):
         if isinstance(stmt, (ast.Pass, ast.Global, ast.Nonlocal)):
             return Flow(normal=state)
         # class definitions, match statements and anything newer: what they bind is unknown
-        for name in _assigned_names([stmt]):
+        for name in assigned_names([stmt]):
             state.locals[name] = UNKNOWN
         return Flow(normal=state)
 
@@ -346,14 +348,14 @@ class Evaluator(ObjectModel):
         return flow
 
     def _loop_unknown(self, stmt: ast.stmt, over: ast.expr, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
-        for name in _assigned_names(body) | _assigned_names([stmt]):
+        for name in assigned_names(body) | assigned_names([stmt]):
             state.locals[name] = UNKNOWN
         cond = self.cond(over, frame.module)  # "the loop body runs", named by what it iterates over
         res = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}, self.budget))
         after = merge([s for s in [state, res.normal, *res.breaks, *res.continues] if s is not None], self.budget)
         if after is not None:
             after.path = state.path
-            for name in _assigned_names(body):
+            for name in assigned_names(body):
                 after.locals[name] = UNKNOWN
         return Flow(normal=after, returns=res.returns)
 
@@ -409,14 +411,7 @@ class Evaluator(ObjectModel):
                 known_module = bound.startswith(self.tree.package)
                 state.locals[alias.asname or bound] = ModuleRef(bound) if known_module else Opaque(bound)
             return
-        source = stmt.module or ""
-        if stmt.level:
-            parts = frame.module.name.split(".")
-            if not frame.module.is_package:
-                parts = parts[:-1]
-            if stmt.level > 1:
-                parts = parts[: len(parts) - (stmt.level - 1)]
-            source = ".".join([*parts, source] if source else parts)
+        source = absolute_module(frame.module.name, frame.module.is_package, stmt.level, stmt.module)
         for alias in stmt.names:
             if alias.name != "*":
                 state.locals[alias.asname or alias.name] = self._resolved(source, alias.name)
@@ -753,7 +748,7 @@ class Evaluator(ObjectModel):
         spec = func.node.args
         positional = [*spec.posonlyargs, *spec.args]
         values = list(args)
-        if self_value is not None and not _is_static(func.node):
+        if self_value is not None and not is_static(func.node):
             values.insert(0, self_value)
         out: dict[str, Any] = {}
         unknown_rest = _STAR_UNKNOWN in values
@@ -814,40 +809,10 @@ def _env_of(node: ast.AST, state: State) -> list[str]:
 
 def _own_returns(func: ast.AST) -> list[ast.Return]:
     """The `return` statements of a function, not of the functions nested in it."""
-    found: list[ast.Return] = []
-    stack = list(ast.iter_child_nodes(func))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Return):
-            found.append(node)
-        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
-    return found
-
-
-def _is_static(node: ast.AST) -> bool:
-    return any((dotted(d) or "").endswith("staticmethod") for d in getattr(node, "decorator_list", []))
+    return [node for node in own_nodes(func) if isinstance(node, ast.Return)]
 
 
 def _is_generator(node: ast.AST) -> bool:
     if isinstance(node, ast.Lambda):
         return False
     return any(isinstance(sub, (ast.Yield, ast.YieldFrom)) for sub in ast.walk(node))
-
-
-def _chain(first: Flow, second: Flow) -> Flow:
-    return Flow(
-        normal=second.normal,
-        returns=first.returns + second.returns,
-        breaks=first.breaks + second.breaks,
-        continues=first.continues + second.continues,
-    )
-
-
-def _assigned_names(stmts: list[ast.stmt]) -> set[str]:
-    names: set[str] = set()
-    for stmt in stmts:
-        for sub in ast.walk(stmt):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                names.add(sub.id)
-    return names

@@ -4,15 +4,25 @@ module, enums, comparisons and truth in three-valued logic, and the few builtins
 from __future__ import annotations
 
 import ast
-import operator
-import re
-from collections.abc import Callable
 from typing import Any
 
 from specguard.deploy.flow.paths import Frame, State
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
 from specguard.evaluation import environment
-from specguard.evaluation.budget import Budget, deep_size, size, too_large
+from specguard.evaluation.budget import Budget, builtin_result_size, method_result_size, size, too_large
+from specguard.evaluation.objects import (
+    CONTAINERS,
+    DICT_METHODS,
+    FORMAT_FIELD_SPEC,
+    LIST_METHODS,
+    MISSING,
+    ORDERINGS,
+    PYTHON_TYPES,
+    SET_METHODS,
+    STR_METHODS,
+    field_default,
+    is_classvar,
+)
 from specguard.evaluation.values import (
     UNKNOWN,
     Bound,
@@ -30,20 +40,6 @@ from specguard.evaluation.values import (
     known,
     same_value,
 )
-
-_PURE_STR = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
-_PURE_STR |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
-
-# `{:>1000000000}` or `{0.__class__}`: format fields that do more than insert a value
-_FORMAT_FIELD_SPEC = re.compile(r"\{[^{}]*[:!.\[][^{}]*\}")
-
-_DICT = {"get", "items", "keys", "values", "pop", "copy", "setdefault", "update"}
-
-_LIST = {"append", "remove", "extend", "copy", "index", "count", "pop", "insert"}
-
-_SET = {"add", "discard", "copy", "union"}
-
-_CONTAINERS = (list, tuple, set, frozenset, dict)
 
 _BUILTINS = {
     "getattr",
@@ -70,26 +66,6 @@ _BUILTINS = {
     "type",
     "super",
 }
-
-PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
-    "str": str,
-    "int": int,
-    "float": float,
-    "bool": bool,
-    "dict": dict,
-    "list": list,
-    "tuple": tuple,
-    "set": set,
-}
-
-_ORDER: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-}
-
-_MISSING: Any = object()
 
 
 class ObjectModel:
@@ -124,9 +100,9 @@ class ObjectModel:
             if method.name in ("append", "extend", "update", "add", "insert") and isinstance(target, (list, dict)):
                 return None  # mutating with an unknown value: the container stays, its new part is unknown
             return UNKNOWN
-        if method.name == "format" and isinstance(target, str) and _FORMAT_FIELD_SPEC.search(target):
+        if method.name == "format" and isinstance(target, str) and FORMAT_FIELD_SPEC.search(target):
             return UNKNOWN  # a width or an attribute path in a format field: nothing a hazard needs, and costly
-        cost = _method_result_size(target, method.name, args, kwargs)
+        cost = method_result_size(target, method.name, args, kwargs)
         if too_large(cost):
             if method.name in ("append", "extend", "update", "add", "insert") and isinstance(target, (list, dict)):
                 return None  # not grown: what it would have held is unknown to the evaluation
@@ -160,13 +136,13 @@ class ObjectModel:
         self, short: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
         if short == "getattr" and len(args) in (2, 3) and isinstance(args[1], str):
-            value = self.getattr(args[0], args[1], state, frame.depth, missing=_MISSING)
-            if value is _MISSING:
+            value = self.getattr(args[0], args[1], state, frame.depth, missing=MISSING)
+            if value is MISSING:
                 return args[2] if len(args) == 3 else UNKNOWN
             return value
         if short == "hasattr" and len(args) == 2 and isinstance(args[1], str):
-            value = self.getattr(args[0], args[1], state, frame.depth, missing=_MISSING)
-            return UNKNOWN if value is UNKNOWN else value is not _MISSING
+            value = self.getattr(args[0], args[1], state, frame.depth, missing=MISSING)
+            return UNKNOWN if value is UNKNOWN else value is not MISSING
         if short == "isinstance" and len(args) == 2:
             return self._isinstance(args[0], args[1])
         if short == "super":
@@ -188,7 +164,7 @@ class ObjectModel:
             return UNKNOWN
         if not known(args, self.budget) or not known(kwargs, self.budget):
             return UNKNOWN
-        cost = _builtin_result_size(short, args)
+        cost = builtin_result_size(short, args)
         if cost is None or too_large(cost):
             return UNKNOWN
         self.budget.spend(cost)
@@ -296,13 +272,13 @@ class ObjectModel:
             return TokenAttr(base, attr)
         if isinstance(base, Opaque):
             return Opaque(f"{base.name}.{attr}")
-        if isinstance(base, str) and attr in _PURE_STR:
+        if isinstance(base, str) and attr in STR_METHODS:
             return PyMethod(base, attr)
-        if isinstance(base, dict) and attr in _DICT:
+        if isinstance(base, dict) and attr in DICT_METHODS:
             return PyMethod(base, attr)
-        if isinstance(base, list) and attr in _LIST:
+        if isinstance(base, list) and attr in LIST_METHODS:
             return PyMethod(base, attr)
-        if isinstance(base, set) and attr in _SET:
+        if isinstance(base, set) and attr in SET_METHODS:
             return PyMethod(base, attr)
         return missing if missing is not UNKNOWN and base is None else UNKNOWN
 
@@ -323,9 +299,9 @@ class ObjectModel:
                 return self._method_value(klass, klass.methods[attr], owner_value, state, depth)
             if attr in klass.attributes:
                 module = self.tree.module(klass.module)
-                if module is None or (not defaults and not _is_classvar(klass.annotations.get(attr))):
+                if module is None or (not defaults and not is_classvar(klass.annotations.get(attr))):
                     return UNKNOWN
-                value = _field_default(klass.attributes[attr])
+                value = field_default(klass.attributes[attr])
                 if value is None:
                     return UNKNOWN
                 return self.eval(value, Frame(module, klass, None, depth), State({}, {}, frozenset()))
@@ -472,7 +448,7 @@ class ObjectModel:
             if inside is UNKNOWN:
                 return UNKNOWN
             return inside if isinstance(op, ast.In) else not inside
-        fn = _ORDER.get(type(op))
+        fn = ORDERINGS.get(type(op))
         if fn is None or not known(left) or not known(right):
             return UNKNOWN
         if not all(isinstance(v, (int, float)) for v in (left, right)):
@@ -554,60 +530,9 @@ class ObjectModel:
             return UNKNOWN if result is UNKNOWN else bool(result) if known(result) else UNKNOWN
         if isinstance(value, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
             return True
-        if isinstance(value, _CONTAINERS):
+        if isinstance(value, CONTAINERS):
             return len(value) > 0
         try:
             return bool(value)
         except Exception:  # noqa: BLE001 - an evaluated value without a truth value: undecided
             return UNKNOWN
-
-
-def _method_result_size(target: Any, name: str, args: list[Any], kwargs: dict[str, Any]) -> int:
-    """How large the result of a whitelisted str/list/dict/set method may be, before calling it."""
-    if isinstance(target, str):
-        if name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
-            old, new = args[0], args[1]
-            count = target.count(old) if old else len(target) + 1
-            return len(target) + count * max(len(new) - len(old), 0)
-        if name == "join" and len(args) == 1 and isinstance(args[0], (list, tuple, set, frozenset)):
-            items = args[0]
-            return sum(deep_size(x) for x in items) + len(target) * len(items)
-        if name == "format":  # each replacement field may insert the largest argument
-            return len(target) + target.count("{") * max([deep_size(v) for v in [*args, *kwargs.values()]] or [0])
-        return len(target) + deep_size(args)
-    if name in ("extend", "update", "union") and hasattr(target, "__len__"):
-        return len(target) + sum(len(a) if hasattr(a, "__len__") else 1 for a in args)
-    return (len(target) if hasattr(target, "__len__") else 0) + 1
-
-
-def _builtin_result_size(name: str, args: list[Any]) -> int | None:
-    """How large a builtin's result may be (None: not computed), before calling it."""
-    if name in ("str", "repr"):
-        return sum(deep_size(a) for a in args)
-    if name == "sum" and args and not all(isinstance(v, (int, float)) for v in _items(args[0])):
-        return None  # summing sequences is quadratic, and nothing a config check needs
-    return sum(len(a) if hasattr(a, "__len__") else 1 for a in args) + 1
-
-
-def _items(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
-
-
-def _field_default(value: ast.expr) -> ast.expr | None:
-    """A class-level value as a dataclass field's default: `field(default=x)` / `Field(x)` mean x; a default
-    factory means "computed" (None here)."""
-    if isinstance(value, ast.Call) and (dotted(value.func) or "").rpartition(".")[2] in ("field", "Field"):
-        for kw in value.keywords:
-            if kw.arg == "default":
-                return kw.value
-        if value.args and not isinstance(value.args[0], ast.Starred):
-            return value.args[0]
-        return None
-    return value
-
-
-def _is_classvar(annotation: ast.expr | None) -> bool:
-    if annotation is None:
-        return False
-    text = ast.unparse(annotation)
-    return text.startswith(("ClassVar", "typing.ClassVar"))
