@@ -168,7 +168,7 @@ class ConfigChecker:
             if current is UNKNOWN:
                 if at_startup:
                     return value
-                members = ", ".join(ev.enum_members(enum))
+                members = ", ".join(ev.tree.enum_members(enum))
                 raise argparse.ArgumentTypeError(f"{cls.name}.{name}: {value!r} is not a {enum.name} ({members})")
         return current.name if isinstance(current, EnumMember) else current
 

@@ -590,10 +590,10 @@ class Evaluator(ObjectModel):
         if isinstance(e.slice, ast.Slice):
             return UNKNOWN
         key = self.eval(e.slice, frame, state)
-        if isinstance(base, ClassRef) and self.is_enum(base.info):
+        if isinstance(base, ClassRef) and self.tree.is_enum(base.info):
             if not isinstance(key, str):
                 return UNKNOWN
-            if key in self.enum_members(base.info):
+            if key in self.tree.enum_members(base.info):
                 return EnumMember(base.info, key)
             self.record("raise", frame.module, e, f"KeyError: {key!r} is not a member of {base.info.name}", state.path)
             return UNKNOWN
@@ -702,7 +702,7 @@ class Evaluator(ObjectModel):
         if isinstance(func, Opaque):
             return self._builtin(func.name, args, kwargs, node, frame, state)
         if isinstance(func, ClassRef):
-            if self.is_enum(func.info) and len(args) == 1 and not kwargs:
+            if self.tree.is_enum(func.info) and len(args) == 1 and not kwargs:
                 return self.enum_by_value(func.info, args[0])
             return UNKNOWN
         return UNKNOWN

@@ -7,17 +7,16 @@ import ast
 from typing import Any
 
 from specguard.deploy.flow.paths import Frame, State
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
+from specguard.deploy.source import ClassInfo, ParsedModule, dotted
 from specguard.evaluation import environment
+from specguard.evaluation import objects as evaluation
 from specguard.evaluation.budget import Budget, builtin_result_size, method_result_size, size, too_large
 from specguard.evaluation.objects import (
-    CONTAINERS,
     DICT_METHODS,
     FORMAT_FIELD_SPEC,
     LIST_METHODS,
     MISSING,
     ORDERINGS,
-    PYTHON_TYPES,
     SET_METHODS,
     STR_METHODS,
     field_default,
@@ -38,7 +37,6 @@ from specguard.evaluation.values import (
     Token,
     TokenAttr,
     known,
-    same_value,
 )
 
 _BUILTINS = {
@@ -68,31 +66,15 @@ _BUILTINS = {
 }
 
 
-class ObjectModel:
-    """Attributes, names, enums, comparisons and truth; `Evaluator` adds statements, expressions and calls."""
+class ObjectModel(evaluation.ObjectModel):
+    """What the config pre-flight's evaluation does differently from the rules' (see `evaluation.objects`): plain
+    values only, builtins and methods charged to its work budget, the serving environment's variables read;
+    `Evaluator` adds statements, expressions and calls."""
 
-    tree: SourceTree
     budget: Budget
-    _module_values: dict[tuple[str, str], Any]
     _module_reads: dict[tuple[str, str], list[str]]  # the serving environment's variables each value read
-    _resolving: set[tuple[str, str]]
     env: environment.ServedEnvironment
     quiet: int
-
-    def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
-        raise NotImplementedError
-
-    def _invoke(
-        self,
-        func: Function,
-        self_value: Any,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        state: State,
-        depth: int,
-        force: bool = False,
-    ) -> Any:
-        raise NotImplementedError
 
     def _py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
         target = method.target
@@ -144,7 +126,7 @@ class ObjectModel:
             value = self.getattr(args[0], args[1], state, frame.depth, missing=MISSING)
             return UNKNOWN if value is UNKNOWN else value is not MISSING
         if short == "isinstance" and len(args) == 2:
-            return self._isinstance(args[0], args[1])
+            return self.isinstance_of(args[0], args[1])
         if short == "super":
             if frame.owner is not None and "self" in state.locals:
                 return SuperRef(frame.owner, state.locals["self"])
@@ -195,31 +177,6 @@ class ObjectModel:
         except Exception:  # noqa: BLE001 - a builtin refusing its input: the value is not known
             return UNKNOWN
 
-    def _isinstance(self, value: Any, types: Any) -> Any:
-        options = list(types) if isinstance(types, tuple) else [types]
-        if value is UNKNOWN:
-            return UNKNOWN
-        for t in options:
-            if isinstance(t, Opaque) and t.name.startswith("builtins."):
-                pytype = PYTHON_TYPES.get(t.name.rpartition(".")[2])
-                if pytype is None:
-                    return UNKNOWN
-                if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
-                    continue
-                if isinstance(value, pytype) and not (pytype is int and isinstance(value, bool)):
-                    return True
-            elif isinstance(t, ClassRef):
-                cls = value.cls if isinstance(value, (Obj, EnumMember)) else None
-                if cls is None:
-                    if isinstance(value, (str, int, float, bool, dict, list, tuple, type(None))):
-                        continue
-                    return UNKNOWN
-                if any(a.key == t.info.key for a in self.tree.ancestors(cls)):
-                    return True
-            else:
-                return UNKNOWN
-        return False
-
     def getattr(self, base: Any, attr: str, state: State, depth: int, missing: Any = UNKNOWN) -> Any:
         if base is UNKNOWN:
             return UNKNOWN
@@ -235,7 +192,7 @@ class ObjectModel:
                 base.cls, attr, base, state, depth, instance=True, missing=missing, defaults=base.defaults
             )
         if isinstance(base, ClassRef):
-            if self.is_enum(base.info) and attr in self.enum_members(base.info):
+            if self.tree.is_enum(base.info) and attr in self.tree.enum_members(base.info):
                 return EnumMember(base.info, attr)
             return self._class_member(
                 base.info, attr, base, state, depth, instance=False, missing=missing, defaults=True
@@ -399,39 +356,6 @@ class ObjectModel:
             return ModuleRef(f"{module}.{name}")
         return UNKNOWN
 
-    def is_enum(self, cls: ClassInfo) -> bool:
-        return self.tree.is_enum(cls)
-
-    def enum_members(self, cls: ClassInfo) -> list[str]:
-        return self.tree.enum_members(cls)
-
-    def enum_value(self, member: EnumMember) -> Any:
-        expr = member.cls.attributes.get(member.name)
-        if expr is None:
-            return UNKNOWN
-        module = self.tree.module(member.cls.module)
-        if module is None:
-            return UNKNOWN
-        # Members may name earlier members (`FULL_DECODE_ONLY = (FULL, NONE)`): they mean their values there.
-        siblings = {n: UNKNOWN for n in self.enum_members(member.cls)}
-        state = State({}, {}, frozenset())
-        for name in self.enum_members(member.cls):
-            if name == member.name:
-                break
-            value = member.cls.attributes[name]
-            siblings[name] = self.eval(value, Frame(module, member.cls, siblings, 0), state)
-        return self.eval(expr, Frame(module, member.cls, siblings, 0), state)
-
-    def enum_by_value(self, cls: ClassInfo, value: Any) -> Any:
-        if isinstance(value, EnumMember) and value.cls == cls:
-            return value
-        if not known(value):
-            return UNKNOWN
-        for name in self.enum_members(cls):
-            if same_value(self.enum_value(EnumMember(cls, name)), value):
-                return EnumMember(cls, name)
-        return UNKNOWN
-
     def compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
         if isinstance(op, (ast.Is, ast.IsNot)):
             same = self._identical(left, right)
@@ -512,27 +436,3 @@ class ObjectModel:
             if eq is UNKNOWN:
                 undecided = True
         return UNKNOWN if undecided else False
-
-    def truth(self, value: Any, frame: Frame, state: State) -> Any:
-        if value is UNKNOWN:
-            return UNKNOWN
-        if isinstance(value, (Obj, EnumMember)):
-            cls = value.cls
-            if cls is None:
-                return True
-            found = self.tree.method(cls, "__bool__") or self.tree.method(cls, "__len__")
-            if found is None:
-                return True
-            module = self.tree.module(found[1].module)
-            if module is None or found[0].name != "__bool__":
-                return UNKNOWN
-            result = self._invoke(Function(module, found[0], found[1]), value, [], {}, state, frame.depth + 1)
-            return UNKNOWN if result is UNKNOWN else bool(result) if known(result) else UNKNOWN
-        if isinstance(value, (ClassRef, Function, Bound, Opaque, ModuleRef, LiteralType, SuperRef, PyMethod)):
-            return True
-        if isinstance(value, CONTAINERS):
-            return len(value) > 0
-        try:
-            return bool(value)
-        except Exception:  # noqa: BLE001 - an evaluated value without a truth value: undecided
-            return UNKNOWN
