@@ -14,22 +14,12 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from specguard.deploy.flow import (
-    NOT_HANDLED,
-    STAR_KWARGS,
-    UNKNOWN,
-    ClassRef,
-    Evaluator,
-    Frame,
-    Function,
-    Opaque,
-    OutOfBudget,
-    State,
-    Token,
-    TokenAttr,
-    known,
-)
+from specguard.deploy.flow import Evaluator
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
+from specguard.evaluation.budget import OutOfBudget
+from specguard.evaluation.evaluator import STAR_KWARGS
+from specguard.evaluation.paths import Frame, State
+from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, ClassRef, Function, Opaque, Token, TokenAttr, known
 
 # Where vLLM builds the `vllm serve` parser, and the helpers whose meaning specguard supplies itself.
 SERVE_MODULE = "entrypoints/cli/serve.py"

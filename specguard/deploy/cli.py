@@ -73,7 +73,7 @@ def _config_parser() -> argparse.ArgumentParser:
 
 
 def _run_config(argv: list[str]) -> int:
-    from specguard.deploy.flow import run_budget
+    from specguard.evaluation.budget import run_budget
     from specguard.evaluation.environment import served_environment
 
     if "--" in argv:

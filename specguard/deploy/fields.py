@@ -17,20 +17,12 @@ import json
 from typing import Any, Literal, Union
 
 from specguard.deploy.arguments import Hint, TypeReader
-from specguard.deploy.flow import (
-    NOT_HANDLED,
-    ClassRef,
-    EnumMember,
-    Evaluator,
-    Function,
-    Obj,
-    OutOfBudget,
-    Token,
-    known,
-    verdict,
-)
+from specguard.deploy.flow import Evaluator
 from specguard.deploy.source import ClassInfo, SourceTree, dotted
+from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.objects import PYTHON_TYPES
+from specguard.evaluation.paths import verdict
+from specguard.evaluation.values import NOT_HANDLED, ClassRef, EnumMember, Function, Obj, Token, known
 
 # Python's types by name, as an annotation writes them (`object` validates anything).
 _BUILTINS: dict[str, Any] = {**PYTHON_TYPES, "frozenset": frozenset, "bytes": bytes, "object": Any}

@@ -35,21 +35,14 @@ from specguard.deploy.catalogue import (
     SpeculatorParams,
 )
 from specguard.deploy.facts import SourceFacts, SourceFinding
-from specguard.deploy.flow import (
-    UNKNOWN,
-    Cond,
-    Obj,
-    Outcome,
-    OutOfBudget,
-    Verdict,
-    run_budget,
-    verdict,
-)
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree
 from specguard.evaluation import environment
+from specguard.evaluation.budget import OutOfBudget, run_budget
+from specguard.evaluation.paths import Cond, Outcome, Verdict, verdict
+from specguard.evaluation.values import UNKNOWN, Obj
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,12 @@ from specguard.deploy import cmdline
 from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.fields import FieldTypes, Refused, field_validators, post_init_refusal
-from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, known, run_budget
+from specguard.deploy.flow import Evaluator
 from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
 from specguard.deploy.source import ClassInfo
 from specguard.errors import UserError
+from specguard.evaluation.budget import run_budget
+from specguard.evaluation.values import UNKNOWN, ClassRef, EnumMember, Function, known
 
 # Values inside config JSON the hazards read, by option dest: they are validated at reading, as vLLM does.
 NESTED_CHECKS = {"compilation_config": ("cudagraph_mode",), "attention_config": ("backend",)}

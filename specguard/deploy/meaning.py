@@ -15,10 +15,11 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
-from specguard.deploy.flow import UNKNOWN, Outcome, Verdict, verdict
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, innermost, message_nodes, other_platform
 from specguard.deploy.source import SourceTree
+from specguard.evaluation.paths import Outcome, Verdict, verdict
+from specguard.evaluation.values import UNKNOWN
 
 UNSET = "unset"
 

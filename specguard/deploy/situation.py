@@ -22,25 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.flow import (
-    NOT_HANDLED,
-    UNKNOWN,
-    Bound,
-    ClassRef,
-    EnumMember,
-    Evaluator,
-    Function,
-    Obj,
-    Outcome,
-    OutOfBudget,
-    State,
-    Verdict,
-    verdict,
-)
+from specguard.deploy.flow import Evaluator
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted, message_of
 from specguard.evaluation import environment
+from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import own_nodes
+from specguard.evaluation.paths import Outcome, State, Verdict, verdict
+from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Bound, ClassRef, EnumMember, Function, Obj
 
 CONFIG_PACKAGE = "config"  # vllm/config: where the config classes live (and are re-exported)
 ENTRY_DECORATORS = {"field_validator", "model_validator", "model_serializer", "cached_property", "property"}

@@ -1,9 +1,16 @@
 """One static evaluator of Python for every client: the rules that judge what code computes (SG101, SG103, SG105,
-SG201) and, in time, `specguard config`.
+SG201) and `specguard config`.
 
 - `values`: what it computes with: known values, labelled unknowns, objects of the analyzed source;
-- `paths`: undecided conditions, states and how paths join, verdicts;
+- `paths`: undecided conditions, states and how paths join, outcomes and verdicts;
+- `budget`: what an evaluation may spend (steps, work) and the largest value it may build, sized before it is built;
+- `environment`: the environment variables evaluated code reads (`os.getenv`), and which of them decided a branch;
+- `exceptions`: which `except` clause catches a raise;
 - `program`: the analyzed project's modules, parsed on first use, never imported;
 - `objects`, `builtins`, `evaluator`: attributes and comparisons, the builtins it evaluates, statements and calls;
 - `hooks`: what a client tells it (its subject, what its pack's names mean).
+
+The config pre-flight walks statements with its own walker (`deploy/flow`: a raise does not end the path, every
+undecided test is a named condition, paths that disagree join to unknown), built on these values, paths, budgets,
+environment, exceptions and object model.
 """

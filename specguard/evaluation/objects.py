@@ -132,6 +132,9 @@ class ObjectModel:
     ) -> Any:
         raise NotImplementedError
 
+    def charge(self, units: int) -> None:
+        """Work done on data (elements walked), for a client whose budget counts it (the config pre-flight's)."""
+
     # ---- attributes ---------------------------------------------------------------------------------------
 
     def getattr(
@@ -520,6 +523,7 @@ class ObjectModel:
             container = list(container.keys())
         if not isinstance(container, (list, tuple, set, frozenset)):
             return UNKNOWN
+        self.charge(len(container))
         undecided = False
         for element in container:
             eq = self.equal(element, item)

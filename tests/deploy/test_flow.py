@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
-from specguard.deploy.flow import UNKNOWN, ClassRef, EnumMember, Evaluator, Function, Obj, OutOfBudget, verdict
+from specguard.deploy.flow import Evaluator
 from specguard.deploy.source import SourceTree
+from specguard.evaluation.budget import OutOfBudget
+from specguard.evaluation.paths import verdict
+from specguard.evaluation.values import UNKNOWN, ClassRef, EnumMember, Function, Obj
 
 CODE = """
 import enum
@@ -396,7 +399,7 @@ def test_a_handler_the_evaluator_cannot_read_leaves_the_failure_undecided(tree: 
 
 
 def _state() -> Any:
-    from specguard.deploy.flow import State
+    from specguard.evaluation.paths import State
 
     return State({}, {}, frozenset())
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from specguard.analysis.ast_tools import absolute_module
+from specguard.deploy.flow.join import merge
 from specguard.deploy.flow.objects import ObjectModel
-from specguard.deploy.flow.paths import Cond, Flow, Frame, Outcome, Site, State, merge
 from specguard.deploy.source import ParsedModule, SourceTree, message_of
 from specguard.evaluation import environment, exceptions
 from specguard.evaluation.budget import (
@@ -34,7 +34,8 @@ from specguard.evaluation.budget import (
     result_size,
     too_large,
 )
-from specguard.evaluation.evaluator import assigned_names, chain, is_static, own_nodes
+from specguard.evaluation.evaluator import STAR_KWARGS, assigned_names, chain, is_static, own_nodes
+from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, Site, State
 from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
@@ -64,9 +65,6 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 _STAR_UNKNOWN: Any = object()
-
-# A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
-STAR_KWARGS = "\0**"
 
 
 class Evaluator(ObjectModel):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from specguard.deploy.flow.paths import Frame, State
 from specguard.deploy.source import ClassInfo, ParsedModule, dotted
 from specguard.evaluation import environment
 from specguard.evaluation import objects as evaluation
@@ -16,12 +15,12 @@ from specguard.evaluation.objects import (
     FORMAT_FIELD_SPEC,
     LIST_METHODS,
     MISSING,
-    ORDERINGS,
     SET_METHODS,
     STR_METHODS,
     field_default,
     is_classvar,
 )
+from specguard.evaluation.paths import Frame, State
 from specguard.evaluation.values import (
     UNKNOWN,
     Bound,
@@ -356,42 +355,6 @@ class ObjectModel(evaluation.ObjectModel):
             return ModuleRef(f"{module}.{name}")
         return UNKNOWN
 
-    def compare(self, op: ast.cmpop, left: Any, right: Any) -> Any:
-        if isinstance(op, (ast.Is, ast.IsNot)):
-            same = self._identical(left, right)
-            if same is UNKNOWN:
-                return UNKNOWN
-            return same if isinstance(op, ast.Is) else not same
-        if isinstance(op, (ast.Eq, ast.NotEq)):
-            equal = self.equal(left, right)
-            if equal is UNKNOWN:
-                return UNKNOWN
-            return equal if isinstance(op, ast.Eq) else not equal
-        if isinstance(op, (ast.In, ast.NotIn)):
-            inside = self._contains(right, left)
-            if inside is UNKNOWN:
-                return UNKNOWN
-            return inside if isinstance(op, ast.In) else not inside
-        fn = ORDERINGS.get(type(op))
-        if fn is None or not known(left) or not known(right):
-            return UNKNOWN
-        if not all(isinstance(v, (int, float)) for v in (left, right)):
-            return UNKNOWN
-        return fn(left, right)
-
-    def _identical(self, a: Any, b: Any) -> Any:
-        if a is UNKNOWN or b is UNKNOWN:
-            return UNKNOWN
-        if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
-            return a is b
-        if isinstance(a, EnumMember) and isinstance(b, EnumMember):
-            return a == b
-        if isinstance(a, Obj) or isinstance(b, Obj):
-            return a is b
-        if isinstance(a, ClassRef) and isinstance(b, ClassRef):
-            return a.info == b.info
-        return UNKNOWN
-
     def equal(self, a: Any, b: Any) -> Any:
         if not known(a) or not known(b):
             return UNKNOWN
@@ -418,21 +381,5 @@ class ObjectModel(evaluation.ObjectModel):
         except Exception:  # noqa: BLE001 - values whose comparison fails: not decided
             return UNKNOWN
 
-    def _contains(self, container: Any, item: Any) -> Any:
-        if isinstance(container, str) and isinstance(item, str):
-            return item in container
-        if isinstance(container, LiteralType):
-            container = list(container.values)
-        if isinstance(container, dict):
-            container = list(container.keys())
-        if not isinstance(container, (list, tuple, set, frozenset)):
-            return UNKNOWN
-        self.budget.spend(len(container))
-        undecided = False
-        for element in container:
-            eq = self.equal(element, item)
-            if eq is True:
-                return True
-            if eq is UNKNOWN:
-                undecided = True
-        return UNKNOWN if undecided else False
+    def charge(self, units: int) -> None:
+        self.budget.spend(units)

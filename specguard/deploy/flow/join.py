@@ -7,10 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from specguard.evaluation.budget import Budget
-from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, Site, State, Verdict, verdict
+from specguard.evaluation.paths import State
 from specguard.evaluation.values import UNKNOWN, same_value
-
-__all__ = ["Cond", "Flow", "Frame", "Outcome", "Site", "State", "Verdict", "merge", "verdict"]
 
 
 def merge(states: list[State], budget: Budget | None = None) -> State | None:
