@@ -26,12 +26,12 @@ from dataclasses import replace
 from typing import Any
 
 from specguard.analysis.ast_tools import absolute_module, cached_on
-from specguard.deploy.source import ParsedModule, SourceTree, dotted, message_of
+from specguard.deploy.source import SourceTree, dotted, message_of
 from specguard.evaluation import exceptions
 from specguard.evaluation.budget import MAX_ITEMS, OutOfBudget, result_size
 from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
 from specguard.evaluation.hooks import Hooks
-from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, Site, State, join_values, merge
+from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, State, join_values, merge
 from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
@@ -178,13 +178,6 @@ class Evaluator(Builtins):
             flow.returns.append((flow.normal, None))
             flow.normal = None
         return flow
-
-    def cond(self, node: ast.AST, module: ParsedModule) -> Cond:
-        found = self._conds.get(id(node))
-        if found is None:
-            found = Cond(node, module.path, self.tree.relpath(module.path))
-            self._conds[id(node)] = found
-        return found
 
     def step(self) -> None:
         self.budget -= 1
@@ -597,15 +590,6 @@ class Evaluator(Builtins):
             element = self.element_of(value)
             values = [element] * len(targets)
         return values
-
-    def _delete(self, target: ast.expr, frame: Frame, state: State) -> None:
-        if isinstance(target, ast.Subscript):
-            base = plain(self.eval(target.value, frame, state))
-            key = plain(self.eval(target.slice, frame, state))
-            if isinstance(base, dict) and known(key):
-                base.pop(key, None)
-        elif isinstance(target, ast.Name):
-            state.locals[target.id] = UNKNOWN
 
     def _local_import(self, stmt: ast.Import | ast.ImportFrom, frame: Frame, state: State) -> None:
         if isinstance(stmt, ast.Import):
@@ -1238,9 +1222,6 @@ class Evaluator(Builtins):
             out[spec.kwarg.arg] = unknown_from(spread) if STAR_KWARGS in kwargs else extra
         return out
 
-    def _default(self, expr: ast.expr, func: Function, depth: int) -> Any:
-        return self.eval(expr, Frame(func.module, func.owner, func.closure, depth), State({}, {}, frozenset()))
-
     def instantiate(
         self, cls: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
@@ -1302,11 +1283,6 @@ class Evaluator(Builtins):
         module = self.tree.module(klass.module)
         if module is not None:
             self._invoke(Function(module, method, klass), obj, args, kwargs, state, frame.depth + 1, node)
-
-    def record(
-        self, kind: str, module: ParsedModule, node: ast.AST | None, message: str, path: frozenset, detail: Any = None
-    ) -> None:
-        self.outcomes.append(Outcome(Site(kind, module, node, message), path, detail))  # type: ignore[arg-type]
 
 
 def field_default_of(cls: Any, name: str) -> ast.expr | None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
-from specguard.evaluation.paths import Frame, State, join_values
+from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
 from specguard.evaluation.values import (
     NO_LABELS,
     NOT_HANDLED,
@@ -109,10 +109,13 @@ _DECLARED: Any = object()  # a field the class declares, whose value on this ins
 
 
 class ObjectModel:
-    """Attributes, names, enums, comparisons and truth; `Evaluator` adds statements, expressions and calls."""
+    """Attributes, names, enums, comparisons and truth, the conditions and outcomes an evaluation records;
+    `Evaluator` adds statements, expressions and calls."""
 
     tree: SourceTree
     hooks: Hooks
+    outcomes: list[Outcome]
+    _conds: dict[int, Cond]
     _module_values: dict[tuple[str, str], Any]
     _resolving: set[tuple[str, str]]
 
@@ -131,6 +134,30 @@ class ObjectModel:
         force: bool = False,
     ) -> Any:
         raise NotImplementedError
+
+    def cond(self, node: ast.AST, module: ParsedModule) -> Cond:
+        found = self._conds.get(id(node))
+        if found is None:
+            found = Cond(node, module.path, self.tree.relpath(module.path))
+            self._conds[id(node)] = found
+        return found
+
+    def _delete(self, target: ast.expr, frame: Frame, state: State) -> None:
+        if isinstance(target, ast.Subscript):
+            base = plain(self.eval(target.value, frame, state))
+            key = plain(self.eval(target.slice, frame, state))
+            if isinstance(base, dict) and known(key):
+                base.pop(key, None)
+        elif isinstance(target, ast.Name):
+            state.locals[target.id] = UNKNOWN
+
+    def _default(self, expr: ast.expr, func: Function, depth: int) -> Any:
+        return self.eval(expr, Frame(func.module, func.owner, func.closure, depth), State({}, {}, frozenset()))
+
+    def record(
+        self, kind: str, module: ParsedModule, node: ast.AST | None, message: str, path: frozenset, detail: Any = None
+    ) -> None:
+        self.outcomes.append(Outcome(Site(kind, module, node, message), path, detail))  # type: ignore[arg-type]
 
     def charge(self, units: int) -> None:
         """Work done on data (elements walked), for a client whose budget counts it (the config pre-flight's)."""

@@ -24,7 +24,7 @@ from typing import Any
 from specguard.analysis.ast_tools import absolute_module
 from specguard.deploy.flow.join import merge
 from specguard.deploy.flow.objects import ObjectModel
-from specguard.deploy.source import ParsedModule, SourceTree, message_of
+from specguard.deploy.source import SourceTree, message_of
 from specguard.evaluation import environment, exceptions
 from specguard.evaluation.budget import (
     EVALUATION_STEPS,
@@ -35,7 +35,7 @@ from specguard.evaluation.budget import (
     too_large,
 )
 from specguard.evaluation.evaluator import STAR_KWARGS, assigned_names, chain, is_static, own_nodes
-from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, Site, State
+from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, State
 from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
@@ -113,13 +113,6 @@ class Evaluator(ObjectModel):
             self._top_returns = {id(n) for n in _own_returns(func.node)}
         value = self._invoke(func, self_value, args, kwargs, state, depth, force=True)
         return value, state
-
-    def cond(self, node: ast.AST, module: ParsedModule) -> Cond:
-        found = self._conds.get(id(node))
-        if found is None:
-            found = Cond(node, module.path, self.tree.relpath(module.path))
-            self._conds[id(node)] = found
-        return found
 
     def exec_block(self, stmts: list[ast.stmt], frame: Frame, state: State) -> Flow:
         flow = Flow()
@@ -392,15 +385,6 @@ class Evaluator(ObjectModel):
                 base[key] = value
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNKNOWN, frame, state, stmt)
-
-    def _delete(self, target: ast.expr, frame: Frame, state: State) -> None:
-        if isinstance(target, ast.Subscript):
-            base = self.eval(target.value, frame, state)
-            key = self.eval(target.slice, frame, state)
-            if isinstance(base, dict) and known(key):
-                base.pop(key, None)
-        elif isinstance(target, ast.Name):
-            state.locals[target.id] = UNKNOWN
 
     def _local_import(self, stmt: ast.Import | ast.ImportFrom, frame: Frame, state: State) -> None:
         if isinstance(stmt, ast.Import):
@@ -777,14 +761,6 @@ class Evaluator(ObjectModel):
             extra = {k: v for k, v in kwargs.items() if k not in named}
             out[spec.kwarg.arg] = UNKNOWN if STAR_KWARGS in kwargs else extra
         return out
-
-    def _default(self, expr: ast.expr, func: Function, depth: int) -> Any:
-        return self.eval(expr, Frame(func.module, func.owner, func.closure, depth), State({}, {}, frozenset()))
-
-    def record(
-        self, kind: str, module: ParsedModule, node: ast.AST, message: str, path: frozenset, detail: Any = None
-    ) -> None:
-        self.outcomes.append(Outcome(Site(kind, module, node, message), path, detail))
 
 
 def _bound_names(target: ast.expr) -> list[str]:
