@@ -144,6 +144,7 @@ class Evaluator(Builtins):
         self._resolving: set[tuple[str, str]] = set()
         self._active: dict[int, int] = {}  # id(function node) -> how many of its calls are being inlined
         self._dropped: set[int] = set()  # call nodes whose result is not used (expression statements)
+        self._trying = 0  # how many `try` bodies are being run: only a raise inside one needs its class's lineage
 
     # ---- entry points ------------------------------------------------------------------------------------------
 
@@ -300,7 +301,8 @@ class Evaluator(Builtins):
             self.eval(stmt.exc, frame, state)
         self.record("raise", frame.module, stmt, message_of(stmt.exc) if stmt.exc is not None else "", state.path)
         if self.raise_ends_path:
-            return Flow(raises=[replace(state, raised=exceptions.raised_by(stmt, frame.module.name, self.tree))])
+            raised = exceptions.raised_by(stmt, frame.module.name, self.tree) if self._trying else None
+            return Flow(raises=[replace(state, raised=raised)])
         # Recorded, and evaluation goes on as if it had not fired: each validation is judged on its own (a value
         # this evaluation holds stale, e.g. one an uninlined call would have set, must not make an unrelated raise
         # hide the rest of the function).
@@ -395,7 +397,11 @@ class Evaluator(Builtins):
         return flow
 
     def _s_try(self, stmt: ast.Try, frame: Frame, state: State) -> Flow:
-        flow = self.exec_block(stmt.body, frame, state)
+        self._trying += bool(stmt.handlers)
+        try:
+            flow = self.exec_block(stmt.body, frame, state)
+        finally:
+            self._trying -= bool(stmt.handlers)
         if stmt.handlers and flow.raises:
             caught: list[list[State]] = [[] for _ in stmt.handlers]
             raised, flow.raises = flow.raises, []
