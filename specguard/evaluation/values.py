@@ -330,6 +330,7 @@ class FieldInfo:
 
 
 UNKNOWNS = (_Unknown, Abstract, Sym, Many, Method, OneOf)
+_SCALARS = (str, int, float, type(None))
 
 
 def is_unknown(value: Any) -> bool:
@@ -344,6 +345,8 @@ def plain(value: Any) -> Any:
 def known(value: Any, budget: Budget | None = None) -> bool:
     """A plain value with nothing unknown inside it (walked without recursion: nesting and cycles cost nothing
     more than their elements, which `budget` is charged for)."""
+    if isinstance(value, _SCALARS):
+        return True
     stack = [value]
     seen: set[int] = set()
     while stack:
