@@ -69,7 +69,8 @@ class Fresh:
 
     def bash(self, script: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """A snippet, in the Quickstart's shell (or `env`), installing from the clone where it names the URL."""
-        script = script.replace(REPOSITORY, self.clone.as_uri() if "git+" in script else str(self.clone))
+        # a file URL with a host: the pip a new venv comes with refuses `name @ git+file:///...` (no netloc)
+        script = script.replace(REPOSITORY, f"file://localhost{self.clone}" if "git+" in script else str(self.clone))
         return shell(script, cwd, self.env if env is None else env)
 
     def specguard(self, *args: str, cwd: Path) -> subprocess.CompletedProcess:
