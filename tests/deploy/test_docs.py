@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from pathlib import Path
@@ -79,12 +78,15 @@ def test_the_bad_input_examples_say_what_the_page_shows(
         assert (rc, out, err.splitlines()) == (2, "", shown), command
 
 
-def test_the_doctor_example_is_what_doctor_prints_in_the_test_environment(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_doctor_example_is_what_doctor_prints_in_the_test_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The page's `specguard doctor` run, line for line, but for the two lines that name this machine's paths."""
     from specguard.deploy.cli import doctor_main
 
     ((command, _, shown),) = _console("## `specguard doctor`")
-    assert command == "specguard doctor" and "VLLM_SPECGUARD" not in os.environ
+    assert command == "specguard doctor" and "runtime guard: VLLM_SPECGUARD unset: off" in shown
+    monkeypatch.delenv("VLLM_SPECGUARD", raising=False)
     rc = doctor_main([])
     printed = capsys.readouterr().out.splitlines()
 
