@@ -1,6 +1,6 @@
 """GPU variant of guard_overhead.py, prepared for an H100/H200 (sm90) or a Blackwell (sm100) machine.
 
-NOT RUN YET: no GPU was available where this was written; see the README, "Runtime guard".
+NOT RUN YET: no GPU was available where this was written; see docs/benchmarks.md, "On a GPU".
 
 Run it in the serving environment (CUDA torch, vLLM, flashinfer-python 0.7.2.post1, specguard installed):
 

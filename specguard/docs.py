@@ -5,7 +5,7 @@ hazard catalogue), their indexes, and the settings reference (from the settings 
     python -m specguard.docs --check [DIR]  write nothing; exit 1 naming each page that differs from DIR's
 
 The pages come from the installed package alone, never from a repository around it. rules/ and hazards/ under DIR
-hold only generated pages; the other pages of DIR are written by hand, and the index links them (GUIDES).
+hold only generated pages; the other pages of DIR are written by hand, and the index links them (INDEX).
 """
 
 from __future__ import annotations
@@ -23,9 +23,30 @@ from specguard.report.docs_url import hazard_page, rule_page
 
 REGENERATE = "python -m specguard.docs"
 GENERATED_FOLDERS = ("rules", "hazards")
-# Pages written by hand, which the index lists: name, and what a reader finds there.
-GUIDES = {
-    "integrations.md": "pre-commit, GitHub Actions code scanning, running beside ruff",
+# The index, in reading order: each page (generated or written by hand), its title there, and what a reader finds.
+INDEX = {
+    "check.md": (
+        "`specguard check`",
+        "usage, rules, how rules judge what code computes, configuration, suppressions and baselines, rule packs "
+        "for forks, output formats and exit codes, fixes and how each is proven, how it stays fast",
+    ),
+    "rules/README.md": ("Rules", "what `specguard check` flags, a page per rule"),
+    "settings.md": ("Settings", "every `[tool.specguard]` key, its type, default and meaning"),
+    "integrations.md": ("Integrations", "pre-commit, GitHub Actions code scanning, running beside ruff"),
+    "runtime-guard.md": (
+        "Runtime guard",
+        "the operator's page: enabling it, modes, messages, counters and `/metrics`, turning it off, what each "
+        "check means, coverage per vLLM release, overhead",
+    ),
+    "config.md": (
+        "`specguard config` and `specguard doctor`",
+        "reading a serving config as the served vLLM does, the hazards and what is judged, examples, doctor",
+    ),
+    "hazards/README.md": ("Config hazards", "what `specguard config` reports, a page per hazard"),
+    "security.md": ("Security", "what specguard executes (nothing it reads), and each hostile input, item by item"),
+    "internals.md": ("Internals", "architecture, data flow and the layout of the code"),
+    "benchmarks.md": ("Benchmarks", "the analyzer against ruff, fixit and semgrep; the runtime guard's overhead"),
+    "../CONTRIBUTING.md": ("Contributing", "the test environments, the test tiers, running the benchmarks"),
 }
 
 
@@ -57,12 +78,7 @@ def _index() -> str:
             "analyzer; a runtime guard inside `vllm serve`; and `specguard config`, a pre-flight of a serving "
             "config. The [README](../README.md) says how to install it and start."
         ),
-        _lines(
-            "- [Rules](rules/README.md): what `specguard check` flags, a page per rule.",
-            "- [Config hazards](hazards/README.md): what `specguard config` reports, a page per hazard.",
-            "- [Settings](settings.md): every `[tool.specguard]` key, its type, default and meaning.",
-            *(f"- [{name.removesuffix('.md').capitalize()}]({name}): {what}." for name, what in GUIDES.items()),
-        ),
+        _lines(*(f"- [{title}]({name}): {what}." for name, (title, what) in INDEX.items())),
     )
 
 

@@ -116,7 +116,7 @@ def test_fix_on_a_copy_of_vllm_0_28_0(vllm_source, cli, tmp_path) -> None:  # ty
     query's count follows from the call) and nothing else, every changed file compiles and stays formatted at
     vLLM's line length (ruff format, 88 columns, leaves it as it is), a second `--fix` changes nothing, and
     `--diff` shows exactly those edits, each inside the function a fixed finding names (or an import line);
-    the README's diffs are pieces of that output."""
+    the diffs docs/check.md shows are pieces of that output."""
     original, fixed = tmp_path / "original", tmp_path / "fixed"
     for copy in (original, fixed):
         shutil.copytree(vllm_source("0.28.0"), copy / "vllm")
@@ -134,9 +134,9 @@ def test_fix_on_a_copy_of_vllm_0_28_0(vllm_source, cli, tmp_path) -> None:  # ty
 
     diff = cli("check", "vllm", "--diff", "--unsafe-fixes", "--no-cache", cwd=original)
     assert diff.returncode == 1 and diff.stdout.endswith("\nWould fix 5 findings.\n"), diff.stdout + diff.stderr
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    shown = [block.split("```", 1)[0] for block in readme.split("```diff\n")[1:]]
-    assert len(shown) == 2 and all(block in diff.stdout for block in shown)  # the README's diffs are real
+    page = (Path(__file__).resolve().parent.parent / "docs" / "check.md").read_text()
+    shown = [block.split("```", 1)[0] for block in page.split("```diff\n")[1:]]
+    assert len(shown) == 2 and all(block in diff.stdout for block in shown)  # the page's diffs are real
     out = cli("check", "vllm", "--fix", "--unsafe-fixes", "--no-cache", cwd=fixed)
     assert out.returncode == 1 and "Found 7 findings (5 fixed, 2 remaining)." in out.stdout, out.stdout + out.stderr
 

@@ -543,10 +543,10 @@ def test_a_file_in_another_encoding_is_written_back_in_it(cli, tmp_path: Path) -
     )
 
 
-def test_the_readme_diff_is_what_diff_prints_on_the_examples(cli) -> None:  # type: ignore[no-untyped-def]
+def test_the_documented_diff_is_what_diff_prints_on_the_examples(cli) -> None:  # type: ignore[no-untyped-def]
     repo = Path(__file__).resolve().parent.parent
-    readme = (repo / "README.md").read_text()
-    block = readme.split("$ specguard check examples/ --diff\n", 1)[1].split("```", 1)[0]
+    page = (repo / "docs" / "check.md").read_text()
+    block = page.split("$ specguard check examples/ --diff\n", 1)[1].split("```", 1)[0]
     out = cli("check", "examples/", "--diff", "--no-cache", cwd=repo)
     assert out.returncode == 1 and out.stdout == block
 
@@ -554,12 +554,12 @@ def test_the_readme_diff_is_what_diff_prints_on_the_examples(cli) -> None:  # ty
 @pytest.mark.parametrize(
     ("flags", "counts"), [((), "(2 fixed, 5 remaining)"), (("--unsafe-fixes",), "(3 fixed, 4 remaining)")]
 )
-def test_the_readme_counts_of_fix_on_the_examples(cli, tmp_path: Path, flags: tuple[str, ...], counts: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_documented_counts_of_fix_on_the_examples(cli, tmp_path: Path, flags: tuple[str, ...], counts: str) -> None:  # type: ignore[no-untyped-def]
     repo = Path(__file__).resolve().parent.parent
     shutil.copytree(repo / "examples", tmp_path / "examples")
     out = cli("check", "examples/", "--fix", "--no-cache", *flags, cwd=tmp_path)
     assert f"Found 7 findings {counts}." in out.stdout
-    assert f"`Found 7 findings {counts}.`" in " ".join((repo / "README.md").read_text().split())
+    assert f"`Found 7 findings {counts}.`" in " ".join((repo / "docs" / "check.md").read_text().split())
 
 
 # ---- the same fix, written every which way ---------------------------------------------------------------

@@ -71,15 +71,27 @@ def _urls(text: str) -> set[str]:
     return {u.rstrip(".,;:") for u in URL.findall(text)}
 
 
+FENCED = re.compile(r"^```.*?^```$", flags=re.MULTILINE | re.DOTALL)
+
+
+def _prose(page: Path) -> str:
+    """A markdown page without its fenced code blocks: a `#` line there is no heading, nor `[x](y)` a link."""
+    return FENCED.sub("", page.read_text(encoding="utf-8"))
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but `-` dropped, spaces as `-`."""
+    headings = re.findall(r"^#+ (.+)$", _prose(page), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
 def _page_for(url: str) -> Path:
     assert url.startswith(PAGES), f"specguard prints {url}, which is not a page of its documentation ({PAGES}...)"
     path, _, anchor = url.removeprefix(PAGES).partition("#")
     page = REPO / "docs" / path
     assert page.is_file(), f"{url} leads to docs/{path}, which does not exist"
     if anchor:
-        headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
-        slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
-        assert anchor in slugs, f"{url}: docs/{path} has no heading #{anchor}"
+        assert anchor in _anchors(page), f"{url}: docs/{path} has no heading #{anchor}"
     return page
 
 
@@ -113,14 +125,46 @@ def test_every_link_the_cli_prints_leads_to_a_page_in_docs(cli) -> None:  # type
         _page_for(url)
 
 
-def test_links_in_the_docs_and_the_readme_lead_to_files_that_exist() -> None:
-    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-    for page in pages:
-        for target in MARKDOWN_LINK.findall(page.read_text(encoding="utf-8")):
-            if target.startswith(("http://", "https://", "mailto:", "#")):
+# Every page of documentation the repository holds: the README, the contributors' pages and docs/.
+PAGES_HELD = [
+    REPO / "README.md",
+    REPO / "CONTRIBUTING.md",
+    REPO / "benchmarks" / "README.md",
+    *sorted((REPO / "docs").rglob("*.md")),
+]
+
+
+def _links(page: Path) -> list[str]:
+    return MARKDOWN_LINK.findall(_prose(page))
+
+
+def test_links_in_the_docs_and_the_readme_lead_to_files_and_headings_that_exist() -> None:
+    for page in PAGES_HELD:
+        for target in _links(page):
+            if target.startswith(("http://", "https://", "mailto:")):
                 continue
-            path = (page.parent / target.partition("#")[0]).resolve()
-            assert path.exists(), f"{page.relative_to(REPO)} links to {target}, which does not exist"
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            assert linked.exists(), f"{page.relative_to(REPO)} links to {target}, which does not exist"
+            if anchor:
+                assert linked.suffix == ".md" and anchor in _anchors(linked), (
+                    f"{page.relative_to(REPO)} links to {target}: {linked.relative_to(REPO)} has no heading #{anchor}"
+                )
+
+
+def test_a_reader_finds_every_page_from_the_readme_and_from_the_docs_index() -> None:
+    """Each page written by hand, and each generated index, is linked from the README and from docs/README.md;
+    the rule and hazard pages are reached through their indexes."""
+    generated_pages = {"rules", "hazards"}
+    pages = {p for p in (REPO / "docs").rglob("*.md") if p.parent.name not in generated_pages or p.name == "README.md"}
+    pages = (pages - {REPO / "docs" / "README.md"}) | {REPO / "CONTRIBUTING.md"}
+    for index in (REPO / "README.md", REPO / "docs" / "README.md"):
+        reached = {(index.parent / t.partition("#")[0]).resolve() for t in _links(index) if "://" not in t}
+        missing = sorted(p.relative_to(REPO).as_posix() for p in pages if p.resolve() not in reached)
+        assert not missing, f"{index.relative_to(REPO)} does not link {missing}"
+    for index in ("rules", "hazards"):
+        reached = {t.partition("#")[0] for t in _links(REPO / "docs" / index / "README.md")}
+        assert {p.name for p in (REPO / "docs" / index).glob("*.md")} - {"README.md"} <= reached
 
 
 def test_the_settings_pages_example_is_a_valid_configuration() -> None:

@@ -1,15 +1,18 @@
-"""The README's Quickstart and docs/integrations.md, followed as written: in a fresh virtual environment, against a
-fresh clone of this repository, each snippet read out of the markdown (so a change to the docs changes what runs).
+"""The README's Install and Quickstart and docs/integrations.md, followed as written: a clone made by the Quickstart's
+own clone command, the virtual environment its first command makes, each snippet read out of the markdown (so a
+change to the docs changes what runs).
 
-One substitution: this repository's URL (pyproject.toml's Repository) becomes the local clone, since the tests run
-offline. Every other word of a snippet runs as it stands. The clone holds what is committed, so the working tree's
-uncommitted changes are not what these tests install (CI runs on a clean checkout, where the two are the same)."""
+One substitution: this repository's URL (pyproject.toml's Repository) becomes this repository (to clone) or the
+local clone (to install from), since the tests run offline. Every other word of a snippet runs as it stands. The
+clone holds what is committed, so the working tree's uncommitted changes are not what these tests install (CI runs
+on a clean checkout, where the two are the same)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,24 +35,31 @@ REPOSITORY, VERSION = PROJECT["urls"]["Repository"], PROJECT["version"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", flags=re.MULTILINE | re.DOTALL)
 
 
-def snippets(page: Path, heading: str) -> dict[str, list[str]]:
-    """The code blocks of one section of a markdown page (up to the next heading of its level), by language."""
+def section(page: Path, heading: str) -> str:
+    """One section of a markdown page, up to the next heading of its level."""
     text = page.read_text(encoding="utf-8")
     level = heading.split(" ")[0]
     start = text.index(f"\n{heading}\n")
     end = text.find(f"\n{level} ", start + 1)
+    return text[start : end if end != -1 else None]
+
+
+def snippets(page: Path, heading: str) -> dict[str, list[str]]:
+    """The code blocks of one section of a markdown page, by language."""
     found: dict[str, list[str]] = {}
-    for lang, body in FENCE.findall(text[start : end if end != -1 else None]):
+    for lang, body in FENCE.findall(section(page, heading)):
         found.setdefault(lang, []).append(body)
     return found
 
 
+README = REPO / "README.md"
 INTEGRATIONS = REPO / "docs" / "integrations.md"
 
 
 @dataclass
 class Fresh:
-    """A new venv (first on PATH; ruff, which a ruff user has, after it) and a clone of the repository."""
+    """The clone and the venv the Quickstart made, and the shell it left: the venv first on PATH (ruff, which a ruff
+    user has, after it)."""
 
     home: Path
     clone: Path
@@ -57,12 +67,11 @@ class Fresh:
     env: dict[str, str]
     quickstart: subprocess.CompletedProcess
 
-    def bash(self, script: str, cwd: Path) -> subprocess.CompletedProcess:
-        """A snippet as a user types it in a shell: stops at the first command that fails."""
-        script = script.replace(REPOSITORY, self.clone.as_uri() if "git+" in script else str(self.clone))
-        return subprocess.run(
-            ["bash", "-e", "-c", script], cwd=cwd, env=self.env, capture_output=True, text=True, timeout=900
-        )
+    def bash(self, script: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """A snippet, in the Quickstart's shell (or `env`), installing from the clone where it names the URL."""
+        # a file URL with a host: the pip a new venv comes with refuses `name @ git+file:///...` (no netloc)
+        script = script.replace(REPOSITORY, f"file://localhost{self.clone}" if "git+" in script else str(self.clone))
+        return shell(script, cwd, self.env if env is None else env)
 
     def specguard(self, *args: str, cwd: Path) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -70,11 +79,35 @@ class Fresh:
         )
 
 
+def shell(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A snippet as a user types it in a shell: stops at the first command that fails."""
+    return subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fresh:
     home = tmp_path_factory.mktemp("fresh")
-    clone = home / "specguard"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
+    tools = home / "tools"
+    tools.mkdir()
+    (tools / "ruff").symlink_to(Path(sys.executable).parent / "ruff")
+    # a shell outside any virtual environment, as on a fresh machine
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(
+        PATH=f"{tools}:{os.environ['PATH']}",
+        PRE_COMMIT_HOME=str(home / "pre-commit-home"),
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.invalid",
+    )
+    # The Quickstart's clone command, with this repository under the name the URL gives the clone.
+    (clone_command,) = re.findall(r"`(git clone [^`]+)`", section(README, "## Quickstart"))
+    origin = home / "origin" / REPOSITORY.rsplit("/", 1)[1]
+    origin.parent.mkdir()
+    origin.symlink_to(REPO)
+    cloned = shell(clone_command.replace(REPOSITORY, str(origin)), home, env)
+    assert cloned.returncode == 0, cloned.stderr
+    clone = home / origin.name
     # The repository carries the release tag the docs pin (`rev: v0.1.0`), but CI runs on a clean clone that may
     # not have fetched tags: only where this clone lacks the tag is it created here, at HEAD.
     tag = f"v{VERSION}"
@@ -82,38 +115,76 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fresh:
     if has_tag.returncode != 0:
         git(clone, "tag", "-a", tag, "-m", f"specguard {VERSION}")
 
-    venv = home / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    tools = home / "tools"
-    tools.mkdir()
-    (tools / "ruff").symlink_to(Path(sys.executable).parent / "ruff")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(
-        PATH=f"{venv / 'bin'}:{tools}:{os.environ['PATH']}",
-        VIRTUAL_ENV=str(venv),
-        PRE_COMMIT_HOME=str(home / "pre-commit-home"),
-        GIT_AUTHOR_NAME="t",
-        GIT_AUTHOR_EMAIL="t@example.invalid",
-        GIT_COMMITTER_NAME="t",
-        GIT_COMMITTER_EMAIL="t@example.invalid",
-    )
-    made = Fresh(home, clone, venv, env, subprocess.CompletedProcess([], 0))
-    # "On a fresh machine with Python >= 3.10, pip and git, from a clone of this repository": its first command
-    first = snippets(REPO / "README.md", "## Quickstart")["bash"][0]
-    made.quickstart = made.bash(first, clone)
-    return made
+    # Exactly two commands: the first makes and enters a venv, installs, checks; the second is the whole CI.
+    first, second = snippets(README, "## Quickstart")["bash"]
+    assert second == "bash .ci/run\n" and (REPO / ".ci" / "run").is_file()
+    quickstart = shell(first, clone, env)
+    # The shell stays in the venv the first command made: later snippets run there.
+    (venv,) = re.findall(r"python3 -m venv (\S+) && \. \1/bin/activate && ", first)
+    venv_dir = clone / venv
+    env.update(PATH=f"{venv_dir / 'bin'}:{env['PATH']}", VIRTUAL_ENV=str(venv_dir))
+    return Fresh(home, clone, venv_dir, env, quickstart)
 
 
 def test_the_quickstarts_first_command_installs_specguard_and_reports_the_readmes_findings(fresh: Fresh) -> None:
     out = fresh.quickstart
     assert out.returncode == 1, out.stdout + out.stderr  # findings
     assert shutil.which("specguard", path=fresh.env["PATH"]) == str(fresh.venv / "bin" / "specguard")
+    assert (fresh.venv / "pyvenv.cfg").is_file()  # the venv the command made, inside the clone
     # the README's example output, finding for finding (its messages are shortened with "...")
-    shown = snippets(REPO / "README.md", "## `specguard check`")["console"]
+    shown = snippets(README, "## `specguard check`")["console"]
     (console,) = [b for b in shown if b.startswith("$ specguard check examples/\n")]
     where = re.compile(r"^(\S+:\d+:\d+: SG\d{3})", flags=re.MULTILINE)
     assert where.findall(out.stdout) == where.findall(console)
     assert "Found 7 findings." in out.stdout and "Found 7 findings." in console
+
+
+EXTRAS = set(PROJECT["optional-dependencies"])
+PAGES_NAMING_INSTALLS = [
+    README,
+    REPO / "CONTRIBUTING.md",
+    REPO / "benchmarks" / "README.md",
+    *(REPO / "docs").rglob("*.md"),
+]
+
+
+def test_every_install_the_docs_name_is_from_a_clone_or_the_tagged_repository() -> None:
+    """specguard is not on a package index: every `pip install` of it the docs name installs from a clone (`.`,
+    `'.[extras]'`) or from the repository's git URL at the release tag, with extras the project defines."""
+    from packaging.requirements import Requirement
+
+    tagged = f"git+{REPOSITORY}@v{VERSION}"
+    seen = []
+    for page in PAGES_NAMING_INSTALLS:
+        for args in re.findall(r"pip install ([^`#&\n]*)", page.read_text(encoding="utf-8")):
+            specs = [a for a in shlex.split(args) if not a.startswith("-")]
+            if not specs or not (specs[0].startswith(".") or "specguard" in specs[0]):
+                continue  # prose about pip, or another package (pre-commit)
+            spec = specs[0]
+            seen.append(spec)
+            where = f"{page.relative_to(REPO)}: pip install {spec}"
+            if spec.startswith("."):
+                extras = re.fullmatch(r"\.(?:\[([\w,]+)\])?", spec)
+                assert extras is not None, where
+                assert set(filter(None, (extras.group(1) or "").split(","))) <= EXTRAS, where
+            elif spec != tagged:
+                req = Requirement(spec)
+                assert (req.name, req.url) == ("specguard", tagged) and req.extras <= EXTRAS, where
+    assert {"runtime", "config"} <= {e for s in seen if " @ " in s for e in Requirement(s).extras}
+
+
+def test_the_install_sections_git_url_installs_specguard_and_its_extra(fresh: Fresh) -> None:
+    (block,) = snippets(README, "## Install")["bash"]
+    (line,) = [x for x in block.splitlines() if "git+" in x and "[config]" in x]
+    venv = fresh.home / "install-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {**fresh.env, "PATH": f"{venv / 'bin'}:{fresh.env['PATH']}", "VIRTUAL_ENV": str(venv)}
+    done = fresh.bash(line, fresh.home, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    clean = fresh.clone / "examples" / "configs" / "clean.yaml"
+    judged = subprocess.run([str(venv / "bin" / "specguard"), "config", str(clean)], env=env, capture_output=True)
+    # it reads the YAML (the extra brought PyYAML); with no vLLM there, it says nothing could be judged
+    assert judged.returncode == 0 and b"no hazard judged: no vLLM source" in judged.stdout, judged.stderr
 
 
 def test_the_installed_package_writes_the_committed_docs_without_the_repository(fresh: Fresh) -> None:

@@ -49,8 +49,8 @@ def read_yaml(path: str | Path) -> Any:
         import yaml  # deferred: only `specguard config` needs PyYAML, never the analyzer
     except ImportError:
         raise UserError(
-            f"{path}: reading YAML needs PyYAML: pip install 'specguard[config]' "
-            "(or give the options as vllm serve arguments after --)"
+            f"{path}: reading YAML needs PyYAML: pip install pyyaml (what specguard's `config` extra adds), "
+            "or give the options as vllm serve arguments after --"
         ) from None
 
     if not os.path.lexists(path):

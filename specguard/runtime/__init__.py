@@ -4,7 +4,7 @@ Loaded by vLLM in every process as the general plugin `specguard` (entry point g
 With VLLM_SPECGUARD unset, empty, `0` or `off`, `register()` patches nothing and imports neither torch nor
 vllm; `1`/`raise` raises SpecGuardViolation before a bad build or launch (vLLM then ends the engine); `warn`
 logs each new kind of violation per site, counts every one, and lets it proceed unless it would touch memory
-outside its buffers. See the README, "Runtime guard" and its operator's part."""
+outside its buffers. See docs/runtime-guard.md, the operator's page."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ _NUMBERS = re.compile(r"\d+")
 RULE_NAMES: dict[str, str] = {
     "SG101": "metadata-outside-helper",
     "SG103": "padded-token-count",
-    "SG105": "stale-dcp-local-seq-lens",
+    "SG105": "stale-dcp-lens",
     "SG201": "group-flag-any-merge",
     "SG202": "dcp-causal-bound-geometry",
 }

@@ -115,10 +115,11 @@ def _tick(interval: float | None, stop: threading.Event) -> None:
     while not stop.wait(step):
         waited += step
         try:
-            metrics.flush()
             if interval is not None and waited >= interval - 1e-9:
                 waited = 0.0
                 emit(logging.INFO, "%s", counter_line(f"every {interval:g}s"))
+            # after the line, so /metrics scraped once the line is out counts at least what the line says
+            metrics.flush()
         except Exception as exc:  # noqa: BLE001 -- a failure here is the guard's, never the server's
             POLICY.guard_error("stats", STATS_ENV, exc)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from specguard.rules.judging import BUDGET, MAX_DEPTH
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CHECK_PAGE = Path(__file__).resolve().parents[2] / "docs" / "check.md"
 
 
 def test_mutually_recursive_helpers_terminate_and_still_report(check_speculator) -> None:  # type: ignore[no-untyped-def]
@@ -91,7 +91,7 @@ def test_loops_carry_values_from_one_iteration_to_the_next(check_speculator) -> 
     assert [f.line for f in checked.findings] == [checked.line("# flagged")]
 
 
-def test_the_readme_states_the_bound_the_code_has() -> None:
-    readme = " ".join(README.read_text().split())
-    assert f"calls are followed {MAX_DEPTH} deep" in readme
-    assert f"a budget of {BUDGET:,} steps" in readme
+def test_the_docs_state_the_bound_the_code_has() -> None:
+    page = " ".join(CHECK_PAGE.read_text().split())
+    assert f"calls are followed {MAX_DEPTH} deep" in page
+    assert f"a budget of {BUDGET:,} steps" in page

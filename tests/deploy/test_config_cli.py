@@ -17,7 +17,7 @@ from specguard.deploy.hazards import ENV_NOTE
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "configs"
 
-# What each example must report on each source (the README shows these runs).
+# What each example must report on each source (docs/config.md shows these runs).
 VERSIONS = ("0.28.0", "0.30.0", "0.33.0")
 EXAMPLE_OUTCOMES = {
     ("dflash-dp2.yaml", "0.28.0"): {"CFG101"},
@@ -239,7 +239,7 @@ def test_help_exits_0(run_config: Callable[..., tuple[int, str, str]]) -> None:
 
 
 def test_docs_example_table_matches_the_tested_outcomes() -> None:
-    doc = (REPO / "README.md").read_text(encoding="utf-8")
+    doc = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
     for (example, version), codes in EXAMPLE_OUTCOMES.items():
         row = re.search(rf"^\| `{re.escape(example)}` \| (.*?) \| (.*?) \| (.*?) \|$", doc, flags=re.MULTILINE)
         assert row is not None, example

@@ -1,7 +1,8 @@
-"""The README's `specguard config --vllm-version` examples, run as a first-time user runs them: specguard installed
-from this checkout into a new venv (no vLLM there, no source folder given), an empty user cache, and pip fetching
-the release's wheel. pip is pointed at the test cache's wheel folder (PIP_NO_INDEX, PIP_FIND_LINKS: pip's own
-configuration, which --vllm-version leaves to pip), so the download path is the real one without the network."""
+"""The `specguard config --vllm-version` examples of the README and docs/config.md, run as a first-time user runs
+them: specguard installed from this checkout into a new venv (no vLLM there, no source folder given), an empty user
+cache, and pip fetching the release's wheel. pip is pointed at the test cache's wheel folder (PIP_NO_INDEX,
+PIP_FIND_LINKS: pip's own configuration, which --vllm-version leaves to pip), so the download path is the real one
+without the network."""
 
 from __future__ import annotations
 
@@ -18,12 +19,27 @@ CACHE = Path(os.environ.get("SPECGUARD_TEST_CACHE", Path.home() / ".cache" / "sp
 ENV_NOTE = "judged with these variables unset"
 
 
+# Where the examples are: (page, the text their part starts at, the text it ends before)
+PAGES = [
+    ("README.md", "## `specguard config` and `specguard doctor`", "\n## "),
+    ("docs/config.md", "# `specguard config` and `specguard doctor`", "\n## `specguard doctor`"),
+]
+
+
+def _sections() -> list[str]:
+    found = []
+    for page, start, end in PAGES:
+        doc = (REPO / page).read_text(encoding="utf-8")
+        begin = doc.index(start)
+        found.append(doc[begin : doc.index(end, begin + len(start))])
+        assert "$ specguard config" in found[-1] and "--vllm-version" in found[-1], f"{page} shows no example run"
+    return found
+
+
 def _examples() -> list[tuple[str, int, list[str]]]:
-    """(command, exit code, expected output lines) for each README console example using --vllm-version."""
-    doc = (REPO / "README.md").read_text(encoding="utf-8")
-    section = doc[doc.index("## `specguard config` and `specguard doctor`") : doc.index("### `specguard doctor`")]
+    """(command, exit code, expected output lines) for each console example using --vllm-version."""
     out: list[tuple[str, int, list[str]]] = []
-    for block in re.findall(r"```console\n(.*?)```", section, flags=re.DOTALL):
+    for block in (b for s in _sections() for b in re.findall(r"```console\n(.*?)```", s, flags=re.DOTALL)):
         lines = block.splitlines()
         i = 0
         while i < len(lines):
@@ -41,7 +57,7 @@ def _examples() -> list[tuple[str, int, list[str]]]:
             while i < len(lines) and not lines[i].startswith("$ "):
                 expected.append(lines[i])
                 i += 1
-            assert exit_code is not None, f"the README gives no exit code for: {command}"
+            assert exit_code is not None, f"the docs give no exit code for: {command}"
             out.append((command.strip(), exit_code, expected))
     return out
 
@@ -50,7 +66,7 @@ def _flat(lines: list[str]) -> str:
     return " ".join(" ".join(lines).split())
 
 
-def test_the_readme_examples_run_from_a_fresh_venv(tmp_path: Path, source_dir: Callable[[str], Path]) -> None:
+def test_the_documented_examples_run_from_a_fresh_venv(tmp_path: Path, source_dir: Callable[[str], Path]) -> None:
     examples = _examples()
     versions = {re.search(r"--vllm-version (\S+)", c).group(1) for c, _, _ in examples}  # type: ignore[union-attr]
     assert {"0.28.0", "0.33.0"} <= versions and any("--strict" in c for c, _, _ in examples)

@@ -3,9 +3,9 @@ upstream bug: a padded token count in one speculative step, a count smaller than
 query_start_loc shifted, and the first seed itself under DP=2 (a DP-padded count, only in batches that DP
 padding would pad). Raise mode: G0 stops the build before any backend reads it and names the numbers and the
 static rule; vLLM then ends the engine, so every request in flight fails and the server goes down by itself, as
-the README's operator's part says. Warn mode: each kind of violation at a site is logged once, every one is
-counted (log lines and /metrics), serving goes on with the same greedy outputs, and a build that would read
-outside its buffers is stopped all the same."""
+docs/runtime-guard.md (the operator's page) says. Warn mode: each kind of violation at a site is logged once,
+every one is counted (log lines and /metrics), serving goes on with the same greedy outputs, and a build that
+would read outside its buffers is stopped all the same."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import openai
 from e2e_server import pid_of
 from scenarios import G0_MESSAGE, INJECTED, metrics
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATORS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "runtime-guard.md"
 
 
 def injected(log: str, kind: str) -> list[re.Match]:
@@ -31,7 +31,7 @@ def g0_messages(log: str) -> list[str]:
 
 
 def assert_the_engine_ended(phase) -> None:
-    """What raise mode does to a server (and what the README's operator's part promises): every request in
+    """What raise mode does to a server (and what the operator's page promises): every request in
     flight fails with a 500, /health stops answering 200, and the server exits by itself."""
     assert phase.errors and not phase.outputs, (phase.outputs, phase.errors)
     assert all(isinstance(e, (openai.InternalServerError, openai.APIConnectionError)) for e in phase.errors)
@@ -53,7 +53,7 @@ def test_raise_mode_a_padded_count_in_one_speculative_step_ends_the_engine(scena
     assert f"query_start_loc_cpu[num_reqs] ({real_tokens}) != num_actual_tokens ({m['after']})" in message
     assert "(this batch: NONE, dispatched by SpecDecodeBaseProposer)" in message  # the speculator's own dispatch
     assert "SG103 padded-token-count" in message, message
-    operators = README.read_text()
+    operators = OPERATORS_PAGE.read_text()
     assert "every request in flight fails (HTTP 500), `/health` answers 503 and the API server exits" in operators
 
 

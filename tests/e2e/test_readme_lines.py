@@ -1,4 +1,4 @@
-"""The README's e2e section quotes real server lines and lists the e2e servers: the lines must still be what
+"""CONTRIBUTING.md's e2e section quotes real server lines and lists the e2e servers: the lines must still be what
 the e2e tests parse, and the table must name the servers the tier starts (no server needed)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 from e2e_server import guard_lines
 from scenarios import COUNTER_LINE, G0_MESSAGE, SCENARIOS, STARTUP_PID
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONTRIBUTING = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
 
 
 def e2e_section() -> str:
-    text = README.read_text()
-    start = text.index("### In a real server: the end-to-end tier")
-    return text[start : text.index("\n## ", start)]
+    text = CONTRIBUTING.read_text()
+    start = text.index("\n## The end-to-end tier: real servers\n")
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def test_quoted_startup_counter_and_violation_lines_parse() -> None:

@@ -1,4 +1,4 @@
-"""Which checks can fire on which vLLM release (issue 12 item 7), as the startup line and README say."""
+"""Which checks can fire on which vLLM release (issue 12 item 7), as the startup line and docs/runtime-guard.md say."""
 
 from __future__ import annotations
 

@@ -113,6 +113,37 @@ def test_noncausal_metadata_on_a_causal_layer(mla, guard) -> None:
     assert "(G3 recorded such a group at merge)" in messages[1]
 
 
+@pytest.mark.parametrize("mode", ["raise", "warn"])
+def test_what_cfg104s_fix_says_g3_does(mla, guard, mode) -> None:
+    """CFG104's fix sends the operator to G3: a mixed KV-cache group is recorded at the merge, never raised, and
+    the launch that hands non-causal metadata to a causal layer is stopped (in warn mode: logged, and it runs)."""
+    import dataclasses
+
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from specguard.deploy.catalogue import load_catalogue
+
+    fix = " ".join(load_catalogue().hazards["CFG104"].fix.split())
+    assert "records a KV-cache group whose layers disagree" in fix and "never raised" in fix
+    assert "stops a FlashInfer MLA launch that hands non-causal metadata to a causal layer" in fix
+    assert "(VLLM_SPECGUARD=warn logs it instead)" in fix
+
+    guard(mode)
+    spec = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=mla.torch.bfloat16)
+    merged = MLAAttentionSpec.merge([spec, dataclasses.replace(spec, non_causal_multi_token_decode=True)])
+    assert merged.non_causal_multi_token_decode is True  # vLLM's union stands: recorded, not raised
+    assert stats()["recorded"] == {"G3:MLAAttentionSpec.merge": 1}
+    impl, md, q = _launch(mla, [4, 4], False, 1)
+    if mode == "raise":
+        with pytest.raises(SpecGuardViolation, match=r"\[specguard G3 group causal consistency\]"):
+            mla.forward(impl, q, md, mla.layer(non_causal=False))
+        assert mla.calls == []
+    else:
+        mla.forward(impl, q, md, mla.layer(non_causal=False))
+        assert len(mla.calls) == 1
+    assert stats()["violations"] == {"G3:FlashInferMLAImpl.forward_mqa": 1}
+
+
 def test_noncausal_dcp_needs_backend_support(mla, guard, monkeypatch) -> None:
     guard("raise")
     monkeypatch.setattr(mla.fm.FlashInferMLAMetadataBuilder, "supports_non_causal_multi_token_dcp", False)

@@ -75,3 +75,13 @@ def test_run_check_counts_skips_and_guard_errors(monkeypatch) -> None:
     with pytest.raises(SpecGuardViolation):
         run_check(z, _violation)
     assert policy.snapshot()["checks_run"] == {"G1:x": 2, "G1:z": 1, "G2:y": 1}
+
+
+def test_messages_name_each_static_rule_as_the_analyzer_does() -> None:
+    """A violation names the rules that find its cause by code and name; the name is the rule's own, which
+    `specguard explain NAME` takes (the guard keeps its own map so serving never imports the analyzer)."""
+    from specguard.rules import all_rules
+    from specguard.runtime.errors import RULE_NAMES
+
+    rules = all_rules()
+    assert {code: rules[code].name for code in RULE_NAMES} == RULE_NAMES
