@@ -145,6 +145,9 @@ class Evaluator(Builtins):
         self._active: dict[int, int] = {}  # id(function node) -> how many of its calls are being inlined
         self._dropped: set[int] = set()  # call nodes whose result is not used (expression statements)
         self._trying = 0  # how many `try` bodies are being run: only a raise inside one needs its class's lineage
+        # Inside a `try` body, the raising paths of a call that also returns: each (path, what it raises) becomes a
+        # raise of the statement holding the call, which that statement's block adds to its flow.
+        self._pending: list[tuple[frozenset, set[str] | None]] = []
 
     # ---- entry points ------------------------------------------------------------------------------------------
 
@@ -194,9 +197,12 @@ class Evaluator(Builtins):
             if current is None:
                 break
             self.step()
+            before = current.copy() if self._trying else None
+            mark = len(self._pending)
             try:
                 res = self.exec_stmt(stmt, frame, current)
             except _PathEnds as ends:
+                self._raise_pending(flow, before, mark)
                 if self.raise_ends_path:
                     flow.raises.append(replace(current, raised=ends.raised))
                 current = None
@@ -209,9 +215,17 @@ class Evaluator(Builtins):
             flow.breaks += res.breaks
             flow.continues += res.continues
             flow.raises += res.raises
+            self._raise_pending(flow, before, mark)
             current = res.normal
         flow.normal = current
         return flow
+
+    def _raise_pending(self, flow: Flow, before: State | None, mark: int) -> None:
+        """The raises of the calls the last statement made that raise on some of their paths only: each a path
+        from the state before that statement, as the raise leaves it (the statement's own effects not done)."""
+        pending, self._pending[mark:] = self._pending[mark:], []
+        if before is not None:
+            flow.raises += [replace(before.copy(), path=path, raised=raised) for path, raised in pending]
 
     def exec_stmt(self, stmt: ast.stmt, frame: Frame, state: State) -> Flow:
         method = _STATEMENTS.get(type(stmt))
@@ -1167,6 +1181,8 @@ class Evaluator(Builtins):
                 known_raises = [s.raised for s in flow.raises if s.raised is not None]
                 raise _PathEnds(set().union(*known_raises) if len(known_raises) == len(flow.raises) else None)
             return unknown_from(*args, why=f"`{func.qualname}` never returns")
+        if flow.raises and self.raise_ends_path and self._trying:
+            self._pending += [(s.path, s.raised) for s in flow.raises]
         end = merge([State({}, s.writes, s.path) for s, _ in ends])
         assert end is not None
         state.writes.clear()

@@ -1,0 +1,96 @@
+"""A callee that raises on some of its paths and returns on others, called inside a `try`: its raising paths reach
+the caller's handlers, which catch what their classes and bases catch, so the value a handler computes is judged
+on those paths (before, only a callee raising on every path reached a handler, and a fallback to the padded count
+in a handler went unseen). Outside a `try`, nothing changes."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from specguard.analysis.engine import check_source
+
+HEAD = """
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+"""
+
+FLAGGED = {
+    "a handler falls back to the padded count when the helper finds no real one": """
+        class Drafter(DraftModelSpeculator):
+            def _real(self, real):
+                if real is None:
+                    raise ValueError("no real count")
+                return real
+
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    n = self._real(real)
+                except ValueError:
+                    n = batch_desc.num_tokens
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # flagged
+    """,
+    "two calls deep, past a handler too narrow for it, into one for a base class": """
+        class Drafter(DraftModelSpeculator):
+            def _inner(self, real):
+                if real is None:
+                    raise LookupError("no count")
+                return real
+
+            def _outer(self, real):
+                return self._inner(real) + 0
+
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    n = self._outer(real)
+                except KeyError:
+                    n = real
+                except Exception:
+                    n = batch_desc.num_tokens
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # flagged
+    """,
+}
+
+CLEAN = {
+    "the helper raises outside FULL graphs and the handler takes the real count": """
+        class Drafter(DraftModelSpeculator):
+            def _require_full(self, batch_desc):
+                if batch_desc.cg_mode != CUDAGraphMode.FULL:
+                    raise RuntimeError("not a FULL graph")
+
+            def propose(self, batch_desc, num_reqs, real):
+                n = batch_desc.num_tokens
+                try:
+                    self._require_full(batch_desc)
+                except RuntimeError:
+                    n = real
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
+    """,
+    "a handler for another class never runs: the helper's ValueError goes on up": """
+        class Drafter(DraftModelSpeculator):
+            def _real(self, real):
+                if real is None:
+                    raise ValueError("no real count")
+                return real
+
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    n = self._real(real)
+                except TypeError:
+                    n = batch_desc.num_tokens
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
+    """,
+}
+
+
+@pytest.mark.parametrize("source", FLAGGED.values(), ids=list(FLAGGED))
+def test_a_handler_reached_from_a_callee_that_may_raise_is_judged(source: str) -> None:
+    text = HEAD + textwrap.dedent(source)
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "# flagged" in row)
+    assert [(f.code, f.line) for f in check_source(text)] == [("SG103", line)]
+
+
+@pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
+def test_a_handler_is_judged_only_on_the_paths_that_reach_it(source: str) -> None:
+    assert check_source(HEAD + textwrap.dedent(source)) == []
