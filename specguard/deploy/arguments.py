@@ -14,10 +14,10 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from specguard.deploy.flow import Evaluator
+from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
 from specguard.evaluation.budget import OutOfBudget
-from specguard.evaluation.evaluator import STAR_KWARGS
+from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator
 from specguard.evaluation.paths import Frame, State
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, ClassRef, Function, Opaque, Token, TokenAttr, known
 
@@ -545,7 +545,7 @@ def read_serve_options(tree: SourceTree) -> ServeOptions:
     reader = TypeReader(tree)
     builder = _Builder(tree, reader, _kwargs_rules(tree))
     result = builder.result
-    ev = Evaluator(tree, hook=builder, max_depth=6)
+    ev = config_evaluator(tree, hook=builder, max_depth=6)
     serve = tree.module_for_path(SERVE_MODULE)
     factory = ev.module_value(serve, PARSER_FACTORY) if serve is not None else UNKNOWN
     parser = Token("parser")

@@ -17,9 +17,10 @@ import json
 from typing import Any, Literal, Union
 
 from specguard.deploy.arguments import Hint, TypeReader
-from specguard.deploy.flow import Evaluator
+from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.source import ClassInfo, SourceTree, dotted
 from specguard.evaluation.budget import OutOfBudget
+from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.objects import PYTHON_TYPES
 from specguard.evaluation.paths import verdict
 from specguard.evaluation.values import NOT_HANDLED, ClassRef, EnumMember, Function, Obj, Token, known
@@ -75,7 +76,7 @@ class FieldTypes:
         def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, *rest: Any) -> Any:
             return handed if func is handler else NOT_HANDLED
 
-        ev = Evaluator(self.tree, hook=hook)
+        ev = config_evaluator(self.tree, hook=hook)
         try:
             result, _ = ev.call_function(
                 Function(module, method, owner), [value, handler], {}, self_value=ClassRef(cls)
@@ -125,7 +126,7 @@ class FieldTypes:
         return Any
 
     def _enum(self, cls: ClassInfo) -> Any:
-        ev = Evaluator(self.tree)
+        ev = config_evaluator(self.tree)
         values = [ev.enum_value(EnumMember(cls, name)) for name in self.tree.enum_members(cls)]
         if not values or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
             return Any
@@ -147,7 +148,7 @@ def post_init_refusal(tree: SourceTree, cls: ClassInfo, value: dict[str, Any]) -
         if enum is not None and isinstance(member, str) and member in tree.enum_members(enum):
             fields[name] = EnumMember(enum, member)
     obj = Obj(cls, fields, defaults=True, label=cls.name)
-    ev = Evaluator(tree)
+    ev = config_evaluator(tree)
     try:
         ev.call_function(Function(module, method, owner), [], {}, self_value=obj)
     except OutOfBudget:

@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
 from specguard.deploy import cmdline
 from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
+from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.fields import FieldTypes, Refused, field_validators, post_init_refusal
-from specguard.deploy.flow import Evaluator
 from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
 from specguard.deploy.source import ClassInfo
 from specguard.errors import UserError
@@ -148,7 +148,7 @@ class ConfigChecker:
         return self.field_value(cls, name, value, at_startup=True) if cls is not None else value
 
     def _field_value(self, cls: ClassInfo, name: str, value: Any, at_startup: bool) -> Any:
-        ev = Evaluator(self.tree)
+        ev = config_evaluator(self.tree)
         current: Any = value
         for validator, owner in self._validators(cls, name):
             module = self.tree.module(owner.module)

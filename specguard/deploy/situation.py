@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.flow import Evaluator
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted, message_of
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget
-from specguard.evaluation.evaluator import own_nodes
+from specguard.evaluation.evaluator import Evaluator, own_nodes
 from specguard.evaluation.paths import Outcome, State, Verdict, verdict
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Bound, ClassRef, EnumMember, Function, Obj
 
@@ -155,7 +155,7 @@ class Situation:
 
     def value_of(self, obj: Obj, attr: str) -> Any:
         """An attribute of a section as vLLM's code would read it (given, computed, or the declared default)."""
-        return Evaluator(self.tree).getattr(obj, attr, State({}, {}, frozenset()), 0)
+        return config_evaluator(self.tree).getattr(obj, attr, State({}, {}, frozenset()), 0)
 
     def _speculative(self, parallel: Obj, model: Obj, backend_enum: ClassInfo | None) -> Obj | None:
         spec = self.cfg.speculative_config
@@ -276,7 +276,7 @@ def _engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, di
         return NOT_HANDLED
 
     engine = Obj(cls, {k: v for k, v in given.items() if isinstance(v, (*_PLAIN, list, dict))}, defaults=True)
-    ev = Evaluator(tree, hook=hook, max_depth=2, max_steps=200_000)
+    ev = config_evaluator(tree, hook=hook, max_depth=2, max_steps=200_000)
     try:
         ev.call_function(Function(module, method, owner), [], {}, self_value=engine)
     except OutOfBudget:
@@ -453,7 +453,7 @@ class Reach:
             first = group[0]
             targets = {id(s.node) for s in group}
             for ctx in self.entries(first.module, first.function, first.owner, self.depth):
-                ev = Evaluator(self.tree, watch_attrs=watch_attrs)
+                ev = config_evaluator(self.tree, watch_attrs=watch_attrs)
                 func = Function(first.module, first.function, first.owner)
                 try:
                     ev.call_function(func, ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value)
@@ -467,7 +467,7 @@ class Reach:
         self, module: ParsedModule, function: Any, owner: ClassInfo | None, self_value: Any, kwargs: dict[str, Any]
     ) -> list[Outcome]:
         """Evaluate one function with given arguments (no callers followed); every outcome it records."""
-        ev = Evaluator(self.tree)
+        ev = config_evaluator(self.tree)
         try:
             ev.call_function(Function(module, function, owner), [], kwargs, self_value=self_value)
         except OutOfBudget as exc:
@@ -494,14 +494,14 @@ class Reach:
                 return UNKNOWN
             return NOT_HANDLED
 
-        ev = Evaluator(self.tree, hook=hook)
+        ev = config_evaluator(self.tree, hook=hook)
         self._call(ev, module, function, owner)
         return [o for o in ev.outcomes if o.site.kind == "construct"]
 
     def returned(self, module: ParsedModule, function: Any, owner: ClassInfo | None) -> list[Outcome]:
         """What `function` returns for this situation (a property of a config section: `self` is the section): an
         outcome per `return` reached, with the value as its detail and the conditions of its path."""
-        ev = Evaluator(self.tree, track_returns=True)
+        ev = config_evaluator(self.tree, track_returns=True)
         self._call(ev, module, function, owner)
         return [o for o in ev.outcomes if o.site.kind == "return"]
 
@@ -540,7 +540,7 @@ class Reach:
         for caller_module, caller, caller_owner, calls in callers:
             guarded = _in_try(self.tree, caller_module, caller, calls)
             for ctx in self.entries(caller_module, caller, caller_owner, depth - 1):
-                ev = Evaluator(self.tree, watch_calls=calls, max_depth=1, max_steps=100_000)
+                ev = config_evaluator(self.tree, watch_calls=calls, max_depth=1, max_steps=100_000)
                 try:
                     ev.call_function(
                         Function(caller_module, caller, caller_owner),
@@ -584,7 +584,7 @@ class Reach:
             met += 1
             return UNKNOWN  # as the watched call of the first evaluation returned
 
-        ev = Evaluator(self.tree, hook=hook, max_depth=1, max_steps=100_000)
+        ev = config_evaluator(self.tree, hook=hook, max_depth=1, max_steps=100_000)
         try:
             ev.call_function(
                 Function(caller.module, caller.function, caller.owner),

@@ -8,9 +8,12 @@ SG201) and `specguard config`.
 - `exceptions`: which `except` clause catches a raise;
 - `program`: the analyzed project's modules, parsed on first use, never imported;
 - `objects`, `builtins`, `evaluator`: attributes and comparisons, the builtins it evaluates, statements and calls;
+- `recorded`: `raise` and `try` where a raise is recorded and does not end its path;
+- `semantics`: the few rules the clients differ by, named (does a raise end its path, how paths that disagree
+  join, how a loop that cannot be enumerated runs, is the serving environment read, are constructors run);
 - `hooks`: what a client tells it (its subject, what its pack's names mean).
 
-The config pre-flight walks statements with its own walker (`deploy/flow`: a raise does not end the path, every
-undecided test is a named condition, paths that disagree join to unknown), built on these values, paths, budgets,
-environment, exceptions and object model.
+Both clients construct `evaluator.Evaluator`: the rules with the default semantics, the config pre-flight with its
+own (`deploy/evaluator.py`: a raise does not end the path, every undecided test is a named condition, paths that
+disagree join to unknown, a loop runs once, the serving environment is read) and a budget that counts work.
 """

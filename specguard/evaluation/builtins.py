@@ -8,7 +8,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from specguard.evaluation.budget import builtin_result_size, method_result_size, too_large
+from specguard.evaluation import environment
+from specguard.evaluation.budget import Budget, builtin_result_size, method_result_size, size, too_large
 from specguard.evaluation.objects import FORMAT_FIELD_SPEC, ObjectModel
 from specguard.evaluation.paths import Frame, State, join_values
 from specguard.evaluation.values import (
@@ -69,6 +70,8 @@ class Builtins(ObjectModel):
     """Calls of builtins, of standard-library functions and of plain values' methods."""
 
     _dropped: set[int]
+    work: Budget | None
+    env: environment.ServedEnvironment
 
     def call(
         self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
@@ -100,9 +103,12 @@ class Builtins(ObjectModel):
         elif isinstance(inner, (set, frozenset)) and known(inner):
             items = sorted(inner, key=repr)
         elif isinstance(inner, str):
+            self.charge(len(inner))
             items = list(inner)
-        if items is None or len(items) > MAX_ITERATIONS:
+        if items is None:
             return None
+        if len(items) > MAX_ITERATIONS and not (self.work is not None and isinstance(inner, (str, dict))):
+            return None  # where work is counted, a string or a dict's keys are walked whole: the budget bounds it
         return [with_labels(item, labels) for item in items] if labels else items
 
     def element_of(self, value: Any) -> Any:
@@ -148,9 +154,19 @@ class Builtins(ObjectModel):
             return value.values if isinstance(value, LiteralType) else UNKNOWN
         if short == "cast" and len(args) == 2:
             return args[1]
+        if name in ("os.getenv", "os.environ.get") and self.semantics.served_environment:
+            return self._getenv(args, kwargs)
         if short in VALUE_METHODS and args:
             return self._value_preserving(short, args[0], args[1:], node)
         return unknown_from(*args, *kwargs.values(), why=f"`{name}` is not evaluated")
+
+    def _getenv(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """A variable of the serving environment, never of specguard's own process."""
+        name = plain(args[0]) if args else None
+        if not isinstance(name, str) or kwargs:
+            return UNKNOWN
+        value = self.env.get(name)
+        return value if value is not None else (args[1] if len(args) > 1 else None)
 
     def _python_builtin(
         self, short: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
@@ -234,6 +250,7 @@ class Builtins(ObjectModel):
         cost = builtin_result_size(short, plain_args)
         if cost is None or too_large(cost):
             return UNKNOWN  # never built: `str()` of a value that prints longer than the budget's largest
+        self.charge(cost)
         try:
             result = fn(*plain_args, **plain_kwargs)
         except Exception:  # noqa: BLE001 - a builtin refusing its input: the value is not known
@@ -332,6 +349,7 @@ class Builtins(ObjectModel):
         labels = labels | self.hooks.reduced(self, kind, inputs, node)  # type: ignore[arg-type]
         if items is None:
             return unknown_from(source, keep=frozenset(x.kind for x in labels)) if labels else UNKNOWN
+        self.charge(len(items))
         truths = [self.truth(v, frame, state) for v in items]
         if kind == "any":
             result = True if True in truths else (UNKNOWN if UNKNOWN in truths else False)
@@ -435,8 +453,11 @@ class Builtins(ObjectModel):
             return UNKNOWN
         if method.name == "format" and isinstance(target, str) and FORMAT_FIELD_SPEC.search(target):
             return UNKNOWN  # a width or an attribute path in a format field: nothing a verdict needs, and costly
-        if too_large(method_result_size(target, method.name, plain_args, kwargs)):
+        cost = method_result_size(target, method.name, plain_args, kwargs)
+        if too_large(cost):
             return UNKNOWN  # never built: `s.replace("a", s)`, `"".join([s] * n)`
+        if self.work is not None:
+            self.charge(cost + size(target))
         try:
             return getattr(target, method.name)(*plain_args, **kwargs)
         except Exception:  # noqa: BLE001 - a method refusing its input: no effect we can model

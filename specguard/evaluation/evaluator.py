@@ -2,19 +2,21 @@
 
 It walks a function's statements (`ast`) with what its caller knows (concrete values, labelled unknowns, objects).
 A test it can decide picks its branch. A test it cannot decide forks: both branches run and their states join
-after it (see paths.join_values); when the test is about the question's subject (`Hooks.subjects`), or when the
-client asks for every undecided test (`doubt_all`, the config pre-flight), the test becomes a named condition on
-the paths under it, so a verdict can say "not decided because of <this test>". Calls of the source's functions are
-inlined up to `max_depth`; builtins and a few standard-library functions are evaluated; anything else gives an
-unknown that keeps, as a `maybe`, what its arguments were derived from.
+after it (see `Semantics.join`); when the test is about the question's subject (`Hooks.subjects`), or when the
+client asks for every undecided test (`Semantics.name_every_doubt`, the config pre-flight), the test becomes a
+named condition on the paths under it, so a verdict can say "not decided because of <this test>". Calls of the
+source's functions are inlined up to `max_depth`; builtins and a few standard-library functions are evaluated;
+anything else gives an unknown that keeps, as a `maybe`, what its arguments were derived from.
 
 It never imports or runs the analyzed code. Two budgets bound every evaluation: the statements and expressions
-it may evaluate (`budget`, then OutOfBudget) and the size of every value it builds (`MAX_ITEMS`, then unknown).
+it may evaluate (`budget`, then OutOfBudget; a `budget.Budget` counts the work done on data too) and the size of
+every value it builds (`MAX_ITEMS`, then unknown).
 
 Raises: by default a `raise`, or an `assert` whose test fails, ends its path (`Flow.raises`, and an outcome is
-recorded), and a call whose every path raises ends its caller's path. With `raise_ends_path=False` (the config
-pre-flight) a raise is recorded and evaluation goes on past it as if it had not fired, so each validation is
-judged on its own, and an undecided `assert` is assumed to hold for the code after it.
+recorded), and a call whose every path raises ends its caller's path. With `Semantics.raise_ends_path=False` (the
+config pre-flight) a raise is recorded and evaluation goes on past it as if it had not fired, so each validation
+is judged on its own, an undecided `assert` is assumed to hold for the code after it, and `try` is judged against
+the raises recorded in its body (`recorded`).
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from typing import Any
 
 from specguard.analysis.ast_tools import absolute_module, cached_on
 from specguard.deploy.source import SourceTree, dotted, message_of
-from specguard.evaluation import exceptions
-from specguard.evaluation.budget import MAX_ITEMS, OutOfBudget, result_size
+from specguard.evaluation import environment, exceptions
+from specguard.evaluation.budget import MAX_ITEMS, Budget, OutOfBudget, result_size
 from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
 from specguard.evaluation.hooks import Hooks
-from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, State, join_values, merge
+from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, State, chain, join_values, merge, merge_agreed
+from specguard.evaluation.recorded import RecordedRaises
+from specguard.evaluation.semantics import RULES, Semantics
 from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
@@ -107,7 +111,7 @@ def too_costly(op: ast.operator, left: Any, right: Any) -> bool:
     return result_size(op, left, right) is None
 
 
-class Evaluator(Builtins):
+class Evaluator(Builtins, RecordedRaises):
     """Evaluates functions of one program; outcomes of every run accumulate in `outcomes`."""
 
     def __init__(
@@ -119,20 +123,32 @@ class Evaluator(Builtins):
         watch_calls: Iterable[ast.AST] = (),
         watch_attrs: Iterable[str] = (),
         max_depth: int = 4,
-        budget: int = 60_000,
-        raise_ends_path: bool = True,
-        doubt_all: bool = False,
+        budget: int | Budget = 60_000,
+        semantics: Semantics = RULES,
         inline_unused: bool = True,
+        track_returns: bool = False,
     ) -> None:
         self.tree = tree
+        self.semantics = semantics
         self.hooks = hooks or Hooks()
         self.hook = hook
         self.watch_calls = {id(n) for n in watch_calls}
         self.watch_attrs = set(watch_attrs)
         self.max_depth = max_depth
         self.budget = budget
-        self.raise_ends_path = raise_ends_path
-        self.doubt_all = doubt_all
+        # A Budget counts work as well as steps (the config pre-flight's, shared with its run): every element
+        # walked or built is charged, and each path of an undecided test holds its own copies of the containers.
+        self.work = budget if isinstance(budget, Budget) else None
+        if self.work is not None:
+            self.step = self.work.step  # type: ignore[method-assign]
+            self.charge = self.work.spend  # type: ignore[method-assign]
+        self.raise_ends_path = semantics.raise_ends_path
+        self.track_returns = track_returns  # record what the function `call_function` runs returns, path by path
+        self._top_returns: set[int] = set()
+        self._reraise: list[list[Outcome]] = []
+        self.env = environment.current()
+        self.quiet = 0  # > 0 while a module-level value is computed: its branches decide no verdict
+        self._module_reads: dict[tuple[str, str], list[str]] = {}
         self.inline_unused = inline_unused  # also inline calls whose result is dropped and that get nothing labelled
         # A writer run's instance: a module-level call stored straight into one of its attributes is evaluated
         # when something reads the attribute (a Deferred), so the calls behind attributes no one reads cost nothing.
@@ -162,6 +178,8 @@ class Evaluator(Builtins):
     ) -> tuple[Any, State]:
         """Run `func` with these arguments; returns its value (joined over its paths) and the end state."""
         state = State({}, {}, path)
+        if self.track_returns:
+            self._top_returns = {id(n) for n in own_nodes(func.node) if isinstance(n, ast.Return)}
         try:
             value = self._invoke(func, self_value, args, kwargs, state, depth, force=True)
         except _PathEnds:
@@ -208,6 +226,8 @@ class Evaluator(Builtins):
                 current = None
                 break
             except RecursionError:  # nested too deep to evaluate: what it binds is unknown, the rest goes on
+                if self.work is not None:  # a budget that counts work: the evaluation is too costly
+                    raise OutOfBudget("the code is too deeply nested to evaluate") from None
                 for name in assigned_names([stmt]):
                     current.locals[name] = UNKNOWN
                 res = Flow(normal=current)
@@ -241,15 +261,19 @@ class Evaluator(Builtins):
         return Flow(normal=state)
 
     def _s_assign(self, stmt: ast.Assign, frame: Frame, state: State) -> Flow:
+        mark = len(self.env.log)
         value = self._deferred(stmt.targets, stmt.value, frame, state) or self.eval(stmt.value, frame, state)
         for target in stmt.targets:
             self.assign(target, value, frame, state, stmt)
+            self._carry_env(target, stmt.value, state, mark)
         return Flow(normal=state)
 
     def _s_annassign(self, stmt: ast.AnnAssign, frame: Frame, state: State) -> Flow:
         if stmt.value is not None:
+            mark = len(self.env.log)
             value = self._deferred([stmt.target], stmt.value, frame, state) or self.eval(stmt.value, frame, state)
             self.assign(stmt.target, value, frame, state, stmt)
+            self._carry_env(stmt.target, stmt.value, state, mark)
         return Flow(normal=state)
 
     def _deferred(self, targets: list[ast.expr], value: ast.expr, frame: Frame, state: State) -> Deferred | None:
@@ -298,33 +322,84 @@ class Evaluator(Builtins):
         return True
 
     def _s_augassign(self, stmt: ast.AugAssign, frame: Frame, state: State) -> Flow:
+        mark = len(self.env.log)
         current = self.eval(stmt.target, frame, state)
         value = self.binop(stmt.op, current, self.eval(stmt.value, frame, state))
         self.assign(stmt.target, value, frame, state, stmt)
+        self._carry_env(stmt.target, stmt, state, mark)
         return Flow(normal=state)
+
+    def _carry_env(self, target: ast.expr, value: ast.AST, state: State, mark: int) -> None:
+        """What a local assigned here was computed from (`Semantics.served_environment`): the environment's
+        variables read meanwhile, and those the locals it reads were computed from."""
+        if not self.semantics.served_environment:
+            return
+        names = frozenset([*self.env.log[mark:], *_env_of(value, state)])
+        for name in _bound_names(target):
+            if names:
+                state.env[name] = names
+            else:
+                state.env.pop(name, None)
+
+    def test(self, test: ast.expr, frame: Frame, state: State) -> tuple[Any, Any]:
+        """A branch's test: its value and its truth. With `Semantics.served_environment`, one the serving
+        environment decides is remembered there: the variables read while evaluating it, or that the locals it
+        reads were computed from."""
+        mark = len(self.env.log)
+        value = self.eval(test, frame, state)
+        truth = self.truth(value, frame, state)
+        if self.semantics.served_environment and truth is not UNKNOWN and not self.quiet:
+            self.env.decide([*self.env.log[mark:], *_env_of(test, state)])
+        return value, truth
+
+    def _parallel(self, first: Flow, second: Flow) -> Flow:
+        """Two alternative flows (the branches of a test, a try body and one of its handlers, two match cases)."""
+        normals = [f.normal for f in (first, second) if f.normal is not None]
+        return Flow(
+            normal=self.merge_states(normals),
+            returns=first.returns + second.returns,
+            breaks=first.breaks + second.breaks,
+            continues=first.continues + second.continues,
+            raises=first.raises + second.raises,
+        )
+
+    def fork(self, state: State, path: frozenset | None = None) -> State:
+        """A state for one path of an undecided test; where work is counted, holding its own containers."""
+        return state.copy(path, self.work)
+
+    def merge_states(self, states: list[State]) -> State | None:
+        """One state where paths meet again (see `Semantics.join`)."""
+        if self.semantics.join == "unknown":
+            return merge_agreed(states, self.work)
+        return merge(states)
+
+    def join(self, options: list[tuple[Any, frozenset]]) -> Any:
+        """One value for what paths give differently (see `Semantics.join`)."""
+        if self.semantics.join == "unknown":
+            first = options[0][0]
+            return first if all(same_value(first, value) for value, _ in options[1:]) else UNKNOWN
+        return join_values(options)
 
     def _s_if(self, stmt: ast.If, frame: Frame, state: State) -> Flow:
         return self._branch(stmt.test, stmt.body, stmt.orelse, frame, state)
 
     def _s_return(self, stmt: ast.Return, frame: Frame, state: State) -> Flow:
         value = self.eval(stmt.value, frame, state) if stmt.value is not None else None
+        if id(stmt) in self._top_returns:  # what the function `call_function` runs returns
+            self.record("return", frame.module, stmt, "", state.path, value)
         return Flow(returns=[(state, value)])
 
     def _s_raise(self, stmt: ast.Raise, frame: Frame, state: State) -> Flow:
+        if not self.raise_ends_path:
+            return self._recorded_raise(stmt, frame, state)
         if stmt.exc is not None:
             self.eval(stmt.exc, frame, state)
         self.record("raise", frame.module, stmt, message_of(stmt.exc) if stmt.exc is not None else "", state.path)
-        if self.raise_ends_path:
-            raised = exceptions.raised_by(stmt, frame.module.name, self.tree) if self._trying else None
-            return Flow(raises=[replace(state, raised=raised)])
-        # Recorded, and evaluation goes on as if it had not fired: each validation is judged on its own (a value
-        # this evaluation holds stale, e.g. one an uninlined call would have set, must not make an unrelated raise
-        # hide the rest of the function).
-        return Flow(normal=state)
+        raised = exceptions.raised_by(stmt, frame.module.name, self.tree) if self._trying else None
+        return Flow(raises=[replace(state, raised=raised)])
 
     def _s_assert(self, stmt: ast.Assert, frame: Frame, state: State) -> Flow:
-        test = self.eval(stmt.test, frame, state)
-        truth = self.truth(test, frame, state)
+        test, truth = self.test(stmt.test, frame, state)
         message = message_of(stmt.msg) if stmt.msg is not None else ""
         if truth is True:
             return Flow(normal=state)
@@ -345,6 +420,8 @@ class Evaluator(Builtins):
         )
 
     def _s_loop_while(self, stmt: ast.While, frame: Frame, state: State) -> Flow:
+        if self.semantics.loops == "once":
+            return self._loop_once(stmt, stmt.test, stmt.body, frame, state)
         truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
         if truth is False:
             return self.exec_block(stmt.orelse, frame, state)
@@ -353,6 +430,8 @@ class Evaluator(Builtins):
     def _s_for(self, stmt: ast.For | ast.AsyncFor, frame: Frame, state: State) -> Flow:
         iterable = self.eval(stmt.iter, frame, state)
         items = self.iterate(iterable)
+        if items is None and self.semantics.loops == "once":
+            return self._loop_once(stmt, stmt.iter, stmt.body, frame, state)
         if items is None:
             return self._loop_unknown(stmt, self.element_of(iterable), stmt.body, frame, state)
         flow = Flow()
@@ -361,20 +440,35 @@ class Evaluator(Builtins):
         for item in items:
             if current is None:
                 break
-            self.step()
+            if self.work is None:  # where work is counted, the body's statements count the rounds
+                self.step()
             self.assign(stmt.target, item, frame, current, stmt)
             res = self.exec_block(stmt.body, frame, current)
             flow.returns += res.returns
             flow.raises += res.raises
             broke += res.breaks
-            current = merge([s for s in [res.normal, *res.continues] if s is not None])
-        if current is not None:
+            current = self.merge_states([s for s in [res.normal, *res.continues] if s is not None])
+        if current is not None and not (broke and self.semantics.join == "unknown"):
             res = self.exec_block(stmt.orelse, frame, current)
             flow.returns += res.returns
             flow.raises += res.raises
             current = res.normal
-        flow.normal = merge([s for s in [current, *broke] if s is not None])
+        flow.normal = self.merge_states([s for s in [current, *broke] if s is not None])
         return flow
+
+    def _loop_once(self, stmt: ast.stmt, over: ast.expr, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
+        """A loop run once (`Semantics.loops == "once"`): what it assigns is unknown before and after, and its body
+        runs under the named condition that it runs at all (named by what it iterates over or tests)."""
+        for name in assigned_names(body) | assigned_names([stmt]):
+            state.locals[name] = UNKNOWN
+        cond = self.cond(over, frame.module)
+        res = self.exec_block(body, frame, self.fork(state, state.path | {(cond, True)}))
+        after = self.merge_states([s for s in [state, res.normal, *res.breaks, *res.continues] if s is not None])
+        if after is not None:
+            after.path = state.path
+            for name in assigned_names(body):
+                after.locals[name] = UNKNOWN
+        return Flow(normal=after, returns=res.returns)
 
     def _loop_unknown(self, stmt: ast.stmt, element: Any, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
         """A loop that runs an unknown number of times: its body runs from the state before it and from the state
@@ -411,6 +505,8 @@ class Evaluator(Builtins):
         return flow
 
     def _s_try(self, stmt: ast.Try, frame: Frame, state: State) -> Flow:
+        if not self.raise_ends_path:
+            return self._recorded_try(stmt, frame, state)
         self._trying += bool(stmt.handlers)
         try:
             flow = self.exec_block(stmt.body, frame, state)
@@ -434,7 +530,7 @@ class Evaluator(Builtins):
                     continue
                 if handler.name:
                     entry.locals[handler.name] = UNKNOWN
-                flow = _chain_parallel(flow, self.exec_block(handler.body, frame, entry))
+                flow = self._parallel(flow, self.exec_block(handler.body, frame, entry))
         if flow.normal is not None and stmt.orelse:
             flow = chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
         if flow.normal is not None and stmt.finalbody:
@@ -466,7 +562,7 @@ class Evaluator(Builtins):
                 flows.append(self.exec_block(case.body, frame, current.copy()))
         out = Flow(normal=current)
         for res in flows:
-            out = _chain_parallel(out, res)
+            out = self._parallel(out, res)
         return out
 
     def _pattern(self, pattern: ast.pattern, subject: Any, frame: Frame, state: State) -> Any:
@@ -510,28 +606,28 @@ class Evaluator(Builtins):
         return Flow(normal=state)
 
     def _branch(self, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt], frame: Frame, state: State) -> Flow:
-        value = self.eval(test, frame, state)
-        truth = self.truth(value, frame, state)
+        value, truth = self.test(test, frame, state)
         if truth is True:
             return self.exec_block(body, frame, state)
         if truth is False:
             return self.exec_block(orelse, frame, state)
         if not self.is_doubt(value):
-            yes = self.exec_block(body, frame, state.copy())
-            no = self.exec_block(orelse, frame, state.copy())
-            return _join(yes, no)
+            yes = self.exec_block(body, frame, self.fork(state))
+            no = self.exec_block(orelse, frame, self.fork(state))
+            return self._parallel(yes, no)
         cond = self.cond(test, frame.module)
         if (cond, True) in state.path:
             return self.exec_block(body, frame, state)
         if (cond, False) in state.path:
             return self.exec_block(orelse, frame, state)
-        yes = self.exec_block(body, frame, state.copy(state.path | {(cond, True)}))
-        no = self.exec_block(orelse, frame, state.copy(state.path | {(cond, False)}))
-        return _join(yes, no)
+        yes = self.exec_block(body, frame, self.fork(state, state.path | {(cond, True)}))
+        no = self.exec_block(orelse, frame, self.fork(state, state.path | {(cond, False)}))
+        return self._parallel(yes, no)
 
     def is_doubt(self, value: Any) -> bool:
-        """An undecided test that verdicts must name: every one for `doubt_all`, else one about a subject."""
-        if self.doubt_all:
+        """An undecided test that verdicts must name: every one (`Semantics.name_every_doubt`), else one about a
+        subject."""
+        if self.semantics.name_every_doubt:
             return True
         if isinstance(value, OneOf):  # one of a few known values: each is a real possibility, forked freely
             return False
@@ -679,6 +775,7 @@ class Evaluator(Builtins):
                 out.append(self.eval(elt, frame, state))
             if len(out) > MAX_ITEMS:
                 return UNKNOWN
+        self.charge(len(out) + 1)
         return out
 
     def _e_dict(self, e: ast.Dict, frame: Frame, state: State) -> Any:
@@ -688,6 +785,9 @@ class Evaluator(Builtins):
                 merged = plain(self.eval(value, frame, state))
                 if not isinstance(merged, dict):
                     return unknown_from(merged)
+                if len(out) + len(merged) > MAX_ITEMS:
+                    return UNKNOWN
+                self.charge(len(merged))
                 out.update(merged)
                 continue
             k = plain(self.eval(key, frame, state))
@@ -710,8 +810,10 @@ class Evaluator(Builtins):
             if not known(inner) or not isinstance(inner, (str, int, float, bool)) or value.format_spec is not None:
                 return UNKNOWN
             parts.append(repr(inner) if value.conversion == ord("r") else str(inner))
-            if sum(map(len, parts)) > MAX_ITEMS:
+            chars = sum(map(len, parts))
+            if chars > MAX_ITEMS:
                 return UNKNOWN
+            self.charge(chars)
         return "".join(parts)
 
     def _e_boolop(self, e: ast.BoolOp, frame: Frame, state: State) -> Any:
@@ -728,11 +830,15 @@ class Evaluator(Builtins):
             elif truth is stop:
                 if not undecided:
                     return value
+                if self.semantics.join == "unknown":  # the truth is decided, the exact value only if it is a bool
+                    return stop if isinstance(plain(value), bool) else UNKNOWN
                 # An undecided operand came first: the result is that operand or this one.
                 return self._either([*undecided, value])
         return self._either([*undecided, value]) if undecided else value
 
     def _either(self, values: list[Any]) -> Any:
+        if self.semantics.join == "unknown":
+            return self.join([(v, frozenset()) for v in values])
         if all(isinstance(plain(v), bool) or is_unknown(plain(v)) for v in values) and not any(
             labels_of(v) or maybe_of(v) for v in values
         ):
@@ -797,6 +903,8 @@ class Evaluator(Builtins):
             return UNKNOWN
         if too_costly(op, a, b):
             return UNKNOWN
+        if self.work is not None:
+            self.charge(result_size(op, a, b) or 0)
         try:
             result = fn(a, b)
         except (ZeroDivisionError, TypeError, ValueError, OverflowError) as exc:
@@ -817,8 +925,8 @@ class Evaluator(Builtins):
             return b if a is _RAISED else a
         if self.is_doubt(test):
             cond = self.cond(e.test, frame.module)
-            return join_values([(a, frozenset({(cond, True)})), (b, frozenset({(cond, False)}))])
-        return join_values([(a, frozenset()), (b, frozenset())])
+            return self.join([(a, frozenset({(cond, True)})), (b, frozenset({(cond, False)}))])
+        return self.join([(a, frozenset()), (b, frozenset())])
 
     def _branch_value(self, e: ast.expr, frame: Frame, state: State) -> Any:
         try:
@@ -953,7 +1061,8 @@ class Evaluator(Builtins):
                 else self.eval(e.elt, frame, state)
             )
             out.append(element)
-            if len(out) > MAX_ITERATIONS:
+            self.charge(1)
+            if len(out) > (MAX_ITERATIONS if self.work is None else MAX_ITEMS):  # where work is counted, it bounds
                 out.append(_STAR_UNKNOWN)
             return
         gen, rest = generators[0], generators[1:]
@@ -1062,17 +1171,17 @@ class Evaluator(Builtins):
             handled = self.hook(self, func, args, kwargs, e, frame, state)
             if handled is not NOT_HANDLED:
                 return handled
+        if id(e) in self.watch_calls:  # before it could be taken for a logging call
+            self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
+            return UNKNOWN  # the caller only wants to know the call happens, and with what
         if (
             isinstance(e.func, ast.Attribute)
             and e.func.attr.startswith("warn")
-            and not isinstance(func, (Function, Bound))
+            and (self.semantics.warn_by_name or not isinstance(func, (Function, Bound)))
         ):
             # `logger.warning(...)`, `logger.warning_once(...)`, `warnings.warn(...)`: whatever the logger is.
             self.record("warning", frame.module, e, message_of(e), state.path)
             return None
-        if id(e) in self.watch_calls:
-            self.record("call", frame.module, e, "", state.path, (func, args, kwargs))
-            return UNKNOWN  # the caller only wants to know the call happens, and with what
         return self.call(func, args, kwargs, e, frame, state)
 
     def _module_level(self, func: ast.expr, frame: Frame, state: State) -> bool:
@@ -1183,6 +1292,14 @@ class Evaluator(Builtins):
             return unknown_from(*args, why=f"`{func.qualname}` never returns")
         if flow.raises and self.raise_ends_path and self._trying:
             self._pending += [(s.path, s.raised) for s in flow.raises]
+        if force and self.track_returns and flow.normal is not None:  # the implicit `return None` at its end
+            self.record("return", func.module, func.node, "", flow.normal.path, None)
+        if self.semantics.join == "unknown":  # what its paths agree on; the caller's path is not narrowed
+            end_writes = merge_agreed([State({}, s.writes, s.path) for s, _ in ends], self.work)
+            if end_writes is not None and end_writes.writes is not state.writes:
+                state.writes.clear()
+                state.writes.update(end_writes.writes)
+            return self.join([(value, frozenset()) for _, value in ends])
         end = merge([State({}, s.writes, s.path) for s, _ in ends])
         assert end is not None
         state.writes.clear()
@@ -1252,6 +1369,8 @@ class Evaluator(Builtins):
             if len(args) == 1 and not kwargs:
                 return with_labels(self.enum_by_value(cls, args[0]), labels_of(args[0]))
             return UNKNOWN
+        if not self.semantics.construct_objects:
+            return UNKNOWN
         obj = Obj(cls)
         fields = self.dataclass_fields(cls)
         init = self.tree.method(cls, "__init__")
@@ -1312,6 +1431,24 @@ def field_default_of(cls: Any, name: str) -> ast.expr | None:
 
     value = cls.attributes.get(name)
     return field_default(value) if value is not None else None
+
+
+def _bound_names(target: ast.expr) -> list[str]:
+    """The locals an assignment target binds (`a`, `a, *b`), not the objects it stores into (`a.x`, `a[i]`)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for elt in target.elts for name in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
+def _env_of(node: ast.AST, state: State) -> list[str]:
+    """The environment's variables the locals `node` reads were computed from."""
+    if not state.env:
+        return []
+    return [n for sub in ast.walk(node) if isinstance(sub, ast.Name) for n in state.env.get(sub.id, ())]
 
 
 def _labelled(*values: Any) -> bool:
@@ -1441,32 +1578,6 @@ def _pattern_names(pattern: ast.pattern) -> set[str]:
         if isinstance(name, str):
             names.add(name)
     return names
-
-
-def chain(first: Flow, second: Flow) -> Flow:
-    return Flow(
-        normal=second.normal,
-        returns=first.returns + second.returns,
-        breaks=first.breaks + second.breaks,
-        continues=first.continues + second.continues,
-        raises=first.raises + second.raises,
-    )
-
-
-def _chain_parallel(first: Flow, second: Flow) -> Flow:
-    """Two alternative flows (a try body and one of its handlers, two match cases)."""
-    normals = [f.normal for f in (first, second) if f.normal is not None]
-    return Flow(
-        normal=merge(normals),
-        returns=first.returns + second.returns,
-        breaks=first.breaks + second.breaks,
-        continues=first.continues + second.continues,
-        raises=first.raises + second.raises,
-    )
-
-
-def _join(yes: Flow, no: Flow) -> Flow:
-    return _chain_parallel(yes, no)
 
 
 def assigned_names(stmts: list[ast.stmt]) -> set[str]:

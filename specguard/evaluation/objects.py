@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
+from specguard.evaluation import environment
 from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
 from specguard.evaluation.values import (
     NO_LABELS,
@@ -47,6 +48,7 @@ from specguard.evaluation.values import (
 
 if TYPE_CHECKING:
     from specguard.evaluation.hooks import Hooks
+    from specguard.evaluation.semantics import Semantics
 
 STR_METHODS = {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "startswith", "endswith", "split", "join"}
 STR_METHODS |= {"removeprefix", "removesuffix", "format", "partition", "rpartition", "count", "find", "isdigit"}
@@ -114,10 +116,14 @@ class ObjectModel:
 
     tree: SourceTree
     hooks: Hooks
+    semantics: Semantics
     outcomes: list[Outcome]
     _conds: dict[int, Cond]
     _module_values: dict[tuple[str, str], Any]
     _resolving: set[tuple[str, str]]
+    env: environment.ServedEnvironment
+    _module_reads: dict[tuple[str, str], list[str]]  # the serving environment's variables each value read
+    quiet: int
 
     def eval(self, expr: ast.expr | None, frame: Frame, state: State) -> Any:
         raise NotImplementedError
@@ -329,20 +335,39 @@ class ObjectModel:
         return self._resolved(module.name, name)
 
     def _resolved(self, module: str, name: str) -> Any:
+        """A module-level name's value, computed once per evaluator; the serving environment's variables it read
+        are read again at each use (a test of `envs.X` is decided by X however often it is made)."""
         key = (module, name)
         if key in self._module_values:
+            if key in self._module_reads:
+                self.env.log.extend(self._module_reads[key])
             return self._module_values[key]
         if key in self._resolving:
             return UNKNOWN
         self._resolving.add(key)
+        mark = len(self.env.log)
+        self.quiet += 1
         try:
             value = self._resolve_uncached(module, name)
         finally:
+            self.quiet -= 1
             self._resolving.discard(key)
         self._module_values[key] = value
+        if len(self.env.log) > mark:
+            self._module_reads[key] = self.env.log[mark:]
         return value
 
     def _resolve_uncached(self, module: str, name: str) -> Any:
+        parsed = self.tree.module(module)
+        if (
+            self.semantics.served_environment
+            and parsed is not None
+            and name in parsed.typing_only
+            and "__getattr__" in parsed.functions
+        ):
+            # Declared for type checkers only; at run time the module's __getattr__ answers (vLLM's envs).
+            hook = Function(parsed, parsed.functions["__getattr__"])
+            return self._invoke(hook, None, [name], {}, State({}, {}, frozenset()), 0)
         found = self.tree.resolve(module, name)
         package = self.tree.package
         if isinstance(found, ClassInfo):
@@ -354,6 +379,8 @@ class ObjectModel:
             parsed, node = found
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 return Function(parsed, node)
+            if any(parsed.assigns.get(varying) is node for varying in parsed.varies):
+                return UNKNOWN  # assigned again where a check at import time fails: which value is not known
             frame = Frame(parsed, None, None, 0)
             return self.eval(node, frame, State({}, {}, frozenset()))
         parsed = self.tree.module(module)

@@ -128,6 +128,17 @@ class Flow:
     raises: list[State] = field(default_factory=list)
 
 
+def chain(first: Flow, second: Flow) -> Flow:
+    """One flow after another: the second goes on from where the first goes on normally."""
+    return Flow(
+        normal=second.normal,
+        returns=first.returns + second.returns,
+        breaks=first.breaks + second.breaks,
+        continues=first.continues + second.continues,
+        raises=first.raises + second.raises,
+    )
+
+
 @dataclass
 class Frame:
     module: ParsedModule
@@ -210,6 +221,54 @@ def merge(states: list[State]) -> State | None:
             options = [(getattr(s, attr).get(key, UNKNOWN), s.path - common) for s in states]
             target[key] = join_values(options)
     return out
+
+
+def merge_agreed(states: list[State], budget: Budget | None = None) -> State | None:
+    """One state for paths that join again, keeping only what they agree on (`Semantics.join == "unknown"`): values
+    they disagree on become UNKNOWN, containers of one shape join item by item, and the variables of the serving
+    environment each local was computed from are united. The containers joined are charged to `budget`."""
+    if not states:
+        return None
+    if len(states) == 1:
+        return states[0]
+    out = State({}, {}, frozenset.intersection(*(s.path for s in states)))
+    for s in states:
+        for name, names in s.env.items():
+            out.env[name] = out.env.get(name, frozenset()) | names
+    merged: dict[tuple[int, ...], Any] = {}
+    for attr in ("locals", "writes"):
+        target = getattr(out, attr)
+        keys = set().union(*(getattr(s, attr).keys() for s in states))
+        for key in keys:
+            target[key] = _agreed([getattr(s, attr).get(key, UNKNOWN) for s in states], merged)
+    if budget is not None and merged:
+        budget.spend(sum(len(v) + 1 if isinstance(v, (dict, list)) else 1 for v in merged.values()))
+    return out
+
+
+def _agreed(values: list[Any], merged: dict[tuple[int, ...], Any]) -> Any:
+    """One value for what paths that join hold: the value they agree on; containers of the same shape (each path
+    holds its own copy, see `State.copy`) joined item by item, each once; UNKNOWN where they disagree."""
+    first = values[0]
+    if all(v is first for v in values[1:]):
+        return first
+    key = tuple(id(v) for v in values)
+    if key in merged:
+        return merged[key]
+    if all(type(v) is dict for v in values) and all(v.keys() == first.keys() for v in values[1:]):
+        out: Any = {}
+        merged[key] = out
+        for k in first:
+            out[k] = _agreed([v[k] for v in values], merged)
+        return out
+    if all(type(v) is list for v in values) and all(len(v) == len(first) for v in values[1:]):
+        items: list[Any] = []
+        merged[key] = items
+        items.extend(_agreed([v[i] for v in values], merged) for i in range(len(first)))
+        return items
+    result = first if all(same_value(first, v) for v in values[1:]) else UNKNOWN
+    merged[key] = result
+    return result
 
 
 @dataclass

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from specguard.deploy.flow import Evaluator
+from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.source import SourceTree
 from specguard.evaluation.budget import OutOfBudget
+from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.paths import verdict
 from specguard.evaluation.values import UNKNOWN, ClassRef, EnumMember, Function, Obj
 
@@ -255,7 +256,7 @@ def tree(tmp_path: Path) -> tuple[SourceTree, Path]:
 def _run(tree: SourceTree, name: str, *args: Any, self_value: Any = None) -> Evaluator:
     module = tree.module("vllm.m")
     assert module is not None
-    ev = Evaluator(tree)
+    ev = config_evaluator(tree)
     if "." in name:
         cls, _, meth = name.partition(".")
         info = module.classes[cls]
@@ -335,7 +336,7 @@ def test_methods_properties_and_super_are_inlined(tree: tuple[SourceTree, Path])
         t, "Child.__init__", _parallel(t, size=1, interleave=2), self_value=Obj(child, {}, defaults=True)
     ).outcomes
     assert outcome.site.message == "refused for size {self.cfg.size}"
-    ev = Evaluator(t)
+    ev = config_evaluator(t)
     assert ev.getattr(_parallel(t, size=8), "big", _state(), 0) is True
     assert ev.getattr(ClassRef(module.classes["Mode"]), "FULL", _state(), 0) == EnumMember(
         module.classes["Mode"], "FULL"
@@ -361,7 +362,7 @@ def test_recursion_is_bounded(tree: tuple[SourceTree, Path]) -> None:
     t, _ = tree
     ev = _run(t, "forever", _parallel(t))
     assert ev.outcomes == []
-    ev = Evaluator(t, max_steps=2)
+    ev = config_evaluator(t, max_steps=2)
     module = t.module("vllm.m")
     assert module is not None
     with pytest.raises(OutOfBudget):
