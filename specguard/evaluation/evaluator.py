@@ -448,7 +448,7 @@ class Evaluator(Builtins, RecordedRaises):
             flow.raises += res.raises
             broke += res.breaks
             current = self.merge_states([s for s in [res.normal, *res.continues] if s is not None])
-        if current is not None and not (broke and self.semantics.join == "unknown"):
+        if current is not None:
             res = self.exec_block(stmt.orelse, frame, current)
             flow.returns += res.returns
             flow.raises += res.raises

@@ -23,11 +23,12 @@ class Semantics:
     # subject are, see `Hooks.subjects`; the others simply fork).
     name_every_doubt: bool = False
     # What paths that meet again hold where they disagree: "labelled", a value that keeps what each may be;
-    # "unknown", UNKNOWN (containers of one shape joined item by item), and a call's value is what all its paths
-    # return alike.
+    # "unknown", UNKNOWN (containers of one shape joined item by item), a call's value is what all its paths
+    # return alike, and an `or`/`and` that a bool decides after an undecided operand is that bool.
     join: Literal["labelled", "unknown"] = "labelled"
     # A loop over what the evaluation cannot enumerate: "settle" runs its body until its locals settle; "once"
-    # runs it once, under the named condition that it runs, with everything it assigns unknown before and after.
+    # runs it once (and so every `while`), under the named condition that it runs (its iterable or its test),
+    # with everything it assigns unknown before and after.
     loops: Literal["settle", "once"] = "settle"
     # The code runs in the serving environment (see `environment`): `os.getenv` reads it, a module's
     # `__getattr__` answers the names it declares for type checkers only (vLLM's `envs`), and the environment
