@@ -90,7 +90,7 @@ class Evaluator(ObjectModel):
         self.outcomes: list[Outcome] = []
         self.track_returns = track_returns
         self._top_returns: set[int] = set()  # the `return` statements of the function `call_function` runs
-        self._conds: dict[int, Cond] = {}
+        self._conds: dict[tuple[int, str], Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
         self._module_reads: dict[tuple[str, str], list[str]] = {}
         self._resolving: set[tuple[str, str]] = set()
