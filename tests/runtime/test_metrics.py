@@ -49,7 +49,8 @@ def test_counters_of_every_process_add_up_on_the_registry(cpu_builder, guard) ->
     assert metrics_now[f"specguard_checks_total{{{site}}}"] == 3.0
     assert metrics_now[f"specguard_violations_total{{{site}}}"] == 1.0
     assert metrics_now['specguard_checks_total{check="G3",site="MLAAttentionSpec.merge"}'] == 3.0  # the child's
-    assert metrics_now['specguard_processes{mode="warn"}'] == 2.0
+    # the child has exited: its counts stay in the sums, and the server's guarded processes are this one
+    assert metrics_now['specguard_processes{mode="warn"}'] == 1.0
     assert 0 < metrics_now[f"specguard_guard_seconds_total{{{site}}}"] < 1.0  # G0 times its own checks
 
 
@@ -57,6 +58,30 @@ def _child_files(directory: Path) -> list[str]:
     from specguard.runtime import metrics
 
     return [p.name for p in directory.glob(f"*{metrics.SUFFIX}") if p.name != f"{os.getpid()}{metrics.SUFFIX}"]
+
+
+def test_the_process_count_is_of_processes_running_now(guard) -> None:
+    """A guarded process still running (this one, and a child that waits) counts; one that exited (a vLLM
+    helper such as the model registry's inspection subprocess) keeps its counts in the sums only."""
+    import subprocess
+    import sys
+
+    from specguard import _datafile
+    from specguard.runtime import metrics
+
+    guard("warn")
+    directory = Path(os.environ[metrics.DIR_ENV])
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    waiting = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        helper = metrics.Counts("warn", [("G3", "MLAAttentionSpec.merge", 2)], [], [], [], [], [])
+        for pid in (int(exited.stdout), waiting.pid, 0, -1):
+            (directory / f"{pid}{metrics.SUFFIX}").write_bytes(_datafile.encode(metrics.KIND, helper))
+        now = scrape()
+        assert now['specguard_processes{mode="warn"}'] == 2.0  # this process and the waiting child
+        assert now['specguard_checks_total{check="G3",site="MLAAttentionSpec.merge"}'] == 8.0  # every file counts
+    finally:
+        waiting.communicate(b"")
 
 
 def test_files_that_are_not_a_process_counters_are_ignored(guard) -> None:
