@@ -151,7 +151,15 @@ def flush() -> None:
     current = counts()
     data = _datafile.encode(KIND, current)
     if data != STATE.last_written:
-        _datafile.write(directory / f"{os.getpid()}{SUFFIX}", KIND, current)
+        try:
+            _datafile.write(directory / f"{os.getpid()}{SUFFIX}", KIND, current)
+        except FileNotFoundError:
+            if directory.is_dir():
+                raise
+            # The server's first process removed it on its way out (its workers may outlive it by a moment):
+            # nothing serves /metrics any more, so there is nothing to write, and no failure of the guard's.
+            STATE.directory = None
+            return
         STATE.last_written = data
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import REGISTRY, generate_latest
 from sg_runtime_helpers import common_metadata as _cm
 from sg_runtime_helpers import run_in_venv
@@ -82,6 +83,37 @@ def test_the_process_count_is_of_processes_running_now(guard) -> None:
         assert now['specguard_checks_total{check="G3",site="MLAAttentionSpec.merge"}'] == 8.0  # every file counts
     finally:
         waiting.communicate(b"")
+
+
+def test_a_process_outliving_the_server_s_first_one_stops_writing_quietly(guard) -> None:
+    """At shutdown the API server removes the directory as it exits, and a worker still ticking then has nowhere
+    to write: that is the end of /metrics, not a failure of the guard (it was logged as one, every shutdown)."""
+    import shutil
+
+    from specguard.runtime import metrics
+    from specguard.runtime.policy import POLICY
+
+    guard("warn")
+    directory = Path(os.environ[metrics.DIR_ENV])
+    metrics.flush()
+    POLICY.site("G3", "MLAAttentionSpec.merge").hit()  # changed counters: the next flush has something to write
+    shutil.rmtree(directory)
+    metrics.flush()
+    assert metrics.STATE.directory is None and not directory.exists() and not POLICY.guard_errors
+
+
+def test_a_write_that_fails_in_a_directory_that_is_there_still_fails(guard, monkeypatch) -> None:
+    from specguard.runtime import metrics
+
+    guard("warn")
+
+    def missing_parent(path, data, mode):  # type: ignore[no-untyped-def]
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(metrics._datafile, "replace_atomically", missing_parent)
+    metrics.STATE.last_written = None
+    with pytest.raises(FileNotFoundError):
+        metrics.flush()
 
 
 def test_files_that_are_not_a_process_counters_are_ignored(guard) -> None:
