@@ -1,3 +1,3 @@
-from specguard.cli import main
+from specguard.cli import run
 
-raise SystemExit(main())
+run()

@@ -2,7 +2,7 @@
 marked `# expect: SGxxx` (it has that bug) or `# expect: clean`. `specguard check` runs on it as a user would (the
 package beside vLLM 0.28.0's real tree, JSON output) and recall and false positives are counted per function:
 a bug counts as found when a finding of its code lies inside the function, a correct function is a false positive
-when any finding lies inside it. docs/check.md states the numbers this test measures."""
+when any finding lies inside it. docs/check.md and the README state the numbers this test measures."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "advspec"
 CHECK_PAGE = Path(__file__).resolve().parents[1] / "docs" / "check.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 _EXPECT = re.compile(r"#\s*expect:\s*(clean|SG\d{3})\s*$")
 
 
@@ -121,4 +122,5 @@ def test_recall_and_false_positives_on_the_corpus(cli, tmp_path, vllm_source) ->
     print(report)
     assert result.recall >= 0.9, report
     assert len(result.false_positives) <= 2, report
-    assert result.summary() in " ".join(CHECK_PAGE.read_text().split()), report
+    for page in (CHECK_PAGE, README):  # the numbers the issue asks the README for, and the rules' page
+        assert result.summary() in " ".join(page.read_text().split()), (page.name, report)

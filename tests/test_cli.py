@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -437,6 +438,22 @@ def test_a_reader_that_leaves_early_gets_no_traceback(args: list[str]) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == (1 if args[0] == "check" else 0)
     assert stderr == ""
+
+
+def test_the_command_leaves_with_its_output_written_and_its_exit_code(tmp_path: Path) -> None:
+    """The command leaves through os._exit (cli.run): what argparse wrote, unflushed, to a file (block-buffered,
+    not a terminal) is all there, and argparse's exits keep their codes."""
+    out = tmp_path / "help.txt"
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with out.open("w") as stdout:
+        argv = [sys.executable, "-m", "specguard", "check", "--help"]
+        proc = subprocess.run(argv, stdout=stdout, env=buffered, timeout=120)
+    assert proc.returncode == 0 and out.read_text().startswith("usage: specguard check")
+    assert out.read_text().endswith("\n") and "--output-format" in out.read_text()
+    version = subprocess.run([sys.executable, "-m", "specguard", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("specguard ")
+    usage = subprocess.run([sys.executable, "-m", "specguard", "check", "--no-such"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "unrecognized arguments: --no-such" in usage.stderr
 
 
 def test_a_file_level_noqa_never_hides_a_file_that_does_not_parse(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -94,3 +94,84 @@ def test_a_handler_reached_from_a_callee_that_may_raise_is_judged(source: str) -
 @pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
 def test_a_handler_is_judged_only_on_the_paths_that_reach_it(source: str) -> None:
     assert check_source(HEAD + textwrap.dedent(source)) == []
+
+
+# A call the evaluation cannot read (a library's) may raise anything: a handler after it is reached under the
+# condition that it raised, so what the handler computes is undecided and counted, never silently taken as clean.
+UNREADABLE_HEAD = HEAD + "from mylib.counts import real_count\n"
+
+UNDECIDED = {
+    "except Exception: falls back to the padded count": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    n = real_count(real)  # call
+                except Exception:
+                    n = batch_desc.num_tokens
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # site
+    """,
+    "a handler for named classes, after a method of an unreadable object": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc, num_reqs, real):
+                n = real
+                try:
+                    self.runner.check_counts(n)  # call
+                except (ValueError, KeyError) as exc:
+                    n = max(batch_desc.num_tokens, 1)
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # site
+    """,
+}
+
+SETTLED = {
+    "the handler takes the real count": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    n = real_count(real)
+                except Exception:
+                    n = real
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
+    """,
+    "the handler raises again": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    n = real_count(real)
+                except Exception:
+                    n = batch_desc.num_tokens
+                    raise
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
+    """,
+    "outside a try the call returns or ends the path": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc, num_reqs, real):
+                n = real_count(real)
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
+    """,
+}
+
+
+def _line_of(text: str, mark: str) -> int:
+    return next(n for n, row in enumerate(text.splitlines(), 1) if row.rstrip().endswith(mark))
+
+
+@pytest.mark.parametrize("source", UNDECIDED.values(), ids=list(UNDECIDED))
+def test_a_handler_after_an_unreadable_call_is_undecided_and_counted(cli, tmp_path, source: str) -> None:  # type: ignore[no-untyped-def]
+    text = UNREADABLE_HEAD + textwrap.dedent(source)
+    (tmp_path / "spec.py").write_text(text)
+    out = cli("check", "spec.py", "-v", "--no-cache", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
+    call = next(row for row in text.splitlines() if row.rstrip().endswith("# call")).split("# call")[0].strip()
+    call = call.removeprefix("n = ")
+    assert out.stderr.splitlines() == [
+        "specguard: note: 1 site was not decided (SG103 1)",
+        f"specguard: not decided: spec.py:{_line_of(text, '# site')}: SG103 `Drafter.propose`: `num_tokens_padded=` "
+        f"of `_build_draft_attn_metadata`: depends on whether `{call}` (spec.py:{_line_of(text, '# call')}) raises",
+    ]
+
+
+@pytest.mark.parametrize("source", SETTLED.values(), ids=list(SETTLED))
+def test_a_handler_after_an_unreadable_call_that_keeps_the_real_count_is_clean(cli, tmp_path, source: str) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "spec.py").write_text(UNREADABLE_HEAD + textwrap.dedent(source))
+    out = cli("check", "spec.py", "-v", "--no-cache", cwd=tmp_path)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "All checks passed!\n", "")

@@ -155,7 +155,7 @@ class Evaluator(Builtins, RecordedRaises):
         self.lazy_owner: Obj | None = None
         self.outcomes: list[Outcome] = []
         self.calls: list[ast.AST] = []  # the call nodes being inlined, outermost first
-        self._conds: dict[int, Cond] = {}
+        self._conds: dict[tuple[int, str], Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
         self._resolving: set[tuple[str, str]] = set()
         self._active: dict[int, int] = {}  # id(function node) -> how many of its calls are being inlined
@@ -1218,11 +1218,14 @@ class Evaluator(Builtins, RecordedRaises):
         return unknown_from(func, *args, *kwargs.values(), why=f"cannot resolve the call `{_text(node)}`")
 
     def unresolved(self, node: ast.AST, frame: Frame, state: State, values: list[Any]) -> None:
-        """A call the evaluator does not follow: where it may raise and its arguments hold the question's subject
-        (`Hooks.unresolved_may_raise`), also inside objects and containers (the specs whose fields are the flags),
-        the path goes on under the condition that it returned."""
+        """A call the evaluator does not follow. Inside a `try`, it may raise what a handler catches: a path into
+        the handlers, under the condition that it raised (so what a handler does is undecided, never silent).
+        Where its arguments hold the question's subject (`Hooks.unresolved_may_raise`), also inside objects and
+        containers (the specs whose fields are the flags), the path goes on under the condition that it returned."""
+        if self._trying and self.raise_ends_path:
+            self._pending.append((state.path | {(self.cond(node, frame.module, "call"), False)}, None))
         if self.hooks.unresolved_may_raise and any(self._holds_doubt(v, 0) for v in values):
-            state.path = state.path | {(self.cond(node, frame.module), True)}
+            state.path = state.path | {(self.cond(node, frame.module, "call"), True)}
 
     def _holds_doubt(self, value: Any, depth: int) -> bool:
         if self.is_doubt(value):

@@ -118,7 +118,7 @@ class ObjectModel:
     hooks: Hooks
     semantics: Semantics
     outcomes: list[Outcome]
-    _conds: dict[int, Cond]
+    _conds: dict[tuple[int, str], Cond]
     _module_values: dict[tuple[str, str], Any]
     _resolving: set[tuple[str, str]]
     env: environment.ServedEnvironment
@@ -141,11 +141,11 @@ class ObjectModel:
     ) -> Any:
         raise NotImplementedError
 
-    def cond(self, node: ast.AST, module: ParsedModule) -> Cond:
-        found = self._conds.get(id(node))
+    def cond(self, node: ast.AST, module: ParsedModule, kind: str = "test") -> Cond:
+        found = self._conds.get((id(node), kind))
         if found is None:
-            found = Cond(node, module.path, self.tree.relpath(module.path))
-            self._conds[id(node)] = found
+            found = Cond(node, module.path, self.tree.relpath(module.path), kind)
+            self._conds[(id(node), kind)] = found
         return found
 
     def _delete(self, target: ast.expr, frame: Frame, state: State) -> None:

@@ -40,6 +40,7 @@ class Cond:
     node: ast.AST
     file: Path
     relpath: str
+    kind: str = "test"  # "test": a value's truth; "call": whether a call the evaluation cannot read returns
 
     @property
     def text(self) -> str:
@@ -47,6 +48,11 @@ class Cond:
 
     def describe(self) -> str:
         return f"`{self.text}` ({self.relpath}:{getattr(self.node, 'lineno', 0)})"
+
+    def outcome(self, polarity: bool) -> str:
+        if self.kind == "call":
+            return "returns" if polarity else "raises"
+        return "is true" if polarity else "is false"
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,7 +155,7 @@ class Frame:
 
 def doubts(path: frozenset) -> tuple[str, ...]:
     """The undecided tests a path passes, as a verdict names them."""
-    return tuple(sorted(f"whether {cond.describe()} is {'true' if polarity else 'false'}" for cond, polarity in path))
+    return tuple(sorted(f"whether {cond.describe()} {cond.outcome(polarity)}" for cond, polarity in path))
 
 
 def join_values(options: list[tuple[Any, frozenset]]) -> Any:

@@ -15,7 +15,8 @@ them on for the guard would change how vLLM aggregates its own gauges. So:
   format (msgpack, decoded into `Counts` with every field's type checked: specguard/_datafile.py), replaced
   atomically from the guard's daemon thread when they changed (every FLUSH_S) and once more at clean shutdown;
 - that first process registers a prometheus_client collector on REGISTRY, which sums the files when
-  `/metrics` is scraped. A process that died keeps its last counts in the sum: counters never go backwards.
+  `/metrics` is scraped. A process that exited keeps its last counts in the sum (counters never go
+  backwards) and leaves the count of processes.
 
 With several API servers vLLM exposes its multiprocess registry instead of REGISTRY, so the counters are not
 on `/metrics` there; the log lines carry them in every case. Nothing here runs on a metadata build or a
@@ -150,7 +151,15 @@ def flush() -> None:
     current = counts()
     data = _datafile.encode(KIND, current)
     if data != STATE.last_written:
-        _datafile.write(directory / f"{os.getpid()}{SUFFIX}", KIND, current)
+        try:
+            _datafile.write(directory / f"{os.getpid()}{SUFFIX}", KIND, current)
+        except FileNotFoundError:
+            if directory.is_dir():
+                raise
+            # The server's first process removed it on its way out (its workers may outlive it by a moment):
+            # nothing serves /metrics any more, so there is nothing to write, and no failure of the guard's.
+            STATE.directory = None
+            return
         STATE.last_written = data
 
 
@@ -163,18 +172,36 @@ def _read(path: Path) -> Counts | None:
 
 
 def totals(directory: Path) -> tuple[dict[str, dict[tuple[str, ...], float]], dict[str, int]]:
-    """Every process's counters, added up: (per snapshot key, labels -> value), processes per mode."""
+    """Every process's counters, added up: (per snapshot key, labels -> value), and the processes running now
+    per mode. A process that has exited keeps its counts in the sums (counters never go backwards) but is no
+    longer one of the server's processes: vLLM's short-lived helpers load the plugins too (the model registry
+    inspects a model class in a subprocess on a cache miss), and a worker that died is one fewer."""
     sums: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
     modes: dict[str, int] = defaultdict(int)
     for path in sorted(directory.glob(f"*{SUFFIX}")):
         data = _read(path)
         if data is None:
             continue
-        modes[data.mode] += 1
+        if _running(path.name.removesuffix(SUFFIX)):
+            modes[data.mode] += 1
         for key, _, _ in FAMILIES.values():
             for *labels, n in getattr(data, key):
                 sums[key][tuple(labels)] += n
     return sums, modes
+
+
+def _running(pid: str) -> bool:
+    """Whether the process a counts file is named after still runs (signal 0 checks, delivers nothing)."""
+    try:
+        number = int(pid)
+        if number <= 0:  # 0 and negatives name process groups, not a process
+            return False
+        os.kill(number, 0)
+    except (ValueError, OverflowError, ProcessLookupError):
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
+    return True
 
 
 class Collector:
@@ -195,7 +222,7 @@ class Collector:
                 family.add_metric(list(label_values), value * scale)
             yield family
         processes = GaugeMetricFamily(
-            "specguard_processes", "Guarded vLLM processes of this server, by mode", labels=["mode"]
+            "specguard_processes", "Guarded vLLM processes of this server running now, by mode", labels=["mode"]
         )
         for mode, count in sorted(modes.items()):
             processes.add_metric([mode], count)

@@ -32,7 +32,7 @@ def test_specs_handed_to_an_unreadable_function_leave_the_merge_undecided(cli, t
     assert out.stderr.splitlines() == [
         "specguard: note: 1 site was not decided (SG201 1)",
         "specguard: not decided: spec.py:12: SG201 `MLAAttentionSpec.merge`: `MLAAttentionSpec.merge`: depends on "
-        "whether `check_group(specs)` (spec.py:13) is true",
+        "whether `check_group(specs)` (spec.py:13) returns",
     ]
 
 

@@ -19,9 +19,21 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="session")
 def e2e_python() -> str:
     python = os.environ.get("SPECGUARD_E2E_PYTHON", "")
-    assert python and Path(python).is_file(), (
-        "SPECGUARD_E2E_PYTHON must name the python of the e2e venv: "
-        'export SPECGUARD_E2E_PYTHON="$(bash .ci/e2e-env.sh | tail -n1)"'
+    rebuild = 'export SPECGUARD_E2E_PYTHON="$(bash .ci/e2e-env.sh | tail -n1)"'
+    assert python and Path(python).is_file(), f"SPECGUARD_E2E_PYTHON must name the python of the e2e venv: {rebuild}"
+    # The venv serves specguard editable from one checkout: another checkout's (a CI clone run on this machine,
+    # since deleted) would serve other code, or none, and fail far from the cause.
+    where = subprocess.run(
+        [python, "-c", "import specguard, sys; sys.stdout.write(specguard.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+    )
+    served = Path(where.stdout).resolve().parent.parent if where.returncode == 0 else None
+    assert served == HERE.parent.parent, (
+        f"the e2e venv serves specguard from {served or 'nowhere (it does not import)'}, not from this checkout "
+        f"({HERE.parent.parent}): {rebuild}"
     )
     return python
 

@@ -135,7 +135,13 @@ class Run:
 
 
 def start(scenario: Scenario, python: str, models: Path, workdir: Path) -> Server:
-    extra = {FAULT_ENV: str(workdir / "fault"), "VLLM_DISABLE_COMPILE_CACHE": "1"}
+    # A cache of its own, empty, as on CI's first run and an operator's first serve: vLLM's model registry then
+    # inspects each model class in a subprocess that loads the plugins, the guard too, and exits.
+    extra = {
+        FAULT_ENV: str(workdir / "fault"),
+        "VLLM_DISABLE_COMPILE_CACHE": "1",
+        "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
+    }
     if scenario.guard is not None:
         extra["VLLM_SPECGUARD_STATS_INTERVAL"] = str(STATS_INTERVAL_S)
     args = ["--dtype", "float32", "--max-model-len", "512", "--fail-on-environ-validation"]

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import REGISTRY, generate_latest
 from sg_runtime_helpers import common_metadata as _cm
 from sg_runtime_helpers import run_in_venv
@@ -49,7 +50,8 @@ def test_counters_of_every_process_add_up_on_the_registry(cpu_builder, guard) ->
     assert metrics_now[f"specguard_checks_total{{{site}}}"] == 3.0
     assert metrics_now[f"specguard_violations_total{{{site}}}"] == 1.0
     assert metrics_now['specguard_checks_total{check="G3",site="MLAAttentionSpec.merge"}'] == 3.0  # the child's
-    assert metrics_now['specguard_processes{mode="warn"}'] == 2.0
+    # the child has exited: its counts stay in the sums, and the server's guarded processes are this one
+    assert metrics_now['specguard_processes{mode="warn"}'] == 1.0
     assert 0 < metrics_now[f"specguard_guard_seconds_total{{{site}}}"] < 1.0  # G0 times its own checks
 
 
@@ -57,6 +59,61 @@ def _child_files(directory: Path) -> list[str]:
     from specguard.runtime import metrics
 
     return [p.name for p in directory.glob(f"*{metrics.SUFFIX}") if p.name != f"{os.getpid()}{metrics.SUFFIX}"]
+
+
+def test_the_process_count_is_of_processes_running_now(guard) -> None:
+    """A guarded process still running (this one, and a child that waits) counts; one that exited (a vLLM
+    helper such as the model registry's inspection subprocess) keeps its counts in the sums only."""
+    import subprocess
+    import sys
+
+    from specguard import _datafile
+    from specguard.runtime import metrics
+
+    guard("warn")
+    directory = Path(os.environ[metrics.DIR_ENV])
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    waiting = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        helper = metrics.Counts("warn", [("G3", "MLAAttentionSpec.merge", 2)], [], [], [], [], [])
+        for pid in (int(exited.stdout), waiting.pid, 0, -1):
+            (directory / f"{pid}{metrics.SUFFIX}").write_bytes(_datafile.encode(metrics.KIND, helper))
+        now = scrape()
+        assert now['specguard_processes{mode="warn"}'] == 2.0  # this process and the waiting child
+        assert now['specguard_checks_total{check="G3",site="MLAAttentionSpec.merge"}'] == 8.0  # every file counts
+    finally:
+        waiting.communicate(b"")
+
+
+def test_a_process_outliving_the_server_s_first_one_stops_writing_quietly(guard) -> None:
+    """At shutdown the API server removes the directory as it exits, and a worker still ticking then has nowhere
+    to write: that is the end of /metrics, not a failure of the guard (it was logged as one, every shutdown)."""
+    import shutil
+
+    from specguard.runtime import metrics
+    from specguard.runtime.policy import POLICY
+
+    guard("warn")
+    directory = Path(os.environ[metrics.DIR_ENV])
+    metrics.flush()
+    POLICY.site("G3", "MLAAttentionSpec.merge").hit()  # changed counters: the next flush has something to write
+    shutil.rmtree(directory)
+    metrics.flush()
+    assert metrics.STATE.directory is None and not directory.exists() and not POLICY.guard_errors
+
+
+def test_a_write_that_fails_in_a_directory_that_is_there_still_fails(guard, monkeypatch) -> None:
+    from specguard.runtime import metrics
+
+    guard("warn")
+
+    def missing_parent(path, data, mode):  # type: ignore[no-untyped-def]
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(metrics._datafile, "replace_atomically", missing_parent)
+    metrics.STATE.last_written = None
+    with pytest.raises(FileNotFoundError):
+        metrics.flush()
 
 
 def test_files_that_are_not_a_process_counters_are_ignored(guard) -> None:
