@@ -52,6 +52,23 @@ FLAGGED = {
     """,
 }
 
+FLAGGED["the try's else sets the real count only where the helper returned"] = """
+        class Drafter(DraftModelSpeculator):
+            def _real(self, real):
+                if real is None:
+                    raise ValueError("no real count")
+                return real
+
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    counted = self._real(real)
+                except ValueError:
+                    n = batch_desc.num_tokens
+                else:
+                    n = counted
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # flagged
+    """
+
 CLEAN = {
     "the helper raises outside FULL graphs and the handler takes the real count": """
         class Drafter(DraftModelSpeculator):
@@ -122,6 +139,18 @@ UNDECIDED = {
     """,
 }
 
+UNDECIDED["the handler's fallback, where the else takes the library's count"] = """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc, num_reqs, real):
+                try:
+                    counted = real_count(real)  # call
+                except Exception:
+                    n = batch_desc.num_tokens
+                else:
+                    n = counted
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # site
+    """
+
 SETTLED = {
     "the handler takes the real count": """
         class Drafter(DraftModelSpeculator):
@@ -162,7 +191,7 @@ def test_a_handler_after_an_unreadable_call_is_undecided_and_counted(cli, tmp_pa
     out = cli("check", "spec.py", "-v", "--no-cache", cwd=tmp_path)
     assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
     call = next(row for row in text.splitlines() if row.rstrip().endswith("# call")).split("# call")[0].strip()
-    call = call.removeprefix("n = ")
+    call = call.split(" = ", 1)[-1]  # the call, without what its value is assigned to
     assert out.stderr.splitlines() == [
         "specguard: note: 1 site was not decided (SG103 1)",
         f"specguard: not decided: spec.py:{_line_of(text, '# site')}: SG103 `Drafter.propose`: `num_tokens_padded=` "
@@ -175,3 +204,28 @@ def test_a_handler_after_an_unreadable_call_that_keeps_the_real_count_is_clean(c
     (tmp_path / "spec.py").write_text(UNREADABLE_HEAD + textwrap.dedent(source))
     out = cli("check", "spec.py", "-v", "--no-cache", cwd=tmp_path)
     assert (out.returncode, out.stdout, out.stderr) == (0, "All checks passed!\n", "")
+
+
+def test_a_handler_reached_from_two_unreadable_calls_depends_on_both(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Raises from two calls reach one handler: it runs once per call that may have raised, each under its own
+    condition (joined, they would leave a path under neither, and the fallback would be judged as always run)."""
+    text = UNREADABLE_HEAD + textwrap.dedent("""
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc, num_reqs, real):
+                n = real
+                try:
+                    try:
+                        n = real_count(real)
+                    finally:
+                        self.runner.synchronize()
+                except Exception:
+                    n = batch_desc.num_tokens
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # site
+    """)
+    (tmp_path / "spec.py").write_text(text)
+    out = cli("check", "spec.py", "-v", "--no-cache", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
+    lines = out.stderr.splitlines()
+    assert lines[0] == "specguard: note: 1 site was not decided (SG103 1)" and len(lines) == 2
+    assert f"spec.py:{_line_of(text, '# site')}: SG103" in lines[1]
+    assert "whether `real_count(real)`" in lines[1] and "whether `self.runner.synchronize()`" in lines[1]

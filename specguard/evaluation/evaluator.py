@@ -512,27 +512,26 @@ class Evaluator(Builtins, RecordedRaises):
             flow = self.exec_block(stmt.body, frame, state)
         finally:
             self._trying -= bool(stmt.handlers)
-        if stmt.handlers and flow.raises:
-            caught: list[list[State]] = [[] for _ in stmt.handlers]
+        raised: list[State] = []
+        if stmt.handlers:
             raised, flow.raises = flow.raises, []
-            for path in raised:  # the first handler that surely catches what it raises; before it, those that may
-                for handler, into in zip(stmt.handlers, caught, strict=True):
-                    catches = exceptions.catches(handler, path.raised)
-                    if catches is not False:
-                        into.append(path)
-                    if catches is True:
-                        break
-                else:
-                    flow.raises.append(path)  # no handler surely catches it: it may go on up
-            for handler, paths in zip(stmt.handlers, caught, strict=True):
-                entry = merge([s.copy() for s in paths])
-                if entry is None:
-                    continue
+        if flow.normal is not None and stmt.orelse:  # only where the body raised nothing; its raises go on up
+            flow = chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
+        caught: list[list[State]] = [[] for _ in stmt.handlers]
+        for path in raised:  # the first handler that surely catches what it raises; before it, those that may
+            for handler, into in zip(stmt.handlers, caught, strict=True):
+                catches = exceptions.catches(handler, path.raised)
+                if catches is not False:
+                    into.append(path)
+                if catches is True:
+                    break
+            else:
+                flow.raises.append(path)  # no handler surely catches it: it may go on up
+        for handler, paths in zip(stmt.handlers, caught, strict=True):
+            for entry in _entries(paths):
                 if handler.name:
                     entry.locals[handler.name] = UNKNOWN
                 flow = self._parallel(flow, self.exec_block(handler.body, frame, entry))
-        if flow.normal is not None and stmt.orelse:
-            flow = chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
         if flow.normal is not None and stmt.finalbody:
             flow = chain(flow, self.exec_block(stmt.finalbody, frame, flow.normal))
         return flow
@@ -1452,6 +1451,26 @@ def _env_of(node: ast.AST, state: State) -> list[str]:
     if not state.env:
         return []
     return [n for sub in ast.walk(node) if isinstance(sub, ast.Name) for n in state.env.get(sub.id, ())]
+
+
+# A handler runs once per distinct path that reaches it, up to this many (more: the rest once, under all their
+# undecided tests together).
+_HANDLER_PATHS = 4
+
+
+def _entries(paths: list[State]) -> list[State]:
+    """The states a handler runs from: one per path its raises came on. Joined into one state, raises that came
+    under different undecided tests (this call raised, or that one) would leave a path under none of them, and the
+    handler's values would be judged as if it always ran."""
+    by_path: dict[frozenset, list[State]] = {}
+    for state in paths:
+        by_path.setdefault(state.path, []).append(state)
+    groups = list(by_path.values())
+    if len(groups) > _HANDLER_PATHS:
+        rest = [s for group in groups[_HANDLER_PATHS - 1 :] for s in group]
+        under_all = frozenset().union(*(s.path for s in rest))
+        groups = [*groups[: _HANDLER_PATHS - 1], [replace(s, path=under_all) for s in rest]]
+    return [entry for group in groups if (entry := merge([s.copy() for s in group])) is not None]
 
 
 def _labelled(*values: Any) -> bool:
