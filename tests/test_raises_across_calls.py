@@ -50,9 +50,7 @@ FLAGGED = {
                     n = batch_desc.num_tokens
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # flagged
     """,
-}
-
-FLAGGED["the try's else sets the real count only where the helper returned"] = """
+    "the try's else sets the real count only where the helper returned": """
         class Drafter(DraftModelSpeculator):
             def _real(self, real):
                 if real is None:
@@ -67,7 +65,8 @@ FLAGGED["the try's else sets the real count only where the helper returned"] = "
                 else:
                     n = counted
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # flagged
-    """
+    """,
+}
 
 CLEAN = {
     "the helper raises outside FULL graphs and the handler takes the real count": """
@@ -137,9 +136,7 @@ UNDECIDED = {
                     n = max(batch_desc.num_tokens, 1)
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # site
     """,
-}
-
-UNDECIDED["the handler's fallback, where the else takes the library's count"] = """
+    "the handler's fallback, where the else takes the library's count": """
         class Drafter(DraftModelSpeculator):
             def propose(self, batch_desc, num_reqs, real):
                 try:
@@ -149,7 +146,8 @@ UNDECIDED["the handler's fallback, where the else takes the library's count"] = 
                 else:
                     n = counted
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)  # site
-    """
+    """,
+}
 
 SETTLED = {
     "the handler takes the real count": """
