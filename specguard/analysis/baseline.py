@@ -12,7 +12,15 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from specguard._files import UnreadableFile, read_regular_text, replace_atomically
+from specguard._files import (
+    OutsideTree,
+    UnreadableFile,
+    locate_beneath,
+    open_folder,
+    read_regular_text,
+    relative_inside,
+    replace_atomically,
+)
 from specguard.analysis.findings import Finding
 from specguard.errors import UserError
 from specguard.settings import Settings
@@ -29,11 +37,28 @@ def _fingerprint(f: Finding, settings: Settings, line: Lines) -> str:
 
 
 def write_baseline(path: Path, findings: list[Finding], settings: Settings, line: Lines) -> None:
-    """Written atomically (a failure part-way keeps the previous baseline whole); a symlink's target is written."""
+    """Written atomically (a failure part-way keeps the previous baseline whole); a symlink's target is written.
+
+    A path inside the project is walked beneath a handle held on the project's root (`_files.locate_beneath`), so
+    a link on it is followed only while it stays inside the project, and a folder swapped for a link meanwhile
+    cannot send the write elsewhere; a path outside the project (the user's choice) is written as named."""
     entries = sorted(_fingerprint(f, settings, line) for f in findings)
     data = {"version": _VERSION, "findings": [json.loads(e) for e in entries]}
+    relative = relative_inside(path, settings.root)
+    # inside the project: beneath its root; elsewhere (the user's choice): the real path, as named
+    base, name = (settings.root, relative) if relative is not None else os.path.split(os.path.realpath(path))
     try:
-        replace_atomically(os.path.realpath(path), (json.dumps(data, indent=1) + "\n").encode())
+        base_fd = open_folder(base)
+        try:
+            folder, name, _ = locate_beneath(base_fd, name)
+        finally:
+            os.close(base_fd)
+        try:
+            replace_atomically(name, (json.dumps(data, indent=1) + "\n").encode(), dir_fd=folder)
+        finally:
+            os.close(folder)
+    except OutsideTree as exc:
+        raise UserError(f"{path}: cannot write baseline: {exc.how} leads outside the project") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot write baseline: {exc.strerror or exc}") from None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from specguard.analysis.ast_tools import FUNCTIONS
+from specguard.analysis.ast_tools import FUNCTIONS, source_segment
 from specguard.fixes.ast_edits import argument_of, enclosing_statement, insert_before, place
 from specguard.fixes.layout import Layout, flat, has_comment
 from specguard.fixes.model import split_lines
@@ -36,7 +36,7 @@ def agreement_fix(
         return NoFix("the reduction sits in a lambda or comprehension, whose names a check before it cannot see")
     if not _runs_once_where_it_is(text, statement, reduction):
         return NoFix("the reduction is part of a loop or `elif` header, which a check before it would not cover")
-    if has_comment(ast.get_source_segment(text, reduction) or "#") is not False:
+    if has_comment(source_segment(text, reduction) or "#") is not False:
         return NoFix("the reduction holds a comment, which replacing it would lose")
     collected = _collection(text, reduction.args[0])
     if collected is None:
@@ -104,7 +104,7 @@ def _collection(text: str, spread: ast.expr) -> tuple[str, list[str], str] | Non
 
 def _segment(text: str, node: ast.expr) -> str | None:
     """The source of `node` on one line (a target or an iterable in brackets keeps them)."""
-    source = ast.get_source_segment(text, node, padded=False)
+    source = source_segment(text, node)
     return flat(source) if source is not None else None
 
 

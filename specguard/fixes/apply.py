@@ -6,7 +6,9 @@ retried one fix at a time and the culprit refused. Fixes that overlapped one app
 next round, which starts from the re-check's findings (bounded, as ruff bounds its iterations). Only then is the
 file written: in place (`_files.rewrite_in_place`: links, mode and attributes kept; the old content put back if the
 write fails) and only if nobody changed it meanwhile. A file with SG000 is never touched, nor one whose real path
-lies outside the paths given (a symlink out of the tree), nor a read-only one.
+lies outside the paths given (a symlink out of the tree), nor a read-only one. Each file is read and written beneath
+a handle held on the path given that holds it (`_files.open_beneath`), so a folder swapped for a link after the
+check cannot send the write out of the tree.
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from specguard._files import SOURCE_CAP, UnreadableFile, UnwritableFile, read_regular, rewrite_in_place
+from specguard._files import (
+    FOLDER,
+    SOURCE_CAP,
+    OutsideTree,
+    UnreadableFile,
+    UnwritableFile,
+    open_beneath,
+    open_folder,
+    read_regular_stat,
+    rewrite_in_place,
+)
 from specguard.analysis.findings import Finding
 from specguard.fixes.model import Fix, apply_edits, split_lines
 
@@ -166,13 +178,47 @@ class FixReport:
     notes: list[str] = field(default_factory=list)  # one line per file or fix left as it was, saying why
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """A path that was checked, held open: a folder, or the folder of a file given by name (then only that file)."""
+
+    real: str
+    fd: int
+    only: str | None = None
+
+    def relative(self, real: str) -> str | None:
+        """Where the file whose real path is `real` lies beneath the held folder; None when it lies elsewhere."""
+        if self.only is not None:
+            return self.only if real == os.path.join(self.real, self.only) else None
+        prefix = self.real.rstrip(os.sep) + os.sep
+        return real[len(prefix) :] if real.startswith(prefix) else None
+
+
+def _hold(path: str | Path) -> _Tree | None:
+    """The checked path's real folder, opened from `/` along its real path without following a link (a link there
+    now is a swap since it was resolved), so the handle is on the folder the check named."""
+    real = os.path.realpath(path)
+    folder, only = (real, None) if os.path.isdir(real) else os.path.split(real)
+    try:
+        top = open_folder("/")
+        try:
+            fd = open_beneath(top, folder.lstrip("/") or ".", FOLDER, follow=False)
+        finally:
+            os.close(top)
+    except OSError:
+        return None
+    return _Tree(folder, fd, only)
+
+
 def fix_files(
     project: Project, findings: Sequence[Finding], policy: FixPolicy, *, write: bool, inside: Sequence[Path] = ()
 ) -> FixReport:
     """Fix the files of the reported `findings` (suppressed and baselined ones are not reported, so not fixed).
 
     `inside` are the paths that were checked: as ruff does, only a file whose real path lies under the real path of
-    one of them is fixed (or shown in a diff); a symlink that leads out of the tree is named and left alone.
+    one of them is fixed (or shown in a diff); a symlink that leads out of the tree is named and left alone. Each
+    file is then read and written beneath the checked path that holds it, never through a link leading out of it
+    (a folder swapped for one since the check: named, and left as it is).
     """
     report = FixReport()
     broken = {f.path for f in findings if f.code == "SG000"}
@@ -181,27 +227,55 @@ def fix_files(
     for finding in findings:
         if finding.path not in broken and policy.applies(finding):
             by_path.setdefault(finding.path, []).append(finding)
-    roots = [os.path.realpath(p) for p in inside]
-    for path, chosen in sorted(by_path.items()):
-        real = os.path.realpath(path)
-        if roots and not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
-            report.notes.append(f"{path}: not fixed: its real path {real} lies outside the paths checked")
-            continue
-        try:
-            _fix_file(project, path, real, chosen, policy, report, write)
-        except OSError as exc:
-            report.notes.append(f"{path}: not fixed: cannot read or write it: {exc.strerror or exc}")
-        except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not stop the other files' fixes
-            report.notes.append(f"{path}: not fixed: internal error: {type(exc).__name__}: {exc} (please report it)")
+    trees = [tree for tree in map(_hold, inside) if tree is not None]
+    try:
+        for path, chosen in sorted(by_path.items()):
+            real = os.path.realpath(path)
+            place = _place_of(real, trees)
+            if place is None and not inside and (own := _hold(real)) is not None:
+                trees.append(own)  # no paths given: the file's own folder
+                place = own, own.only or ""
+            if place is None:
+                report.notes.append(f"{path}: not fixed: its real path {real} lies outside the paths checked")
+                continue
+            try:
+                _fix_file(project, path, place, chosen, policy, report, write)
+            except OutsideTree as exc:
+                report.notes.append(f"{path}: not fixed: {exc.how} leads outside the paths checked; left as it is")
+            except OSError as exc:
+                report.notes.append(f"{path}: not fixed: cannot read or write it: {exc.strerror or exc}")
+            except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not stop the other files' fixes
+                report.notes.append(
+                    f"{path}: not fixed: internal error: {type(exc).__name__}: {exc} (please report it)"
+                )
+    finally:
+        for tree in trees:
+            os.close(tree.fd)
     return report
 
 
+def _place_of(real: str, trees: list[_Tree]) -> tuple[_Tree, str] | None:
+    """The held tree a file lies in, and its path beneath it."""
+    for tree in trees:
+        relative = tree.relative(real)
+        if relative is not None:
+            return tree, relative
+    return None
+
+
 def _fix_file(
-    project: Project, path: str, real: str, chosen: list[Finding], policy: FixPolicy, report: FixReport, write: bool
+    project: Project,
+    path: str,
+    place: tuple[_Tree, str],
+    chosen: list[Finding],
+    policy: FixPolicy,
+    report: FixReport,
+    write: bool,
 ) -> None:
+    tree, relative = place
     data = project.source(path)  # the bytes the findings came from
     try:
-        now = read_regular(real, SOURCE_CAP)
+        now = read_regular_stat(relative, SOURCE_CAP, follow=False, dir_fd=tree.fd)[0]
     except UnreadableFile as exc:
         report.notes.append(f"{path}: not fixed: {exc.reason}")
         return
@@ -225,7 +299,8 @@ def _fix_file(
             report.notes.append(f"{path}: not fixed: the fixed text cannot be written in its encoding ({encoding})")
             return
         try:
-            rewrite_in_place(real, data, new_data)  # the real path: a symlink inside the tree keeps its link
+            # the real path, beneath the checked path held open: a symlink inside the tree keeps its link
+            rewrite_in_place(relative, data, new_data, root_fd=tree.fd)
         except UnwritableFile as exc:
             report.notes.append(f"{path}: not fixed: {exc.reason}")
             return

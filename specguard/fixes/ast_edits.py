@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
+from specguard.analysis.ast_tools import source_segment
 from specguard.fixes.layout import Argument, Layout, flat
 from specguard.fixes.model import Edit, split_lines
 
@@ -149,7 +150,7 @@ def split_call(
     """`call`, whose arguments all sit on one line, with `node` (one of them) replaced and the arguments laid out
     as a formatter lays out a call that ends its line; None where the call holds a comment or a trailing comma,
     or something follows it on its last line (then the formatter would split that instead)."""
-    source, func = ast.get_source_segment(text, call), ast.get_source_segment(text, call.func)
+    source, func = source_segment(text, call), source_segment(text, call.func)
     items = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
     if source is None or func is None or not items or len({n.lineno for n in items} | {items[-1].end_lineno}) > 1:
         return None
@@ -161,7 +162,7 @@ def split_call(
     head, parts, tail, flat_text = expression
     arguments = []
     for item in items:
-        written = ast.get_source_segment(text, item)
+        written = source_segment(text, item)
         value = item.value if isinstance(item, ast.keyword) else item
         if written is None:
             return None

@@ -77,9 +77,13 @@ def delete_statements(function: cst.FunctionDef, statements: Sequence[cst.BaseSt
     return [(node, cst.RemoveFromParent()) for node in plan[0]]
 
 
-def delete_statement(root: cst.CSTNode, statement: cst.BaseStatement) -> Change:
-    """Delete one statement under `root`; the only statement of its block becomes `pass` instead."""
-    path = _path(root, statement) or []
+def delete_statement(
+    root: cst.CSTNode, statement: cst.BaseStatement, holders: dict[int, cst.BaseStatement] | None = None
+) -> Change:
+    """Delete one statement under `root`; the only statement of its block becomes `pass` instead. `holders`: the
+    module's `top_statements`, where `root` is the module (only the statement holding it is walked)."""
+    top = holders.get(id(statement)) if holders is not None else None
+    path = [root, *(_path(top, statement) or [])] if top is not None else _path(root, statement) or []
     block = path[-2] if len(path) > 1 else None
     alone = isinstance(block, cst.IndentedBlock) and len(block.body) == 1
     return statement, cst.SimpleStatementLine([cst.Pass()]) if alone else cst.RemoveFromParent()

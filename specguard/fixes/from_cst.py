@@ -89,13 +89,19 @@ def _diff(old: str, new: str, first_line: int) -> Iterator[Edit]:
         yield Edit(content, *_position(old, start, first_line), *_position(old, end, first_line))
 
 
-def text_edits(module: cst.Module | None, changes: Sequence[Change], parsed: str) -> tuple[Edit, ...]:
+def text_edits(
+    module: cst.Module | None,
+    changes: Sequence[Change],
+    parsed: str,
+    holders: dict[int, cst.BaseStatement] | None = None,
+) -> tuple[Edit, ...]:
     """The edits that turn `parsed` (the text `module` was parsed from) into `module` with `changes` applied.
 
     Only the top-level definitions holding a change are rendered, before and after, and found in `parsed` by
     their text, so the cost is that of the definitions a fix touches, not of the file. Raises ValueError when a
     change would add or remove a top-level statement or the lines above one (the sparse source has no text for
-    what lies between them); rules change what is inside a definition and add imports as raw edits.
+    what lies between them); rules change what is inside a definition and add imports as raw edits. `holders`: the
+    module's `top_statements` (then only the definitions holding a change are walked, not every one).
     """
     if not changes:  # text edits only (a rule on `ast`): nothing to render
         return ()
@@ -103,7 +109,9 @@ def text_edits(module: cst.Module | None, changes: Sequence[Change], parsed: str
     edits: list[Edit] = []
     if not module.has_trailing_newline:  # libcst renders the last statement with the newline the file lacks
         parsed += module.default_newline
-    for old in (stmt for stmt in module.body if _on_paths(stmt, set(targets), on_paths)):
+    touched = None if holders is None else {id(holders[id(old)]) for old, _ in changes if id(old) in holders}
+    walked = (stmt for stmt in module.body if touched is None or id(stmt) in touched)
+    for old in (stmt for stmt in walked if _on_paths(stmt, set(targets), on_paths)):
         new = _rebuilt(old, targets, on_paths)
         if not isinstance(new, cst.CSTNode) or getattr(new, "leading_lines", None) != getattr(
             old, "leading_lines", None
@@ -117,7 +125,13 @@ def text_edits(module: cst.Module | None, changes: Sequence[Change], parsed: str
     return tuple(edits)
 
 
-def checked_fix(module: cst.Module | None, fix: NodeFix, original: str, parsed: str) -> Fix | None:
+def checked_fix(
+    module: cst.Module | None,
+    fix: NodeFix,
+    original: str,
+    parsed: str,
+    holders: dict[int, cst.BaseStatement] | None = None,
+) -> Fix | None:
     """The rule's fix as text edits on `original`, or None where it cannot be one.
 
     `parsed` is the text `module` was parsed from (the sparse source): an edit may touch only lines it shares with
@@ -125,7 +139,7 @@ def checked_fix(module: cst.Module | None, fix: NodeFix, original: str, parsed: 
     and the finding is better reported without a fix than with a wrong one.
     """
     try:
-        edits = text_edits(module, fix.changes, parsed)
+        edits = text_edits(module, fix.changes, parsed, holders)
     except ValueError:
         return None
     original_lines, parsed_lines = split_lines(original), split_lines(parsed)

@@ -7,8 +7,10 @@ text, found with CPython's parser; one statement is rewritten with libcst so its
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
+from specguard.analysis.ast_tools import source_segment
 from specguard.fixes.model import Edit, split_lines
 
 
@@ -17,11 +19,19 @@ def _column(line: str, byte_offset: int) -> int:
     return len(line.encode()[:byte_offset].decode(errors="replace")) + 1
 
 
-def _top_level_imports(source: str) -> list[ast.Import | ast.ImportFrom]:
+@functools.lru_cache(maxsize=4)
+def _top_level_imports(source: str) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The module's top-level imports, parsed once for all the fixes of a file (a parse a fix was quadratic)."""
     tree = ast.parse(source)
-    return [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    return tuple(s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom)))
 
 
+@functools.lru_cache(maxsize=16)
+def _mentions(source: str, name: str) -> int:
+    return len(re.findall(rf"\b{re.escape(name)}\b", source))
+
+
+@functools.lru_cache(maxsize=4)  # the same import for every fix of a file: parsed once
 def add_import(source: str, module: str, name: str) -> Edit:
     """`from module import name` on a new line after the last top-level import (after a module docstring, or
     first, in a module without imports), with the blank lines a formatter keeps around imports: one after a
@@ -56,7 +66,7 @@ def drop_import(source: str, name: str, deleted: str) -> Edit | None:
     """Remove `name` from the top-level `from ... import` that binds it, when the module mentions it (as a word,
     comments and strings included) only there and in `deleted`, the code the same fix deletes."""
     word = re.compile(rf"\b{re.escape(name)}\b")
-    if len(word.findall(source)) != 1 + len(word.findall(deleted)):
+    if _mentions(source, name) != 1 + len(word.findall(deleted)):
         return None
     lines = split_lines(source)
     for stmt in _top_level_imports(source):
@@ -71,7 +81,7 @@ def drop_import(source: str, name: str, deleted: str) -> Edit | None:
             return Edit("", first, 1, last + 1, 1) if whole_lines else None
         import libcst as cst  # only where a fix is built: importing the rules needs no libcst
 
-        node = cst.parse_statement(ast.get_source_segment(source, stmt) or "")
+        node = cst.parse_statement(source_segment(source, stmt) or "")
         assert isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.ImportFrom)
         names = node.body[0].names
         assert not isinstance(names, cst.ImportStar)

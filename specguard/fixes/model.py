@@ -8,6 +8,7 @@ of strings and integers (no libcst node), and importing this module costs nothin
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -63,8 +64,14 @@ def fix_of(applicability: Applicability, message: str, edits: Iterable[Edit]) ->
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines with their endings, split at "\\n" only, as line numbers in edits count them."""
-    return _LINES.findall(text)
+    """Lines with their endings, split at "\\n" only, as line numbers in edits count them. A file is split once
+    for all the fixes that ask (each gets its own list): a split a fix was quadratic in the file's size."""
+    return list(_split(text))
+
+
+@functools.lru_cache(maxsize=8)  # a file's source and sparse text, and each fix's own small ones
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(_LINES.findall(text))
 
 
 def apply_edits(text: str, edits: Iterable[Edit]) -> str:

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""How long the moment lasts in which another program's append could still be lost by `--fix` (issue 26 item 10).
+
+    python benchmarks/fix_write_window.py [--runs N]
+
+`rewrite_in_place` never writes over bytes another program appended: the part of a fix past the old end is
+appended (O_APPEND), the rest written over the old content's own bytes. Only a fix that shortens the file has to
+truncate it, and it truncates only after comparing the whole file again and checking its size. Where the kernel
+grants a write lease (Linux, the user's own file on a local file system) no other program has the file open and
+any that opens it waits until the fix is written: nothing is left. Elsewhere one moment is left: from the return
+of that last size check (fstat) to the truncation (ftruncate). This script measures it over N fixes that shorten
+a 30 KB file, with os.fstat and os.ftruncate wrapped to take a perf_counter_ns stamp right after the one returns
+and right before the other is called (so the numbers include one Python call of each wrapper: an upper bound). It
+also times the whole rewrite with and without the lease, for what the lease costs.
+
+Wall clock on a machine that may be shared: read the median; nothing here belongs in a unit test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from specguard import _files
+
+OLD = b"x = 1  # a line of the file as it was\n" * 800  # about 30 KB
+NEW = OLD[: len(OLD) // 2]  # a fix that shortens it
+
+
+def _window(runs: int, folder: Path) -> list[int]:
+    """ns between the return of the last fstat before a truncation and the call of that ftruncate."""
+    real_fstat, real_ftruncate = os.fstat, os.ftruncate
+    last_fstat = [0]
+    gaps: list[int] = []
+
+    def fstat(fd):  # type: ignore[no-untyped-def]
+        result = real_fstat(fd)
+        last_fstat[0] = time.perf_counter_ns()
+        return result
+
+    def ftruncate(fd, length):  # type: ignore[no-untyped-def]
+        gaps.append(time.perf_counter_ns() - last_fstat[0])
+        return real_ftruncate(fd, length)
+
+    os.fstat, os.ftruncate = fstat, ftruncate  # type: ignore[assignment]
+    try:
+        _files._LEASES = False  # the path with a moment left
+        for i in range(runs):
+            path = folder / f"w{i % 8}.py"
+            path.write_bytes(OLD)
+            _files.rewrite_in_place(path, OLD, NEW)
+    finally:
+        os.fstat, os.ftruncate = real_fstat, real_ftruncate  # type: ignore[assignment]
+        _files._LEASES = True
+    return gaps
+
+
+def _whole(runs: int, folder: Path, leases: bool) -> list[int]:
+    took = []
+    _files._LEASES = leases
+    try:
+        for i in range(runs):
+            path = folder / f"r{i % 8}.py"
+            path.write_bytes(OLD)
+            start = time.perf_counter_ns()
+            _files.rewrite_in_place(path, OLD, NEW)
+            took.append(time.perf_counter_ns() - start)
+    finally:
+        _files._LEASES = True
+    return took
+
+
+def _summary(values: list[int]) -> str:
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    median = statistics.median(ordered)
+    return f"median {median / 1000:.2f} us, p99 {p99 / 1000:.2f} us, max {ordered[-1] / 1000:.2f} us"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=20000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        gaps = _window(args.runs, folder)
+        assert len(gaps) == args.runs, "each fix truncated once"
+        print(f"window left without a lease (fstat -> ftruncate), {args.runs} fixes: {_summary(gaps)}")
+        print(f"whole rewrite without a lease: {_summary(_whole(args.runs // 4, folder, False))}")
+        print(f"whole rewrite with the lease (no window): {_summary(_whole(args.runs // 4, folder, True))}")
+
+
+if __name__ == "__main__":
+    main()
