@@ -386,3 +386,170 @@ def test_clean_follows_no_link_inside_a_cache_and_leaves_a_cache_dir_outside_the
     assert (outside / ".gitignore").read_bytes() == b"*\n"
     assert (outside / "cache" / version.name / "results.msgpack").is_file()
     assert (planted / "scans.msgpack").is_symlink()
+
+
+# ---- a cache another user could have written is not trusted (issue 26 item 2) --------------------------------
+#
+# A shared checkout: the victim's keyed cache folder is visible in a listing, and another local user (here: user
+# id 65534, or a group or world write bit, set by root as that user could have) plants forged results there, or a
+# forged settings snapshot in a per-user cache others can write. A cache is used only when every folder and file
+# from the cache folder down belongs to the user running the check and is writable by nobody else; otherwise the
+# run says so once and runs cold, with the findings a run without a cache reports, and writes nothing there.
+
+OTHER = 65534  # nobody
+
+
+def _give_away(path: Path) -> None:
+    """What another local user's planted file or folder looks like: theirs (root can give it away)."""
+    os.chown(path, OTHER, OTHER, follow_symlinks=False)
+
+
+def _share_with_a_group(path: Path, mode: int) -> None:
+    """A folder or file the victim shares with a group others are in (nogroup here), writable by it."""
+    os.chown(path, os.geteuid(), OTHER, follow_symlinks=False)
+    path.chmod(mode)
+
+
+def _victim_folder(root: Path, xdg: Path) -> Path:
+    (folder,) = [p for p in (root / "cache").iterdir() if p.is_dir()]
+    assert _datafile.decode((folder / "results.msgpack").read_bytes(), "results", dict), "a real cache"
+    return folder
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns, p.stat().st_mode)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+_REPOSITORY_ATTACKS = {
+    # what the other user did: (how, which object the note names, why it is not trusted)
+    "their-own-folder-under-the-victims-name": ("version", "it belongs to user id 65534, not to you"),
+    "a-results-file-of-theirs": ("results", "it belongs to user id 65534, not to you"),
+    "results-writable-by-others": ("results", "anyone may write it (mode 0666)"),
+    "results-writable-by-the-group": ("results", "its group (id 65534) may write it (mode 0620)"),
+    "the-victims-folder-writable-by-the-group": ("version", "its group (id 65534) may write it (mode 0775)"),
+    "the-victims-folder-writable-by-others": ("version", "anyone may write it (mode 0777)"),
+    "their-cache-folder": ("cache", "it belongs to user id 65534, not to you"),
+    "a-cache-folder-writable-by-the-group": ("cache", "its group (id 65534) may write it (mode 0775)"),
+}
+
+
+@pytest.mark.parametrize("attack", list(_REPOSITORY_ATTACKS))
+def test_a_repository_cache_another_user_could_write_is_not_trusted(tmp_path: Path, attack: str) -> None:
+    root, xdg = _project(tmp_path), tmp_path / "xdg"
+    expected = _check(root, xdg, "--no-cache")
+    assert expected.returncode == 1 and '"SG101"' in expected.stdout
+    assert _check(root, xdg).stdout == expected.stdout  # the victim's own cache
+    folder = _victim_folder(root, xdg)
+    results = folder / "results.msgpack"
+    forged = _datafile.encode("results", dict.fromkeys(_datafile.decode(results.read_bytes(), "results", dict), []))
+    if attack == "their-own-folder-under-the-victims-name":
+        folder.rename(folder.with_name("aside"))
+        shutil.copytree(folder.with_name("aside"), folder)
+        (folder / "results.msgpack").write_bytes(forged)
+        for path in [folder, *folder.iterdir()]:
+            _give_away(path)
+    elif attack == "a-results-file-of-theirs":
+        results.write_bytes(forged)
+        _give_away(results)
+    elif attack.startswith("results-writable"):
+        results.write_bytes(forged)
+        _share_with_a_group(results, 0o666 if "others" in attack else 0o620)
+    elif attack.startswith("the-victims-folder"):
+        _share_with_a_group(folder, 0o775 if "group" in attack else 0o777)
+        results.write_bytes(forged)
+    else:
+        results.write_bytes(forged)
+        if attack == "their-cache-folder":
+            _give_away(root / "cache")
+        else:
+            _share_with_a_group(root / "cache", 0o775)
+    how, why = _REPOSITORY_ATTACKS[attack]
+    named = {"version": folder, "results": results, "cache": root / "cache"}[how]
+    shown = os.path.relpath(named, root)
+    before = _snapshot(root / "cache")
+    for _ in range(2):  # said on every run (once each), and nothing is written there
+        got = _check(root, xdg)
+        assert (got.returncode, got.stdout) == (1, expected.stdout), "the forged cache hid the finding"
+        assert got.stderr == (
+            f"specguard: note: the cache folder cache was not used: {shown}: {why}; another user could have "
+            "forged what it holds (remove it, or pass --cache-dir): running without a cache\n"
+        )
+        assert _snapshot(root / "cache") == before
+
+
+def _validated(xdg: Path, kind: str) -> Path:
+    (path,) = (xdg / "specguard" / "validated").glob(f"{kind}-*.msgpack")
+    return path
+
+
+_USER_ATTACKS = {
+    "their-user-cache-folder": ("specguard", "it belongs to user id 65534, not to you"),
+    "a-user-cache-folder-writable-by-the-group": ("specguard", "its group (id 65534) may write it (mode 0775)"),
+    "their-validated-folder": ("specguard/validated", "it belongs to user id 65534, not to you"),
+    "a-settings-snapshot-of-theirs": ("settings", "it belongs to user id 65534, not to you"),
+    "a-settings-snapshot-writable-by-others": ("settings", "anyone may write it (mode 0606)"),
+}
+
+
+@pytest.mark.parametrize("attack", list(_USER_ATTACKS))
+def test_a_per_user_cache_another_user_could_write_is_not_trusted(tmp_path: Path, attack: str) -> None:
+    """XDG_CACHE_HOME on a shared disk: another user swaps the victim's validated settings for a snapshot of
+    settings that ignore SG101 (made from the same project with that one line added)."""
+    root, xdg = _project(tmp_path), tmp_path / "xdg"
+    expected = _check(root, xdg, "--no-cache")
+    assert expected.returncode == 1 and '"SG101"' in expected.stdout
+    assert _check(root, xdg).stdout == expected.stdout  # the victim's key and repository cache, made
+    victim = _validated(xdg, "settings")
+    pyproject = root / "pyproject.toml"
+    original = pyproject.read_text()
+    pyproject.write_text('[tool.specguard]\nignore = ["SG104", "SG101"]\n')
+    assert _check(root, xdg, "--no-cache").returncode == 0
+    (forged,) = [p for p in victim.parent.glob("settings-*.msgpack") if p != victim]
+    pyproject.write_text(original)
+    victim.write_bytes(forged.read_bytes())
+    forged.unlink()
+    user = xdg / "specguard"
+    if attack == "their-user-cache-folder":
+        _give_away(user)
+    elif attack == "a-user-cache-folder-writable-by-the-group":
+        _share_with_a_group(user, 0o775)
+    elif attack == "their-validated-folder":
+        _give_away(user / "validated")
+    elif attack == "a-settings-snapshot-of-theirs":
+        _give_away(victim)
+    else:
+        _share_with_a_group(victim, 0o606)
+    how, why = _USER_ATTACKS[attack]
+    named = victim if how == "settings" else xdg / how
+    before = _snapshot(user)
+    for _ in range(2):
+        got = _check(root, xdg)
+        assert (got.returncode, got.stdout) == (1, expected.stdout), "the forged settings hid the finding"
+        assert got.stderr == (
+            f"specguard: note: the user cache {user} was not used: {named}: {why}; another user could have forged "
+            "what it holds (make it yours and writable by you alone, or remove it): running without it\n"
+        )
+        assert _snapshot(user) == before
+
+
+def test_a_cache_writable_only_by_the_users_own_group_is_still_used(tmp_path: Path) -> None:
+    """Distributions give each user a group of their own and a umask of 002, so caches made before are
+    group-writable: by that group, which no one else is in, they stay trusted (and warm)."""
+    import grp
+    import pwd
+
+    user = pwd.getpwuid(os.geteuid())
+    group = grp.getgrgid(user.pw_gid)
+    assert group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}, "a private group to test with"
+    root, xdg = _project(tmp_path), tmp_path / "xdg"
+    expected = _check(root, xdg, "--no-cache")
+    assert _check(root, xdg).stdout == expected.stdout
+    folder = _victim_folder(root, xdg)
+    for path in (root / "cache", folder, xdg / "specguard", xdg / "specguard" / "validated"):
+        path.chmod(0o775)
+    _forge_results(root, xdg)  # an entry only the victim (or their own group) could have written: it is read,
+    got = _check(root, xdg)  # which shows the cache is used
+    assert (got.returncode, got.stdout, got.stderr) == (0, "[]\n", "")

@@ -2,8 +2,9 @@
 
 A cache folder lives in the analyzed tree, so what is in it may not be specguard's: a version folder is removed only
 when it holds nothing but the cache's own files, and links are never followed (a `.specguard_cache` that links
-elsewhere, or a version folder or `.gitignore` in it that is a link, is left alone). Folders are opened once and
-worked on through their descriptors, so a folder swapped for a link meanwhile is not followed either.
+elsewhere, or a version folder or `.gitignore` in it that is a link, is left alone). Folders are opened once,
+beneath a handle held on the folder cleaned (`_files.open_beneath`), and worked on through their descriptors, so a
+folder swapped for a link meanwhile is not followed either, on the way to the cache or inside it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specguard._files import UnreadableFile, read_regular_stat
+from specguard._files import FOLDER, OutsideTree, UnreadableFile, open_beneath, read_regular_stat
 from specguard.analysis.cache import DATA_FILES, GITIGNORE, version_folder_name
 
 CACHE_DIR_NAME = ".specguard_cache"
@@ -68,10 +69,26 @@ def _remove_version_folder(name: str, folder_fd: int) -> bool:
     return True
 
 
-def clean(folder: Path, result: Cleaned) -> None:
-    """Remove specguard's files from a cache folder, and the folder once nothing else is left in it."""
+def clean(folder: Path, result: Cleaned, root_fd: int, relative: str) -> None:
+    """Remove specguard's files from a cache folder, and the folder once nothing else is left in it. `folder` (as
+    shown) is `relative` beneath the open folder `root_fd`: the walk there follows no link out of it."""
+    above, name = os.path.split(os.path.normpath(relative))
     try:
-        fd = os.open(folder, _FOLDER)
+        parent = open_beneath(root_fd, above or ".", FOLDER)
+    except FileNotFoundError:
+        return
+    except OutsideTree as exc:
+        result.left.append(f"{folder}: {exc.how} leads outside the folder cleaned; left alone")
+        return
+    try:
+        _clean(folder, name, parent, result)
+    finally:
+        os.close(parent)
+
+
+def _clean(folder: Path, name: str, parent: int, result: Cleaned) -> None:
+    try:
+        fd = os.open(name, _FOLDER, dir_fd=parent)
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -82,16 +99,16 @@ def clean(folder: Path, result: Cleaned) -> None:
     others = 0
     try:
         with os.scandir(fd) as entries:
-            names = sorted(e.name for e in entries)
-        for name in names:
-            if name == ".gitignore" and _is_gitignore(fd):
-                os.unlink(name, dir_fd=fd)
-            elif not _remove_version_folder(name, fd):
-                result.left.append(f"{folder / name}: not written by specguard; left alone")
+            inside = sorted(e.name for e in entries)
+        for entry in inside:
+            if entry == ".gitignore" and _is_gitignore(fd):
+                os.unlink(entry, dir_fd=fd)
+            elif not _remove_version_folder(entry, fd):
+                result.left.append(f"{folder / entry}: not written by specguard; left alone")
                 others += 1
     finally:
         os.close(fd)
     if not others:
         with contextlib.suppress(FileNotFoundError):
-            os.rmdir(folder)
+            os.rmdir(name, dir_fd=parent)
         result.removed.append(folder)
