@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specguard._files import DATA_CAP, UnreadableFile, read_regular
+from specguard._files import DATA_CAP, UnreadableFile, read_regular_stat
 from specguard._snapshots import user_cache_home, validated
 from specguard._toml import load_toml
 from specguard.analysis.discover import DEFAULT_EXCLUDE
 from specguard.errors import UserError
+from specguard.ownership import untrusted, untrusted_link
+from specguard.project import project_top
 
 
 @dataclass(frozen=True)
@@ -307,40 +309,62 @@ def served_tree_settings(root: Path) -> Settings:
     return Settings(exclude=[], respect_gitignore=False, root=root, cache_dir=user_cache_dir())
 
 
-def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml with a [tool.specguard] table, walking up from `start`."""
-    here = start.resolve()
-    if here.is_file():
-        here = here.parent
-    for folder in (here, *here.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                text = read_regular(candidate, DATA_CAP)
-            except UnreadableFile as exc:  # a huge one, or one that stopped being a regular file meanwhile
-                raise UserError(f"{candidate}: cannot read configuration: {exc.reason}") from None
-            if b"[tool.specguard" in text:
-                return candidate
-    return None
+@dataclass(frozen=True)
+class FoundSettings:
+    """What settings discovery found above a path: the project's root (None when no folder up to `/` holds `.git`
+    or a pyproject.toml), its pyproject.toml when that holds a [tool.specguard] table that may be used, and the
+    warning for one that may not."""
+
+    root: Path | None
+    config: Path | None = None
+    warning: str | None = None
 
 
-def project_root(start: Path) -> Path:
-    """Where a project without [tool.specguard] is rooted: the nearest folder at or above `start` holding a
-    pyproject.toml or .git, else the current folder. The same whichever path inside the project is checked."""
+def discover_settings(start: Path) -> FoundSettings:
+    """The [tool.specguard] of the project `start` lies in: only its root's pyproject.toml is looked at (never a
+    folder above the root), and only when the user (or root) owns it and no one else may write it."""
     here = start.resolve()
     if not here.is_dir():
         here = here.parent
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() or (folder / ".git").exists():
-            return folder
-    return Path.cwd()
+    top = project_top(str(here))
+    if top is None:
+        return FoundSettings(None)
+    root = Path(top)
+    candidate = root / "pyproject.toml"
+    if not candidate.is_file():  # a folder, a FIFO, a broken link: it marks the root and holds no settings
+        return FoundSettings(root)
+    try:
+        text, st = read_regular_stat(candidate, DATA_CAP)
+    except UnreadableFile as exc:  # a huge one, or one that stopped being a regular file meanwhile
+        raise UserError(f"{candidate}: cannot read configuration: {exc.reason}") from None
+    if b"[tool.specguard" not in text:
+        return FoundSettings(root)
+    why = untrusted(st) or untrusted_link(candidate)
+    if why is not None:
+        warning = (
+            f"{candidate} was not read ({why}): someone else may have written its [tool.specguard]; pass "
+            f"`--config {candidate}` to use it anyway"
+        )
+        return FoundSettings(root, warning=warning)
+    return FoundSettings(root, candidate)
 
 
-def load_settings(config: Path | None, first_path: Path) -> Settings:
-    """Settings from --config FILE, else from the nearest pyproject.toml, else the defaults."""
-    source = config if config is not None else find_pyproject(first_path)
+def find_pyproject(start: Path) -> Path | None:
+    """The pyproject.toml whose [tool.specguard] applies to `start`, if any (see `discover_settings`)."""
+    return discover_settings(start).config
+
+
+def load_settings(config: Path | None, first_path: Path, warnings: list[str] | None = None) -> Settings:
+    """Settings from --config FILE, else from the project's pyproject.toml, else the defaults (rooted at the
+    project's root, else the current folder). A settings file discovery would not use is said in `warnings`."""
+    source = config
     if source is None:
-        return Settings(root=project_root(first_path))
+        found = discover_settings(first_path)
+        if found.warning is not None and warnings is not None:
+            warnings.append(found.warning)
+        if found.config is None:
+            return Settings(root=found.root or Path.cwd())
+        source = found.config
     data = load_toml(source, what="configuration")
     in_pyproject = source.name == "pyproject.toml" or "tool" in data
     table = data.get("tool", {}).get("specguard", {}) if in_pyproject else data

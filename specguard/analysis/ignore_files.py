@@ -4,7 +4,9 @@ here, and git itself is never run (a repository's config can make git run comman
 
 Precedence, as in ruff: `.ignore` files over `.gitignore` files over `.git/info/exclude`; among files of one kind,
 the deepest folder's; within a file, the last matching pattern (`!pattern` re-includes). `.gitignore` and
-`.git/info/exclude` count only inside a git repository, and only up to its root; `.ignore` files count anywhere.
+`.git/info/exclude` count only inside a git repository, and only up to its root; `.ignore` files count anywhere
+in the project. None is read above the project's root (`specguard.project`), whatever ruff does: a folder that
+holds the checkout may be writable by others.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from specguard._files import DATA_CAP, UnreadableFile, read_regular
+from specguard.project import project_top
 
 
 def _translate(glob: str) -> str:
@@ -239,17 +242,20 @@ class Ignores:
         self.in_git = any(level.has_git for level in levels)
 
     @classmethod
-    def above(cls, folder: str) -> Ignores:
-        """The levels of `folder`'s ancestors and of `folder` itself (an absolute path)."""
+    def enclosing(cls, folder: str) -> Ignores:
+        """The levels of the folders above `folder` (an absolute path), up to the project's root and never above
+        it: ignore files in a shared folder that holds the checkout are not the project's."""
+        top = project_top(folder)
+        if top is None or top == folder:
+            return cls(())
         chain = []
-        here = folder
+        here = os.path.dirname(folder)
         while True:
             if (level := Level.of(here)) is not None:
                 chain.append(level)
-            parent = os.path.dirname(here)
-            if parent == here:
+            if here == top:
                 break
-            here = parent
+            here = os.path.dirname(here)
         return cls(tuple(reversed(chain)))
 
     def enter(self, folder: str, names: set[str]) -> Ignores:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specguard.report.names import shown
 from specguard.rules import ALL_CODES, rule_name
 from specguard.settings import Settings
 
@@ -13,7 +14,7 @@ def _value(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, Path):
-        return f'"{value}"'
+        return f'"{shown(str(value))}"'
     if isinstance(value, str):
         return value
     return repr(value)
@@ -26,7 +27,7 @@ def _list(items: list[str]) -> str:
 
 
 def _quoted(items: list[str]) -> list[str]:
-    return [f'"{item}"' for item in items]
+    return [f'"{shown(item)}"' for item in items]
 
 
 def render_settings(settings: Settings, file: Path, source: Path | None, args: argparse.Namespace) -> str:
@@ -35,8 +36,8 @@ def render_settings(settings: Settings, file: Path, source: Path | None, args: a
     cache_dir = settings.cache_dir or settings.root / ".specguard_cache"
     per_file = {pattern: sorted(codes) for pattern, codes in settings.per_file_ignores.items()}
     lines = [
-        f'Resolved settings for: "{file}"',
-        *([f'Settings path: "{source.resolve()}"'] if source is not None else []),
+        f"Resolved settings for: {_value(file)}",
+        *([f"Settings path: {_value(source.resolve())}"] if source is not None else []),
         "",
         "# General Settings",
         f"cache_dir = {_value(cache_dir.resolve())}",
