@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,21 +65,61 @@ class Excludes:
         return self.paths is not None and self.paths.match(rel if rel.startswith("/") else f"{self.root}/{rel}")
 
 
+# A run's total budget: far above any tree a user checks (vLLM 0.33 holds 3,231 Python files, 50 MB of them;
+# SGLang fewer), far below what costs the machine. Links out of the tree are not followed, so only a tree that
+# really is this large reaches it (or a folder named on the command line that holds a whole file system). Read at
+# each discovery so that a test can lower them in its own process; not a setting.
+MAX_FILES = 100_000
+MAX_BYTES = 1 << 30
+_SHOWN_LINKS = 5
+
+
 @dataclass
 class Discovery:
     files: list[str] = field(default_factory=list)  # strings: a Path per file costs more than the scan of it
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # links out of the tree, not followed
+    # When the budget ended the walk: which part of it was spent, and the first file left (files past it were not
+    # found). None: every file was found.
+    stopped: tuple[str, str] | None = None
 
 
 class _Walker:
     """Exclusion by name or by the path from the configuration root (as ruff matches them, so the same files are
-    excluded whichever way the paths were typed), what ignore files exclude, and each file and folder visited once."""
+    excluded whichever way the paths were typed), what ignore files exclude, each file and folder visited once,
+    never a link out of the trees (the real paths of the folders given), and the budget."""
 
-    def __init__(self, patterns: Iterable[str], root: Path) -> None:
+    def __init__(self, patterns: Iterable[str], root: Path, trees: list[str], limits: tuple[int, int]) -> None:
         self.root = os.path.realpath(root)
         self.excluded = Excludes(patterns, self.root)
         self.seen_dirs: set[tuple[int, int]] = set()
         self.seen_files: set[tuple[int, int]] = set()
+        self.trees = [tree if tree.endswith(os.sep) else tree + os.sep for tree in trees]
+        self.links_out: list[str] = []
+        self.special: list[str] = []  # `.py` names that are FIFOs, devices or sockets: never read
+        self.limits = limits
+        self.files_left, self.bytes_left = limits
+        self.stopped_at: str | None = None  # the first file past the budget
+        self.spent = ""  # which part of the budget it was past
+
+    def inside(self, real: str) -> bool:
+        """Whether a real path lies in one of the trees."""
+        return any((real + os.sep).startswith(tree) for tree in self.trees)
+
+    def take(self, path: str, size: int) -> bool:
+        """Charge one file of `size` bytes to the budget; False past it, and the walk stops there."""
+        if self.stopped_at is not None:
+            return False
+        if self.files_left == 0:
+            self.spent = f"{self.limits[0]:,} Python files"
+        elif size > self.bytes_left:
+            self.spent = f"{self.limits[1]:,} bytes of Python"
+        else:
+            self.files_left -= 1
+            self.bytes_left -= size
+            return True
+        self.stopped_at = path
+        return False
 
     def relative(self, path: str) -> str:
         """`path` relative to the root, or absolute when outside it (posix separators either way)."""
@@ -94,16 +135,9 @@ class _Walker:
         first = len(parts) - 1 if rel.startswith("/") else 0
         return any(self.excluded(parts[i], "/".join(parts[: i + 1])) for i in range(first, len(parts)))
 
-    def first_visit(self, seen: set[tuple[int, int]], path: str) -> bool:
-        """False for a folder or file already reached (through a symlink, another spelling or a loop)."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return False
-        return self.first_key(seen, (st.st_dev, st.st_ino))
-
     @staticmethod
     def first_key(seen: set[tuple[int, int]], key: tuple[int, int]) -> bool:
+        """False for a folder or file already reached (through a symlink, another spelling or a loop)."""
         if key in seen:
             return False
         seen.add(key)
@@ -125,6 +159,8 @@ class _Walker:
         if ignores is not None:
             ignores = ignores.enter(absolute, {e.name for e in entries})
         for entry in entries:
+            if self.stopped_at is not None:
+                return
             entry_rel = prefix + entry.name
             if self.excluded(entry.name, entry_rel):
                 continue
@@ -132,18 +168,47 @@ class _Walker:
                 is_dir = entry.is_dir()
                 if ignores is not None and ignores.ignored(f"{absolute}/{entry.name}", is_dir):
                     continue
+                if entry.is_symlink() and not self.inside(real := os.path.realpath(entry.path)):
+                    if is_dir or entry.name.endswith(".py"):  # what would have been read
+                        self.links_out.append(f"{_as_printed(entry.path)} -> {real}")
+                    continue
                 if is_dir:
                     yield from self.walk(entry.path, entry_rel, ignores, f"{absolute}/{entry.name}")
-                elif entry.name.endswith(".py") and entry.is_file():
-                    # a plain file's identity needs no stat: its folder's device and the inode scandir read
-                    if entry.is_symlink():
-                        fresh = self.first_visit(self.seen_files, entry.path)
-                    else:
-                        fresh = self.first_key(self.seen_files, (st.st_dev, entry.inode()))
-                    if fresh:
+                elif entry.name.endswith(".py") and entry.is_file():  # a regular file: never a FIFO or a device
+                    found = entry.stat()  # the budget needs its size, and a link's target its identity
+                    if self.first_key(self.seen_files, (found.st_dev, found.st_ino)) and self.take(
+                        entry.path, found.st_size
+                    ):
                         yield entry.path
+                elif entry.name.endswith(".py"):
+                    self.special.append(f"{_as_printed(entry.path)} ({_kind(entry.stat(follow_symlinks=False))})")
             except OSError:
                 continue
+
+
+def _kind(st: os.stat_result) -> str:
+    return {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}.get(
+        stat.S_IFMT(st.st_mode), "not a regular file"
+    )
+
+
+def _as_printed(path: str) -> str:
+    """A walked path as Path would print it (`./x.py` is `x.py`)."""
+    return path[2:] if path.startswith("./") else path
+
+
+def _links_note(links: list[str]) -> str:
+    shown = "; ".join(links[:_SHOWN_LINKS])
+    more = f"; and {len(links) - _SHOWN_LINKS} more" if len(links) > _SHOWN_LINKS else ""
+    if len(links) == 1:
+        return (
+            f"1 symlink leads out of the folders checked and was not followed: {shown}; name its target on the "
+            "command line to check it"
+        )
+    return (
+        f"{len(links)} symlinks lead out of the folders checked and were not followed: {shown}{more}; name a target "
+        "on the command line to check it"
+    )
 
 
 def discover(
@@ -152,13 +217,19 @@ def discover(
     root: Path | None = None,
     force_exclude: bool = False,
     respect_gitignore: bool = True,
+    limits: tuple[int, int] | None = None,
 ) -> Discovery:
     """Every .py file under `paths`, each once however often and however it was named. A path named
     explicitly is analyzed even if excluded, unless `force_exclude`; ignore files prune only what a folder holds
-    (a file named explicitly is analyzed whatever they say, as in ruff)."""
-    walker = _Walker(exclude, root or Path.cwd())
+    (a file named explicitly is analyzed whatever they say, as in ruff). A folder's walk never leaves the trees
+    through a link, and all of it stops past `limits` (files, bytes; by default MAX_FILES and MAX_BYTES)."""
+    paths = list(paths)
+    trees = [os.path.realpath(path) for path in paths if os.path.isdir(path)]
+    walker = _Walker(exclude, root or Path.cwd(), trees, limits or (MAX_FILES, MAX_BYTES))
     result = Discovery()
     for path in paths:
+        if walker.stopped_at is not None:
+            break
         if not os.path.lexists(path):
             result.errors.append(f"{path}: no such file or directory")
         elif force_exclude and walker.excluded_path(str(path)):
@@ -166,14 +237,29 @@ def discover(
         elif path.is_dir():
             folder = os.path.normpath(path)
             absolute = os.path.abspath(folder)  # ignore files match the path as walked, links not resolved
-            ignores = Ignores.above(os.path.dirname(absolute)) if respect_gitignore else None
+            ignores = Ignores.enclosing(absolute) if respect_gitignore else None
             for file in walker.walk(folder, walker.relative(str(path)), ignores, absolute):
-                result.files.append(file[2:] if file.startswith("./") else file)  # as Path would print it
+                result.files.append(_as_printed(file))
         elif path.is_file():
-            if walker.first_visit(walker.seen_files, str(path)):
+            found = path.stat()
+            if walker.first_key(walker.seen_files, (found.st_dev, found.st_ino)) and walker.take(
+                str(path), found.st_size
+            ):
                 result.files.append(str(path))
         elif path.exists():  # a FIFO, a device, a socket: reading one would block or never end
             result.errors.append(f"{path}: not a regular file or directory; specguard reads regular files only")
         else:
             result.errors.append(f"{path}: not a file or directory (a broken symlink?)")
+    if walker.links_out:
+        result.notes.append(_links_note(walker.links_out))
+    if walker.special:
+        shown = "; ".join(walker.special[:_SHOWN_LINKS])
+        more = f"; and {len(walker.special) - _SHOWN_LINKS} more" if len(walker.special) > _SHOWN_LINKS else ""
+        result.notes.append(f"not regular files, so not read: {shown}{more}")
+    if walker.stopped_at is not None:
+        result.stopped = (walker.spent, walker.stopped_at)
+        result.errors.append(
+            f"the folders checked hold more than one run reads ({walker.spent}): the files found before "
+            f"{_as_printed(walker.stopped_at)} were checked and the rest were not; check fewer folders per run"
+        )
     return result

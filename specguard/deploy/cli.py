@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import NoReturn
 
-from specguard.console import emit
+from specguard.console import emit, tell
 from specguard.errors import UserError
 
 CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR | --vllm-version X.Y.Z] [--require-source] [--strict]
@@ -122,9 +121,9 @@ def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
     if args.format == "json":
         emit(to_json(judgement))
         for note in judgement.notes:
-            print(f"specguard config: note: {note}", file=sys.stderr)
+            tell(f"specguard config: note: {note}")
         if judgement.not_judged:
-            print(f"specguard config: {not_judged_line(judgement)}", file=sys.stderr)
+            tell(f"specguard config: {not_judged_line(judgement)}")
     else:
         emit(to_text(judgement, loaded.origin))
     if judgement.findings:
@@ -137,7 +136,7 @@ def config_main(argv: list[str]) -> int:
     try:
         return _run_config(list(argv))
     except UserError as exc:
-        print(f"specguard: error: {exc}", file=sys.stderr)
+        tell(f"specguard: error: {exc}")
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -168,7 +167,7 @@ def doctor_main(argv: list[str]) -> int:
         args = _doctor_parser().parse_args(list(argv))
         report = diagnose(args.vllm_source)
     except UserError as exc:
-        print(f"specguard: error: {exc}", file=sys.stderr)
+        tell(f"specguard: error: {exc}")
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)

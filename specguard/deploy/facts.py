@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from specguard.deploy.arguments import ServeOptions, serve_options
-from specguard.deploy.source import ClassInfo, SourceTree, literal_strings, literal_value
+from specguard.deploy.source import ClassInfo, SourceLeftUnread, SourceTree, literal_strings, literal_value
+from specguard.deploy.vllm_tree import not_vllm
+from specguard.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class BackendInfo:
 class SourceFacts:
     tree: SourceTree
     analysis_problems: list[str] = field(default_factory=list)
+    # When `specguard check` over the tree stopped at its budget: which part was spent, and the files it analyzed.
+    analysis_left: tuple[str, set[Path]] | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> SourceFacts:
@@ -67,11 +71,16 @@ class SourceFacts:
         from specguard.settings import served_tree_settings
 
         result = check_paths([self.tree.root], served_tree_settings(self.tree.root))
-        # A file the analyzer could not read (SG000) or a discovery error may hide a finding a hazard needs.
+        # A file the analyzer could not read (SG000), a discovery error or a link out of the tree (not followed)
+        # may hide a finding a hazard needs.
+        found = result.discovery
         self.analysis_problems = [
             *result.errors,
+            *(found.notes if found is not None else []),
             *(f"{f.path}: {f.message}" for f in result.findings if f.code == "SG000"),
         ]
+        if found is not None and found.stopped is not None:
+            self.analysis_left = (found.stopped[0], {Path(f).resolve() for f in found.files})
         out: list[SourceFinding] = []
         for f in result.findings:
             path = Path(f.path).resolve()
@@ -79,9 +88,16 @@ class SourceFacts:
         return out
 
     def findings_in(self, classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
-        """Findings of `rules` that lie inside one of `classes` (by file and line span)."""
+        """Findings of `rules` that lie inside one of `classes` (by file and line span). Raises `SourceLeftUnread`
+        when one of their files was left unanalyzed by the budget."""
+        findings = self.findings
+        if self.analysis_left is not None:
+            spent, analyzed = self.analysis_left
+            left = sorted({self.tree.relpath(c.path) for c in classes if c.path.resolve() not in analyzed})
+            if left:
+                raise SourceLeftUnread(_analysis_left(spent, ", ".join(left)))
         hits: list[SourceFinding] = []
-        for finding in self.findings:
+        for finding in findings:
             if finding.code not in rules:
                 continue
             for cls in classes:
@@ -97,7 +113,12 @@ class SourceFacts:
         return self.findings_in(list(lineage.values()), rules)
 
     def findings_of(self, rules: list[str]) -> list[SourceFinding]:
-        return sorted({f for f in self.findings if f.code in rules}, key=lambda f: (f.relpath, f.line, f.code))
+        """Findings of `rules` anywhere in the tree. Raises `SourceLeftUnread` when the budget left files
+        unanalyzed."""
+        findings = self.findings
+        if self.analysis_left is not None:
+            raise SourceLeftUnread(_analysis_left(self.analysis_left[0], "the files past it"))
+        return sorted({f for f in findings if f.code in rules}, key=lambda f: (f.relpath, f.line, f.code))
 
     # -- speculator classes ----------------------------------------------------------------------------------
 
@@ -205,12 +226,24 @@ class SourceFacts:
         return serve_options(self.tree)
 
 
+def _analysis_left(spent: str, left: str) -> str:
+    return f"`specguard check` read part of the served source only ({spent}, its budget); it did not analyze {left}"
+
+
 def open_source(path: str | Path | None) -> SourceFacts | None:
-    """`--vllm-source DIR`, else the vLLM installed here (located, not imported), else None."""
+    """`--vllm-source DIR`, else the vLLM installed here (located, not imported), else None; a tree that is not
+    vLLM is a UserError naming what it lacks (judged against it, every hazard would pass)."""
     if path is not None:
-        return _facts_for(SourceTree.open(path).root)
-    installed = installed_vllm_dir()
-    return _facts_for(SourceTree.open(installed).root) if installed is not None else None
+        facts, given = _facts_for(SourceTree.open(path).root), f"--vllm-source {path}"
+    else:
+        installed = installed_vllm_dir()
+        if installed is None:
+            return None
+        facts, given = _facts_for(SourceTree.open(installed).root), f"the installed vllm ({installed})"
+    lacking = not_vllm(facts.tree)
+    if lacking is not None:
+        raise UserError(f"{given}: not a vLLM source tree: {lacking}")
+    return facts
 
 
 @lru_cache(maxsize=4)

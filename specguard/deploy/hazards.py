@@ -38,7 +38,7 @@ from specguard.deploy.facts import SourceFacts, SourceFinding
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree
+from specguard.deploy.source import ClassInfo, ParsedModule, SourceLeftUnread, SourceTree
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget, run_budget
 from specguard.evaluation.paths import Cond, Outcome, Verdict, verdict
@@ -877,7 +877,7 @@ def _judge_one(ctx: Context, hazard: Hazard, judgement: Judgement) -> None:
     code = hazard.code
     try:
         hits = EVALUATORS[code](ctx, hazard.params)
-    except NotJudged as exc:
+    except (NotJudged, SourceLeftUnread) as exc:
         judgement.not_judged[code] = str(exc)
         return
     except OutOfBudget as exc:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
+from specguard._nesting import NESTED_TOO_DEEPLY
 from specguard.deploy import cmdline
 from specguard.deploy.arguments import OptionDef, ServeOptions, TypeReader
 from specguard.deploy.evaluator import config_evaluator
@@ -45,8 +46,10 @@ class Loaded:
 
 def read_yaml(path: str | Path) -> Any:
     """The data in a `vllm serve --config` YAML file (vLLM needs a mapping; `yaml_to_args` says so)."""
-    try:
-        import yaml  # deferred: only `specguard config` needs PyYAML, never the analyzer
+    try:  # deferred: only `specguard config` needs PyYAML, never the analyzer
+        import yaml
+
+        from specguard.deploy.bounded_yaml import parse_yaml
     except ImportError:
         raise UserError(
             f"{path}: reading YAML needs PyYAML: pip install pyyaml (what specguard's `config` extra adds), "
@@ -60,12 +63,16 @@ def read_yaml(path: str | Path) -> Any:
     except UnreadableFile as exc:
         raise UserError(f"{path}: {exc.reason}") from None
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(f"{path}: invalid YAML{where}: {problem}") from None
+    except (ValueError, OverflowError) as exc:  # a scalar Python cannot hold: a 6,000-digit integer, a 13th month
+        raise UserError(f"{path}: invalid YAML: {str(exc).splitlines()[0].split(';')[0]}") from None
+    except RecursionError:  # PyYAML's scanner and composer recurse; the loader refuses deep nesting well before
+        raise UserError(f"{path}: invalid YAML: {NESTED_TOO_DEEPLY}") from None
 
 
 def _edit_distance(a: str, b: str) -> int:

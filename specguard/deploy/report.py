@@ -7,6 +7,7 @@ import textwrap
 from collections import Counter
 
 from specguard.deploy.hazards import NO_SOURCE, Judgement
+from specguard.report.names import shown
 
 
 def to_json(judgement: Judgement) -> str:
@@ -41,7 +42,7 @@ def to_text(judgement: Judgement, origin: str) -> str:
         lines.append("no hazards found among those judged")
     else:
         lines.append("no hazards found")
-    return "\n".join(lines)
+    return "\n".join(shown(line) for line in lines)  # a file name with a newline or odd bytes stays one line
 
 
 def not_judged_lines(judgement: Judgement) -> list[str]:

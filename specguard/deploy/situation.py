@@ -25,13 +25,13 @@ from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted, message_of
+from specguard.deploy.vllm_tree import CONFIG_PACKAGE
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import Evaluator, own_nodes
 from specguard.evaluation.paths import Outcome, State, Verdict, verdict
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Bound, ClassRef, EnumMember, Function, Obj
 
-CONFIG_PACKAGE = "config"  # vllm/config: where the config classes live (and are re-exported)
 ENTRY_DECORATORS = {"field_validator", "model_validator", "model_serializer", "cached_property", "property"}
 MAX_CALLER_FILES = 25
 

@@ -21,6 +21,7 @@ HANG_GUARD = 600  # only catches a blocked read (no CPU used); never reached by 
 
 # Inserted before ParallelConfig.__post_init__'s DCP check, which CFG105 judges (`-tp 2 -dcp 4` is refused).
 ANCHOR = "        tp = self.tensor_parallel_size\n        pcp = self.prefill_context_parallel_size\n"
+DISTINCT = 's = "' + "".join(chr(0x20000 + i) for i in range(50_000)) + '"\n'  # 50,000 distinct characters
 COSTLY = {
     # Each builds or walks far more than a config check needs; the issue's cases first.
     "comprehension-of-a-long-string": 's = "ab" * 50000\ngrid = [[c for c in s] for d in s]\n',
@@ -39,6 +40,16 @@ COSTLY = {
     "copies-at-undecided-tests": (
         'big = list("ab" * 40000)\nfor c in "ab" * 50000:\n    if os.cpu_count() == 1:\n        last = c\n'
     ),
+    # Issue 26 item 6: values of 50,000 distinct elements, each sized before it is built or walked (the elements of
+    # each were joined pairwise before: minutes where the same loop stopped at its budget in seconds).
+    "comprehension-over-merged-dicts": (
+        f"{DISTINCT}D = {{c: c for c in s}}\n"
+        'for _ in "abc":\n    x = [k for k in {**D, **D} if os.cpu_count() == 1]\n'
+    ),
+    "unpacked-literals": f'{DISTINCT}for _ in "abc":\n    x = [*s, *s][os.cpu_count()]\n',
+    "nested-comprehensions": f"{DISTINCT}x = [a for a in s for b in s for c in s if os.cpu_count() == 1]\n",
+    "zips-in-a-loop": f"{DISTINCT}D = {{c: c for c in s}}\nfor c in s:\n    E = dict(zip(D, D))\n",
+    "count-in-a-loop": f"{DISTINCT}L = list(s)\nfor c in s:\n    n = L.count(c)\n",
 }
 # Values too large to build are unknown and the check after them is still judged; spending a whole budget
 # ends in "not judged: too costly to evaluate".
@@ -48,6 +59,8 @@ SPENT = {
     "many-large-copies",
     "membership-in-a-loop",
     "copies-at-undecided-tests",
+    "zips-in-a-loop",
+    "count-in-a-loop",
 }
 
 
@@ -127,7 +140,7 @@ def test_a_module_that_is_not_a_readable_file_is_named_and_skipped(
     assert proc.returncode == 1, out[-2000:]
     expected = {
         "fifo": "not a regular file (a FIFO)",
-        "dev-zero-link": "not a regular file (a character device)",
+        "dev-zero-link": "a link out of the served tree, to /dev/zero",
         "directory": "not a regular file (a directory)",
         "too-large": "file too large",
     }[kind]
@@ -138,11 +151,11 @@ def test_a_module_that_is_not_a_readable_file_is_named_and_skipped(
 def test_a_module_too_deep_for_pythons_parser_is_named_and_the_rest_judged(
     tmp_path: Path, source_dir: Callable[[str], Path]
 ) -> None:
-    """A 200,000-term sum in config/parallel.py: CPython's parser raises RecursionError. The run names the file,
-    reads the command line (it is not the user's fault), judges what does not need that file, and says which
-    hazard it could not judge."""
+    """A 20,000-term sum in config/parallel.py (under the per-file budget): CPython's parser raises RecursionError.
+    The run names the file, reads the command line (it is not the user's fault), judges what does not need that
+    file, and says which hazard it could not judge."""
     tree = fork(source_dir("0.33.0"), tmp_path)
-    rewrite(tree, "config/parallel.py", lambda text: text + "\n_X = " + "+".join(["1"] * 200_000) + "\n")
+    rewrite(tree, "config/parallel.py", lambda text: text + "\n_X = " + "+".join(["1"] * 20_000) + "\n")
     proc = _config(tree, "--tensor-parallel-size", "2", "-dcp", "4", "--attention-backend", "NO_SUCH_BACKEND")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-2000:]
@@ -150,6 +163,21 @@ def test_a_module_too_deep_for_pythons_parser_is_named_and_the_rest_judged(
     assert "config/parallel.py could not be read (too deeply nested for Python's parser (RecursionError))" in out
     assert "CFG112 error [attention-backend]" in out  # judged: it needs the backend registry only
     assert "CFG105 not judged: " in out and "config/parallel.py" in out.split("CFG105 not judged: ")[1]
+
+
+def test_a_module_over_the_per_file_budget_is_named_and_the_rest_judged(
+    tmp_path: Path, source_dir: Callable[[str], Path]
+) -> None:
+    """A 15.6 MB list literal in a module the evaluation reads (issue 26 item 5: 5.8 GB before): the module is not
+    parsed (the same per-file budget as `specguard check`'s), it is named, and what can be judged still is."""
+    tree = fork(source_dir("0.33.0"), tmp_path)
+    rewrite(tree, "config/kv_transfer.py", lambda text: text + "\n_X = [" + "1," * 7_800_000 + "]\n")
+    proc = _config(tree, "-tp", "2", "-dcp", "4")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-2000:]
+    assert "MemoryError" not in out and "Traceback" not in out
+    assert "config/kv_transfer.py (too large for the budget (about 15,6" in out, out[-2000:]
+    assert "CFG105 error [decode-context-parallel-size]" in out
 
 
 def test_the_serving_yaml_and_the_hazard_catalogue_are_read_as_regular_files_only(
