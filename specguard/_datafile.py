@@ -69,7 +69,8 @@ def read(path: Path, kind: str, payload_type: Any) -> Any | None:
     return decode(data, kind, payload_type)
 
 
-def write(path: Path, kind: str, payload: Any) -> None:
+def write(path: Path | str, kind: str, payload: Any, *, dir_fd: int | None = None) -> None:
     """Replace `path` atomically, private to the user (mode 0600), so a reader never sees half a file; a link or
-    FIFO planted at `path` is replaced, not followed. Raises OSError."""
-    replace_atomically(path, encode(kind, payload), mode=0o600)
+    FIFO planted at `path` is replaced, not followed. `dir_fd`: `path` is a name in that open folder. Raises
+    OSError."""
+    replace_atomically(path, encode(kind, payload), mode=0o600, dir_fd=dir_fd)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specguard._nesting import MAX_DEPTH, NESTED_TOO_DEEPLY, deeper_than
 from specguard.deploy.arguments import OptionDef, ServeOptions, ValueKind
 from specguard.errors import UserError
 
@@ -98,6 +99,24 @@ def human_readable_int(text: str) -> int:
     return int(text)
 
 
+class NestedTooDeeply(json.JSONDecodeError):
+    """JSON nested deeper than a configuration needs: json.loads, and what reads its value after it, recurse."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(NESTED_TOO_DEEPLY, text, 0)
+
+
+def load_json(text: str) -> Any:
+    """json.loads, refusing nesting past what `_nesting` allows (a RecursionError before it, a deep value after)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise NestedTooDeeply(text) from None
+    if deeper_than(value):
+        raise NestedTooDeeply(text)
+    return value
+
+
 def _converter(option: OptionDef, check: ConfigCheck | None, expand_numbers: bool) -> Callable[[str], Any]:
     kind = option.value
 
@@ -128,12 +147,12 @@ def _convert(option: OptionDef, text: str, check: ConfigCheck | None, expand_num
     if kind.kind == "bool":
         return bool(text)
     if kind.kind == "json":
-        return json.loads(text)
+        return load_json(text)
     if kind.kind == "dict_or_str":
-        return json.loads(text) if re.match(r"(?s)^\s*{.*}\s*$", text) else text
+        return load_json(text) if re.match(r"(?s)^\s*{.*}\s*$", text) else text
     if kind.kind == "config":
         try:
-            value = json.loads(_expand_numbers(text) if expand_numbers else text)
+            value = load_json(_expand_numbers(text) if expand_numbers else text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"invalid JSON ({exc.msg}): {_short(text)}") from None
         if not isinstance(value, dict):
@@ -293,8 +312,11 @@ def _dashes(arg: str) -> str:
 
 
 def _scalar(text: str) -> Any:
+    """A dotted key's value: JSON where it parses (a NestedTooDeeply goes up), else a number or the text."""
     try:
-        return json.loads(text)
+        return load_json(text)
+    except NestedTooDeeply:
+        raise
     except json.JSONDecodeError:
         try:
             return human_readable_int(text)
@@ -312,7 +334,7 @@ def _merge_into(original: dict[str, Any], update: dict[str, Any]) -> None:
             original[key] = value
 
 
-def preprocess(args: list[str]) -> list[str]:
+def preprocess(args: list[str], origin: str = "vllm serve arguments") -> list[str]:
     """Underscores, `-O`, and dotted keys, in that order, as FlexibleArgumentParser.parse_args does them."""
     processed: list[str] = []
     for i, arg in enumerate(args):
@@ -336,16 +358,21 @@ def preprocess(args: list[str]) -> list[str]:
                 continue  # the dot was in the value
         else:
             if i + 1 >= len(processed):
-                raise UserError(f"vllm serve arguments: {arg} needs a value")
+                raise UserError(f"{origin}: {arg} needs a value")
             key_part, value_text = arg, processed[i + 1]
             skip.add(i + 1)
         value: Any
+        head, *path = key_part.removesuffix("+").split(".")
+        if len(path) > MAX_DEPTH:  # each part is a level of the JSON value built from it
+            raise UserError(f"{origin}: {_short(key_part)}: {NESTED_TOO_DEEPLY}")
         if key_part.endswith("+"):
             key_part = key_part[:-1]
             value = value_text.split(",")
         else:
-            value = _scalar(value_text)
-        head, *path = key_part.split(".")
+            try:
+                value = _scalar(value_text)
+            except NestedTooDeeply:
+                raise UserError(f"{origin}: {_short(key_part)}: {_short(value_text)}: {NESTED_TOO_DEEPLY}") from None
         nested: Any = value
         for part in reversed(path):
             nested = {part: nested}
@@ -377,7 +404,7 @@ def read(
         raise UserError(f"{origin}: vLLM needs the model as the first argument when --served-model-name is given")
     if "--config" in args:
         args = _pull_config(args, load_yaml, strings)
-    processed = preprocess(args)
+    processed = preprocess(args, origin)
     try:
         namespace, extras = parser.parse_known_args(processed)
     except _ParseError as exc:
