@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from specguard.analysis.findings import Finding
+from specguard.report.names import decodable
 from specguard.settings import path_from
 
 
 def _escape(value: str) -> str:
-    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """As the runner reads a workflow command; a byte of a file name that is not UTF-8 as `\\xNN`."""
+    return decodable(value).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _escape_property(value: str) -> str:

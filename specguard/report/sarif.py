@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import quote
 
 from specguard import __version__
 from specguard.analysis.findings import Finding
 from specguard.report.docs_url import DOCS, rule_url
+from specguard.report.names import decodable, uri_path
 from specguard.rules import ALL_CODES, SOURCE_ERROR_DOCS, SOURCE_ERROR_TITLE, load_rule
 from specguard.settings import path_from
 
@@ -48,7 +48,7 @@ def _artifact(path: str, root: Path) -> dict:
     rel = path_from(root, path)
     if rel.startswith("/"):
         return {"uri": Path(rel).as_uri()}  # outside the repository (an installed vLLM): absolute
-    return {"uri": quote(rel), "uriBaseId": SRCROOT}
+    return {"uri": uri_path(rel), "uriBaseId": SRCROOT}
 
 
 def _fixes(f: Finding, root: Path) -> dict:
@@ -63,7 +63,7 @@ def _fixes(f: Finding, root: Path) -> dict:
         for e in f.fix.edits
     ]
     change = {"artifactLocation": _artifact(f.path, root), "replacements": replacements}
-    return {"fixes": [{"description": {"text": f.fix.message}, "artifactChanges": [change]}]}
+    return {"fixes": [{"description": {"text": decodable(f.fix.message)}, "artifactChanges": [change]}]}
 
 
 def render(findings: list[Finding], root: Path) -> str:
@@ -75,7 +75,7 @@ def render(findings: list[Finding], root: Path) -> str:
             "ruleId": f.code,
             "ruleIndex": index[f.code],
             "level": "error",
-            "message": {"text": f.message},
+            "message": {"text": decodable(f.message)},
             "locations": [
                 {
                     "physicalLocation": {

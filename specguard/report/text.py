@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from specguard.analysis.findings import Finding
+from specguard.report.names import shown
 
 
 def _plural(n: int, word: str, suffix: str = "s") -> str:
@@ -27,7 +28,7 @@ def render(findings: list[Finding], unsafe_fixes: bool | None = None, fixed: int
     """The findings (those left after `--fix`, which fixed `fixed` others), then ruff's summary lines
     (not with `quiet`: ruff's `-q` prints the findings and nothing else)."""
     lines = [
-        f"{f.path}:{f.line}:{f.col}: {f.code} {'[*] ' if _applies(f, unsafe_fixes) else ''}{f.message}"
+        shown(f"{f.path}:{f.line}:{f.col}: {f.code} {'[*] ' if _applies(f, unsafe_fixes) else ''}{f.message}")
         for f in findings
     ]
     return "\n".join(lines if quiet else [*lines, *summary(findings, unsafe_fixes, fixed)])
