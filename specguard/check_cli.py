@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specguard.console import emit
+from specguard.console import emit, tell
 from specguard.errors import UserError
+from specguard.report.names import shown
 
 if TYPE_CHECKING:
     from specguard.analysis.engine import CheckResult
@@ -138,7 +138,10 @@ def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
     """The configuration's settings with the command line's on top, as ruff layers them."""
     from specguard.settings import Selection, load_settings
 
-    settings = load_settings(args.config, paths[0])
+    warnings: list[str] = []
+    settings = load_settings(args.config, paths[0], warnings)
+    for warning in [] if args.quiet or args.silent else warnings:
+        tell(f"specguard: warning: {warning}")
     codes = {key: _codes(getattr(args, key), "--" + key.replace("_", "-")) for key in _CODE_OPTIONS}
     updates: dict = {
         "cli_rules": Selection(codes["select"], codes["ignore"] or [], codes["extend_select"] or []),
@@ -187,7 +190,7 @@ def run_check(args: argparse.Namespace) -> int:
         findings = filter_baseline(findings, read_baseline(args.baseline), settings, result.line)
 
     findings = _offered_fixes(findings, settings)
-    _emit(_report(args, findings, settings, fixed), args)
+    _emit(_report(args, findings, settings, fixed), args, settings.root)
     _tell(args, result, settings)
     if result.errors:
         return EXIT_ERROR
@@ -219,12 +222,23 @@ def _tell(args: argparse.Namespace, result: CheckResult, settings: Settings) -> 
     -s), errors (always)."""
     if not (args.quiet or args.silent):
         for note in result.notes:
-            print(f"specguard: note: {note}", file=sys.stderr)
+            tell(f"specguard: note: {note}")
+        _not_judged(result, settings, args.statistics)
         _undecided(result, settings, args.verbose, args.statistics)
         for warning in result.warnings:
-            print(f"specguard: warning: {warning}", file=sys.stderr)
+            tell(f"specguard: warning: {warning}")
     for error in result.errors:
-        print(f"specguard: error: {error}", file=sys.stderr)
+        tell(f"specguard: error: {error}")
+
+
+def _not_judged(result: CheckResult, settings: Settings, statistics: bool) -> None:
+    """Files over the per-file budget were not judged at all: each is named, and `--statistics` counts them."""
+    for path, why in result.not_judged:
+        tell(f"specguard: note: {settings.relative(path)}: not judged: {why}")
+    if result.not_judged and statistics:
+        count = len(result.not_judged)
+        files = "1 file was" if count == 1 else f"{count} files were"
+        tell(f"specguard: note: {files} not judged (too large for the budget)")
 
 
 def _undecided(result: CheckResult, settings: Settings, verbose: bool, statistics: bool) -> None:
@@ -238,11 +252,11 @@ def _undecided(result: CheckResult, settings: Settings, verbose: bool, statistic
     per_rule = ", ".join(f"{code} {n}" for code, n in sorted(counts.items()))
     sites = "site was" if len(result.undecided) == 1 else "sites were"
     hint = "" if verbose else "; -v lists them"
-    print(f"specguard: note: {len(result.undecided)} {sites} not decided ({per_rule}){hint}", file=sys.stderr)
+    tell(f"specguard: note: {len(result.undecided)} {sites} not decided ({per_rule}){hint}")
     if verbose:
         for path, j in result.undecided:
             where = f"{settings.relative(path)}:{j.span[0]}"
-            print(f"specguard: not decided: {where}: {j.code} `{j.scope}`: {j.message}: {j.why}", file=sys.stderr)
+            tell(f"specguard: not decided: {where}: {j.code} `{j.scope}`: {j.message}: {j.why}")
 
 
 def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> int:
@@ -253,18 +267,20 @@ def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> in
     from specguard.settings import find_pyproject
 
     found = discover_files(paths, settings)
+    for note in [] if args.quiet or args.silent else found.notes:
+        tell(f"specguard: note: {note}")
     for error in found.errors:
-        print(f"specguard: error: {error}", file=sys.stderr)
+        tell(f"specguard: error: {error}")
     files = sorted(os.path.abspath(f) for f in found.files)
     if args.show_settings:
         if not files:
             raise UserError("no Python files found under the given paths; --show-settings shows a file's settings")
         source = args.config if args.config is not None else find_pyproject(paths[0])
-        _emit(render_settings(settings, Path(files[0]), source, args), args)
+        _emit(render_settings(settings, Path(files[0]), source, args), args, settings.root)
     else:
         if not files and not (args.quiet or args.silent):
-            print("specguard: warning: no Python files found under the given paths", file=sys.stderr)
-        _emit("\n".join(files), args)
+            tell("specguard: warning: no Python files found under the given paths")
+        _emit("\n".join(shown(f) for f in files), args, settings.root)
     return EXIT_ERROR if found.errors else EXIT_CLEAN
 
 
@@ -293,13 +309,13 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
         reported = filter_baseline(reported, read_baseline(args.baseline), settings, result.line)
     outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff, inside=paths)
     for note in [] if args.quiet or args.silent else outcome.notes:
-        print(f"specguard: warning: {note}", file=sys.stderr)
+        tell(f"specguard: warning: {note}")
     if args.diff:
-        diffs = [unified_diff(path, *texts) for path, texts in sorted(outcome.changed.items())]
+        diffs = [unified_diff(shown(path), *texts) for path, texts in sorted(outcome.changed.items())]
         summary = (
             "" if args.quiet else diff_summary(outcome.fixed, _offered_fixes(reported, settings), settings.unsafe_fixes)
         )
-        _emit("\n".join([*diffs, summary]).strip("\n"), args)
+        _emit("\n".join([*diffs, summary]).strip("\n"), args, settings.root)
         _tell(args, result, settings)
         return result, outcome.fixed
     if outcome.changed:
@@ -329,8 +345,12 @@ def _reject_empty_selection(settings: Settings) -> None:
         )
 
 
-def _emit(report: str, args: argparse.Namespace) -> None:
-    """The report to stdout or `--output-file`; nothing with `--silent` (whose output file is left empty, as ruff's)."""
+def _emit(report: str, args: argparse.Namespace, root: Path) -> None:
+    """The report to stdout or `--output-file`; nothing with `--silent` (whose output file is left empty, as ruff's).
+    An output file inside the project (`root`) is opened beneath a handle on its root (no link leads it out, nor a
+    folder swapped for one meanwhile); one elsewhere (`/dev/stdout`, a CI folder) as named."""
+    from specguard._files import OutsideTree, open_beneath, open_folder, relative_inside
+
     if args.silent:
         report = ""
     output: Path | None = args.output_file
@@ -338,7 +358,21 @@ def _emit(report: str, args: argparse.Namespace) -> None:
         if report:
             emit(report)
         return
+    text = report + "\n" if report else ""
+    relative = relative_inside(output, root)
     try:
-        output.write_text(report + "\n" if report else "", encoding="utf-8")
+        # The formats write valid Unicode; backslashreplace only keeps a slip of ours from costing the report.
+        if relative is None:
+            output.write_text(text, encoding="utf-8", errors="backslashreplace")
+            return
+        base = open_folder(root)
+        try:
+            fd = open_beneath(base, relative, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        finally:
+            os.close(base)
+        with open(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(text)
+    except OutsideTree as exc:
+        raise UserError(f"{output}: cannot write report: {exc.how} leads outside the project") from None
     except OSError as exc:
         raise UserError(f"{output}: cannot write report: {exc.strerror or exc}") from None

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from specguard import __version__, check_cli
 from specguard.check_cli import EXIT_CLEAN, EXIT_ERROR
-from specguard.console import emit
+from specguard.console import emit, tell
 from specguard.errors import UserError
 
 
@@ -68,27 +68,37 @@ def run_explain(rule: str) -> int:
 
 def run_clean(quiet: bool) -> int:
     """Remove every `.specguard_cache` here and below, and the configured `cache-dir`: only what specguard wrote."""
+    from specguard._files import open_folder
     from specguard.analysis.cache_clean import Cleaned, cache_folders, clean
     from specguard.settings import cache_outside_project, load_settings
 
     here = Path(".")
     folders = list(cache_folders(here))
-    settings = load_settings(None, here)
+    warnings: list[str] = []
+    settings = load_settings(None, here, warnings)
     configured, result = settings.cache_dir, Cleaned()
     if configured is not None and (real := cache_outside_project(settings)) is not None:
         # check never writes there (a project's cache-dir must lie inside it), so nothing there is this project's
         result.left.append(f"{configured}: the configured cache-dir lies outside the project (at {real}); left alone")
     elif configured is not None and configured.resolve() not in {f.resolve() for f in folders}:
         folders.append(configured)
-    for folder in folders:
-        try:
-            clean(folder, result)
-        except OSError as exc:
-            raise UserError(f"{folder}: cannot remove the cache: {exc.strerror or exc}") from None
+    # each folder is walked beneath the folder it was found in (here) or configured for (the project's root)
+    roots = {os.path.abspath(here), os.path.abspath(settings.root)}
+    held = {root: open_folder(root) for root in roots}
+    try:
+        for folder in folders:
+            root = os.path.abspath(settings.root if folder.is_absolute() else here)
+            try:
+                clean(folder, result, held[root], os.path.relpath(os.path.abspath(folder), root))
+            except OSError as exc:
+                raise UserError(f"{folder}: cannot remove the cache: {exc.strerror or exc}") from None
+    finally:
+        for fd in held.values():
+            os.close(fd)
     for folder in [] if quiet else result.removed:
-        print(f"Removing cache at: {os.path.relpath(folder)}", file=sys.stderr)
-    for left in result.left:
-        print(f"specguard: warning: {left}", file=sys.stderr)
+        tell(f"Removing cache at: {os.path.relpath(folder)}")
+    for left in [*warnings, *result.left]:
+        tell(f"specguard: warning: {left}")
     return EXIT_CLEAN
 
 
@@ -112,15 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _parser().print_help()
         return EXIT_ERROR
     except UserError as exc:
-        print(f"specguard: error: {exc}", file=sys.stderr)
+        tell(f"specguard: error: {exc}")
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # an internal error still gets one line, never a traceback
-        print(
+        tell(
             f"specguard: internal error: {type(exc).__name__}: {exc} "
-            f"(please report it; rerun with SPECGUARD_DEBUG=1 for the traceback)",
-            file=sys.stderr,
+            f"(please report it; rerun with SPECGUARD_DEBUG=1 for the traceback)"
         )
         if _debug():
             raise

@@ -229,9 +229,11 @@ def _settings_page() -> str:
         "specguard/settings.py (the settings model)",
         "Settings",
         _fill(
-            "`specguard check` reads `[tool.specguard]` in the nearest `pyproject.toml` (walking up from the first "
-            "path; `--config FILE` names another file). Keys are written with dashes; an unknown key is an "
-            "error that suggests the closest valid one."
+            "`specguard check` reads `[tool.specguard]` in the project's `pyproject.toml`: the first folder, walking "
+            "up from the first path, that holds `.git` or a `pyproject.toml` is the project's root, and nothing above "
+            "it is read. A `pyproject.toml` another user owns, or that others may write, is not read (a warning says "
+            "so); `--config FILE` names a file to read whatever its owner. Keys are written with dashes; an unknown "
+            "key is an error that suggests the closest valid one."
         ),
         _lines(
             "```toml",

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable, Container, Iterator
 from typing import Any
+
+from specguard.analysis.sparse import sparse_lines
 
 Span = tuple[int, int, int, int]  # ast positions: line, byte column, end line, end byte column
 
@@ -140,6 +143,24 @@ def _scopes(
 def is_bound_method(class_name: str | None, func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """A method whose first parameter is the instance or class (not a staticmethod, not a plain function)."""
     return class_name is not None and not has_decorator(func, "staticmethod")
+
+
+def source_segment(text: str, node: ast.AST) -> str | None:
+    """`ast.get_source_segment(text, node)`, with `text` split into lines once for every node asked about (the
+    standard library splits it again, character by character, for each: quadratic over a file's fixes)."""
+    end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+    if end_line is None or end_col is None or not hasattr(node, "lineno"):
+        return None
+    lines, first, col = _source_lines(text), node.lineno - 1, node.col_offset  # type: ignore[attr-defined]
+    if first == end_line - 1:
+        return lines[first].encode()[col:end_col].decode()
+    head, tail = lines[first].encode()[col:].decode(), lines[end_line - 1].encode()[:end_col].decode()
+    return "".join([head, *lines[first + 1 : end_line - 1], tail])
+
+
+@functools.lru_cache(maxsize=4)
+def _source_lines(text: str) -> tuple[str, ...]:
+    return tuple(sparse_lines(text))  # as CPython's parser numbers them (a form feed ends no line)
 
 
 def cached_on(node: ast.AST, name: str, compute: Callable[[ast.AST], Any]) -> Any:

@@ -55,6 +55,19 @@ def kids(node: cst.CSTNode) -> list[cst.CSTNode]:
     return out
 
 
+def top_statements(module: cst.Module) -> dict[int, cst.BaseStatement]:
+    """The id of every node of `module` -> the statement of `module.body` that holds it (is it or contains it): one
+    walk of the module, for every node a file's rules and fixes ask about (a walk each was quadratic in its size)."""
+    index: dict[int, cst.BaseStatement] = {}
+    for stmt in module.body:
+        stack: list[cst.CSTNode] = [stmt]
+        while stack:
+            current = stack.pop()
+            index[id(current)] = stmt
+            stack.extend(kids(current))
+    return index
+
+
 def dotted(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain; None for anything else."""
     if isinstance(node, cst.Name):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
+from specguard._snapshots import user_cache_notes
 from specguard.analysis.cache import Cache
 from specguard.analysis.discover import Discovery, discover
 from specguard.analysis.findings import Finding, Judgement, source_error
@@ -47,7 +48,9 @@ class CheckResult:
     files: int = 0
     parsed: int = 0
     undecided: list[tuple[str, Judgement]] = field(default_factory=list)  # sites a rule could not decide, by file
+    not_judged: list[tuple[str, str]] = field(default_factory=list)  # files over the per-file budget, and why
     project: _Run | None = field(default=None, repr=False)  # what the fixer re-checks a fixed file against
+    discovery: Discovery | None = field(default=None, repr=False)  # the files found, and whether that was all
 
     def line(self, path: str, number: int) -> str:
         """A line of a file as this run checked it (what baselines match findings by)."""
@@ -115,7 +118,9 @@ class _Run:
         self.settings, self.pack = settings, pack
         self.codes = frozenset(settings.enabled(ALL_CODES))
         cache_root = settings.cache_dir or settings.root / ".specguard_cache"
-        self.cache = Cache.at(cache_root, pack.fingerprint, settings.fingerprint()) if use_cache else Cache(None)
+        self.cache = Cache(None)
+        if use_cache:  # walked beneath the project's root when it lies inside the project
+            self.cache = Cache.at(cache_root, pack.fingerprint, settings.fingerprint(), settings.root)
         self.locator = ModuleLocator()
         self.index = ProjectIndex(self.locator, self._load_summary)
         self._judge: Judge | None = None
@@ -127,7 +132,7 @@ class _Run:
         self._spellings: dict[str, str] = {}  # absolute path -> the path the run knows its bytes by
         self._texts: dict[str, list[str]] = {}
         self._exemptions: dict[str, FileExemption] = {}
-        self.notes: list[str] = list(self.cache.notes)
+        self.notes: list[str] = [*user_cache_notes(), *self.cache.notes]
         self.line_lengths = LineLengths()
 
     def scan(self, files: list[str], workers: Callable[[int], Workers]) -> Workers:
@@ -280,6 +285,9 @@ class _Run:
 
         def produce() -> Iterator[Job]:
             for scan in list(self.scans.values()):
+                if scan.not_judged is not None:  # over the per-file budget: named and counted, never parsed
+                    result.not_judged.append((scan.path, scan.not_judged))
+                    continue
                 todo = self._stage_two(scan, result.findings, settle)
                 if todo is None:
                     continue
@@ -397,7 +405,7 @@ def check_paths(
     settings = settings or Settings()
     run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
     found = discover_files(paths, settings)
-    result = CheckResult(errors=list(found.errors), files=len(found.files))
+    result = CheckResult(errors=list(found.errors), notes=list(found.notes), files=len(found.files), discovery=found)
 
     def workers(files_to_scan: int) -> Workers:
         # Only a cold run over a large tree pays for processes; a warm run or a pre-commit batch stays local.
@@ -416,6 +424,7 @@ def check_paths(
         for path, j in result.undecided
         if not _ignored(Finding(path, j.span[0], 1, j.code, ""), settings, run)
     )
+    result.not_judged.sort()
     result.project = run
     return result
 

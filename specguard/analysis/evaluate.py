@@ -56,7 +56,7 @@ def evaluate_source(
         nodes = [diag.node for _, diag in found if diag.node is not None]
         located = iter(spans(module, nodes) if nodes else [])
         places = [ctx.span(diag.span) if diag.span is not None else next(located) for _, diag in found]
-        fixes = [checked_fix(module, diag.fix, text, parsed) if diag.fix else None for _, diag in found]
+        fixes = [checked_fix(module, diag.fix, text, parsed, ctx.holders) if diag.fix else None for _, diag in found]
     except cst.ParserSyntaxError as exc:
         return [source_error(path, f"syntax error (libcst): {exc.message}", exc.raw_line)]
     except RecursionError:  # libcst's and the rules' tree walks are recursive; CPython's parser let it through

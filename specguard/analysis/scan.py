@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specguard.analysis.modules import module_name
-from specguard.analysis.source import UNSTAMPED, decode, parse_ast, read_stamped
+from specguard.analysis.source import UNSTAMPED, TooLarge, decode, parse_ast, read_stamped
 from specguard.analysis.summary import ModuleSummary, nested_class_lines, summarize
 from specguard.errors import SourceError
 
@@ -26,6 +26,7 @@ class FileScan:
     root: Path = Path()  # the folder holding the top package, where sibling modules are looked up
     error: str | None = None
     error_line: int = 1
+    not_judged: str | None = None  # why the file is not judged at all (over the per-file budget): a note, no finding
 
 
 def stamp_of(path: str | Path) -> tuple[int, int]:
@@ -69,6 +70,8 @@ def scan_bytes(
     digest = digest_of(data)
     try:
         tree = parse_ast(text, path)
+    except TooLarge as exc:
+        return FileScan(path, stamp, mentions, digest, not_judged=str(exc))
     except SourceError as exc:
         return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=exc.line)
     module, is_package, root = module_name(Path(path))

@@ -92,10 +92,13 @@ class Builtins(ObjectModel):
     # ---- sequences ------------------------------------------------------------------------------------------
 
     def iterate(self, value: Any) -> list[Any] | None:
-        """The elements of a known sequence (each keeping what the sequence was derived from), else None."""
+        """The elements of a known sequence (each keeping what the sequence was derived from), else None. What is
+        walked is charged before it is walked."""
         inner = plain(value)
         labels = self.provenance(value) if isinstance(value, Tagged) else NO_LABELS
         items: list[Any] | None = None
+        if isinstance(inner, (dict, list, tuple, set, frozenset, str)):
+            self.charge(len(inner))
         if isinstance(inner, dict) and known(list(inner.keys())):
             items = list(inner.keys())
         elif isinstance(inner, (list, tuple)):
@@ -103,7 +106,6 @@ class Builtins(ObjectModel):
         elif isinstance(inner, (set, frozenset)) and known(inner):
             items = sorted(inner, key=repr)
         elif isinstance(inner, str):
-            self.charge(len(inner))
             items = list(inner)
         if items is None:
             return None
@@ -112,12 +114,13 @@ class Builtins(ObjectModel):
         return [with_labels(item, labels) for item in items] if labels else items
 
     def element_of(self, value: Any) -> Any:
-        """Any one element of a collection: what each element may be."""
+        """Any one element of a collection: what each element may be (each one walked, and charged)."""
         inner = plain(value)
         if isinstance(inner, Many):
             return with_labels(inner.element, inner.labels)
         items = self.iterate(value)
         if items:
+            self.charge(sum(size(item) for item in items))
             return join_values([(item, frozenset()) for item in items])
         if isinstance(inner, (Abstract, Method)) or is_unknown(inner):
             return unknown_from(value, keep=frozenset(x.kind for x in labels_of(value)))
@@ -212,11 +215,16 @@ class Builtins(ObjectModel):
             items = self.iterate(args[0])
             if items is None:
                 return Many((UNKNOWN, self.element_of(args[0])))
+            self.charge(len(items))
             return [(i, item) for i, item in enumerate(items)]
         if short == "zip" and args:
             columns = [self.iterate(a) for a in args]
             if any(c is None for c in columns):
                 return Many(tuple(self.element_of(a) for a in args))
+            rows = min(len(c) for c in columns)  # type: ignore[arg-type]
+            if too_large(rows * len(columns)):
+                return Many(tuple(self.element_of(a) for a in args))
+            self.charge(rows * len(columns))  # sized before it is built
             return [tuple(row) for row in zip(*columns, strict=False)]  # type: ignore[arg-type]
         if short in ("next", "iter") and args:
             if short == "iter":
@@ -266,6 +274,7 @@ class Builtins(ObjectModel):
         inner = plain(source)
         out: dict[Any, Any] = {}
         if isinstance(inner, dict):
+            self.charge(len(inner))
             out.update(inner)
         else:
             pairs = self.iterate(source)
@@ -328,6 +337,7 @@ class Builtins(ObjectModel):
             if isinstance(inner, Many):
                 return inner
             return Many(self.element_of(source), self.provenance(source))
+        self.charge(len(items))  # the collection built from them
         if kind in ("set", "frozenset"):
             made = self.make_set(items)
             return frozenset(made) if kind == "frozenset" and isinstance(made, set) else made
@@ -422,6 +432,7 @@ class Builtins(ObjectModel):
     def py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
         target = method.target
         plain_args = [plain(a) for a in args]
+        self.charge(_method_touches(target, method.name, plain_args))
         if method.name in ("append", "add", "insert", "update", "setdefault") and isinstance(target, (list, set, dict)):
             try:  # containers keep the values as given (labels included)
                 result = getattr(target, method.name)(*args, **kwargs)
@@ -456,8 +467,7 @@ class Builtins(ObjectModel):
         cost = method_result_size(target, method.name, plain_args, kwargs)
         if too_large(cost):
             return UNKNOWN  # never built: `s.replace("a", s)`, `"".join([s] * n)`
-        if self.work is not None:
-            self.charge(cost + size(target))
+        self.charge(cost)  # what it builds (what it walks is charged above)
         try:
             return getattr(target, method.name)(*plain_args, **kwargs)
         except Exception:  # noqa: BLE001 - a method refusing its input: no effect we can model
@@ -558,6 +568,19 @@ _STDLIB = {
     "math.floor": _math,
     **{f"operator.{name}": _operator(name) for name in _OPERATORS},
 }
+
+
+# Methods that touch a fixed number of a container's elements, whatever its size.
+_CONSTANT_TIME = frozenset({"get", "setdefault", "append", "add", "discard", "__getitem__"})
+
+
+def _method_touches(target: Any, name: str, args: list[Any]) -> int:
+    """How many elements a method of a plain value walks (the target's, the arguments'), before it is called:
+    `L.count(x)`, `L.index(x)`, `s.split()` walk the whole target; `d.get(k)` touches one."""
+    arguments = sum(size(a) for a in args)
+    if name in _CONSTANT_TIME or (name == "pop" and isinstance(target, dict)):
+        return 1 + arguments
+    return size(target) + arguments
 
 
 def _hashable(value: Any) -> bool:

@@ -9,8 +9,9 @@ source's functions are inlined up to `max_depth`; builtins and a few standard-li
 anything else gives an unknown that keeps, as a `maybe`, what its arguments were derived from.
 
 It never imports or runs the analyzed code. Two budgets bound every evaluation: the statements and expressions
-it may evaluate (`budget`, then OutOfBudget; a `budget.Budget` counts the work done on data too) and the size of
-every value it builds (`MAX_ITEMS`, then unknown).
+it may evaluate and the elements its builtins, methods and operators walk or build (`budget`, then OutOfBudget;
+a number of steps comes with `budget.RULES_WORK`, and `within`, the budget of the file judged, is charged too),
+and the size of every value it builds (`MAX_ITEMS`, then unknown, sized before it is built).
 
 Raises: by default a `raise`, or an `assert` whose test fails, ends its path (`Flow.raises`, and an outcome is
 recorded), and a call whose every path raises ends its caller's path. With `Semantics.raise_ends_path=False` (the
@@ -30,7 +31,7 @@ from typing import Any
 from specguard.analysis.ast_tools import absolute_module, cached_on
 from specguard.deploy.source import SourceTree, dotted, message_of
 from specguard.evaluation import environment, exceptions
-from specguard.evaluation.budget import MAX_ITEMS, Budget, OutOfBudget, result_size
+from specguard.evaluation.budget import MAX_ITEMS, RULES_WORK, Budget, OutOfBudget, result_size, too_large
 from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, State, chain, join_values, merge, merge_agreed
@@ -124,6 +125,7 @@ class Evaluator(Builtins, RecordedRaises):
         watch_attrs: Iterable[str] = (),
         max_depth: int = 4,
         budget: int | Budget = 60_000,
+        within: Budget | None = None,
         semantics: Semantics = RULES,
         inline_unused: bool = True,
         track_returns: bool = False,
@@ -135,13 +137,14 @@ class Evaluator(Builtins, RecordedRaises):
         self.watch_calls = {id(n) for n in watch_calls}
         self.watch_attrs = set(watch_attrs)
         self.max_depth = max_depth
-        self.budget = budget
-        # A Budget counts work as well as steps (the config pre-flight's, shared with its run): every element
-        # walked or built is charged, and each path of an undecided test holds its own copies of the containers.
+        # A Budget given (the config pre-flight's, shared with its run) also chooses the pre-flight's way with data:
+        # a string or a dict's keys are walked whole (the budget bounds it) and each path of an undecided test holds
+        # its own copies of the containers. Steps and work are counted either way: a number of steps (the rules')
+        # gets the work of one evaluation with it, both charged to `within` too (the budget of the file judged).
         self.work = budget if isinstance(budget, Budget) else None
-        if self.work is not None:
-            self.step = self.work.step  # type: ignore[method-assign]
-            self.charge = self.work.spend  # type: ignore[method-assign]
+        self.meter = self.work or Budget(budget, RULES_WORK, parent=within)  # type: ignore[arg-type]
+        self.step = self.meter.step  # type: ignore[method-assign]
+        self.charge = self.meter.spend  # type: ignore[method-assign]
         self.raise_ends_path = semantics.raise_ends_path
         self.track_returns = track_returns  # record what the function `call_function` runs returns, path by path
         self._top_returns: set[int] = set()
@@ -202,9 +205,7 @@ class Evaluator(Builtins, RecordedRaises):
         return flow
 
     def step(self) -> None:
-        self.budget -= 1
-        if self.budget < 0:
-            raise OutOfBudget
+        """One statement or expression evaluated (bound to the meter's `step` in `__init__`)."""
 
     # ---- statements ---------------------------------------------------------------------------------------------
 
@@ -730,6 +731,8 @@ class Evaluator(Builtins, RecordedRaises):
         return method(self, expr, frame, state)
 
     def _e_constant(self, e: ast.Constant, frame: Frame, state: State) -> Any:
+        if isinstance(e.value, (str, bytes)) and too_large(len(e.value)):
+            return UNKNOWN  # larger than any value the evaluation builds: it would only cost what it touches
         return e.value
 
     def _e_name(self, e: ast.Name, frame: Frame, state: State) -> Any:
@@ -754,6 +757,8 @@ class Evaluator(Builtins, RecordedRaises):
         return self.make_set(values) if isinstance(values, list) else values
 
     def _elements(self, elts: list[ast.expr], frame: Frame, state: State) -> Any:
+        if too_large(len(elts)):
+            return UNKNOWN  # a literal over the largest value's size: unknown, never built
         out: list[Any] = []
         for elt in elts:
             if isinstance(elt, ast.Starred):
@@ -769,23 +774,28 @@ class Evaluator(Builtins, RecordedRaises):
                             ]
                         )
                     )
+                if too_large(len(out) + len(items)):
+                    return UNKNOWN  # `[*L, *L]`: sized before it is built
+                self.charge(len(items))
                 out.extend(items)
             else:
                 out.append(self.eval(elt, frame, state))
-            if len(out) > MAX_ITEMS:
-                return UNKNOWN
+        if too_large(len(out)):
+            return UNKNOWN
         self.charge(len(out) + 1)
         return out
 
     def _e_dict(self, e: ast.Dict, frame: Frame, state: State) -> Any:
+        if too_large(len(e.keys)):
+            return UNKNOWN  # a literal over the largest value's size: unknown, never built
         out: dict[Any, Any] = {}
         for key, value in zip(e.keys, e.values, strict=True):
             if key is None:
                 merged = plain(self.eval(value, frame, state))
                 if not isinstance(merged, dict):
                     return unknown_from(merged)
-                if len(out) + len(merged) > MAX_ITEMS:
-                    return UNKNOWN
+                if too_large(len(out) + len(merged)):
+                    return UNKNOWN  # `{**D, **D}`: sized before it is built
                 self.charge(len(merged))
                 out.update(merged)
                 continue
@@ -902,8 +912,7 @@ class Evaluator(Builtins, RecordedRaises):
             return UNKNOWN
         if too_costly(op, a, b):
             return UNKNOWN
-        if self.work is not None:
-            self.charge(result_size(op, a, b) or 0)
+        self.charge(result_size(op, a, b) or 0)
         try:
             result = fn(a, b)
         except (ZeroDivisionError, TypeError, ValueError, OverflowError) as exc:
@@ -971,10 +980,13 @@ class Evaluator(Builtins, RecordedRaises):
             return with_labels(inner.element, inner.labels)
         if is_unknown(inner):  # an element of an unknown container: derived from it
             return unknown_from(base, key, keep=frozenset(x.kind for x in labels_of(base)))
-        if not known(k):
+        if not known(k):  # any of its elements: each one is walked
             if isinstance(inner, (list, tuple)) and inner:
-                return join_values([(with_labels(v, labels_of(base)), frozenset()) for v in inner])
+                self.charge(len(inner))
+                labels = labels_of(base)
+                return join_values([(with_labels(v, labels), frozenset()) for v in inner])
             if isinstance(inner, dict) and inner:
+                self.charge(len(inner))
                 return join_values([(v, frozenset()) for v in inner.values()])
             return unknown_from(base, key)
         if isinstance(inner, dict):
@@ -1042,15 +1054,18 @@ class Evaluator(Builtins, RecordedRaises):
         element is evaluated once, with the loop variables standing for any element."""
         inner = state.copy()
         results: list[Any] | None = []
-        self._generate(e, list(e.generators), frame, inner, results)
+        self._generate(e, list(e.generators), frame, inner, results, 1)
         if results is None or (results and results[-1] is _STAR_UNKNOWN):
             element = self._element_once(e, frame, state.copy())
             return Many(element)
         return results
 
     def _generate(
-        self, e: Any, generators: list[ast.comprehension], frame: Frame, state: State, out: list[Any]
+        self, e: Any, generators: list[ast.comprehension], frame: Frame, state: State, out: list[Any], rounds: int
     ) -> None:
+        """The elements of the comprehension, into `out`; `rounds`: how often this generator runs (the sizes of the
+        sources around it, multiplied). A source is sized before it is walked: when every round of it would walk
+        more than the largest value holds, the comprehension is an unknown collection without walking it."""
         if out and out[-1] is _STAR_UNKNOWN:
             return
         if not generators:
@@ -1065,7 +1080,12 @@ class Evaluator(Builtins, RecordedRaises):
                 out.append(_STAR_UNKNOWN)
             return
         gen, rest = generators[0], generators[1:]
-        items = self.iterate(self.eval(gen.iter, frame, state))
+        source = self.eval(gen.iter, frame, state)
+        sized = plain(source)
+        if isinstance(sized, (dict, list, tuple, set, frozenset, str)) and too_large(rounds * len(sized)):
+            out.append(_STAR_UNKNOWN)
+            return
+        items = self.iterate(source)
         if items is None or gen.is_async:
             out.append(_STAR_UNKNOWN)
             return
@@ -1085,7 +1105,7 @@ class Evaluator(Builtins, RecordedRaises):
             if keep is UNKNOWN:
                 out.append(_STAR_UNKNOWN)
                 return
-            self._generate(e, rest, frame, state, out)
+            self._generate(e, rest, frame, state, out, rounds * len(items))
             if out and out[-1] is _STAR_UNKNOWN:
                 return
 

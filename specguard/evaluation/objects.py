@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
 from specguard.evaluation import environment
+from specguard.evaluation.budget import size
 from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
 from specguard.evaluation.values import (
     NO_LABELS,
@@ -494,10 +495,8 @@ class ObjectModel:
                 return UNKNOWN
             return inside if isinstance(op, ast.In) else not inside
         fn = ORDERINGS.get(type(op))
-        if fn is None or not known(left) or not known(right):
-            return UNKNOWN
-        if not all(isinstance(v, (int, float)) for v in (left, right)):
-            return UNKNOWN
+        if fn is None or not all(isinstance(v, (int, float)) for v in (left, right)):
+            return UNKNOWN  # (numbers only: never a walk of two containers)
         return fn(left, right)
 
     def _identical(self, a: Any, b: Any) -> Any:
@@ -521,6 +520,8 @@ class ObjectModel:
             return True
         if isinstance(a, Obj) and isinstance(b, Obj):
             return self._objects_equal(a, b)
+        if isinstance(a, CONTAINERS) or isinstance(b, CONTAINERS):
+            self.charge(size(a) + size(b))  # walked to see that they are known, then compared
         if not known(a) or not known(b):
             return UNKNOWN
         if isinstance(a, EnumMember) or isinstance(b, EnumMember):

@@ -153,8 +153,8 @@ def one_of(options: list[Any], labels: frozenset[Label] = NO_LABELS) -> Any:
                 return None
             if not any(type(item) is type(x) and item == x for x in flat):
                 flat.append(item)
-    if len(flat) > MAX_OPTIONS:
-        return None
+                if len(flat) > MAX_OPTIONS:  # stop here: the elements of a large container would take its square
+                    return None
     if len(flat) == 1:
         return with_labels(flat[0], labels)
     return OneOf(tuple(flat), bounded(labels))

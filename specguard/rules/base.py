@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+from specguard.analysis.ast_tools import span
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
 from specguard.analysis.source import parse_ast
@@ -71,6 +72,15 @@ class RuleContext:
         return parse_ast(self.text, "<rules>")
 
     @cached_property
+    def holders(self) -> dict[int, cst.BaseStatement]:
+        """Each node of `module` -> the top-level statement holding it (`cst_tools.top_statements`), built once for
+        the file's rules and fixes."""
+        from specguard.analysis.cst_tools import top_statements
+
+        assert self.module is not None
+        return top_statements(self.module)
+
+    @cached_property
     def _lines(self) -> list[bytes]:
         return [line.encode() for line in sparse_lines(self.text)]
 
@@ -88,13 +98,31 @@ class RuleContext:
         """The innermost function of the judgement's scope (by name) that holds its first line."""
         name, line = judgement.scope.rpartition(".")[2], judgement.span[0]
         found = [
-            node
-            for node in ast.walk(self.tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.name == name
-            and node.lineno <= line <= (node.end_lineno or node.lineno)
+            node for node in self._functions.get(name, []) if node.lineno <= line <= (node.end_lineno or node.lineno)
         ]
         return max(found, key=lambda node: node.lineno, default=None)
+
+    def node_at(self, where: tuple[int, int, int, int] | None) -> ast.AST | None:
+        """The expression (or keyword argument) of `tree` at exactly this span, the outermost where several are."""
+        return self._expressions.get(where) if where is not None else None
+
+    @cached_property
+    def _functions(self) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
+        """Every function of `tree` by name, in `ast.walk` order: the tree is walked once, not once a finding."""
+        found: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.setdefault(node.name, []).append(node)
+        return found
+
+    @cached_property
+    def _expressions(self) -> dict[tuple[int, int, int, int], ast.AST]:
+        """The first expression or keyword argument of each span in `ast.walk` order, the tree walked once."""
+        found: dict[tuple[int, int, int, int], ast.AST] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.expr, ast.keyword)):
+                found.setdefault(span(node), node)
+        return found
 
     def calls_in(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Every call in a function, in source order; several rules ask, so it is walked once."""

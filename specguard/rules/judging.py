@@ -22,6 +22,7 @@ from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, same_scope, s
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
 from specguard.deploy.source import ClassInfo, ParsedModule, read_class
+from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget
 from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator, OutOfBudget
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.instances import InstanceAttributes
@@ -43,6 +44,7 @@ from specguard.evaluation.values import (
 from specguard.packs import Pack
 
 BUDGET = 40_000  # evaluation steps per function a rule asks about; more is "not decided (budget)"
+# with every evaluation of one file together within `budget.FILE_STEPS` and `budget.FILE_WORK`
 MAX_DEPTH = 4  # calls followed from a function into helpers of helpers
 __all__ = ["BUDGET", "MAX_DEPTH", "OutOfBudget", "Question", "Scope", "Judgement"]
 
@@ -101,6 +103,9 @@ class Question:
     pack: Pack
     program: Program
     instances: dict[Any, InstanceAttributes] = field(default_factory=dict)
+    # what every evaluation of this file spends, together (see `budget.FILE_STEPS`)
+    budget: Budget = field(default_factory=lambda: Budget(FILE_STEPS, FILE_WORK, what="file's evaluations"))
+    latest: Budget | None = None  # the budget of the evaluation made last (what a rule that ran out says)
 
     @cached_property
     def scopes(self) -> list[Scope]:
@@ -113,7 +118,10 @@ class Question:
         return self.instances[key]
 
     def evaluator(self, hooks: Hooks, **options: Any) -> Evaluator:
-        return Evaluator(self.program, hooks=hooks, **{"budget": BUDGET, "max_depth": MAX_DEPTH, **options})
+        options = {"budget": BUDGET, "max_depth": MAX_DEPTH, **options}
+        made = Evaluator(self.program, hooks=hooks, within=self.budget, **options)
+        self.latest = made.meter
+        return made
 
     def self_value(self, scope: Scope, labels: frozenset[Label] = frozenset()) -> Any:
         """The instance (or, for a classmethod, the class) a method runs on."""
@@ -130,7 +138,13 @@ class Question:
         return Judgement(code, scope.qualname, span(node), False, what, why)
 
     def out_of_budget(self, code: str, scope: Scope, what: str = "the function") -> Judgement:
-        return self.undecided(code, scope, scope.node, what, f"its evaluation ran out of budget ({BUDGET:,} steps)")
+        if self.budget.steps <= 0 or self.budget.work <= 0:
+            why = f"the file's evaluations spent their budget ({FILE_STEPS:,} steps, {FILE_WORK:,} elements)"
+        elif self.latest is not None and self.latest.work < 0:
+            why = f"its evaluation built or touched too much data ({RULES_WORK:,} elements)"
+        else:
+            why = f"its evaluation ran out of budget ({BUDGET:,} steps)"
+        return self.undecided(code, scope, scope.node, what, why)
 
 
 def _scopes(

@@ -40,7 +40,9 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
                 what = f"Delete `{scope.qualname}`, which only forwards its arguments to the base helper"
                 if not same:
                     what += " (unsafe: the base's parameters are not known to be the same, so a call may bind apart)"
-                fix = NodeFix("safe" if same else "unsafe", what, (delete_statement(ctx.module, scope.function),))
+                fix = NodeFix(
+                    "safe" if same else "unsafe", what, (delete_statement(ctx.module, scope.function, ctx.holders),)
+                )
             yield Diagnostic(scope.function.name, message, scope.qualname, fix=fix)
 
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from specguard.analysis.ast_tools import annotation_names, dotted, has_decorator, span
+from specguard.analysis.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span
 from specguard.analysis.findings import Judgement
 from specguard.analysis.signatures import signature
 from specguard.deploy.source import ClassInfo
@@ -413,7 +413,7 @@ def _query_count(q: Question, scope: Scope, call: ast.Call, target: Callee) -> s
     reached = Reached(None, None)
     if function is not None and not isinstance(function.node, ast.Lambda):
         reached = Reached(function.qualname, signature(function.node, target.bound))
-    classes = {c.name: c for c in q.module.tree.body if isinstance(c, ast.ClassDef)}
+    classes = cached_on(q.module.tree, "top_classes", _top_classes)  # not rebuilt for every call site
     caller_self = scope.node.args.args[0].arg if scope.bound and scope.node.args.args else None
     bases = frozenset(q.pack.speculators.bases)
 
@@ -431,6 +431,10 @@ def _query_count(q: Question, scope: Scope, call: ast.Call, target: Callee) -> s
     return real_count(
         call, reached, names, caller_self=caller_self, bases=bases, classes=classes, lookup=lookup, caller=scope.node
     )
+
+
+def _top_classes(tree: ast.AST) -> dict[str, ast.ClassDef]:
+    return {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}  # type: ignore[attr-defined]
 
 
 def _call_text(node: ast.AST) -> str:
@@ -452,8 +456,8 @@ def _fix(ctx: RuleContext, judgement: Judgement) -> NodeFix | NoFix:
     """The fix for a judged site, from what the judge wrote down: where the argument, its call and the padded
     count's read are, and the real count of the call's query (or why there is none)."""
     function = ctx.function_at(judgement)
-    node = _node_at(ctx.tree, judgement.span)
-    call = _node_at(ctx.tree, _span(judgement.detail("call_span")))
+    node = ctx.node_at(judgement.span)
+    call = ctx.node_at(_span(judgement.detail("call_span")))
     star = judgement.detail("star")
     if star is None or function is None or node is None or not isinstance(call, ast.Call):
         return NoFix("the count reaches the build through another call, with no argument here to rewrite")
@@ -465,15 +469,6 @@ def _fix(ctx: RuleContext, judgement: Judgement) -> NodeFix | NoFix:
 
 def _span(text: str | None) -> tuple[int, int, int, int] | None:
     return tuple(map(int, text.split(","))) if text else None  # type: ignore[return-value]
-
-
-def _node_at(tree: ast.Module, where: tuple[int, int, int, int] | None) -> ast.AST | None:
-    if where is None:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.expr, ast.keyword)) and span(node) == where:
-            return node
-    return None
 
 
 # ---- the fix: the padded count under FULL graphs, the real count of the call's query otherwise ---------------
@@ -509,7 +504,7 @@ def full_or_real_fix(
     if enum is None:
         return NoFix(f"`{pad.mode_enum.rpartition('.')[2]}` means something else in this module")
     value = arg.node.value if isinstance(arg.node, ast.keyword) else arg.node
-    written = ast.get_source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
+    written = source_segment(ctx.text, value) if isinstance(value, ast.expr) else None
     padded = flat(written) if written is not None else None
     if padded is None or not isinstance(value, ast.expr):
         return NoFix("the padded argument spans lines with a comment, which a fix cannot move")
