@@ -107,7 +107,7 @@ def test_a_write_that_fails_in_a_directory_that_is_there_still_fails(guard, monk
 
     guard("warn")
 
-    def missing_parent(path, data, mode):  # type: ignore[no-untyped-def]
+    def missing_parent(path, data, mode=None, **where):  # type: ignore[no-untyped-def]
         raise FileNotFoundError(2, "No such file or directory", str(path))
 
     monkeypatch.setattr(metrics._datafile, "replace_atomically", missing_parent)
