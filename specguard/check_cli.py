@@ -123,7 +123,7 @@ def _patterns_from_cwd(values: list[str] | None) -> list[str]:
 
 
 def _installed_vllm() -> Path:
-    from specguard.analysis.modules import installed_roots
+    from specguard.program.modules import installed_roots
 
     roots = [root / "vllm" for root in installed_roots("vllm")]  # located, not imported
     if not roots or not roots[0].is_dir():

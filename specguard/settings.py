@@ -19,9 +19,9 @@ from typing import Any
 from specguard._files import DATA_CAP, UnreadableFile, read_regular_stat
 from specguard._snapshots import user_cache_home, validated
 from specguard._toml import load_toml
-from specguard.analysis.discover import DEFAULT_EXCLUDE
 from specguard.errors import UserError
 from specguard.ownership import untrusted, untrusted_link
+from specguard.program.discover import DEFAULT_EXCLUDE
 from specguard.project import project_top
 
 

@@ -221,7 +221,7 @@ COUNTS = textwrap.dedent("""
 def test_the_evaluator_reads_each_module_once_from_the_bytes_every_stage_uses(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A helper module saved after stage one read it: the speculator's judgement is of the helper as stage one read
     it (no second read of any file the run summarized), and the cache keeps that judgement only for those bytes."""
-    import specguard.analysis.source as source
+    import specguard.program.reading as source
     from specguard.analysis import engine
 
     fork = tmp_path / "fork"
@@ -244,7 +244,7 @@ def test_the_evaluator_reads_each_module_once_from_the_bytes_every_stage_uses(mo
         (fork / "counts.py").write_text(COUNTS.format(count="0"))  # saved after stage one read it
         return pool
 
-    for module in ("specguard.analysis.source", "specguard.analysis.scan", "specguard.analysis.engine"):
+    for module in ("specguard.program.reading", "specguard.analysis.scan", "specguard.analysis.engine"):
         monkeypatch.setattr(f"{module}.read_stamped", counted)
     monkeypatch.setattr(engine._Run, "scan", scan_then_save)
     first = check_paths([fork], settings)

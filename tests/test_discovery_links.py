@@ -37,7 +37,7 @@ def _check(
     test may."""
     lowered = "" if budget is None else f"discover.MAX_FILES, discover.MAX_BYTES = {budget!r}\n"
     code = (
-        "from specguard.analysis import discover\n"
+        "from specguard.program import discover\n"
         f"{lowered}"
         "from specguard.cli import main\n"
         f"raise SystemExit(main(['check', *{list(args)!r}]))\n"

@@ -21,7 +21,6 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.analysis.modules import ModuleLocator
 from specguard.evaluation.evaluator import Evaluator, OutOfBudget
 from specguard.evaluation.program import Parsed, Program
 from specguard.evaluation.values import (
@@ -37,6 +36,7 @@ from specguard.evaluation.values import (
     maybe_of,
     plain,
 )
+from specguard.program.modules import ModuleLocator
 
 HELPERS = """
 def double(x):

@@ -106,7 +106,7 @@ def test_a_file_not_judged_is_named_again_by_a_warm_run(tmp_path: Path) -> None:
 def _overrides_under(budget: int) -> str:
     """Speculators that each override a shared helper: libcst parses all of it, three rules report every class and
     two fix it (of the shapes measured, with the next one, what costs most a token)."""
-    from specguard.analysis.source import approximate_tokens
+    from specguard.program.reading import approximate_tokens
 
     one = (
         "class S{i}(DraftModelSpeculator):\n"
@@ -122,7 +122,7 @@ def _overrides_under(budget: int) -> str:
 def _fork_speculators_under(budget: int) -> str:
     """The example fork's DFlash speculator (a finding of SG101, SG102, SG103 and SG104 each, all four evaluated
     and fixed), repeated under new names."""
-    from specguard.analysis.source import approximate_tokens
+    from specguard.program.reading import approximate_tokens
 
     lines = (EXAMPLES / "spec_decode" / "dflash.py").read_text().splitlines(keepends=True)
     imports = "".join(line for line in lines if line.startswith(("import ", "from ")))
@@ -139,7 +139,7 @@ UNDER_THE_BUDGET = {"helper-overrides": (_overrides_under, 3), "fork-speculators
 def test_the_costliest_files_under_the_budget_are_judged_within_the_limits(shape: str, tmp_path: Path) -> None:
     """The budget is small enough: a file just under it, of the shapes that cost most a token (9 s and 550 MB on
     this project's machine), is judged whole under the same limits."""
-    from specguard.analysis.source import MAX_TOKENS, approximate_tokens
+    from specguard.program.reading import MAX_TOKENS, approximate_tokens
 
     make, findings_each = UNDER_THE_BUDGET[shape]
     text = make(MAX_TOKENS)

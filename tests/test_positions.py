@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from specguard.analysis.positions import spans
+from specguard.program.positions import spans
 
 
 @pytest.mark.parametrize("version", ["0.28.0", "0.33.0"])

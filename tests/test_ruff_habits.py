@@ -96,7 +96,7 @@ def same_files(cli, tree: Path, env: dict[str, str], *args: str, cwd: Path | Non
 
 
 def test_default_excludes_are_ruffs(cli, tmp_path: Path, env: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
-    from specguard.analysis.discover import DEFAULT_EXCLUDE
+    from specguard.program.discover import DEFAULT_EXCLUDE
 
     tree = tmp_path / "tree"
     folders = [n for n in DEFAULT_EXCLUDE if n != ".specguard_cache"]  # specguard's own cache: specguard's addition
@@ -183,7 +183,7 @@ def test_gitignore_counts_only_in_a_git_repository_but_dot_ignore_everywhere(cli
 
 def test_gitignore_patterns_match_what_git_itself_ignores(tmp_path: Path, env: dict[str, str]) -> None:
     """git is the definition: every untracked file git reports as not ignored, and no other, is discovered."""
-    from specguard.analysis.discover import discover
+    from specguard.program.discover import discover
 
     tree = tmp_path / "repo"
     _ignore_tree(tree, git=True)
@@ -219,7 +219,7 @@ also.skip.py
 
 
 def test_more_patterns_match_what_git_ignores(tmp_path: Path, env: dict[str, str]) -> None:
-    from specguard.analysis.discover import discover
+    from specguard.program.discover import discover
 
     tree = tmp_path / "repo"
     names = ["gen_a/m.py", "x/gen_b/y/m.py", "docs/m.py", "docs/a/b/m.py", "a/b.py", "a/x/y/b.py", "b.py"]
@@ -244,7 +244,7 @@ def test_more_patterns_match_what_git_ignores(tmp_path: Path, env: dict[str, str
 
 def test_an_ignore_file_that_is_not_a_regular_file_is_skipped(tmp_path: Path) -> None:
     """A FIFO named .gitignore would block a plain read forever; it counts as absent."""
-    from specguard.analysis.discover import discover
+    from specguard.program.discover import discover
 
     write(tmp_path, "a.py", "sub/b.py")
     (tmp_path / ".git").mkdir()

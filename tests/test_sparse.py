@@ -8,8 +8,8 @@ import pytest
 
 from specguard.analysis import evaluate
 from specguard.analysis.engine import check_paths
-from specguard.analysis.sparse import sparse_source
 from specguard.analysis.summary import summarize
+from specguard.program.sparse import sparse_source
 
 SOURCE = (
     "import os\r\n"

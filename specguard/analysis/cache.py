@@ -43,8 +43,8 @@ from specguard._files import (
 from specguard._snapshots import user_cache_folder, user_cache_home
 from specguard.analysis.findings import Finding, Judgement
 from specguard.analysis.scan import FileScan
-from specguard.analysis.source import UNSTAMPED
 from specguard.ownership import untrusted
+from specguard.program.reading import UNSTAMPED
 
 _FORMAT = 8  # bump when a cached type changes shape
 _SCANS, _RESULTS, _JUDGED = "scans.msgpack", "results.msgpack", "judged.msgpack"

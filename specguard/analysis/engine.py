@@ -14,21 +14,21 @@ from typing import Any
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard._snapshots import user_cache_notes
 from specguard.analysis.cache import Cache
-from specguard.analysis.discover import Discovery, discover
 from specguard.analysis.findings import Finding, Judgement, source_error
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.judge import Judge
-from specguard.analysis.modules import ModuleLocator
 from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, digest_of, scan_bytes, scan_file, stamp_of
-from specguard.analysis.source import UNSTAMPED, decode, read_stamped
-from specguard.analysis.sparse import sparse_lines
 from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import CheckedFiles, FileExemption, file_exemption, is_suppressed
 from specguard.errors import SourceError
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.fixes.line_length import LineLengths
 from specguard.packs import Pack, load_pack
+from specguard.program.discover import Discovery, discover
+from specguard.program.modules import ModuleLocator
+from specguard.program.reading import UNSTAMPED, decode, read_stamped
+from specguard.program.sparse import sparse_lines
 from specguard.rules import ALL_CODES, EVALUATED, load_rule
 from specguard.settings import Settings
 
@@ -98,8 +98,8 @@ def _warm_up() -> None:
     import libcst  # noqa: F401
 
     from specguard.analysis import evaluate  # noqa: F401
-    from specguard.analysis.positions import spans  # noqa: F401
     from specguard.fixes.from_cst import checked_fix  # noqa: F401
+    from specguard.program.positions import spans  # noqa: F401
 
     for code in set(ALL_CODES) - EVALUATED:
         load_rule(code)
@@ -508,8 +508,8 @@ def _evaluate_text(
     """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter."""
     from specguard.analysis.evaluate import evaluate_source
     from specguard.analysis.scan import call_owners, signed
-    from specguard.analysis.source import parse_ast
     from specguard.analysis.summary import nested_class_lines, summarize
+    from specguard.program.reading import parse_ast
 
     data = text.encode()
     try:

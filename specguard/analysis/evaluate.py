@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.index import FileFacts
-from specguard.analysis.source import decode
-from specguard.analysis.sparse import sparse_source
 from specguard.errors import SourceError
 from specguard.fixes.model import fix_of
 from specguard.packs import Pack
+from specguard.program.reading import decode
+from specguard.program.sparse import sparse_source
 from specguard.rules import load_rule
 from specguard.rules.base import Diagnostic, Rule, RuleContext
 
@@ -46,8 +46,8 @@ def evaluate_source(
         return _findings(path, found, places, fixes)
     import libcst as cst
 
-    from specguard.analysis.positions import spans
     from specguard.fixes.from_cst import checked_fix
+    from specguard.program.positions import spans
 
     try:
         module = cst.parse_module(parsed)

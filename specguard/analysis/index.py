@@ -8,10 +8,10 @@ from functools import cached_property
 from pathlib import Path
 
 from specguard.analysis.findings import Judgement
-from specguard.analysis.modules import ModuleLocator, is_stdlib
-from specguard.analysis.signatures import Signature
 from specguard.analysis.summary import ModuleSummary
 from specguard.packs import Pack
+from specguard.program.modules import ModuleLocator, is_stdlib
+from specguard.program.signatures import Signature
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from specguard.analysis.cache import Cache, JudgedFile
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
-from specguard.analysis.modules import ModuleLocator
 from specguard.packs import Pack
+from specguard.program.modules import ModuleLocator
 from specguard.rules import EVALUATED, load_rule
 
 if TYPE_CHECKING:

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from specguard.analysis.modules import module_name
-from specguard.analysis.source import UNSTAMPED, TooLarge, decode, parse_ast, read_stamped
 from specguard.analysis.summary import ModuleSummary, nested_class_lines, summarize
 from specguard.errors import SourceError
+from specguard.program.modules import module_name
+from specguard.program.reading import UNSTAMPED, TooLarge, decode, parse_ast, read_stamped
 
 
 @dataclass(frozen=True)

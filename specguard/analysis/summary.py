@@ -11,9 +11,9 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from specguard.analysis.ast_tools import absolute_module, is_bound_method
-from specguard.analysis.ast_tools import same_scope as _same_scope
-from specguard.analysis.signatures import Signature, signature
+from specguard.program.ast_tools import absolute_module, is_bound_method
+from specguard.program.ast_tools import same_scope as _same_scope
+from specguard.program.signatures import Signature, signature
 
 
 @dataclass(frozen=True)

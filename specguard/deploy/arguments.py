@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specguard.deploy.evaluator import config_evaluator
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator
 from specguard.evaluation.paths import Frame, State
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, ClassRef, Function, Opaque, Token, TokenAttr, known
+from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, dotted
 
 # Where vLLM builds the `vllm serve` parser, and the helpers whose meaning specguard supplies itself.
 SERVE_MODULE = "entrypoints/cli/serve.py"

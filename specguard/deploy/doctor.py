@@ -17,7 +17,7 @@ from typing import Any
 
 import specguard
 from specguard.deploy.facts import installed_vllm_dir
-from specguard.deploy.source import SourceTree
+from specguard.program.tree import SourceTree
 
 # Distribution names, in the order doctor prints them. flashinfer ships as flashinfer-python.
 PACKAGES = {"vllm": ("vllm",), "flashinfer": ("flashinfer-python", "flashinfer"), "torch": ("torch",)}

@@ -15,10 +15,10 @@ import ast
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from specguard.deploy.source import SourceTree
 from specguard.evaluation.budget import EVALUATION_STEPS, evaluation_budget
 from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.semantics import Semantics
+from specguard.program.tree import SourceTree
 
 CONFIG = Semantics(
     raise_ends_path=False,

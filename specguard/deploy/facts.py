@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from specguard.deploy.arguments import ServeOptions, serve_options
-from specguard.deploy.source import ClassInfo, SourceLeftUnread, SourceTree, literal_strings, literal_value
 from specguard.deploy.vllm_tree import not_vllm
 from specguard.errors import UserError
+from specguard.program.tree import ClassInfo, SourceLeftUnread, SourceTree, literal_strings, literal_value
 
 
 @dataclass(frozen=True)

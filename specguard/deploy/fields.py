@@ -18,12 +18,12 @@ from typing import Any, Literal, Union
 
 from specguard.deploy.arguments import Hint, TypeReader
 from specguard.deploy.evaluator import config_evaluator
-from specguard.deploy.source import ClassInfo, SourceTree, dotted
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.objects import PYTHON_TYPES
 from specguard.evaluation.paths import verdict
 from specguard.evaluation.values import NOT_HANDLED, ClassRef, EnumMember, Function, Obj, Token, known
+from specguard.program.tree import ClassInfo, SourceTree, dotted
 
 # Python's types by name, as an annotation writes them (`object` validates anything).
 _BUILTINS: dict[str, Any] = {**PYTHON_TYPES, "frozenset": frozenset, "bytes": bytes, "object": Any}

@@ -38,11 +38,11 @@ from specguard.deploy.facts import SourceFacts, SourceFinding
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceLeftUnread, SourceTree
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget, run_budget
 from specguard.evaluation.paths import Cond, Outcome, Verdict, verdict
 from specguard.evaluation.values import UNKNOWN, Obj
+from specguard.program.tree import ClassInfo, ParsedModule, SourceLeftUnread, SourceTree
 
 
 @dataclass(frozen=True)

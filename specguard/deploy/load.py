@@ -27,10 +27,10 @@ from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.fields import FieldTypes, Refused, field_validators, post_init_refusal
 from specguard.deploy.model import FALLBACK_OPTIONS, ServingConfig
-from specguard.deploy.source import ClassInfo
 from specguard.errors import UserError
 from specguard.evaluation.budget import run_budget
 from specguard.evaluation.values import UNKNOWN, ClassRef, EnumMember, Function, known
+from specguard.program.tree import ClassInfo
 
 # Values inside config JSON the hazards read, by option dest: they are validated at reading, as vLLM does.
 NESTED_CHECKS = {"compilation_config": ("cudagraph_mode",), "attention_config": ("backend",)}

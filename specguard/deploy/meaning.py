@@ -17,9 +17,9 @@ from typing import Any
 
 from specguard.deploy.model import ServingConfig
 from specguard.deploy.situation import Reach, SiteRef, innermost, message_nodes, other_platform
-from specguard.deploy.source import SourceTree
 from specguard.evaluation.paths import Outcome, Verdict, verdict
 from specguard.evaluation.values import UNKNOWN
+from specguard.program.tree import SourceTree
 
 UNSET = "unset"
 

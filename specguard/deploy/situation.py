@@ -24,13 +24,13 @@ from typing import Any
 from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.model import ServingConfig
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted, message_of
 from specguard.deploy.vllm_tree import CONFIG_PACKAGE
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import Evaluator, own_nodes
 from specguard.evaluation.paths import Outcome, State, Verdict, verdict
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Bound, ClassRef, EnumMember, Function, Obj
+from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, dotted, message_of
 
 ENTRY_DECORATORS = {"field_validator", "model_validator", "model_serializer", "cached_property", "property"}
 MAX_CALLER_FILES = 25

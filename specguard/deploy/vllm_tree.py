@@ -10,7 +10,7 @@ in a real tree (a fork, a broken module): the hazards that need it are then not 
 from __future__ import annotations
 
 from specguard.deploy.arguments import ENGINE_ARGS
-from specguard.deploy.source import ParsedModule, SourceTree
+from specguard.program.tree import ParsedModule, SourceTree
 
 CONFIG_PACKAGE = "config"  # vllm/config (a module in old releases): where the config classes are defined or named
 # The sections a serving config fills (deploy/situation.py builds each): named by every release since 0.28.0.

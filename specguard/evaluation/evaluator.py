@@ -28,8 +28,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from specguard.analysis.ast_tools import absolute_module, cached_on
-from specguard.deploy.source import SourceTree, dotted, message_of
 from specguard.evaluation import environment, exceptions
 from specguard.evaluation.budget import MAX_ITEMS, RULES_WORK, Budget, OutOfBudget, result_size, too_large
 from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
@@ -68,6 +66,8 @@ from specguard.evaluation.values import (
     unknown_from,
     with_labels,
 )
+from specguard.program.ast_tools import absolute_module, cached_on
+from specguard.program.tree import SourceTree, dotted, message_of
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,

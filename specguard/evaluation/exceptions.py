@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from specguard.deploy.source import SourceTree, base_name, dotted
 from specguard.evaluation.paths import Outcome
+from specguard.program.tree import SourceTree, base_name, dotted
 
 # Python's exceptions evaluated code raises, with their bases (all derive from Exception).
 _BUILTIN_BASES = {

@@ -9,10 +9,10 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from specguard.analysis.ast_tools import cached_on
-from specguard.deploy.source import ClassInfo, SourceTree
 from specguard.evaluation.paths import join_values
 from specguard.evaluation.values import UNKNOWN, Function, Obj, settled, traced
+from specguard.program.ast_tools import cached_on
+from specguard.program.tree import ClassInfo, SourceTree
 
 Evaluate = Callable[[Function, Obj, "dict | None"], list[tuple[Any, dict[tuple[Any, str], Any]]]]
 

@@ -9,7 +9,6 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from specguard.deploy.source import ClassInfo, ParsedModule, SourceTree, dotted
 from specguard.evaluation import environment
 from specguard.evaluation.budget import size
 from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
@@ -46,6 +45,7 @@ from specguard.evaluation.values import (
     unknown_from,
     with_labels,
 )
+from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, dotted
 
 if TYPE_CHECKING:
     from specguard.evaluation.hooks import Hooks

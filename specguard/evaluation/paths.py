@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specguard.deploy.source import ClassInfo, ParsedModule
 from specguard.evaluation.budget import Budget
 from specguard.evaluation.values import (
     NO_LABELS,
@@ -28,6 +27,7 @@ from specguard.evaluation.values import (
     settled,
     why_of,
 )
+from specguard.program.tree import ClassInfo, ParsedModule
 
 MAX_JOINED_FIELDS = 64  # objects with more known fields than this join to an unknown
 

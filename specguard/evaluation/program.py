@@ -2,7 +2,7 @@
 analysis engine finds them (the checked roots first, then the installed packages), never imported.
 
 The read model of a module (classes, functions, imports, module-level assignments) and name resolution are the
-served-source view's (`deploy.source.SourceTree`); this subclass only changes where a module's file comes from,
+served-source view's (`program.tree.SourceTree`); this subclass only changes where a module's file comes from,
 keeps every parsed module for the whole run, and records which files an evaluation read, so that a cached
 verdict is reused only while they are unchanged. A module's bytes come from a reader: in `specguard check`, the
 run's own bytes of the file, the ones every other stage of the run uses.
@@ -14,11 +14,11 @@ import ast
 from collections.abc import Callable
 from pathlib import Path
 
-from specguard.analysis.modules import ModuleLocator
-from specguard.analysis.source import UNSTAMPED, decode, parse_ast, read_stamped
-from specguard.analysis.sparse import sparse_lines
-from specguard.deploy.source import ParsedModule, SourceTree, read_module
 from specguard.errors import SourceError
+from specguard.program.modules import ModuleLocator
+from specguard.program.reading import UNSTAMPED, decode, parse_ast, read_stamped
+from specguard.program.sparse import sparse_lines
+from specguard.program.tree import ParsedModule, SourceTree, read_module
 
 Stamp = tuple[int, int]
 # A module's bytes and their (size, mtime_ns) stamp; None where they cannot be had (unreadable, changed since the

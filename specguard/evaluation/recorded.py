@@ -8,10 +8,10 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from specguard.deploy.source import SourceTree, message_of
 from specguard.evaluation import exceptions
 from specguard.evaluation.paths import Cond, Flow, Frame, Outcome, State, chain
 from specguard.evaluation.values import UNKNOWN
+from specguard.program.tree import SourceTree, message_of
 
 
 class RecordedRaises:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specguard.deploy.source import ClassInfo, ParsedModule
 from specguard.evaluation.budget import Budget
+from specguard.program.tree import ClassInfo, ParsedModule
 
 
 class _Unknown:

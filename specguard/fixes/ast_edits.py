@@ -10,9 +10,9 @@ from __future__ import annotations
 import ast
 import re
 
-from specguard.analysis.ast_tools import source_segment
 from specguard.fixes.layout import Argument, Layout, flat
 from specguard.fixes.model import Edit, split_lines
+from specguard.program.ast_tools import source_segment
 
 _SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.FunctionDef, ast.AsyncFunctionDef)
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import kids
 from specguard.fixes.from_cst import Change
+from specguard.program.cst_tools import kids
 
 
 def _pure(node: cst.CSTNode) -> bool:

@@ -1,7 +1,7 @@
 """A rule's fix, written as a libcst transformation, turned into text edits on the original source.
 
 Rules fix what they flag by replacing or removing nodes of the tree they were given. Regenerating the whole file
-from libcst would be exact too, but the rules see the sparse source (analysis/sparse.py) and only text edits keep
+from libcst would be exact too, but the rules see the sparse source (program/sparse.py) and only text edits keep
 everything outside the change byte for byte. So each top-level definition the transformation touched is rendered
 before and after (libcst keeps every comment, blank line and bracket of what it did not change) and the two are
 diffed; each differing run of lines, trimmed of what both sides share, becomes one edit.
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import kids
 from specguard.fixes.model import Edit, Fix, fix_of, split_lines
+from specguard.program.cst_tools import kids
 
 if TYPE_CHECKING:
     from specguard.rules.base import NodeFix

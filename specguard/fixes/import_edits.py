@@ -1,6 +1,6 @@
 """Text edits on a module's top-level imports, for fixes that need a name or stop needing one.
 
-The rules see only the definitions of a module (analysis/sparse.py), so the imports are edited on the original
+The rules see only the definitions of a module (program/sparse.py), so the imports are edited on the original
 text, found with CPython's parser; one statement is rewritten with libcst so its commas and brackets stay right.
 """
 
@@ -10,8 +10,8 @@ import ast
 import functools
 import re
 
-from specguard.analysis.ast_tools import source_segment
 from specguard.fixes.model import Edit, split_lines
+from specguard.program.ast_tools import source_segment
 
 
 def _column(line: str, byte_offset: int) -> int:

@@ -21,8 +21,8 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from specguard.analysis.ast_tools import defaults
-from specguard.analysis.signatures import Signature
+from specguard.program.ast_tools import defaults
+from specguard.program.signatures import Signature
 from specguard.rules.base import NoFix
 
 # Expressions a fix may evaluate a second time, or earlier than the callee would: reads, and arithmetic on them.

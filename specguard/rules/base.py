@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-from specguard.analysis.ast_tools import span
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
-from specguard.analysis.source import parse_ast
-from specguard.analysis.sparse import sparse_lines
 from specguard.fixes.model import Applicability, Edit
 from specguard.packs import Pack
+from specguard.program.ast_tools import span
+from specguard.program.reading import parse_ast
+from specguard.program.sparse import sparse_lines
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -75,7 +75,7 @@ class RuleContext:
     def holders(self) -> dict[int, cst.BaseStatement]:
         """Each node of `module` -> the top-level statement holding it (`cst_tools.top_statements`), built once for
         the file's rules and fixes."""
-        from specguard.analysis.cst_tools import top_statements
+        from specguard.program.cst_tools import top_statements
 
         assert self.module is not None
         return top_statements(self.module)
@@ -126,7 +126,7 @@ class RuleContext:
 
     def calls_in(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Every call in a function, in source order; several rules ask, so it is walked once."""
-        from specguard.analysis.cst_tools import walk_calls
+        from specguard.program.cst_tools import walk_calls
 
         if id(function) not in self._calls:
             self._calls[id(function)] = list(walk_calls(function))
@@ -138,7 +138,7 @@ class RuleContext:
         Method calls on `self`/`super()` are returned as the method name too; rules that mean the module-level
         sink check `is_self_call` themselves.
         """
-        from specguard.analysis.cst_tools import dotted, is_self_call, last_name
+        from specguard.program.cst_tools import dotted, is_self_call, last_name
 
         if is_self_call(call):
             return last_name(call.func)
@@ -151,7 +151,7 @@ class RuleContext:
         """A call of a module-level function named in `names`: by its (imported, aliased) name or through an
         imported module, never a method of some object (`self.builder.build_attn_metadata()`, or
         `builders.build_attn_metadata()` after `from fork.registry import builders` where it is an instance)."""
-        from specguard.analysis.cst_tools import dotted, is_self_call
+        from specguard.program.cst_tools import dotted, is_self_call
 
         name = dotted(call.func)
         if name is None or is_self_call(call):

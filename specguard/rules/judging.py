@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from specguard.analysis.ast_tools import FUNCTIONS, has_decorator, same_scope, span
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
-from specguard.deploy.source import ClassInfo, ParsedModule, read_class
 from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget
 from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator, OutOfBudget
 from specguard.evaluation.hooks import Hooks
@@ -42,6 +40,8 @@ from specguard.evaluation.values import (
     plain,
 )
 from specguard.packs import Pack
+from specguard.program.ast_tools import FUNCTIONS, has_decorator, same_scope, span
+from specguard.program.tree import ClassInfo, ParsedModule, read_class
 
 BUDGET = 40_000  # evaluation steps per function a rule asks about; more is "not decided (budget)"
 # with every evaluation of one file together within `budget.FILE_STEPS` and `budget.FILE_WORK`

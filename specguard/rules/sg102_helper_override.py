@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import dotted, kids, parameters, scopes
 from specguard.analysis.index import FileFacts
-from specguard.analysis.signatures import Signature
 from specguard.fixes.cst_edits import delete_statement
 from specguard.packs import Pack
+from specguard.program.cst_tools import dotted, kids, parameters, scopes
+from specguard.program.signatures import Signature
 from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext
 
 

@@ -7,10 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from specguard.analysis.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span
 from specguard.analysis.findings import Judgement
-from specguard.analysis.signatures import signature
-from specguard.deploy.source import ClassInfo
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame, doubts
 from specguard.evaluation.values import (
@@ -35,6 +32,9 @@ from specguard.fixes.import_edits import add_import
 from specguard.fixes.layout import Layout, flat
 from specguard.fixes.model import Edit
 from specguard.fixes.query_count import QueryNames, Reached, real_count
+from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span
+from specguard.program.signatures import signature
+from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, NodeFix, NoFix, Rule, RuleContext, speculator_module
 from specguard.rules.judging import (
     MAX_DEPTH,

@@ -6,7 +6,11 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import (
+from specguard.analysis.index import FileFacts
+from specguard.fixes.cst_edits import delete_statements, without_keyword
+from specguard.fixes.import_edits import drop_import
+from specguard.packs import Pack
+from specguard.program.cst_tools import (
     Scope,
     dotted,
     is_self_call,
@@ -17,12 +21,8 @@ from specguard.analysis.cst_tools import (
     parameters,
     scopes,
 )
-from specguard.analysis.index import FileFacts
-from specguard.analysis.positions import spans
-from specguard.analysis.sparse import sparse_lines
-from specguard.fixes.cst_edits import delete_statements, without_keyword
-from specguard.fixes.import_edits import drop_import
-from specguard.packs import Pack
+from specguard.program.positions import spans
+from specguard.program.sparse import sparse_lines
 from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext
 
 

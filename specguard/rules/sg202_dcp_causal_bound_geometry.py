@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.cst_tools import dotted, keyword, kids, last_name, scopes
+from specguard.program.cst_tools import dotted, keyword, kids, last_name, scopes
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 
 

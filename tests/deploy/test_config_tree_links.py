@@ -34,8 +34,8 @@ def _limits() -> None:
 def _config(*argv: str, lowered: str = "") -> subprocess.CompletedProcess[str]:
     """`specguard config ARGV` in a bounded child; `lowered` sets budgets there, as only a test may."""
     code = (
-        "from specguard.analysis import discover\n"
-        "from specguard.deploy import source\n"
+        "from specguard.program import discover\n"
+        "from specguard.program import tree as source\n"
         f"{lowered}"
         "from specguard.deploy.cli import config_main\n"
         f"raise SystemExit(config_main({list(argv)!r}))\n"

@@ -17,8 +17,8 @@ from specguard.deploy.facts import SourceFacts
 from specguard.deploy.hazards import Context, _speculators, evaluate
 from specguard.deploy.load import load
 from specguard.deploy.situation import find_sites
-from specguard.deploy.source import ClassInfo, SourceTree
 from specguard.errors import UserError
+from specguard.program.tree import ClassInfo, SourceTree
 
 
 @pytest.mark.parametrize("version", ["0.28.0", "0.30.0", "0.33.0"])

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from specguard.deploy.evaluator import config_evaluator
-from specguard.deploy.source import SourceTree
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.paths import verdict
 from specguard.evaluation.values import UNKNOWN, ClassRef, EnumMember, Function, Obj
+from specguard.program.tree import SourceTree
 
 CODE = """
 import enum

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
-from specguard.analysis.ast_tools import absolute_module
-from specguard.analysis.discover import discover
-from specguard.analysis.source import TooLarge, within_budget
 from specguard.errors import UserError
+from specguard.program.ast_tools import absolute_module
+from specguard.program.discover import discover
+from specguard.program.reading import TooLarge, within_budget
 
 ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
 

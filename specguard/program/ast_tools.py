@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Container, Iterator
 from typing import Any
 
-from specguard.analysis.sparse import sparse_lines
+from specguard.program.sparse import sparse_lines
 
 Span = tuple[int, int, int, int]  # ast positions: line, byte column, end line, end byte column
 
@@ -123,7 +123,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 def scopes(tree: ast.Module) -> Iterator[tuple[str | None, Function]]:
     """Every function not nested in another, as (its class's `__qualname__` or None, function): module-level
     functions and the methods of classes at any depth (under `if`/`try`, in a class or a function). A function
-    nested in a function is part of it; a class nested in one is not (as analysis/cst_tools.py's `scopes`)."""
+    nested in a function is part of it; a class nested in one is not (as program/cst_tools.py's `scopes`)."""
     yield from _scopes(tree.body, None, "", methods=True)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from specguard.analysis.ast_tools import defaults
+from specguard.program.ast_tools import defaults
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specguard.analysis.ignore_files import Ignores
+from specguard.program.ignore_files import Ignores
 
 # ruff's default `exclude`, and specguard's own cache. Names, matched as the cheap set lookup they are.
 DEFAULT_EXCLUDE = (
