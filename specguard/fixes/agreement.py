@@ -15,9 +15,8 @@ import ast
 
 from specguard.fixes.ast_edits import argument_of, enclosing_statement, insert_before, place
 from specguard.fixes.layout import Layout, flat, has_comment
-from specguard.fixes.model import split_lines
+from specguard.fixes.model import NodeFix, NoFix, split_lines
 from specguard.program.ast_tools import FUNCTIONS, source_segment
-from specguard.rules.base import NodeFix, NoFix
 
 AGREEING = ("any", "all", "max", "min")  # reductions that give the same over the distinct values as over all
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)

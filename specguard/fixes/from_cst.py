@@ -12,17 +12,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import libcst as cst
 
-from specguard.fixes.model import Edit, Fix, fix_of, split_lines
+from specguard.fixes.model import Change, Edit, Fix, NodeFix, fix_of, split_lines
 from specguard.program.cst_tools import kids
-
-if TYPE_CHECKING:
-    from specguard.rules.base import NodeFix
-
-Change = tuple[cst.CSTNode, "cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]"]
 
 
 def _on_paths(node: cst.CSTNode, targets: set[int], found: set[int]) -> bool:

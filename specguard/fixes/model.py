@@ -12,9 +12,15 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 Applicability = Literal["safe", "unsafe"]
+# A node of the module a rule was given and what replaces it: a libcst transformation (a type only, so that
+# importing the model still costs nothing).
+Change = tuple["cst.CSTNode", "cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]"]
 _LINE_STARTS = re.compile(r"\n")
 _LINES = re.compile(r"[^\n]*\n|[^\n]+$")
 
@@ -55,6 +61,25 @@ class Fix:
                 if mine.start <= other.end and other.start <= mine.end:
                     return True
         return False
+
+
+@dataclass(frozen=True)
+class NodeFix:
+    """A fix as a rule writes it: nodes of the module it was given, replaced or removed (a libcst
+    transformation), plus text edits for what lies outside the definitions rules see (an import line).
+    The engine turns the changes into text edits on the original source."""
+
+    applicability: Applicability
+    message: str
+    changes: tuple[Change, ...]
+    edits: tuple[Edit, ...] = ()
+
+
+@dataclass(frozen=True)
+class NoFix:
+    """Why a finding gets no fix; the rule says it in the finding's message, so every output format carries it."""
+
+    reason: str
 
 
 def fix_of(applicability: Applicability, message: str, edits: Iterable[Edit]) -> Fix | None:

@@ -21,9 +21,9 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from specguard.fixes.model import NoFix
 from specguard.program.ast_tools import defaults
 from specguard.program.signatures import Signature
-from specguard.rules.base import NoFix
 
 # Expressions a fix may evaluate a second time, or earlier than the callee would: reads, and arithmetic on them.
 _READS = (ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Load)

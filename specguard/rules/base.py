@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
-from specguard.fixes.model import Applicability, Edit
+from specguard.fixes.model import NodeFix
 from specguard.packs import Pack
 from specguard.program.ast_tools import span
 from specguard.program.reading import parse_ast
@@ -24,27 +24,7 @@ from specguard.program.sparse import sparse_lines
 if TYPE_CHECKING:
     import libcst as cst
 
-    from specguard.fixes.from_cst import Change
     from specguard.rules.judging import Question
-
-
-@dataclass(frozen=True)
-class NodeFix:
-    """A fix as a rule writes it: nodes of the module it was given, replaced or removed (a libcst
-    transformation), plus text edits for what lies outside the definitions rules see (an import line).
-    The engine turns the changes into text edits on the original source."""
-
-    applicability: Applicability
-    message: str
-    changes: tuple[Change, ...]
-    edits: tuple[Edit, ...] = ()
-
-
-@dataclass(frozen=True)
-class NoFix:
-    """Why a finding gets no fix; the rule says it in the finding's message, so every output format carries it."""
-
-    reason: str
 
 
 @dataclass(frozen=True)

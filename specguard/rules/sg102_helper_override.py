@@ -8,10 +8,11 @@ import libcst as cst
 
 from specguard.analysis.index import FileFacts
 from specguard.fixes.cst_edits import delete_statement
+from specguard.fixes.model import NodeFix
 from specguard.packs import Pack
 from specguard.program.cst_tools import dotted, kids, parameters, scopes
 from specguard.program.signatures import Signature
-from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 
 
 def _overrides_a_helper(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:

@@ -30,12 +30,12 @@ from specguard.evaluation.values import (
 from specguard.fixes.ast_edits import enclosing_statement, indent_unit, place
 from specguard.fixes.import_edits import add_import
 from specguard.fixes.layout import Layout, flat
-from specguard.fixes.model import Edit
+from specguard.fixes.model import Edit, NodeFix, NoFix
 from specguard.fixes.query_count import QueryNames, Reached, real_count
 from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span
 from specguard.program.signatures import signature
 from specguard.program.tree import ClassInfo
-from specguard.rules.base import Diagnostic, Limit, NodeFix, NoFix, Rule, RuleContext, speculator_module
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, speculator_module
 from specguard.rules.judging import (
     MAX_DEPTH,
     Callee,

@@ -9,6 +9,7 @@ import libcst as cst
 from specguard.analysis.index import FileFacts
 from specguard.fixes.cst_edits import delete_statements, without_keyword
 from specguard.fixes.import_edits import drop_import
+from specguard.fixes.model import NodeFix
 from specguard.packs import Pack
 from specguard.program.cst_tools import (
     Scope,
@@ -23,7 +24,7 @@ from specguard.program.cst_tools import (
 )
 from specguard.program.positions import spans
 from specguard.program.sparse import sparse_lines
-from specguard.rules.base import Diagnostic, Limit, NodeFix, Rule, RuleContext
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 
 
 def is_capture_builder_call(call: cst.Call, ctx: RuleContext) -> bool:

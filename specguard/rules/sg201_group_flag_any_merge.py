@@ -14,8 +14,9 @@ from specguard.fixes.agreement import AGREEING as AGREEING_REDUCTIONS
 from specguard.fixes.agreement import agreement_fix
 from specguard.fixes.ast_edits import indent_unit
 from specguard.fixes.layout import Layout
+from specguard.fixes.model import NodeFix, NoFix
 from specguard.program.ast_tools import has_decorator, span
-from specguard.rules.base import Diagnostic, Limit, NodeFix, NoFix, Rule, RuleContext
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope
 
 FLAG, REDUCED = "flag", "reduced"  # label kinds: a layer's flag, a reduction over flags (for the fix)
