@@ -14,6 +14,7 @@ from specguard.evaluation.objects import FORMAT_FIELD_SPEC, ObjectModel
 from specguard.evaluation.paths import Frame, State, join_values
 from specguard.evaluation.values import (
     NO_LABELS,
+    STAR_KWARGS,
     UNKNOWN,
     Abstract,
     Bound,
@@ -269,8 +270,6 @@ class Builtins(ObjectModel):
 
     def _dict(self, source: Any, kwargs: dict[str, Any]) -> Any:
         """`dict(mapping or pairs, **kwargs)`: the keys must be known, the values may be anything."""
-        from specguard.evaluation.evaluator import STAR_KWARGS
-
         inner = plain(source)
         out: dict[Any, Any] = {}
         if isinstance(inner, dict):

@@ -37,6 +37,7 @@ from specguard.evaluation.recorded import RecordedRaises
 from specguard.evaluation.semantics import RULES, Semantics
 from specguard.evaluation.values import (
     NOT_HANDLED,
+    STAR_KWARGS,
     UNKNOWN,
     Abstract,
     Bound,
@@ -89,9 +90,6 @@ LOOP_ROUNDS = 3  # a loop over an unknown sequence runs its body until its local
 
 _STAR_UNKNOWN: Any = object()
 _RAISED: Any = object()  # an alternative that raises
-
-# A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
-STAR_KWARGS = "\0**"
 
 
 class _PathEnds(Exception):

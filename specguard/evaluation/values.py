@@ -39,6 +39,8 @@ class _Unknown:
 
 UNKNOWN: Any = _Unknown()
 NOT_HANDLED: Any = object()
+# A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
+STAR_KWARGS = "\0**"
 
 
 @dataclass(frozen=True)

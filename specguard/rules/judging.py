@@ -21,12 +21,13 @@ from typing import Any
 from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
 from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget
-from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator, OutOfBudget
+from specguard.evaluation.evaluator import Evaluator, OutOfBudget
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.instances import InstanceAttributes
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.program import Program
 from specguard.evaluation.values import (
+    STAR_KWARGS,
     UNKNOWN,
     Bound,
     ClassRef,
