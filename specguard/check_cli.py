@@ -162,7 +162,7 @@ def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
 
 def run_check(args: argparse.Namespace) -> int:
     from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
-    from specguard.analysis.engine import check_paths
+    from specguard.composition import check_paths
     from specguard.settings import require_cache_inside_project
 
     if args.statistics and args.output_format not in ("concise", "text", "json"):
@@ -300,7 +300,7 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
     """`--fix` or `--diff` on the reported findings. `--diff` prints the diffs and the count it would fix;
     `--fix` writes the files and checks again, so the report shows what remains, where it now is."""
     from specguard.analysis.baseline import filter_baseline, read_baseline
-    from specguard.analysis.engine import check_paths
+    from specguard.composition import check_paths
     from specguard.fixes.apply import fix_files, unified_diff
     from specguard.report.text import diff_summary
 

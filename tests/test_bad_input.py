@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.analysis.engine import check_source
+from specguard.composition import check_source
 
 GOOD = """\
 from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
@@ -314,7 +314,8 @@ class S(DraftModelSpeculator):
 
 
 def test_an_internal_error_in_one_file_keeps_the_other_files_findings(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from specguard.analysis import engine, evaluate
+    from specguard import composition
+    from specguard.analysis import evaluate
 
     (tmp_path / "good.py").write_text(GOOD)
     (tmp_path / "boom.py").write_text(GOOD.replace("GoodFile", "Boom"))
@@ -326,7 +327,7 @@ def test_an_internal_error_in_one_file_keeps_the_other_files_findings(monkeypatc
         return real(path, *args)
 
     monkeypatch.setattr(evaluate, "evaluate_file", flaky)
-    result = engine.check_paths([tmp_path], use_cache=False)
+    result = composition.check_paths([tmp_path], use_cache=False)
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("good.py", "SG101")]
     assert result.errors == [
         f"{tmp_path / 'boom.py'}: internal error while analyzing: ValueError: a bug in a rule (please report it)"
@@ -337,6 +338,7 @@ def test_a_worker_killed_by_a_native_crash_costs_only_its_file(monkeypatch, tmp_
     """A segfault in libcst's native parser kills the worker process; that file becomes SG000, the rest go on."""
     import signal
 
+    from specguard import composition
     from specguard.analysis import engine, evaluate
 
     for i in range(6):
@@ -352,7 +354,7 @@ def test_a_worker_killed_by_a_native_crash_costs_only_its_file(monkeypatch, tmp_
     monkeypatch.setattr(evaluate, "evaluate_file", crashing)
     monkeypatch.setattr(engine, "cores", lambda: 2)
     monkeypatch.setattr(engine, "_PARALLEL_MIN_FILES", 1)  # use workers even for this small tree
-    result = engine.check_paths([tmp_path], use_cache=False)
+    result = composition.check_paths([tmp_path], use_cache=False)
     codes = sorted((Path(f.path).name, f.code) for f in result.findings)
     assert codes == [("crash.py", "SG000"), *((f"good{i}.py", "SG101") for i in range(6))]
     assert "parser crashed" in [f for f in result.findings if f.code == "SG000"][0].message

@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from specguard.analysis.engine import check_paths
+from specguard.composition import check_paths
 from specguard.settings import Settings
 
 BASE = "class DraftModelSpeculator:\n    pass\n"

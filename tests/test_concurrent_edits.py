@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.analysis.engine import check_paths
+from specguard.composition import check_paths
 from specguard.settings import Settings
 
 BASE = textwrap.dedent("""

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from specguard.analysis.engine import check_source
+from specguard.composition import check_source
 from specguard.rules import EVALUATED, load_rule
 
 # (rule, what the good example computes, the same guard computing something else)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.analysis.engine import check_paths
+from specguard.composition import check_paths
 from specguard.rules import ALL_CODES
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.analysis.engine import check_source
+from specguard.composition import check_source
 from specguard.fixes.apply import fix_text
 from specguard.rules import all_rules
 

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from specguard.analysis.engine import check_paths
+from specguard.composition import check_paths
 
 DFLASH = "v1/worker/gpu/spec_decode/dflash/speculator.py"
 

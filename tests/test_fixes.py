@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.analysis.engine import check_source
+from specguard.composition import check_source
 from specguard.fixes.apply import compiles, fix_text
 from specguard.fixes.model import Edit, Fix, apply_edits
 from specguard.rules import all_rules

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from specguard.analysis.engine import check_source
+from specguard.composition import check_source
 
 LIFTED = [
     (  # "a call through a local variable ... is not followed"

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from specguard.analysis.engine import check_source
+from specguard.composition import check_source
 
 HEAD = """
 from vllm.config.compilation import CUDAGraphMode

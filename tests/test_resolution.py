@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.analysis.engine import check_paths
+from specguard.composition import check_paths
 
 BASE = """
 class BaseSpeculator:

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from specguard.analysis.engine import check_source
+from specguard.composition import check_source
 from specguard.fixes.apply import fix_text
 from specguard.rules import ALL_CODES, all_rules, rule_name
 

@@ -7,8 +7,8 @@ import ast
 import pytest
 
 from specguard.analysis import evaluate
-from specguard.analysis.engine import check_paths
 from specguard.analysis.summary import summarize
+from specguard.composition import check_paths
 from specguard.program.sparse import sparse_source
 
 SOURCE = (

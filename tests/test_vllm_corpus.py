@@ -104,7 +104,7 @@ def test_every_finding_on_the_real_tree_is_expected(version, vllm_source, cli) -
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_findings_name_the_scope_they_are_in(version, vllm_source) -> None:  # type: ignore[no-untyped-def]
-    from specguard.analysis.engine import check_paths
+    from specguard.composition import check_paths
 
     root = vllm_source(version)
     result = check_paths([root], use_cache=False)
@@ -116,14 +116,14 @@ def test_findings_name_the_scope_they_are_in(version, vllm_source) -> None:  # t
 def test_0_33_0_has_no_speculator_or_geometry_finding(vllm_source) -> None:  # type: ignore[no-untyped-def]
     """The fixed tree: its DFlash capture builder (dflash/cudagraph.py, for_cudagraph_capture=True, not a
     speculator module) and the model states that build target metadata are not speculator paths."""
-    from specguard.analysis.engine import check_paths
+    from specguard.composition import check_paths
 
     result = check_paths([vllm_source("0.33.0")], use_cache=False)
     assert [f for f in result.findings if f.code.startswith("SG1") or f.code == "SG202"] == []
 
 
 def test_sg103_points_at_the_argument(vllm_source) -> None:  # type: ignore[no-untyped-def]
-    from specguard.analysis.engine import check_paths
+    from specguard.composition import check_paths
 
     root = vllm_source("0.28.0")
     result = check_paths([root / "v1/worker/gpu/spec_decode/dflash/speculator.py"], use_cache=False)
@@ -134,7 +134,7 @@ def test_sg103_points_at_the_argument(vllm_source) -> None:  # type: ignore[no-u
 
 def test_a_subtree_still_resolves_bases_outside_it(vllm_source) -> None:  # type: ignore[no-untyped-def]
     """Checking only dflash/ must still know DFlashSpeculator is a speculator (its base is in ../speculator.py)."""
-    from specguard.analysis.engine import check_paths
+    from specguard.composition import check_paths
 
     root = vllm_source("0.28.0")
     result = check_paths([root / "v1/worker/gpu/spec_decode/dflash"], use_cache=False)

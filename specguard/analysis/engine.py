@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard._snapshots import user_cache_notes
 from specguard.analysis.cache import Cache
 from specguard.analysis.findings import Finding, Judgement, source_error
+from specguard.analysis.handed import RuleSet
 from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
 from specguard.analysis.judge import Judge
 from specguard.analysis.parallel import Job, Workers, cores
@@ -24,13 +26,14 @@ from specguard.analysis.suppress import CheckedFiles, FileExemption, file_exempt
 from specguard.errors import SourceError
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.fixes.line_length import LineLengths
-from specguard.packs import Pack, load_pack
 from specguard.program.discover import Discovery, discover
 from specguard.program.modules import ModuleLocator
 from specguard.program.reading import UNSTAMPED, decode, read_stamped
 from specguard.program.sparse import sparse_lines
-from specguard.rules import ALL_CODES, EVALUATED, load_rule
 from specguard.settings import Settings
+
+if TYPE_CHECKING:
+    from specguard.packs import Pack
 
 # Below this many files to scan, forking workers costs more than it saves.
 _PARALLEL_MIN_FILES = 200
@@ -66,6 +69,7 @@ def _evaluate(
     data: bytes,
     facts: FileFacts,
     pack: Pack,
+    rules: RuleSet,
     codes: frozenset[str],
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
@@ -73,7 +77,7 @@ def _evaluate(
     from specguard.analysis.evaluate import evaluate_file  # libcst loads only when a file needs it
 
     try:
-        return evaluate_file(path, data, facts, pack, codes, mentions, definitions), None
+        return evaluate_file(path, data, facts, pack, rules, codes, mentions, definitions), None
     except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not lose the other files' findings
         return [], f"{path}: internal error while analyzing: {type(exc).__name__}: {exc} (please report it)"
 
@@ -93,7 +97,7 @@ def _result_key(scan: FileScan, facts: FileFacts, codes: frozenset[str]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def _warm_up() -> None:
+def _warm_up(rules: RuleSet) -> None:
     """Runs first in each worker: import libcst and the rules on it while the main process scans files."""
     import libcst  # noqa: F401
 
@@ -101,8 +105,8 @@ def _warm_up() -> None:
     from specguard.fixes.from_cst import checked_fix  # noqa: F401
     from specguard.program.positions import spans  # noqa: F401
 
-    for code in set(ALL_CODES) - EVALUATED:
-        load_rule(code)
+    for code in set(rules.codes) - rules.evaluated:
+        rules.load(code)
 
 
 class _Run:
@@ -114,9 +118,9 @@ class _Run:
     the bytes it came from.
     """
 
-    def __init__(self, settings: Settings, pack: Pack, use_cache: bool) -> None:
-        self.settings, self.pack = settings, pack
-        self.codes = frozenset(settings.enabled(ALL_CODES))
+    def __init__(self, settings: Settings, pack: Pack, rules: RuleSet, use_cache: bool) -> None:
+        self.settings, self.pack, self.rules = settings, pack, rules
+        self.codes = frozenset(settings.enabled(rules.codes))
         cache_root = settings.cache_dir or settings.root / ".specguard_cache"
         self.cache = Cache(None)
         if use_cache:  # walked beneath the project's root when it lies inside the project
@@ -263,7 +267,9 @@ class _Run:
     def judge(self) -> Judge:
         if self._judge is None:
             reader = self.module_bytes
-            self._judge = Judge(self.locator, self.pack, self.codes, self.cache, self._borrowed_tops, reader)
+            self._judge = Judge(
+                self.locator, self.pack, self.rules, self.codes, self.cache, self._borrowed_tops, reader
+            )
         return self._judge
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
@@ -274,7 +280,7 @@ class _Run:
         jobs: list[Job] = []
         keys: dict[str, str] = {}
         live_results: set[str] = set()
-        cst_codes, judged_codes = self.codes - EVALUATED, self.codes & EVALUATED
+        cst_codes, judged_codes = self.codes - self.rules.evaluated, self.codes & self.rules.evaluated
 
         def settle(scan: FileScan, facts: FileFacts) -> str:
             """Record a file's judgements; the key of its findings."""
@@ -293,13 +299,13 @@ class _Run:
                     continue
                 scan, data, facts, known = todo
                 path, definitions = scan.path, scan.summary.definitions if scan.summary is not None else []
-                jobs.append((path, data, facts, self.pack, cst_codes, scan.mentions, definitions))
+                jobs.append((path, data, facts, self.pack, self.rules, cst_codes, scan.mentions, definitions))
                 yield jobs[-1]
                 if known is None:
                     known = self.judge.facts(path, scan.root, facts, scan.mentions, scan.digest)
                     settle(scan, known)
                 if any(j.decided for j in known.judgements):
-                    jobs.append((path, data, known, self.pack, judged_codes, scan.mentions, definitions))
+                    jobs.append((path, data, known, self.pack, self.rules, judged_codes, scan.mentions, definitions))
                     yield jobs[-1]
 
         # With workers, libcst's native parser runs only there: a fault in it must not take the run down.
@@ -395,22 +401,22 @@ class _Run:
         module, is_package = scan.summary.module, scan.summary.is_package
         length = self.line_lengths.of(path)
         return _evaluate_text(
-            text, path, module, is_package, self.index, self.pack, self.codes, self.judge, scan.root, length
+            text, path, module, is_package, self.index, self.pack, self.rules, self.codes, self.judge, scan.root, length
         )
 
 
 def check_paths(
-    paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True, pack: Pack | None = None
+    paths: Sequence[str | Path], settings: Settings, pack: Pack, rules: RuleSet, *, use_cache: bool = True
 ) -> CheckResult:
-    settings = settings or Settings()
-    run = _Run(settings, pack or load_pack(settings.rule_packs), use_cache)
+    """A check of `paths` with the pack and the rules it is handed (specguard/composition.py composes them)."""
+    run = _Run(settings, pack, rules, use_cache)
     found = discover_files(paths, settings)
     result = CheckResult(errors=list(found.errors), notes=list(found.notes), files=len(found.files), discovery=found)
 
     def workers(files_to_scan: int) -> Workers:
         # Only a cold run over a large tree pays for processes; a warm run or a pre-commit batch stays local.
         extra = cores() - 1 if files_to_scan >= _PARALLEL_MIN_FILES else 0
-        return Workers(extra, warm_up=_warm_up)
+        return Workers(extra, warm_up=functools.partial(_warm_up, rules))
 
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
@@ -418,11 +424,11 @@ def check_paths(
     # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
     result.warnings = [w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused]
     result.notes.extend(run.line_lengths.notes())
-    result.findings = sorted(f for f in result.findings if not _ignored(f, settings, run))
+    result.findings = sorted(f for f in result.findings if not _ignored(f, settings, run, run.codes))
     result.undecided = sorted(
         (path, j)
         for path, j in result.undecided
-        if not _ignored(Finding(path, j.span[0], 1, j.code, ""), settings, run)
+        if not _ignored(Finding(path, j.span[0], 1, j.code, ""), settings, run, run.codes)
     )
     result.not_judged.sort()
     result.project = run
@@ -464,8 +470,8 @@ def _names_any(unresolved: Unresolved, names: set[str], line: Callable[[str, int
     return any(name in body for name in names | aliases)
 
 
-def _ignored(finding: Finding, settings: Settings, files: CheckedFiles) -> bool:
-    if finding.code != "SG000" and finding.code not in settings.enabled(ALL_CODES):
+def _ignored(finding: Finding, settings: Settings, files: CheckedFiles, codes: frozenset[str]) -> bool:
+    if finding.code != "SG000" and finding.code not in codes:
         return True
     return is_suppressed(finding, settings, files)
 
@@ -475,8 +481,9 @@ def check_source(
     path: str = "example.py",
     module: str = "example",
     *,
-    pack: Pack | None = None,
-    settings: Settings | None = None,
+    pack: Pack,
+    rules: RuleSet,
+    settings: Settings,
     line_length: int = DEFAULT_LINE_LENGTH,
 ) -> list[Finding]:
     """One in-memory module through the same index and rules, with nothing else in the project, its fixes laid
@@ -484,13 +491,11 @@ def check_source(
 
     What the rules' own examples and the property tests run; a source error comes back as SG000.
     """
-    settings = settings or Settings()
-    pack = pack or load_pack(settings.rule_packs)
     locator = ModuleLocator(installed=False)
     index = ProjectIndex(locator, lambda _: None)
-    codes = frozenset(settings.enabled(ALL_CODES))
-    judge = Judge(locator, pack, codes, Cache(None), set)
-    return sorted(_evaluate_text(text, path, module, False, index, pack, codes, judge, Path(), line_length))
+    codes = frozenset(settings.enabled(rules.codes))
+    judge = Judge(locator, pack, rules, codes, Cache(None), set)
+    return sorted(_evaluate_text(text, path, module, False, index, pack, rules, codes, judge, Path(), line_length))
 
 
 def _evaluate_text(
@@ -500,6 +505,7 @@ def _evaluate_text(
     is_package: bool,
     index: ProjectIndex,
     pack: Pack,
+    rules: RuleSet,
     codes: frozenset[str],
     judge: Judge,
     root: Path = Path(),
@@ -525,4 +531,4 @@ def _evaluate_text(
     facts = judge.facts(path, root, facts, mentions, "", text=text)
     if len(judge.errors) > errors:  # an in-memory check has no report to put it in: it must not pass unseen
         raise RuntimeError(judge.errors[-1])
-    return evaluate_source(text, path, facts, pack, codes, mentions, summary.definitions)
+    return evaluate_source(text, path, facts, pack, rules, codes, mentions, summary.definitions)

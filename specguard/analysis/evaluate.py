@@ -5,15 +5,19 @@ is not parsed again, nor is libcst imported for it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specguard.analysis.findings import Finding, source_error
+from specguard.analysis.handed import RuleSet
 from specguard.analysis.index import FileFacts
 from specguard.errors import SourceError
 from specguard.fixes.model import fix_of
-from specguard.packs import Pack
 from specguard.program.reading import decode
 from specguard.program.sparse import sparse_source
-from specguard.rules import load_rule
-from specguard.rules.base import Diagnostic, Rule, RuleContext
+
+if TYPE_CHECKING:
+    from specguard.packs import Pack
+    from specguard.rules.base import Diagnostic, Rule
 
 
 def _names_to_keep(facts: FileFacts, pack: Pack) -> tuple[str, ...]:
@@ -28,18 +32,19 @@ def evaluate_source(
     path: str,
     facts: FileFacts,
     pack: Pack,
+    handed: RuleSet,
     codes: frozenset[str],
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
-    rules = [r for r in _rules(codes) if r.applies(facts, pack, mentions)]
+    rules = [r for r in _rules(handed, codes) if r.applies(facts, pack, mentions)]
     judged = {j.code for j in facts.judgements if j.decided}
     rules = [r for r in rules if r.judge is None or r.code in judged]  # a judged rule reports only what it decided
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
     parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
     if all(r.judge is not None for r in rules):  # rules on `ast`, fixed by text edits: no libcst
-        ctx = RuleContext(None, facts, pack, mentions, parsed, source=text)
+        ctx = handed.context(None, facts, pack, mentions, parsed, source=text)
         found = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         places = [ctx.span(d.span) for _, d in found if d.span is not None]
         fixes = [fix_of(d.fix.applicability, d.fix.message, d.fix.edits) if d.fix else None for _, d in found]
@@ -51,7 +56,7 @@ def evaluate_source(
 
     try:
         module = cst.parse_module(parsed)
-        ctx = RuleContext(module, facts, pack, mentions, parsed, source=text)
+        ctx = handed.context(module, facts, pack, mentions, parsed, source=text)
         found = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         nodes = [diag.node for _, diag in found if diag.node is not None]
         located = iter(spans(module, nodes) if nodes else [])
@@ -73,8 +78,8 @@ def _findings(
     ]
 
 
-def _rules(codes: frozenset[str]) -> list[Rule]:
-    return [load_rule(code) for code in sorted(codes)]
+def _rules(handed: RuleSet, codes: frozenset[str]) -> list[Rule]:
+    return [handed.load(code) for code in sorted(codes)]
 
 
 def evaluate_file(
@@ -82,16 +87,19 @@ def evaluate_file(
     data: bytes,
     facts: FileFacts,
     pack: Pack,
+    handed: RuleSet,
     codes: frozenset[str],
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
     """Stage two for a file, on the bytes stage one read (never read again: the file may have changed since)."""
     judged = {j.code for j in facts.judgements if j.decided}
-    if not any(r.applies(facts, pack, mentions) and (r.judge is None or r.code in judged) for r in _rules(codes)):
+    if not any(
+        r.applies(facts, pack, mentions) and (r.judge is None or r.code in judged) for r in _rules(handed, codes)
+    ):
         return []  # decided before decoding the file again
     try:
         text = decode(data)
     except SourceError as exc:
         return [source_error(path, str(exc))]
-    return evaluate_source(text, path, facts, pack, codes, mentions, definitions)
+    return evaluate_source(text, path, facts, pack, handed, codes, mentions, definitions)

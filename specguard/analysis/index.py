@@ -6,12 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specguard.analysis.findings import Judgement
 from specguard.analysis.summary import ModuleSummary
-from specguard.packs import Pack
 from specguard.program.modules import ModuleLocator, is_stdlib
 from specguard.program.signatures import Signature
+
+if TYPE_CHECKING:
+    from specguard.packs import Pack
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 from specguard.analysis.cache import Cache, JudgedFile
 from specguard.analysis.findings import Judgement
+from specguard.analysis.handed import RuleSet
 from specguard.analysis.index import FileFacts
-from specguard.packs import Pack
 from specguard.program.modules import ModuleLocator
-from specguard.rules import EVALUATED, load_rule
 
 if TYPE_CHECKING:
     from specguard.evaluation.program import Program, Reader
+    from specguard.packs import Pack
     from specguard.rules.base import Rule
 
 
@@ -47,13 +47,14 @@ class Judge:
         self,
         locator: ModuleLocator,
         pack: Pack,
+        rules: RuleSet,
         codes: frozenset[str],
         cache: Cache,
         borrowed: Callable[[], set[str]],
         reader: Reader | None = None,
     ) -> None:
-        self.pack, self.cache = pack, cache
-        self.codes = sorted(codes & EVALUATED)
+        self.pack, self.cache, self.handed = pack, cache, rules
+        self.codes = sorted(codes & rules.evaluated)
         self._locator, self._borrowed, self._reader = locator, borrowed, reader
         self._rules: list[Rule] | None = None
         self._programs: Callable[[Path], Program] | None = None
@@ -92,14 +93,12 @@ class Judge:
         rules = [rule for rule in self.load() if rule.applies(facts, self.pack, mentions)]
         if not rules:
             return (), (), False
-        from specguard.rules.judging import Question
-
         program = self._program(root)
         program.read.clear()
         module = program.module_at(facts.module, Path(path), text)
         if module is None:
             return (), (), False
-        question = Question(path, module, facts, self.pack, program)
+        question = self.handed.question(path, module, facts, self.pack, program)
         judgements: list[Judgement] = []
         failed = False
         for rule in rules:
@@ -117,7 +116,7 @@ class Judge:
     def load(self) -> list[Rule]:
         """The rules on the evaluator, imported (and the evaluator with them) the first time they are needed."""
         if self._rules is None:
-            self._rules = [load_rule(code) for code in self.codes]
+            self._rules = [self.handed.load(code) for code in self.codes]
         return self._rules
 
     def _program(self, root: Path) -> Program:

@@ -59,7 +59,7 @@ def _version(names: tuple[str, ...]) -> str | None:
 
 
 def _check_summary(root: Path) -> CheckSummary:
-    from specguard.analysis.engine import check_paths  # deferred: only when there is a tree to check
+    from specguard.composition import check_paths  # deferred: only when there is a tree to check
     from specguard.settings import served_tree_settings
 
     result = check_paths([root], served_tree_settings(root))

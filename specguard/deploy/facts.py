@@ -67,7 +67,7 @@ class SourceFacts:
     def findings(self) -> list[SourceFinding]:
         """`specguard check` over the served tree (cached by the engine between runs)."""
         # Deferred: the analyzer is heavier than loading a config.
-        from specguard.analysis.engine import check_paths
+        from specguard.composition import check_paths
         from specguard.settings import served_tree_settings
 
         result = check_paths([self.tree.root], served_tree_settings(self.tree.root))

@@ -9,11 +9,19 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from specguard.rules.base import Rule
+    import libcst as cst
+
+    from specguard.analysis.index import FileFacts
+    from specguard.evaluation.program import Program
+    from specguard.packs import Pack
+    from specguard.program.tree import ParsedModule
+    from specguard.rules.base import Rule, RuleContext
+    from specguard.rules.judging import Question
 
 _MODULE = re.compile(r"^sg(\d{3})_\w+$")
 
@@ -66,3 +74,34 @@ def load_rule(code: str) -> Rule:
 
 def all_rules() -> dict[str, Rule]:
     return {code: load_rule(code) for code in ALL_CODES}
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """These rules as the engine is handed them (`analysis.handed.RuleSet`): plain data, so it reaches worker
+    processes by name, and each process imports a rule module (and libcst, and the evaluator) only when a file
+    needs it."""
+
+    codes: tuple[str, ...] = tuple(ALL_CODES)
+    evaluated: frozenset[str] = EVALUATED
+
+    def load(self, code: str) -> Rule:
+        return load_rule(code)
+
+    def context(
+        self,
+        module: cst.Module | None,
+        facts: FileFacts,
+        pack: Pack,
+        mentions: frozenset[str],
+        parsed: str,
+        source: str,
+    ) -> RuleContext:
+        from specguard.rules.base import RuleContext
+
+        return RuleContext(module, facts, pack, mentions, parsed, source=source)
+
+    def question(self, path: str, module: ParsedModule, facts: FileFacts, pack: Pack, program: Program) -> Question:
+        from specguard.rules.judging import Question  # the evaluator loads with it, when a file is first judged
+
+        return Question(path, module, facts, pack, program)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from specguard.analysis.engine import check_source
 from specguard.analysis.findings import Finding
+from specguard.composition import check_source
 
 HEADER = """\
 import functools

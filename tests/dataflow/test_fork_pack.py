@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from specguard.analysis.engine import check_paths
+from specguard.composition import check_paths
 from specguard.settings import Settings
 
 FORK_PACK = """

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.analysis.engine import check_paths
+from specguard.composition import check_paths
 
 
 def test_attribute_written_in_one_method_and_read_in_another_is_flagged(check_speculator) -> None:  # type: ignore[no-untyped-def]

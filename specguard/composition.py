@@ -1,0 +1,42 @@
+"""A check composed: the settings' rule packs loaded and the rules selected, handed to the engine.
+
+The one place that knows both the engine (`analysis/`) and what it runs (`rules/`, `packs.py`); the command line,
+the config pre-flight's hazards and `specguard doctor` check through it, and so do the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from specguard.analysis import engine
+from specguard.analysis.findings import Finding
+from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
+from specguard.packs import Pack, load_pack
+from specguard.rules import RuleSet
+from specguard.settings import Settings
+
+RULES = RuleSet()
+
+
+def check_paths(
+    paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True, pack: Pack | None = None
+) -> engine.CheckResult:
+    """`specguard check PATHS`: every rule the settings enable, with their packs (or `pack`)."""
+    settings = settings or Settings()
+    return engine.check_paths(paths, settings, pack or load_pack(settings.rule_packs), RULES, use_cache=use_cache)
+
+
+def check_source(
+    text: str,
+    path: str = "example.py",
+    module: str = "example",
+    *,
+    pack: Pack | None = None,
+    settings: Settings | None = None,
+    line_length: int = DEFAULT_LINE_LENGTH,
+) -> list[Finding]:
+    """One in-memory module, checked alone (the rules' own examples, the property tests)."""
+    settings = settings or Settings()
+    pack = pack or load_pack(settings.rule_packs)
+    return engine.check_source(text, path, module, pack=pack, rules=RULES, settings=settings, line_length=line_length)
