@@ -14,7 +14,7 @@ from specguard.report.names import shown
 
 if TYPE_CHECKING:
     from specguard.analysis.engine import CheckResult
-    from specguard.analysis.findings import Finding
+    from specguard.findings import Finding
     from specguard.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2

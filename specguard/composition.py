@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.analysis import engine
-from specguard.analysis.findings import Finding
+from specguard.findings import Finding
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.packs import Pack, load_pack
 from specguard.rules import RuleSet

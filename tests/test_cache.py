@@ -122,8 +122,8 @@ FORWARD = textwrap.dedent("""
 def test_a_finding_with_its_fix_survives_the_cache_and_fix_flags_share_it(tmp_path: Path) -> None:
     from specguard import _datafile
     from specguard.analysis.cache import ResultTable
-    from specguard.analysis.findings import Finding
-    from specguard.fixes.model import Edit, Fix
+    from specguard.findings import Finding
+    from specguard.fix_model import Edit, Fix
 
     fix = Fix("unsafe", "Rewrite it", (Edit("x if y else z", 3, 5, 3, 9), Edit("", 1, 1, 2, 1)))
     table = {"key": [Finding("a.py", 3, 5, "SG103", "m", 3, 9, "A.f", fix), Finding("b.py", 1, 1, "SG000", "e")]}

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specguard.composition import check_source
+from specguard.fix_model import Edit, Fix, apply_edits
 from specguard.fixes.apply import compiles, fix_text
-from specguard.fixes.model import Edit, Fix, apply_edits
 from specguard.rules import all_rules
 
 HEAD = "from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator\n\n\n"

@@ -21,8 +21,8 @@ from specguard._files import (
     relative_inside,
     replace_atomically,
 )
-from specguard.analysis.findings import Finding
 from specguard.errors import UserError
+from specguard.findings import Finding
 from specguard.settings import Settings
 
 _VERSION = 1

@@ -41,8 +41,8 @@ from specguard._files import (
     relative_inside,
 )
 from specguard._snapshots import user_cache_folder, user_cache_home
-from specguard.analysis.findings import Finding, Judgement
 from specguard.analysis.scan import FileScan
+from specguard.findings import Finding, Judgement
 from specguard.ownership import untrusted
 from specguard.program.reading import UNSTAMPED
 

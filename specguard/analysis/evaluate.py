@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specguard.analysis.findings import Finding, source_error
 from specguard.analysis.handed import RuleSet
 from specguard.analysis.index import FileFacts
 from specguard.errors import SourceError
-from specguard.fixes.model import fix_of
+from specguard.findings import Finding, source_error
+from specguard.fix_model import fix_of
 from specguard.program.reading import decode
 from specguard.program.sparse import sparse_source
 

@@ -8,8 +8,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specguard.analysis.findings import Judgement
 from specguard.analysis.summary import ModuleSummary
+from specguard.findings import Judgement
 from specguard.program.modules import ModuleLocator, is_stdlib
 from specguard.program.signatures import Signature
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specguard.analysis.cache import Cache, JudgedFile
-from specguard.analysis.findings import Judgement
 from specguard.analysis.handed import RuleSet
 from specguard.analysis.index import FileFacts
+from specguard.findings import Judgement
 from specguard.program.modules import ModuleLocator
 
 if TYPE_CHECKING:

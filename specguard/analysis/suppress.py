@@ -11,7 +11,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Protocol
 
-from specguard.analysis.findings import Finding
+from specguard.findings import Finding
 from specguard.settings import Settings, selects
 
 # A bare noqa comment belongs to other linters and does not silence specguard; a bare ignore does not either.

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 
+from specguard.fix_model import NodeFix, NoFix, split_lines
 from specguard.fixes.ast_edits import argument_of, enclosing_statement, insert_before, place
 from specguard.fixes.layout import Layout, flat, has_comment
-from specguard.fixes.model import NodeFix, NoFix, split_lines
 from specguard.program.ast_tools import FUNCTIONS, source_segment
 
 AGREEING = ("any", "all", "max", "min")  # reductions that give the same over the distinct values as over all

@@ -35,8 +35,8 @@ from specguard._files import (
     read_regular_stat,
     rewrite_in_place,
 )
-from specguard.analysis.findings import Finding
-from specguard.fixes.model import Fix, apply_edits, split_lines
+from specguard.findings import Finding
+from specguard.fix_model import Fix, apply_edits, split_lines
 
 # How many re-check rounds one file gets; ruff stops at 100, but specguard's fixes rarely overlap at all.
 MAX_ROUNDS = 10

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import re
 
+from specguard.fix_model import Edit, split_lines
 from specguard.fixes.layout import Argument, Layout, flat
-from specguard.fixes.model import Edit, split_lines
 from specguard.program.ast_tools import source_segment
 
 _SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.FunctionDef, ast.AsyncFunctionDef)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import libcst as cst
 
-from specguard.fixes.model import Change
+from specguard.fix_model import Change
 from specguard.program.cst_tools import kids
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import libcst as cst
 
-from specguard.fixes.model import Change, Edit, Fix, NodeFix, fix_of, split_lines
+from specguard.fix_model import Change, Edit, Fix, NodeFix, fix_of, split_lines
 from specguard.program.cst_tools import kids
 
 

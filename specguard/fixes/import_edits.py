@@ -10,7 +10,7 @@ import ast
 import functools
 import re
 
-from specguard.fixes.model import Edit, split_lines
+from specguard.fix_model import Edit, split_lines
 from specguard.program.ast_tools import source_segment
 
 

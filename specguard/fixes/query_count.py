@@ -21,7 +21,7 @@ import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from specguard.fixes.model import NoFix
+from specguard.fix_model import NoFix
 from specguard.program.ast_tools import defaults
 from specguard.program.signatures import Signature
 

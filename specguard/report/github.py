@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.analysis.findings import Finding
+from specguard.findings import Finding
 from specguard.report.names import decodable
 from specguard.settings import path_from
 

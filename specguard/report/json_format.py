@@ -6,8 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from specguard.analysis.findings import Finding
-from specguard.fixes.model import Fix
+from specguard.findings import Finding
+from specguard.fix_model import Fix
 from specguard.report.docs_url import rule_url
 from specguard.report.text import RuleCount
 from specguard.rules import rule_name

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from specguard import __version__
-from specguard.analysis.findings import Finding
+from specguard.findings import Finding
 from specguard.report.docs_url import DOCS, rule_url
 from specguard.report.names import decodable, uri_path
 from specguard.rules import ALL_CODES, SOURCE_ERROR_DOCS, SOURCE_ERROR_TITLE, load_rule

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from specguard.analysis.findings import Finding
+from specguard.findings import Finding
 from specguard.report.names import shown
 
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
-from specguard.fixes.model import NodeFix
+from specguard.findings import Judgement
+from specguard.fix_model import NodeFix
 from specguard.packs import Pack
 from specguard.program.ast_tools import span
 from specguard.program.reading import parse_ast

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from specguard.analysis.findings import Judgement
 from specguard.analysis.index import FileFacts
 from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget
 from specguard.evaluation.evaluator import Evaluator, OutOfBudget
@@ -40,6 +39,7 @@ from specguard.evaluation.values import (
     Partial,
     plain,
 )
+from specguard.findings import Judgement
 from specguard.packs import Pack
 from specguard.program.ast_tools import FUNCTIONS, has_decorator, same_scope, span
 from specguard.program.tree import ClassInfo, ParsedModule, read_class

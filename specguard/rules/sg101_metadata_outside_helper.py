@@ -6,9 +6,9 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from specguard.analysis.findings import Judgement
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Function, Obj
+from specguard.findings import Judgement
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements, speculator_module
 from specguard.rules.judging import (
     OutOfBudget,

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import libcst as cst
 
 from specguard.analysis.index import FileFacts
+from specguard.fix_model import NodeFix
 from specguard.fixes.cst_edits import delete_statement
-from specguard.fixes.model import NodeFix
 from specguard.packs import Pack
 from specguard.program.cst_tools import dotted, kids, parameters, scopes
 from specguard.program.signatures import Signature

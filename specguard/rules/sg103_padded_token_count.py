@@ -7,7 +7,6 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from specguard.analysis.findings import Judgement
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame, doubts
 from specguard.evaluation.values import (
@@ -27,10 +26,11 @@ from specguard.evaluation.values import (
     why_of,
     with_labels,
 )
+from specguard.findings import Judgement
+from specguard.fix_model import Edit, NodeFix, NoFix
 from specguard.fixes.ast_edits import enclosing_statement, indent_unit, place
 from specguard.fixes.import_edits import add_import
 from specguard.fixes.layout import Layout, flat
-from specguard.fixes.model import Edit, NodeFix, NoFix
 from specguard.fixes.query_count import QueryNames, Reached, real_count
 from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span
 from specguard.program.signatures import signature

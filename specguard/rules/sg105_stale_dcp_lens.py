@@ -6,10 +6,10 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from specguard.analysis.findings import Judgement
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Abstract, Label, labels_of, maybe_of, plain, why_of
+from specguard.findings import Judgement
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, bind_arguments, bind_parameters, callee
 

@@ -6,15 +6,15 @@ import ast
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from specguard.analysis.findings import Judgement
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import State, doubts
 from specguard.evaluation.values import UNKNOWN, ClassRef, Label, Obj, Tagged, labels_of, plain
+from specguard.findings import Judgement
+from specguard.fix_model import NodeFix, NoFix
 from specguard.fixes.agreement import AGREEING as AGREEING_REDUCTIONS
 from specguard.fixes.agreement import agreement_fix
 from specguard.fixes.ast_edits import indent_unit
 from specguard.fixes.layout import Layout
-from specguard.fixes.model import NodeFix, NoFix
 from specguard.program.ast_tools import has_decorator, span
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard.analysis.findings import Finding
 from specguard.composition import check_paths
+from specguard.findings import Finding
 
 HEADER = """\
 from vllm.config.compilation import CUDAGraphMode

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from specguard.analysis.findings import Finding
 from specguard.composition import check_source
+from specguard.findings import Finding
 
 HEADER = """\
 import functools

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specguard.fixes.model import Fix
+from specguard.fix_model import Fix
 
 
 @dataclass(frozen=True, order=True)
