@@ -16,13 +16,14 @@ from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard._snapshots import user_cache_notes
 from specguard.analysis.cache import Cache
 from specguard.analysis.handed import RuleSet
-from specguard.analysis.index import FileFacts, ProjectIndex, Unresolved
+from specguard.analysis.index import ProjectIndex, Unresolved
 from specguard.analysis.judge import Judge
 from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, digest_of, scan_bytes, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
 from specguard.analysis.suppress import CheckedFiles, FileExemption, file_exemption, is_suppressed
 from specguard.errors import SourceError
+from specguard.file_facts import FileFacts
 from specguard.findings import Finding, Judgement, source_error
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.fixes.line_length import LineLengths

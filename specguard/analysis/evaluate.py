@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specguard.analysis.handed import RuleSet
-from specguard.analysis.index import FileFacts
 from specguard.errors import SourceError
+from specguard.file_facts import FileFacts
 from specguard.findings import Finding, source_error
 from specguard.fix_model import fix_of
 from specguard.program.reading import decode

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from specguard.analysis.cache import Cache, JudgedFile
 from specguard.analysis.handed import RuleSet
-from specguard.analysis.index import FileFacts
+from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.program.modules import ModuleLocator
 

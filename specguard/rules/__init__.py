@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import libcst as cst
 
-    from specguard.analysis.index import FileFacts
     from specguard.evaluation.program import Program
+    from specguard.file_facts import FileFacts
     from specguard.packs import Pack
     from specguard.program.tree import ParsedModule
     from specguard.rules.base import Rule, RuleContext

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-from specguard.analysis.index import FileFacts
+from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.fix_model import NodeFix
 from specguard.packs import Pack

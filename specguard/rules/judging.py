@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from specguard.analysis.index import FileFacts
 from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget
 from specguard.evaluation.evaluator import Evaluator, OutOfBudget
 from specguard.evaluation.hooks import Hooks
@@ -39,6 +38,7 @@ from specguard.evaluation.values import (
     Partial,
     plain,
 )
+from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.packs import Pack
 from specguard.program.ast_tools import FUNCTIONS, has_decorator, same_scope, span

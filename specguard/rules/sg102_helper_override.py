@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from specguard.analysis.index import FileFacts
+from specguard.file_facts import FileFacts
 from specguard.fix_model import NodeFix
 from specguard.fixes.cst_edits import delete_statement
 from specguard.packs import Pack

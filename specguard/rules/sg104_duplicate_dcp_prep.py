@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import libcst as cst
 
-from specguard.analysis.index import FileFacts
+from specguard.file_facts import FileFacts
 from specguard.fix_model import NodeFix
 from specguard.fixes.cst_edits import delete_statements, without_keyword
 from specguard.fixes.import_edits import drop_import
