@@ -303,3 +303,33 @@ def test_script_folders_with_the_same_module_name_never_depend_on_argument_order
     )
     result = check_paths([tree / order[0], tree / order[1]], use_cache=False)
     assert [(Path(f.path).relative_to(tree).as_posix(), f.code) for f in result.findings] == [("b/drafter.py", "SG101")]
+
+
+def test_a_namespace_portion_inside_a_regular_package_is_part_of_it(tmp_path: Path) -> None:
+    """SGLang 0.5.23's sglang/multimodal_gen/runtime/ has no __init__.py; Python imports its files as
+    `sglang.multimodal_gen.runtime.x` (PEP 420), and so must the index: a relative import from there finds its
+    base in the checked tree, a speculator is known as one, and no "cannot locate" note is printed."""
+    from specguard.program.modules import module_name
+
+    root = write_tree(
+        tmp_path,
+        pkg(
+            {
+                "fork/runtime/deep/base.py": "from fork.spec.speculator import DraftModelSpeculator\n"
+                "class Middle(DraftModelSpeculator):\n    pass\n",
+                "fork/runtime/other/user.py": """
+                from ..deep.base import Middle
+                from vllm.v1.attention.backends.utils import build_attn_metadata
+
+                class Spec(Middle):
+                    def propose(self):
+                        return build_attn_metadata(common_attn_metadata=None)
+                """,
+            }
+        ),
+    )
+    user = root / "fork/runtime/other/user.py"
+    assert module_name(user) == ("fork.runtime.other.user", False, root.resolve())
+    result = check_paths([root / "fork"], use_cache=False)
+    assert not [note for note in result.notes if "cannot locate" in note], result.notes
+    assert [(Path(f.path).name, f.code) for f in result.findings] == [("user.py", "SG101")]

@@ -13,14 +13,18 @@ def _is_package_dir(folder: Path) -> bool:
 
 
 def module_name(path: Path) -> tuple[str, bool, Path]:
-    """(dotted module name, is it a package __init__, the folder the top package lives in)."""
+    """(dotted module name, is it a package __init__, the folder the top package lives in).
+
+    A folder without __init__.py inside a regular package is a namespace portion of it (PEP 420): Python imports
+    `sglang/multimodal_gen/runtime/x.py` as `sglang.multimodal_gen.runtime.x`, so the name runs up to the highest
+    regular package above the file, through such folders."""
     path = path.resolve()
     parts = [] if path.name == "__init__.py" else [path.stem]
-    folder = path.parent
-    while _is_package_dir(folder):
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return ".".join(parts), path.name == "__init__.py", folder
+    above = [path.parent, *path.parent.parents]
+    packages = [i for i, folder in enumerate(above) if _is_package_dir(folder)]
+    top = packages[-1] + 1 if packages else 0
+    parts[:0] = [folder.name for folder in reversed(above[:top])]
+    return ".".join(parts), path.name == "__init__.py", above[top]
 
 
 def is_stdlib(top: str) -> bool:
