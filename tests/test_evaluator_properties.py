@@ -21,7 +21,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.evaluation.evaluator import Evaluator, OutOfBudget
+from specguard.evaluation.budget import OutOfBudget
+from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.program import Parsed, Program
 from specguard.evaluation.values import (
     UNKNOWN,

@@ -16,9 +16,19 @@ from typing import Any
 
 from specguard.deploy.evaluator import config_evaluator
 from specguard.evaluation.budget import OutOfBudget
-from specguard.evaluation.evaluator import STAR_KWARGS, Evaluator
+from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.paths import Frame, State
-from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, ClassRef, Function, Opaque, Token, TokenAttr, known
+from specguard.evaluation.values import (
+    NOT_HANDLED,
+    STAR_KWARGS,
+    UNKNOWN,
+    ClassRef,
+    Function,
+    Opaque,
+    Token,
+    TokenAttr,
+    known,
+)
 from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, dotted
 
 # Where vLLM builds the `vllm serve` parser, and the helpers whose meaning specguard supplies itself.

@@ -329,3 +329,13 @@ def _covers(outcomes: list[Outcome], conds: list[Cond]) -> bool:
         if not any(all(assignment[c] == p for c, p in o.path) for o in outcomes):
             return False
     return True
+
+
+class PathEnds(Exception):
+    """The statement being evaluated raises on every path (a call whose every path raised, an unpacking of the
+    wrong length): its path ends there, as a raise an enclosing `try` may catch. `raised`: the names of what it
+    raises and of its bases, where known."""
+
+    def __init__(self, raised: set[str] | None = None) -> None:
+        super().__init__()
+        self.raised = raised

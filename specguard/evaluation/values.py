@@ -41,6 +41,7 @@ UNKNOWN: Any = _Unknown()
 NOT_HANDLED: Any = object()
 # A `**mapping` the evaluator could not read: its key in the keyword arguments a hook receives.
 STAR_KWARGS = "\0**"
+STAR_UNKNOWN: Any = object()
 
 
 @dataclass(frozen=True)

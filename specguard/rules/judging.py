@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget
-from specguard.evaluation.evaluator import Evaluator, OutOfBudget
+from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget, OutOfBudget
+from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.instances import InstanceAttributes
 from specguard.evaluation.paths import Frame

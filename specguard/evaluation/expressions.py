@@ -1,0 +1,490 @@
+"""Expressions, evaluated to values: names, literals and containers, operators, comparisons, subscripts and
+comprehensions. A mixin of `evaluator.Evaluator`, which dispatches to it (a call is `calls`)."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from specguard.evaluation import exceptions
+from specguard.evaluation.budget import MAX_ITEMS, result_size, too_large
+from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
+from specguard.evaluation.paths import (
+    Frame,
+    PathEnds,
+    State,
+    join_values,
+)
+from specguard.evaluation.values import (
+    STAR_UNKNOWN,
+    UNKNOWN,
+    Abstract,
+    ClassRef,
+    EnumMember,
+    Function,
+    LiteralType,
+    Many,
+    Obj,
+    OneOf,
+    Opaque,
+    Sym,
+    Tagged,
+    is_unknown,
+    known,
+    labels_of,
+    maybe_of,
+    plain,
+    settled,
+    unknown_from,
+    with_labels,
+)
+
+
+class Expressions(Builtins):
+    """How the evaluator computes each kind of expression."""
+
+    def _e_constant(self, e: ast.Constant, frame: Frame, state: State) -> Any:
+        if isinstance(e.value, (str, bytes)) and too_large(len(e.value)):
+            return UNKNOWN  # larger than any value the evaluation builds: it would only cost what it touches
+        return e.value
+
+    def _e_name(self, e: ast.Name, frame: Frame, state: State) -> Any:
+        if e.id in state.locals:
+            return settled(state.locals[e.id])
+        if frame.closure is not None and e.id in frame.closure:
+            return settled(frame.closure[e.id])
+        return self.module_value(frame.module, e.id)
+
+    def _e_attribute(self, e: ast.Attribute, frame: Frame, state: State) -> Any:
+        return self.getattr(self.eval(e.value, frame, state), e.attr, state, frame.depth, node=e)
+
+    def _e_tuple(self, e: ast.Tuple, frame: Frame, state: State) -> Any:
+        items = self._elements(e.elts, frame, state)
+        return tuple(items) if isinstance(items, list) else items
+
+    def _e_list(self, e: ast.List, frame: Frame, state: State) -> Any:
+        return self._elements(e.elts, frame, state)
+
+    def _e_set(self, e: ast.Set, frame: Frame, state: State) -> Any:
+        values = self._elements(e.elts, frame, state)
+        return self.make_set(values) if isinstance(values, list) else values
+
+    def _elements(self, elts: list[ast.expr], frame: Frame, state: State) -> Any:
+        if too_large(len(elts)):
+            return UNKNOWN  # a literal over the largest value's size: unknown, never built
+        out: list[Any] = []
+        for elt in elts:
+            if isinstance(elt, ast.Starred):
+                value = self.eval(elt.value, frame, state)
+                items = self.iterate(value)
+                if items is None:  # a container with an unknown part: its length and order are unknown
+                    rest = [self.eval(x.value if isinstance(x, ast.Starred) else x, frame, state) for x in elts]
+                    return Many(
+                        join_values(
+                            [
+                                (self.element_of(v) if isinstance(x, ast.Starred) else v, frozenset())
+                                for x, v in zip(elts, rest, strict=True)
+                            ]
+                        )
+                    )
+                if too_large(len(out) + len(items)):
+                    return UNKNOWN  # `[*L, *L]`: sized before it is built
+                self.charge(len(items))
+                out.extend(items)
+            else:
+                out.append(self.eval(elt, frame, state))
+        if too_large(len(out)):
+            return UNKNOWN
+        self.charge(len(out) + 1)
+        return out
+
+    def _e_dict(self, e: ast.Dict, frame: Frame, state: State) -> Any:
+        if too_large(len(e.keys)):
+            return UNKNOWN  # a literal over the largest value's size: unknown, never built
+        out: dict[Any, Any] = {}
+        for key, value in zip(e.keys, e.values, strict=True):
+            if key is None:
+                merged = plain(self.eval(value, frame, state))
+                if not isinstance(merged, dict):
+                    return unknown_from(merged)
+                if too_large(len(out) + len(merged)):
+                    return UNKNOWN  # `{**D, **D}`: sized before it is built
+                self.charge(len(merged))
+                out.update(merged)
+                continue
+            k = plain(self.eval(key, frame, state))
+            if not known(k):
+                return unknown_from(self.eval(value, frame, state))
+            try:
+                out[k] = self.eval(value, frame, state)
+            except TypeError:
+                return UNKNOWN
+        return out
+
+    def _e_joinedstr(self, e: ast.JoinedStr, frame: Frame, state: State) -> Any:
+        parts: list[str] = []
+        for value in e.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+                continue
+            assert isinstance(value, ast.FormattedValue)
+            inner = plain(self.eval(value.value, frame, state))
+            if not known(inner) or not isinstance(inner, (str, int, float, bool)) or value.format_spec is not None:
+                return UNKNOWN
+            parts.append(repr(inner) if value.conversion == ord("r") else str(inner))
+            chars = sum(map(len, parts))
+            if chars > MAX_ITEMS:
+                return UNKNOWN
+            self.charge(chars)
+        return "".join(parts)
+
+    def _e_boolop(self, e: ast.BoolOp, frame: Frame, state: State) -> Any:
+        stop = isinstance(e.op, ast.Or)  # `or` stops at the first truthy value, `and` at the first falsy one
+        undecided: list[Any] = []
+        value: Any = None
+        for operand in e.values:
+            value = self._branch_value(operand, frame, state) if undecided else self.eval(operand, frame, state)
+            if value is _RAISED:  # reached only past an undecided operand: the result is one of those
+                return self._either(undecided)
+            truth = self.truth(value, frame, state)
+            if truth is UNKNOWN:
+                undecided.append(value)
+            elif truth is stop:
+                if not undecided:
+                    return value
+                if self.semantics.join == "unknown":  # the truth is decided, the exact value only if it is a bool
+                    return stop if isinstance(plain(value), bool) else UNKNOWN
+                # An undecided operand came first: the result is that operand or this one.
+                return self._either([*undecided, value])
+        return self._either([*undecided, value]) if undecided else value
+
+    def _either(self, values: list[Any]) -> Any:
+        if self.semantics.join == "unknown":
+            return self.join([(v, frozenset()) for v in values])
+        if all(isinstance(plain(v), bool) or is_unknown(plain(v)) for v in values) and not any(
+            labels_of(v) or maybe_of(v) for v in values
+        ):
+            return UNKNOWN
+        return join_values([(v, frozenset()) for v in values])
+
+    def _e_unaryop(self, e: ast.UnaryOp, frame: Frame, state: State) -> Any:
+        value = self.eval(e.operand, frame, state)
+        labels = self.provenance(value)
+        if isinstance(e.op, ast.Not):
+            truth = self.truth(value, frame, state)
+            if truth is UNKNOWN:
+                return unknown_from(value, keep=frozenset(x.kind for x in labels))
+            return with_labels(not truth, labels)
+        inner = plain(value)
+        if not known(inner) or not isinstance(inner, (int, float)):
+            return unknown_from(value, keep=frozenset(x.kind for x in labels_of(value)))
+        if isinstance(e.op, ast.USub):
+            return with_labels(-inner, labels_of(value))
+        if isinstance(e.op, ast.UAdd):
+            return with_labels(+inner, labels_of(value))
+        if isinstance(e.op, ast.Invert) and isinstance(inner, int):
+            return with_labels(~inner, labels_of(value))
+        return UNKNOWN
+
+    def _e_binop(self, e: ast.BinOp, frame: Frame, state: State) -> Any:
+        left = self.eval(e.left, frame, state)
+        right = self.eval(e.right, frame, state)
+        if isinstance(e.op, ast.BitOr) and (isinstance(left, LiteralType) or isinstance(right, LiteralType)):
+            values = tuple(
+                (left.values if isinstance(left, LiteralType) else ())
+                + (right.values if isinstance(right, LiteralType) else ())
+            )
+            return LiteralType(values)
+        return self.binop(e.op, left, right)
+
+    def binop(self, op: ast.operator, left: Any, right: Any) -> Any:
+        """Arithmetic: known operands give the result, which keeps every label of both; an unknown operand gives an
+        unknown that keeps them too (a padded count plus one is still padded)."""
+        for side in (left, right):
+            if isinstance(side, OneOf):
+                others = [right if side is left else left]
+                results = [
+                    self.binop(op, with_labels(x, side.labels), others[0])
+                    if side is left
+                    else self.binop(op, others[0], with_labels(x, side.labels))
+                    for x in side.options
+                ]
+                return join_values([(r, frozenset()) for r in results])
+        labels = labels_of(left) | labels_of(right) if _labelled(left, right) else frozenset()
+        a, b = plain(left), plain(right)
+        if isinstance(op, ast.Mult) and (isinstance(a, list) or isinstance(b, list)):
+            seq, count = (a, b) if isinstance(a, list) else (b, a)
+            if not known(count):
+                element = join_values([(v, frozenset()) for v in seq]) if seq else UNKNOWN
+                return Many(element, labels_of(count))
+        fn = _BINOPS.get(type(op))
+        if fn is None or not known(a) or not known(b):
+            kinds = frozenset(x.kind for x in labels)
+            return unknown_from(left, right, keep=kinds)
+        if not all(isinstance(v, (int, float, str, tuple, list, set, frozenset)) for v in (a, b)):
+            return UNKNOWN
+        if too_costly(op, a, b):
+            return UNKNOWN
+        self.charge(result_size(op, a, b) or 0)
+        try:
+            result = fn(a, b)
+        except (ZeroDivisionError, TypeError, ValueError, OverflowError) as exc:
+            return self.fails(type(exc).__name__)  # what Python raises for these known operands
+        return with_labels(result, labels)
+
+    def _e_ifexp(self, e: ast.IfExp, frame: Frame, state: State) -> Any:
+        test = self.eval(e.test, frame, state)
+        truth = self.truth(test, frame, state)
+        if truth is True:
+            return self.eval(e.body, frame, state)
+        if truth is False:
+            return self.eval(e.orelse, frame, state)
+        a, b = self._branch_value(e.body, frame, state), self._branch_value(e.orelse, frame, state)
+        if a is _RAISED or b is _RAISED:  # one side raises: the value, where there is one, is the other's
+            if a is b:
+                raise PathEnds
+            return b if a is _RAISED else a
+        if self.is_doubt(test):
+            cond = self.cond(e.test, frame.module)
+            return self.join([(a, frozenset({(cond, True)})), (b, frozenset({(cond, False)}))])
+        return self.join([(a, frozenset()), (b, frozenset())])
+
+    def _branch_value(self, e: ast.expr, frame: Frame, state: State) -> Any:
+        try:
+            return self.eval(e, frame, state)
+        except PathEnds:
+            return _RAISED
+
+    def _e_namedexpr(self, e: ast.NamedExpr, frame: Frame, state: State) -> Any:
+        value = self.eval(e.value, frame, state)
+        self.assign(e.target, value, frame, state, e)
+        return value
+
+    def _e_subscript(self, e: ast.Subscript, frame: Frame, state: State) -> Any:
+        base = self.eval(e.value, frame, state)
+        inner = plain(base)
+        if isinstance(inner, Opaque) and inner.name.rpartition(".")[2] == "Literal":
+            elts = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+            values: list[Any] = []
+            for elt in elts:
+                v = self.eval(elt, frame, state)
+                values.extend(v.values if isinstance(v, LiteralType) else [v])
+            return LiteralType(tuple(values))
+        if isinstance(inner, Opaque) and inner.name.rpartition(".")[2] in ("Annotated", "ClassVar", "Final"):
+            first = e.slice.elts[0] if isinstance(e.slice, ast.Tuple) else e.slice
+            return self.eval(first, frame, state)
+        if isinstance(e.slice, ast.Slice):
+            return self._slice(base, e.slice, frame, state)
+        key = self.eval(e.slice, frame, state)
+        return self.subscript(base, key, e, frame, state)
+
+    def subscript(self, base: Any, key: Any, node: ast.AST | None, frame: Frame, state: State) -> Any:
+        inner, k = plain(base), plain(key)
+        if isinstance(inner, ClassRef) and self.tree.is_enum(inner.info):
+            if not isinstance(k, str):
+                return UNKNOWN
+            if k in self.tree.enum_members(inner.info):
+                return EnumMember(inner.info, k)
+            self.record(
+                "raise", frame.module, node, f"KeyError: {k!r} is not a member of {inner.info.name}", state.path
+            )
+            return UNKNOWN
+        if isinstance(inner, Many):
+            return with_labels(inner.element, inner.labels)
+        if is_unknown(inner):  # an element of an unknown container: derived from it
+            return unknown_from(base, key, keep=frozenset(x.kind for x in labels_of(base)))
+        if not known(k):  # any of its elements: each one is walked
+            if isinstance(inner, (list, tuple)) and inner:
+                self.charge(len(inner))
+                labels = labels_of(base)
+                return join_values([(with_labels(v, labels), frozenset()) for v in inner])
+            if isinstance(inner, dict) and inner:
+                self.charge(len(inner))
+                return join_values([(v, frozenset()) for v in inner.values()])
+            return unknown_from(base, key)
+        if isinstance(inner, dict):
+            return inner[k] if k in inner else self.fails("KeyError")
+        if isinstance(inner, (list, tuple, str)) and isinstance(k, int):
+            if -len(inner) <= k < len(inner):
+                return with_labels(inner[k], self.provenance(base))
+            return self.fails("IndexError")
+        return UNKNOWN
+
+    def fails(self, error: str) -> Any:
+        """A known operation that raises `error` in Python (a division by zero, a missing key): its path ends there
+        as a raise, or, where raises do not end paths (the config pre-flight), its value is unknown."""
+        if self.raise_ends_path:
+            raise PathEnds(exceptions.python_lineage(error))
+        return UNKNOWN
+
+    def _slice(self, base: Any, node: ast.Slice, frame: Frame, state: State) -> Any:
+        lower = self.eval(node.lower, frame, state) if node.lower is not None else None
+        upper = self.eval(node.upper, frame, state) if node.upper is not None else None
+        step = self.eval(node.step, frame, state) if node.step is not None else None
+        inner = plain(base)
+        if isinstance(inner, (list, tuple, str)) and all(known(plain(x)) for x in (lower, upper, step)):
+            try:
+                return with_labels(inner[slice(plain(lower), plain(upper), plain(step))], labels_of(base))
+            except (TypeError, ValueError):
+                return UNKNOWN
+        if isinstance(inner, Many):
+            return inner
+        # `buf[:n]` of a buffer: a view of length n (the evaluator keeps n, labels included, for `len` and `.shape`)
+        length = upper if lower in (None, 0) and step in (None, 1) and upper is not None else None
+        return Abstract(labels_of(base), maybe_of(base), (), length)
+
+    def _e_compare(self, e: ast.Compare, frame: Frame, state: State) -> Any:
+        left = self.eval(e.left, frame, state)
+        result: Any = True
+        for op, comparator in zip(e.ops, e.comparators, strict=True):
+            right = self.eval(comparator, frame, state)
+            outcome = self.compare(op, left, right)
+            if plain(outcome) is False:
+                return outcome
+            result = (
+                outcome
+                if result is True
+                else self._either([result, outcome])
+                if not is_unknown(plain(result))
+                else result
+            )
+            left = right
+        return result
+
+    def _e_lambda(self, e: ast.Lambda, frame: Frame, state: State) -> Any:
+        return Function(frame.module, e, None, dict(state.locals))
+
+    def _e_await(self, e: ast.Await, frame: Frame, state: State) -> Any:
+        return self.eval(e.value, frame, state)
+
+    def _e_starred(self, e: ast.Starred, frame: Frame, state: State) -> Any:
+        return self.eval(e.value, frame, state)
+
+    def _comprehension(
+        self, e: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, frame: Frame, state: State
+    ) -> Any:
+        """The elements, when every generator runs over a known sequence; otherwise an unknown collection whose
+        element is evaluated once, with the loop variables standing for any element."""
+        inner = state.copy()
+        results: list[Any] | None = []
+        self._generate(e, list(e.generators), frame, inner, results, 1)
+        if results is None or (results and results[-1] is STAR_UNKNOWN):
+            element = self._element_once(e, frame, state.copy())
+            return Many(element)
+        return results
+
+    def _generate(
+        self, e: Any, generators: list[ast.comprehension], frame: Frame, state: State, out: list[Any], rounds: int
+    ) -> None:
+        """The elements of the comprehension, into `out`; `rounds`: how often this generator runs (the sizes of the
+        sources around it, multiplied). A source is sized before it is walked: when every round of it would walk
+        more than the largest value holds, the comprehension is an unknown collection without walking it."""
+        if out and out[-1] is STAR_UNKNOWN:
+            return
+        if not generators:
+            element = (
+                (self.eval(e.key, frame, state), self.eval(e.value, frame, state))
+                if isinstance(e, ast.DictComp)
+                else self.eval(e.elt, frame, state)
+            )
+            out.append(element)
+            self.charge(1)
+            if len(out) > (MAX_ITERATIONS if self.work is None else MAX_ITEMS):  # where work is counted, it bounds
+                out.append(STAR_UNKNOWN)
+            return
+        gen, rest = generators[0], generators[1:]
+        source = self.eval(gen.iter, frame, state)
+        sized = plain(source)
+        if isinstance(sized, (dict, list, tuple, set, frozenset, str)) and too_large(rounds * len(sized)):
+            out.append(STAR_UNKNOWN)
+            return
+        items = self.iterate(source)
+        if items is None or gen.is_async:
+            out.append(STAR_UNKNOWN)
+            return
+        for item in items:
+            self.step()
+            self.assign(gen.target, item, frame, state, e)
+            keep: Any = True
+            for cond in gen.ifs:
+                truth = self.truth(self.eval(cond, frame, state), frame, state)
+                if truth is UNKNOWN:
+                    keep = UNKNOWN
+                elif truth is False:
+                    keep = False
+                    break
+            if keep is False:
+                continue
+            if keep is UNKNOWN:
+                out.append(STAR_UNKNOWN)
+                return
+            self._generate(e, rest, frame, state, out, rounds * len(items))
+            if out and out[-1] is STAR_UNKNOWN:
+                return
+
+    def _element_once(self, e: Any, frame: Frame, state: State) -> Any:
+        for gen in e.generators:
+            iterable = self.eval(gen.iter, frame, state)
+            self.assign(gen.target, self.element_of(iterable), frame, state, e)
+            for cond in gen.ifs:
+                self.eval(cond, frame, state)
+        if isinstance(e, ast.DictComp):
+            return (self.eval(e.key, frame, state), self.eval(e.value, frame, state))
+        return self.eval(e.elt, frame, state)
+
+    def _e_listcomp(self, e: ast.ListComp, frame: Frame, state: State) -> Any:
+        return self._comprehension(e, frame, state)
+
+    def _e_generatorexp(self, e: ast.GeneratorExp, frame: Frame, state: State) -> Any:
+        return self._comprehension(e, frame, state)
+
+    def _e_setcomp(self, e: ast.SetComp, frame: Frame, state: State) -> Any:
+        values = self._comprehension(e, frame, state)
+        return self.make_set(values) if isinstance(values, list) else values
+
+    def _e_dictcomp(self, e: ast.DictComp, frame: Frame, state: State) -> Any:
+        pairs = self._comprehension(e, frame, state)
+        if not isinstance(pairs, list):
+            return UNKNOWN
+        out = {}
+        for key, value in pairs:
+            if not known(plain(key)):
+                return UNKNOWN
+            out[plain(key)] = value
+        return out
+
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitOr: operator.or_,
+    ast.BitAnd: operator.and_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
+
+
+_MAX_SHIFT = 4096
+
+
+_RAISED: Any = object()  # an alternative that raises
+
+
+def too_costly(op: ast.operator, left: Any, right: Any) -> bool:
+    """A result the evaluator does not build: larger than the budget's caps (see `budget.result_size`), or a shift
+    that would be."""
+    if isinstance(op, ast.LShift):
+        return not isinstance(right, int) or right > _MAX_SHIFT
+    return result_size(op, left, right) is None
+
+
+def _labelled(*values: Any) -> bool:
+    return any(isinstance(v, (Tagged, Abstract, Sym, Many, Obj)) for v in values)

@@ -1,0 +1,38 @@
+"""Questions about a function's own syntax, asked by the statements, the calls and the evaluator's entry points."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from specguard.program.ast_tools import cached_on
+
+
+def own_nodes(node: ast.AST) -> Iterable[ast.AST]:
+    """The nodes of a function body, not of the functions, classes and lambdas nested in it."""
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        sub = todo.pop()
+        yield sub
+        if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(sub))
+
+
+def dropped_calls(node: ast.AST) -> set[int]:
+    """The calls of a function whose result is dropped (expression statements)."""
+    return cached_on(
+        node,
+        "dropped",
+        lambda n: {
+            id(sub.value) for sub in own_nodes(n) if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call)
+        },
+    )
+
+
+def assigned_names(stmts: list[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for stmt in stmts:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                names.add(sub.id)
+    return names

@@ -1,0 +1,673 @@
+"""Statements, evaluated path by path: assignments and stores, branches and joins, loops, `try`, `with`,
+`match`, `return`, `raise` and `assert`. A mixin of `evaluator.Evaluator`, which dispatches to it."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from typing import Any
+
+from specguard.evaluation import exceptions
+from specguard.evaluation.budget import OutOfBudget
+from specguard.evaluation.builtins import Builtins
+from specguard.evaluation.nodes import assigned_names
+from specguard.evaluation.paths import (
+    Flow,
+    Frame,
+    PathEnds,
+    State,
+    chain,
+    join_values,
+    merge,
+    merge_agreed,
+)
+from specguard.evaluation.values import (
+    UNKNOWN,
+    Deferred,
+    Function,
+    Many,
+    ModuleRef,
+    Obj,
+    OneOf,
+    Opaque,
+    Sym,
+    is_unknown,
+    known,
+    labels_of,
+    maybe_of,
+    plain,
+    same_value,
+    settled,
+    traced,
+    with_labels,
+)
+from specguard.program.ast_tools import absolute_module
+from specguard.program.tree import message_of
+
+
+class Statements(Builtins):
+    """How the evaluator runs each kind of statement."""
+
+    # ---- statements ---------------------------------------------------------------------------------------------
+
+    def exec_block(self, stmts: list[ast.stmt], frame: Frame, state: State) -> Flow:
+        flow = Flow()
+        current: State | None = state
+        for stmt in stmts:
+            if current is None:
+                break
+            self.step()
+            before = current.copy() if self._trying else None
+            mark = len(self._pending)
+            try:
+                res = self.exec_stmt(stmt, frame, current)
+            except PathEnds as ends:
+                self._raise_pending(flow, before, mark)
+                if self.raise_ends_path:
+                    flow.raises.append(replace(current, raised=ends.raised))
+                current = None
+                break
+            except RecursionError:  # nested too deep to evaluate: what it binds is unknown, the rest goes on
+                if self.work is not None:  # a budget that counts work: the evaluation is too costly
+                    raise OutOfBudget("the code is too deeply nested to evaluate") from None
+                for name in assigned_names([stmt]):
+                    current.locals[name] = UNKNOWN
+                res = Flow(normal=current)
+            flow.returns += res.returns
+            flow.breaks += res.breaks
+            flow.continues += res.continues
+            flow.raises += res.raises
+            self._raise_pending(flow, before, mark)
+            current = res.normal
+        flow.normal = current
+        return flow
+
+    def _raise_pending(self, flow: Flow, before: State | None, mark: int) -> None:
+        """The raises of the calls the last statement made that raise on some of their paths only: each a path
+        from the state before that statement, as the raise leaves it (the statement's own effects not done)."""
+        pending, self._pending[mark:] = self._pending[mark:], []
+        if before is not None:
+            flow.raises += [replace(before.copy(), path=path, raised=raised) for path, raised in pending]
+
+    def _s_expr(self, stmt: ast.Expr, frame: Frame, state: State) -> Flow:
+        self.eval(stmt.value, frame, state)
+        return Flow(normal=state)
+
+    def _s_assign(self, stmt: ast.Assign, frame: Frame, state: State) -> Flow:
+        mark = len(self.env.log)
+        value = self._deferred(stmt.targets, stmt.value, frame, state) or self.eval(stmt.value, frame, state)
+        for target in stmt.targets:
+            self.assign(target, value, frame, state, stmt)
+            self._carry_env(target, stmt.value, state, mark)
+        return Flow(normal=state)
+
+    def _s_annassign(self, stmt: ast.AnnAssign, frame: Frame, state: State) -> Flow:
+        if stmt.value is not None:
+            mark = len(self.env.log)
+            value = self._deferred([stmt.target], stmt.value, frame, state) or self.eval(stmt.value, frame, state)
+            self.assign(stmt.target, value, frame, state, stmt)
+            self._carry_env(stmt.target, stmt.value, state, mark)
+        return Flow(normal=state)
+
+    def _deferred(self, targets: list[ast.expr], value: ast.expr, frame: Frame, state: State) -> Deferred | None:
+        """In a writer run (see `lazy_owner`), an assignment to locals or to the instance's attributes whose value
+        cannot write the instance: evaluated where it was written, on the state it had there, when first read."""
+        if self.lazy_owner is None or not self._lazy_targets(targets, state) or not self._inert(value, frame, state):
+            return None
+        snapshot = state.copy()
+
+        def evaluate() -> Any:
+            try:
+                return self.eval(value, frame, snapshot)
+            except (OutOfBudget, RecursionError, PathEnds):
+                return UNKNOWN  # as the whole writer run would have been: nothing known of it
+
+        return Deferred(evaluate)
+
+    def _lazy_targets(self, targets: list[ast.expr], state: State) -> bool:
+        """Locals, attributes of the instance, or tuples of those: what a deferred value may be stored into."""
+        for target in targets:
+            if isinstance(target, (ast.Tuple, ast.List)):
+                if not self._lazy_targets(target.elts, state):
+                    return False
+            elif isinstance(target, ast.Attribute):
+                if not (isinstance(target.value, ast.Name) and self._owner(target.value.id, state)):
+                    return False
+            elif not isinstance(target, ast.Name):
+                return False
+        return True
+
+    def _owner(self, name: str, state: State) -> bool:
+        return name in state.locals and plain(state.locals[name]) is self.lazy_owner
+
+    def _inert(self, value: ast.expr, frame: Frame, state: State) -> bool:
+        """An expression that cannot write the instance or bind a name: its calls are of module-level functions
+        and classes not handed the instance itself (a method of an object may write anything)."""
+        for node in ast.walk(value):
+            if isinstance(node, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
+                return False
+            if isinstance(node, ast.Call):
+                if not self._module_level(node.func, frame, state):
+                    return False
+                arguments = [*node.args, *(kw.value for kw in node.keywords)]
+                if any(isinstance(a, ast.Name) and self._owner(a.id, state) for a in arguments):
+                    return False
+        return True
+
+    def _s_augassign(self, stmt: ast.AugAssign, frame: Frame, state: State) -> Flow:
+        mark = len(self.env.log)
+        current = self.eval(stmt.target, frame, state)
+        value = self.binop(stmt.op, current, self.eval(stmt.value, frame, state))
+        self.assign(stmt.target, value, frame, state, stmt)
+        self._carry_env(stmt.target, stmt, state, mark)
+        return Flow(normal=state)
+
+    def _carry_env(self, target: ast.expr, value: ast.AST, state: State, mark: int) -> None:
+        """What a local assigned here was computed from (`Semantics.served_environment`): the environment's
+        variables read meanwhile, and those the locals it reads were computed from."""
+        if not self.semantics.served_environment:
+            return
+        names = frozenset([*self.env.log[mark:], *_env_of(value, state)])
+        for name in _bound_names(target):
+            if names:
+                state.env[name] = names
+            else:
+                state.env.pop(name, None)
+
+    def test(self, test: ast.expr, frame: Frame, state: State) -> tuple[Any, Any]:
+        """A branch's test: its value and its truth. With `Semantics.served_environment`, one the serving
+        environment decides is remembered there: the variables read while evaluating it, or that the locals it
+        reads were computed from."""
+        mark = len(self.env.log)
+        value = self.eval(test, frame, state)
+        truth = self.truth(value, frame, state)
+        if self.semantics.served_environment and truth is not UNKNOWN and not self.quiet:
+            self.env.decide([*self.env.log[mark:], *_env_of(test, state)])
+        return value, truth
+
+    def _parallel(self, first: Flow, second: Flow) -> Flow:
+        """Two alternative flows (the branches of a test, a try body and one of its handlers, two match cases)."""
+        normals = [f.normal for f in (first, second) if f.normal is not None]
+        return Flow(
+            normal=self.merge_states(normals),
+            returns=first.returns + second.returns,
+            breaks=first.breaks + second.breaks,
+            continues=first.continues + second.continues,
+            raises=first.raises + second.raises,
+        )
+
+    def fork(self, state: State, path: frozenset | None = None) -> State:
+        """A state for one path of an undecided test; where work is counted, holding its own containers."""
+        return state.copy(path, self.work)
+
+    def merge_states(self, states: list[State]) -> State | None:
+        """One state where paths meet again (see `Semantics.join`)."""
+        if self.semantics.join == "unknown":
+            return merge_agreed(states, self.work)
+        return merge(states)
+
+    def join(self, options: list[tuple[Any, frozenset]]) -> Any:
+        """One value for what paths give differently (see `Semantics.join`)."""
+        if self.semantics.join == "unknown":
+            first = options[0][0]
+            return first if all(same_value(first, value) for value, _ in options[1:]) else UNKNOWN
+        return join_values(options)
+
+    def _s_if(self, stmt: ast.If, frame: Frame, state: State) -> Flow:
+        return self._branch(stmt.test, stmt.body, stmt.orelse, frame, state)
+
+    def _s_return(self, stmt: ast.Return, frame: Frame, state: State) -> Flow:
+        value = self.eval(stmt.value, frame, state) if stmt.value is not None else None
+        if id(stmt) in self._top_returns:  # what the function `call_function` runs returns
+            self.record("return", frame.module, stmt, "", state.path, value)
+        return Flow(returns=[(state, value)])
+
+    def _s_raise(self, stmt: ast.Raise, frame: Frame, state: State) -> Flow:
+        if not self.raise_ends_path:
+            return self._recorded_raise(stmt, frame, state)
+        if stmt.exc is not None:
+            self.eval(stmt.exc, frame, state)
+        self.record("raise", frame.module, stmt, message_of(stmt.exc) if stmt.exc is not None else "", state.path)
+        raised = exceptions.raised_by(stmt, frame.module.name, self.tree) if self._trying else None
+        return Flow(raises=[replace(state, raised=raised)])
+
+    def _s_assert(self, stmt: ast.Assert, frame: Frame, state: State) -> Flow:
+        test, truth = self.test(stmt.test, frame, state)
+        message = message_of(stmt.msg) if stmt.msg is not None else ""
+        if truth is True:
+            return Flow(normal=state)
+        if truth is False:
+            self.record("assert", frame.module, stmt, message, state.path)
+            if not self.raise_ends_path:
+                return Flow(normal=state)
+            return Flow(raises=[replace(state, raised=exceptions.python_lineage("AssertionError"))])
+        doubt = self.is_doubt(test)
+        cond = self.cond(stmt.test, frame.module) if doubt else None
+        failing = state.path | {(cond, False)} if cond is not None else state.path
+        self.record("assert", frame.module, stmt, message, failing)
+        if not self.raise_ends_path:
+            return Flow(normal=state)
+        passing = state.copy(state.path | {(cond, True)}) if cond is not None else state
+        return Flow(
+            normal=passing, raises=[replace(state.copy(failing), raised=exceptions.python_lineage("AssertionError"))]
+        )
+
+    def _s_loop_while(self, stmt: ast.While, frame: Frame, state: State) -> Flow:
+        if self.semantics.loops == "once":
+            return self._loop_once(stmt, stmt.test, stmt.body, frame, state)
+        truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
+        if truth is False:
+            return self.exec_block(stmt.orelse, frame, state)
+        return self._loop_unknown(stmt, None, stmt.body, frame, state)
+
+    def _s_for(self, stmt: ast.For | ast.AsyncFor, frame: Frame, state: State) -> Flow:
+        iterable = self.eval(stmt.iter, frame, state)
+        items = self.iterate(iterable)
+        if items is None and self.semantics.loops == "once":
+            return self._loop_once(stmt, stmt.iter, stmt.body, frame, state)
+        if items is None:
+            return self._loop_unknown(stmt, self.element_of(iterable), stmt.body, frame, state)
+        flow = Flow()
+        current: State | None = state
+        broke: list[State] = []
+        for item in items:
+            if current is None:
+                break
+            if self.work is None:  # where work is counted, the body's statements count the rounds
+                self.step()
+            self.assign(stmt.target, item, frame, current, stmt)
+            res = self.exec_block(stmt.body, frame, current)
+            flow.returns += res.returns
+            flow.raises += res.raises
+            broke += res.breaks
+            current = self.merge_states([s for s in [res.normal, *res.continues] if s is not None])
+        if current is not None:
+            res = self.exec_block(stmt.orelse, frame, current)
+            flow.returns += res.returns
+            flow.raises += res.raises
+            current = res.normal
+        flow.normal = self.merge_states([s for s in [current, *broke] if s is not None])
+        return flow
+
+    def _loop_once(self, stmt: ast.stmt, over: ast.expr, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
+        """A loop run once (`Semantics.loops == "once"`): what it assigns is unknown before and after, and its body
+        runs under the named condition that it runs at all (named by what it iterates over or tests)."""
+        for name in assigned_names(body) | assigned_names([stmt]):
+            state.locals[name] = UNKNOWN
+        cond = self.cond(over, frame.module)
+        res = self.exec_block(body, frame, self.fork(state, state.path | {(cond, True)}))
+        after = self.merge_states([s for s in [state, res.normal, *res.breaks, *res.continues] if s is not None])
+        if after is not None:
+            after.path = state.path
+            for name in assigned_names(body):
+                after.locals[name] = UNKNOWN
+        return Flow(normal=after, returns=res.returns)
+
+    def _loop_unknown(self, stmt: ast.stmt, element: Any, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
+        """A loop that runs an unknown number of times: its body runs from the state before it and from the state
+        after each run until its locals settle (LOOP_ROUNDS at most), and every one of those states is a way out."""
+        flow = Flow()
+        target = getattr(stmt, "target", None)
+        exits: list[State] = [state]
+        current = state
+        containers = _containers(state)
+        for _ in range(LOOP_ROUNDS):
+            entry = current.copy()
+            if target is not None:
+                self.assign(target, element, frame, entry, stmt)
+            res = self.exec_block(body, frame, entry)
+            flow.returns += res.returns
+            flow.raises += res.raises
+            exits += res.breaks
+            again = merge([s for s in [current, res.normal, *res.continues] if s is not None])
+            if again is None or _settled(current, again):
+                break
+            exits.append(again)
+            current = again
+        after = merge(exits)
+        if after is not None:
+            _loosen(after, containers)
+            after.path = state.path
+            orelse = getattr(stmt, "orelse", [])
+            if orelse:
+                res = self.exec_block(orelse, frame, after)
+                flow.returns += res.returns
+                flow.raises += res.raises
+                after = merge([s for s in [res.normal, *[e for e in exits if e is not state]] if s is not None])
+        flow.normal = after
+        return flow
+
+    def _s_try(self, stmt: ast.Try, frame: Frame, state: State) -> Flow:
+        if not self.raise_ends_path:
+            return self._recorded_try(stmt, frame, state)
+        self._trying += bool(stmt.handlers)
+        try:
+            flow = self.exec_block(stmt.body, frame, state)
+        finally:
+            self._trying -= bool(stmt.handlers)
+        raised: list[State] = []
+        if stmt.handlers:
+            raised, flow.raises = flow.raises, []
+        if flow.normal is not None and stmt.orelse:  # only where the body raised nothing; its raises go on up
+            flow = chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
+        caught: list[list[State]] = [[] for _ in stmt.handlers]
+        for path in raised:  # the first handler that surely catches what it raises; before it, those that may
+            for handler, into in zip(stmt.handlers, caught, strict=True):
+                catches = exceptions.catches(handler, path.raised)
+                if catches is not False:
+                    into.append(path)
+                if catches is True:
+                    break
+            else:
+                flow.raises.append(path)  # no handler surely catches it: it may go on up
+        for handler, paths in zip(stmt.handlers, caught, strict=True):
+            for entry in _entries(paths):
+                if handler.name:
+                    entry.locals[handler.name] = UNKNOWN
+                flow = self._parallel(flow, self.exec_block(handler.body, frame, entry))
+        if flow.normal is not None and stmt.finalbody:
+            flow = chain(flow, self.exec_block(stmt.finalbody, frame, flow.normal))
+        return flow
+
+    def _s_with(self, stmt: ast.With | ast.AsyncWith, frame: Frame, state: State) -> Flow:
+        for item in stmt.items:
+            value = self.eval(item.context_expr, frame, state)
+            if item.optional_vars is not None:
+                self.assign(item.optional_vars, value if isinstance(value, Obj) else UNKNOWN, frame, state, stmt)
+        return self.exec_block(stmt.body, frame, state)
+
+    def _s_match(self, stmt: ast.Match, frame: Frame, state: State) -> Flow:
+        subject = self.eval(stmt.subject, frame, state)
+        flows: list[Flow] = []
+        current: State | None = state
+        for case in stmt.cases:
+            if current is None:
+                break
+            matched = self._pattern(case.pattern, subject, frame, current)
+            if matched is not False and case.guard is not None:
+                guard = self.truth(self.eval(case.guard, frame, current), frame, current)
+                matched = False if guard is False else matched if guard is True else UNKNOWN
+            if matched is True:
+                flows.append(self.exec_block(case.body, frame, current))
+                current = None
+            elif matched is UNKNOWN:
+                flows.append(self.exec_block(case.body, frame, current.copy()))
+        out = Flow(normal=current)
+        for res in flows:
+            out = self._parallel(out, res)
+        return out
+
+    def _pattern(self, pattern: ast.pattern, subject: Any, frame: Frame, state: State) -> Any:
+        if isinstance(pattern, ast.MatchAs):
+            inner = pattern.pattern
+            matched = self._pattern(inner, subject, frame, state) if inner is not None else True
+            if pattern.name and matched is not False:
+                state.locals[pattern.name] = subject
+            return matched
+        if isinstance(pattern, ast.MatchValue):
+            return self.truth(self.compare(ast.Eq(), subject, self.eval(pattern.value, frame, state)), frame, state)
+        if isinstance(pattern, ast.MatchSingleton):
+            return self.truth(self.compare(ast.Is(), subject, pattern.value), frame, state)
+        if isinstance(pattern, ast.MatchOr):
+            results = [self._pattern(p, subject, frame, state) for p in pattern.patterns]
+            return True if True in results else UNKNOWN if UNKNOWN in results else False
+        for name in _pattern_names(pattern):
+            state.locals[name] = UNKNOWN
+        return UNKNOWN
+
+    def _s_def(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, state: State) -> Flow:
+        state.locals[stmt.name] = Function(frame.module, stmt, None, state.locals)
+        return Flow(normal=state)
+
+    def _s_import(self, stmt: ast.Import | ast.ImportFrom, frame: Frame, state: State) -> Flow:
+        self._local_import(stmt, frame, state)
+        return Flow(normal=state)
+
+    def _s_delete(self, stmt: ast.Delete, frame: Frame, state: State) -> Flow:
+        for target in stmt.targets:
+            self._delete(target, frame, state)
+        return Flow(normal=state)
+
+    def _s_break(self, stmt: ast.stmt, frame: Frame, state: State) -> Flow:
+        return Flow(breaks=[state])
+
+    def _s_continue(self, stmt: ast.stmt, frame: Frame, state: State) -> Flow:
+        return Flow(continues=[state])
+
+    def _s_pass(self, stmt: ast.stmt, frame: Frame, state: State) -> Flow:
+        return Flow(normal=state)
+
+    def _branch(self, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt], frame: Frame, state: State) -> Flow:
+        value, truth = self.test(test, frame, state)
+        if truth is True:
+            return self.exec_block(body, frame, state)
+        if truth is False:
+            return self.exec_block(orelse, frame, state)
+        if not self.is_doubt(value):
+            yes = self.exec_block(body, frame, self.fork(state))
+            no = self.exec_block(orelse, frame, self.fork(state))
+            return self._parallel(yes, no)
+        cond = self.cond(test, frame.module)
+        if (cond, True) in state.path:
+            return self.exec_block(body, frame, state)
+        if (cond, False) in state.path:
+            return self.exec_block(orelse, frame, state)
+        yes = self.exec_block(body, frame, self.fork(state, state.path | {(cond, True)}))
+        no = self.exec_block(orelse, frame, self.fork(state, state.path | {(cond, False)}))
+        return self._parallel(yes, no)
+
+    def is_doubt(self, value: Any) -> bool:
+        """An undecided test that verdicts must name: every one (`Semantics.name_every_doubt`), else one about a
+        subject."""
+        if self.semantics.name_every_doubt:
+            return True
+        if isinstance(value, OneOf):  # one of a few known values: each is a real possibility, forked freely
+            return False
+        subjects = self.hooks.subjects
+        return bool(subjects) and any(x.kind in subjects for x in labels_of(value) | maybe_of(value))
+
+    def assign(self, target: ast.expr, value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            hop = f"`{target.id}` (line {getattr(stmt, 'lineno', 0)})"
+            kinds = self.hooks.traced
+            if isinstance(value, Deferred):
+                state.locals[target.id] = Deferred(lambda: traced(value.value(), hop, kinds)) if kinds else value
+            else:
+                state.locals[target.id] = traced(value, hop, kinds)
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, Deferred):
+            items = Deferred(lambda: self._unpacked_or_unknown(target.elts, value.value()))
+            for index, element in enumerate(target.elts):
+                self.assign(element, Deferred(lambda i=index: items.value()[i]), frame, state, stmt)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            self._unpack(target.elts, value, frame, state, stmt)
+        elif isinstance(target, ast.Attribute):
+            base = self.eval(target.value, frame, state)
+            if target.attr in self.watch_attrs:
+                self.record("assign", frame.module, stmt, target.attr, state.path, (base, value))
+            self.store(base, target.attr, value, state, stmt)
+        elif isinstance(target, ast.Subscript):
+            base = plain(self.eval(target.value, frame, state))
+            key = plain(self.eval(target.slice, frame, state))
+            in_list = isinstance(base, list) and isinstance(key, int) and -len(base) <= key < len(base)
+            if (isinstance(base, dict) and known(key)) or in_list:
+                base[key] = value
+        elif isinstance(target, ast.Starred):
+            self.assign(target.value, UNKNOWN, frame, state, stmt)
+
+    def store(self, base: Any, attr: str, value: Any, state: State, node: ast.AST | None = None) -> None:
+        base = plain(base)
+        if isinstance(base, Obj) and attr not in base.pinned:
+            state.writes[(id(base), attr)] = value
+            if node is not None:
+                base.nodes[attr] = node
+        elif isinstance(base, Sym):
+            state.writes[(base.name, attr)] = value
+
+    def _unpack(self, targets: list[ast.expr], value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
+        for target, item in zip(targets, self._unpacked(targets, value), strict=True):
+            if isinstance(target, ast.Starred):
+                self.assign(target.value, item if isinstance(item, list) else Many(item), frame, state, stmt)
+            else:
+                self.assign(target, item, frame, state, stmt)
+
+    def _unpacked_or_unknown(self, targets: list[ast.expr], value: Any) -> list[Any]:
+        try:
+            return self._unpacked(targets, value)
+        except PathEnds:  # a deferred unpacking that would raise: read later, it is no value
+            return [UNKNOWN] * len(targets)
+
+    def _unpacked(self, targets: list[ast.expr], value: Any) -> list[Any]:
+        """What each target of `a, *b, c = value` gets (a starred one: a list, or the element of an unknown)."""
+        inner = plain(value)
+        star = next((i for i, t in enumerate(targets) if isinstance(t, ast.Starred)), None)
+        values: list[Any] | None = None
+        if isinstance(inner, (list, tuple)) and known(len(inner)):
+            items = [with_labels(v, self.provenance(value)) for v in inner]
+            if star is None and len(items) == len(targets):
+                values = items
+            elif star is not None and len(items) >= len(targets) - 1:
+                after = len(targets) - star - 1
+                values = [*items[:star], list(items[star : len(items) - after]), *items[len(items) - after :]]
+        if values is None and isinstance(inner, (list, tuple)) and self.raise_ends_path:
+            raise PathEnds(exceptions.python_lineage("ValueError"))  # too many or not enough values to unpack
+        if values is None and isinstance(inner, (set, frozenset)) and self.raise_ends_path and star is None:
+            if len(inner) != len(targets):
+                raise PathEnds(exceptions.python_lineage("ValueError"))
+            values = sorted(inner, key=repr)
+        if values is None:
+            element = self.element_of(value)
+            values = [element] * len(targets)
+        return values
+
+    def _local_import(self, stmt: ast.Import | ast.ImportFrom, frame: Frame, state: State) -> None:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                bound = alias.name if alias.asname else alias.name.split(".")[0]
+                known_module = bound.startswith(self.tree.package) and self.tree.module(bound) is not None
+                state.locals[alias.asname or bound] = ModuleRef(bound) if known_module else Opaque(bound)
+            return
+        source = absolute_module(frame.module.name, frame.module.is_package, stmt.level, stmt.module)
+        for alias in stmt.names:
+            if alias.name != "*":
+                state.locals[alias.asname or alias.name] = self._resolved(source, alias.name)
+
+
+LOOP_ROUNDS = 3  # a loop over an unknown sequence runs its body until its locals settle, at most this often
+
+
+def _bound_names(target: ast.expr) -> list[str]:
+    """The locals an assignment target binds (`a`, `a, *b`), not the objects it stores into (`a.x`, `a[i]`)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for elt in target.elts for name in _bound_names(elt)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
+def _env_of(node: ast.AST, state: State) -> list[str]:
+    """The environment's variables the locals `node` reads were computed from."""
+    if not state.env:
+        return []
+    return [n for sub in ast.walk(node) if isinstance(sub, ast.Name) for n in state.env.get(sub.id, ())]
+
+
+# A handler runs once per distinct path that reaches it, up to this many (more: the rest once, under all their
+# undecided tests together).
+_HANDLER_PATHS = 4
+
+
+def _entries(paths: list[State]) -> list[State]:
+    """The states a handler runs from: one per path its raises came on. Joined into one state, raises that came
+    under different undecided tests (this call raised, or that one) would leave a path under none of them, and the
+    handler's values would be judged as if it always ran."""
+    by_path: dict[frozenset, list[State]] = {}
+    for state in paths:
+        by_path.setdefault(state.path, []).append(state)
+    groups = list(by_path.values())
+    if len(groups) > _HANDLER_PATHS:
+        rest = [s for group in groups[_HANDLER_PATHS - 1 :] for s in group]
+        under_all = frozenset().union(*(s.path for s in rest))
+        groups = [*groups[: _HANDLER_PATHS - 1], [replace(s, path=under_all) for s in rest]]
+    return [entry for group in groups if (entry := merge([s.copy() for s in group])) is not None]
+
+
+def _containers(state: State) -> dict[int, Any]:
+    """The lists, dicts and sets a state's variables hold, each with a copy of what it holds now; a deferred value
+    not evaluated yet, with None (if a loop evaluates it, it held its `initial` before the loop)."""
+    found: dict[int, Any] = {}
+    for value in [*state.locals.values(), *state.writes.values()]:
+        if isinstance(value, Deferred) and not value.settled:
+            found[id(value)] = None
+        elif isinstance(inner := _held(value), (list, dict, set)):
+            found[id(inner)] = type(inner)(inner)
+    return found
+
+
+def _held(value: Any) -> Any:
+    if isinstance(value, Deferred):
+        return plain(value.value()) if value.settled else None
+    return plain(value)
+
+
+def _loosen(state: State, before: dict[int, Any]) -> None:
+    """After a loop that ran an unknown number of times, a container it changed (`append`, `d[k] = ...`) holds what
+    it held before or after any of its rounds: a list that grew has an unknown length, the values are joined."""
+    for table in (state.locals, state.writes):
+        for key, value in table.items():
+            inner = _held(value)
+            if not isinstance(inner, (list, dict, set)):
+                continue
+            old = before.get(id(inner))
+            if old is None and isinstance(value, Deferred) and id(value) in before:
+                old = value.initial  # evaluated in the loop: it held that before
+            if old is not None and not _same_items(old, inner):
+                table[key] = with_labels(_joined(old, inner), labels_of(settled(value)))
+
+
+def _same_items(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+    if isinstance(a, set):
+        return a == b
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _joined(old: Any, new: Any) -> Any:
+    def join(*values: Any) -> Any:
+        return join_values([(v, frozenset()) for v in values])
+
+    if isinstance(new, dict):
+        return {k: join(old[k], v) if k in old else v for k, v in new.items()} | {
+            k: v for k, v in old.items() if k not in new
+        }
+    if isinstance(new, list) and len(old) == len(new):
+        return [join(a, b) for a, b in zip(old, new, strict=True)]
+    items = [*old, *new]
+    return Many(join(*items) if items else UNKNOWN)
+
+
+def _settled(before: State, after: State) -> bool:
+    keys = set(before.locals) | set(after.locals)
+    return (
+        all(_same_shape(before.locals.get(k, UNKNOWN), after.locals.get(k, UNKNOWN)) for k in keys)
+        and before.writes.keys() == after.writes.keys()
+    )
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    if same_value(a, b):
+        return True
+    if is_unknown(a) and is_unknown(b):
+        return labels_of(a) == labels_of(b) and maybe_of(a) == maybe_of(b)
+    return False
+
+
+def _pattern_names(pattern: ast.pattern) -> set[str]:
+    names = set()
+    for sub in ast.walk(pattern):
+        name = getattr(sub, "name", None) or getattr(sub, "rest", None)
+        if isinstance(name, str):
+            names.add(name)
+    return names
