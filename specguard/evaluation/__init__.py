@@ -1,5 +1,6 @@
 """One static evaluator of Python for every client: the rules that judge what code computes (SG101, SG103, SG105,
-SG201) and `specguard config`.
+SG201) and `specguard config`. It reads source through the program layer (`specguard/program/`) and imports no
+client: what a client needs comes in through the `Semantics` and `Hooks` it hands in (pyproject.toml's contracts).
 
 - `values`: what it computes with: known values, labelled unknowns, objects of the analyzed source;
 - `paths`: undecided conditions, states and how paths join, outcomes and verdicts;
@@ -7,7 +8,9 @@ SG201) and `specguard config`.
 - `environment`: the environment variables evaluated code reads (`os.getenv`), and which of them decided a branch;
 - `exceptions`: which `except` clause catches a raise;
 - `program`: the analyzed project's modules, parsed on first use, never imported;
-- `objects`, `builtins`, `evaluator`: attributes and comparisons, the builtins it evaluates, statements and calls;
+- `objects`, `builtins`: attributes and comparisons, the builtins and standard-library calls it evaluates;
+- `statements`, `expressions`, `calls`: what it does with each kind of node (one mixin each), `nodes`: what it
+  asks of a function's own syntax; `evaluator`: the `Evaluator` they make up, its entry points and dispatch;
 - `recorded`: `raise` and `try` where a raise is recorded and does not end its path;
 - `semantics`: the few rules the clients differ by, named (does a raise end its path, how paths that disagree
   join, how a loop that cannot be enumerated runs, is the serving environment read, are constructors run);
