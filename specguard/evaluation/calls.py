@@ -38,8 +38,8 @@ from specguard.evaluation.values import (
     unknown_from,
     with_labels,
 )
-from specguard.program.ast_tools import cached_on
-from specguard.program.tree import dotted, message_of
+from specguard.program.ast_tools import cached_on, dotted
+from specguard.program.tree import message_of
 
 
 class Calls(Builtins):

@@ -7,7 +7,8 @@ import ast
 from typing import Any
 
 from specguard.evaluation.paths import Outcome
-from specguard.program.tree import SourceTree, base_name, dotted
+from specguard.program.ast_tools import dotted
+from specguard.program.tree import SourceTree, base_name
 
 # Python's exceptions evaluated code raises, with their bases (all derive from Exception).
 _BUILTIN_BASES = {

@@ -45,7 +45,8 @@ from specguard.evaluation.values import (
     unknown_from,
     with_labels,
 )
-from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, dotted
+from specguard.program.ast_tools import dotted
+from specguard.program.tree import ClassInfo, ParsedModule, SourceTree
 
 if TYPE_CHECKING:
     from specguard.evaluation.hooks import Hooks

@@ -15,7 +15,7 @@ from typing import Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.errors import UserError
-from specguard.program.ast_tools import absolute_module
+from specguard.program.ast_tools import absolute_module, dotted
 from specguard.program.discover import discover
 from specguard.program.reading import TooLarge, within_budget
 
@@ -83,16 +83,6 @@ class ParsedModule:
     # Names assigned more than once, one of them inside an `if` or `try` (`HAS_TRITON = find_spec(...)`, then
     # `HAS_TRITON = False` where a check fails): what import time leaves them is not known here.
     varies: set[str] = field(default_factory=set)
-
-
-def dotted(expr: ast.expr) -> str | None:
-    """`a.b.c` -> "a.b.c"; anything that is not a plain name chain -> None."""
-    if isinstance(expr, ast.Name):
-        return expr.id
-    if isinstance(expr, ast.Attribute):
-        head = dotted(expr.value)
-        return None if head is None else f"{head}.{expr.attr}"
-    return None
 
 
 def base_name(expr: ast.expr) -> str | None:
