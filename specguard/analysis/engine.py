@@ -322,8 +322,8 @@ class _Run:
             findings = unreadable or findings  # a file libcst cannot read is reported as that alone
             self.cache.put_result(keys[path], findings)
             result.findings.extend(findings)
-        result.notes.extend(dict.fromkeys(self.notes))
-        self.cache.save(set(self.scans) | set(self.borrowed), live_results)
+        unsaved = self.cache.save(set(self.scans) | set(self.borrowed), live_results)
+        result.notes.extend(dict.fromkeys([*self.notes, *([unsaved] if unsaved else [])]))
 
     def _stage_two(
         self, scan: FileScan, findings: list[Finding], settle: Callable[[FileScan, FileFacts], str]
