@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from specguard.analysis.ast_tools import absolute_module, is_bound_method
 from specguard.analysis.ast_tools import same_scope as _same_scope
 from specguard.analysis.signatures import Signature, signature
+from specguard.lines import NEWLINE_BYTES
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ _DEFINITION = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 def nested_class_lines(source: bytes) -> list[int]:
     """Lines where an indented `class` statement may start: where `_classes` has to look inside statements."""
     lines, line, offset = [], 1, 0
-    for match in re.finditer(rb"^[ \t]+class\b", source, re.MULTILINE):
-        line += source.count(b"\n", offset, match.start())
+    for match in re.finditer(rb"(?:^|(?<=\r))[ \t]+class\b", source, re.MULTILINE):  # a lone CR ends a line too
+        line += len(NEWLINE_BYTES.findall(source, offset, match.start()))
         offset = match.start()
         lines.append(line)
     return lines
