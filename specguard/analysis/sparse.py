@@ -8,6 +8,7 @@ most of whose text is Triton kernels, this is what makes libcst affordable.
 
 from __future__ import annotations
 
+from specguard.analysis.source import names_as_python_reads
 from specguard.lines import source_lines
 
 
@@ -21,7 +22,8 @@ def sparse_source(text: str, definitions: list[tuple[int, int]], names: tuple[st
     lines = sparse_lines(text)
     keep = [False] * len(lines)
     for first, last in definitions:
-        if any(name in "".join(lines[first - 1 : last]) for name in names):
+        held = names_as_python_reads("".join(lines[first - 1 : last]))  # names as Python compares them
+        if any(name in held for name in names):
             keep[first - 1 : last] = [True] * (last - first + 1)
     out: list[str] = []
     for line, kept in zip(lines, keep, strict=True):
