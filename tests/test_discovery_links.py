@@ -237,3 +237,17 @@ def test_nesting_past_the_recursion_limit_is_walked_without_a_recursion_error(tm
     assert out.returncode == 1 and "fork/leaf.py:" in out.stdout, out.stdout + out.stderr[-2000:]
     (note,) = [line for line in out.stderr.splitlines() if "not walked" in line]
     assert note.startswith("specguard: note: folders not walked: deep/d/d/") and "(deeper than 256 folders)" in note
+
+
+def test_clean_walks_a_tree_past_the_recursion_limit(tmp_path: Path) -> None:
+    """`specguard clean` finds cache folders with an iterative walk too: 1,100 nested folders are no RecursionError
+    (os.walk recurses), and the cache beside them is removed."""
+    from specguard.analysis.cache_clean import cache_folders
+
+    (tmp_path / "a" / ".specguard_cache").mkdir(parents=True)
+    (tmp_path / "deep").mkdir()
+    try:
+        _nested(tmp_path / "deep", 1_100, b"")
+        assert list(cache_folders(tmp_path)) == [tmp_path / "a" / ".specguard_cache"]
+    finally:
+        _remove_nested(tmp_path / "deep")
