@@ -26,7 +26,7 @@ import secrets
 import signal
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 try:
@@ -227,9 +227,79 @@ def relative_inside(path: Path | str, root: Path | str) -> str | None:
     return where[len(top.rstrip(os.sep)) + 1 :] if where.startswith(top.rstrip(os.sep) + os.sep) else None
 
 
+# The folders a run named (the paths checked, the project's root), opened once at its start: absolute path, as
+# named and as resolved then -> (the handle, the real path it had then).
+_HELD: dict[str, tuple[int, str]] = {}
+
+
+@contextlib.contextmanager
+def holding(paths: Iterable[Path | str]) -> Iterator[None]:
+    """Hold each folder of `paths` (a file's own folder) open for the run, from now: every later `open_folder` of
+    it, or of a path beneath it, starts from that handle, so what the run writes lands in the folder it walked,
+    whatever is swapped for its name (or for a `..` on the way to it) meanwhile. Released on leaving."""
+    mine: list[str] = []
+    try:
+        for path in paths:
+            mine.extend(hold_folder(path))
+        yield
+    finally:
+        for key in mine:
+            fd = _HELD.pop(key)[0]
+            if not any(held[0] == fd for held in _HELD.values()):
+                os.close(fd)
+
+
+def hold_folder(path: Path | str) -> list[str]:
+    """Hold the folder `path` names now (a file: its folder); the keys added (none when held already or not a
+    folder one can open: the run then reports it as it would)."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        fd = os.open(folder, FOLDER)
+    except OSError:
+        return []
+    real = os.path.realpath(folder)
+    keys = [key for key in {os.path.abspath(folder), real} if key not in _HELD]
+    if not keys:
+        os.close(fd)
+    for key in keys:
+        _HELD[key] = (fd, real)
+    return keys
+
+
+def held_real_path(path: Path | str) -> tuple[str, bool]:
+    """The real path a held folder had when the run started, and whether its name still leads to that folder
+    (False: it was swapped meanwhile); any other path: its real path now, and True."""
+    held = _HELD.get(os.path.abspath(path))
+    if held is None:
+        return os.path.realpath(path), True
+    fd, real = held
+    try:
+        now, then = os.stat(path), os.fstat(fd)
+    except OSError:
+        return real, False
+    return real, (now.st_dev, now.st_ino) == (then.st_dev, then.st_ino)
+
+
 def open_folder(path: Path | str) -> int:
-    """A folder the caller names (the user's own path: links followed), held open to work beneath it."""
-    return os.open(path, FOLDER)
+    """A folder the caller names (the user's own path: links followed), held open to work beneath it. A folder the
+    run holds, or one beneath it, is opened from that handle (links beneath it followed only while they stay
+    beneath it: `OutsideTree`)."""
+    top = _held_above(path)
+    if top is None:
+        return os.open(path, FOLDER)
+    rest = os.path.abspath(path)[len(top) :].lstrip(os.sep)
+    return open_beneath(_HELD[top][0], rest or ".", FOLDER)
+
+
+def is_held(path: Path | str) -> bool:
+    """Whether `path` is, or lies beneath, a folder the run holds."""
+    return _held_above(path) is not None
+
+
+def _held_above(path: Path | str) -> str | None:
+    where = os.path.abspath(path)
+    tops = [key for key in _HELD if where == key or where.startswith(key.rstrip(os.sep) + os.sep)]
+    return max(tops, key=len) if tops else None
 
 
 def read_regular(path: Path | str, cap: int) -> bytes:
