@@ -207,7 +207,9 @@ def _expected(kind: ValueKind, text: str, exc: Exception) -> str:
         "json": "a JSON value",
         "dict_or_str": "a string or a JSON object",
     }.get(kind.kind, "a valid value")
-    detail = f" ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else f" ({exc})" if str(exc) == NUMBER_TOO_LONG else ""
+    detail = f" ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+    if str(exc) == NUMBER_TOO_LONG:
+        detail = f" ({NUMBER_TOO_LONG})"
     return f"expected {what}{detail}, got {_short(text)}"
 
 
