@@ -336,8 +336,13 @@ class SourceTree:
         return str(path)
 
     def module_for_path(self, relpath: str) -> ParsedModule | None:
-        """`v1/attention/backends/mla/flashinfer_mla.py` (relative to the package dir) -> its module."""
-        return self.module(self.module_name(self.root / relpath))
+        """`v1/attention/backends/mla/flashinfer_mla.py` (relative to the package dir) -> its module; one that
+        cannot be read is a gap in the evidence of the hazard being judged."""
+        name = self.module_name(self.root / relpath)
+        parsed = self.module(name)
+        if parsed is None:
+            self._note_gap(name)
+        return parsed
 
     def files_containing(self, needle: str) -> list[Path]:
         """Every .py file of the tree whose text contains `needle` (all texts are read once, then kept). The walk
