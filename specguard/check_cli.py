@@ -278,6 +278,8 @@ def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> in
     found = discover_files(paths, settings)
     for note in [] if args.quiet or args.silent else found.notes:
         tell(f"specguard: note: {note}")
+    for warning in [] if args.quiet or args.silent else found.warnings:
+        tell(f"specguard: warning: {warning}")
     for error in found.errors:
         tell(f"specguard: error: {error}")
     files = sorted(os.path.abspath(f) for f in found.files)

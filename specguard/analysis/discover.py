@@ -84,6 +84,7 @@ class Discovery:
     files: list[str] = field(default_factory=list)  # strings: a Path per file costs more than the scan of it
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # links out of the tree, not followed
+    warnings: list[str] = field(default_factory=list)  # ignore files someone else may have written, not used
     # When the budget ended the walk: which part of it was spent, and the first file left (files past it were not
     # found). None: every file was found.
     stopped: tuple[str, str] | None = None
@@ -276,6 +277,8 @@ def discover(
             ignores = Ignores.enclosing(absolute) if respect_gitignore else None
             for file in walker.walk(folder, walker.relative(str(path)), ignores, absolute):
                 result.files.append(_as_printed(file))
+            if ignores is not None:
+                result.warnings.extend(w for w in ignores.refused if w not in result.warnings)
         elif path.is_file():
             found = path.stat()
             if walker.first_key(walker.seen_files, (found.st_dev, found.st_ino)) and walker.take(

@@ -416,7 +416,10 @@ def check_paths(
         run.evaluate(result, pool)
     result.notes.extend(_unresolved_note(run, settings))
     # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
-    result.warnings = [w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused]
+    result.warnings = [
+        *found.warnings,
+        *(w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused),
+    ]
     result.notes.extend(run.line_lengths.notes())
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings, run))
     result.undecided = sorted(
