@@ -7,11 +7,16 @@
 appended (O_APPEND), the rest written over the old content's own bytes. Only a fix that shortens the file has to
 truncate it, and it truncates only after comparing the whole file again and checking its size. Where the kernel
 grants a write lease (Linux, the user's own file on a local file system) no other program has the file open and
-any that opens it waits until the fix is written: nothing is left. Elsewhere one moment is left: from the return
-of that last size check (fstat) to the truncation (ftruncate). This script measures it over N fixes that shorten
-a 30 KB file, with os.fstat and os.ftruncate wrapped to take a perf_counter_ns stamp right after the one returns
-and right before the other is called (so the numbers include one Python call of each wrapper: an upper bound). It
-also times the whole rewrite with and without the lease, for what the lease costs.
+any that opens it waits until the fix is written; if specguard is held up past the kernel's lease-break-time (45 s
+by default) the other program gets the file, the break signal disarms specguard's descriptor before its next call
+and what it wrote is taken back (tests/test_files.py plays it at each call): nothing is left but the C-level step
+from Python's signal check to the system call. Elsewhere two moments are left: from the return of the comparison's
+last read to the first write over the old bytes (a same-size rewrite by another program there is written over),
+and from the return of the last size check (fstat) to the truncation (ftruncate). This script measures the second
+over N fixes that shorten a 30 KB file, and the first over N same-size fixes, with the calls on each side wrapped
+to take a perf_counter_ns stamp right after the one returns and right before the other is called (so the numbers
+include one Python call of each wrapper: an upper bound). It also times the whole rewrite with and without the
+lease, for what the lease (and its break handler) costs.
 
 Wall clock on a machine that may be shared: read the median; nothing here belongs in a unit test.
 """
@@ -29,6 +34,7 @@ from specguard import _files
 
 OLD = b"x = 1  # a line of the file as it was\n" * 800  # about 30 KB
 NEW = OLD[: len(OLD) // 2]  # a fix that shortens it
+SAME_SIZE = OLD.replace(b"x = 1", b"y = 2")  # a fix that keeps its size
 
 
 def _window(runs: int, folder: Path) -> list[int]:
@@ -55,6 +61,38 @@ def _window(runs: int, folder: Path) -> list[int]:
             _files.rewrite_in_place(path, OLD, NEW)
     finally:
         os.fstat, os.ftruncate = real_fstat, real_ftruncate  # type: ignore[assignment]
+        _files._LEASES = True
+    return gaps
+
+
+def _compare_window(runs: int, folder: Path) -> list[int]:
+    """ns between the return of the comparison's last read and the first write over the file (a same-size fix, so
+    the first write is over the old bytes): where another program's in-place rewrite would be written over."""
+    real_read, real_pwrite = os.read, os.pwrite
+    last_read = [0]
+    gaps: list[int] = []
+
+    def read(fd, n):  # type: ignore[no-untyped-def]
+        result = real_read(fd, n)
+        last_read[0] = time.perf_counter_ns()
+        return result
+
+    def pwrite(fd, data, offset):  # type: ignore[no-untyped-def]
+        if last_read[0]:
+            gaps.append(time.perf_counter_ns() - last_read[0])
+            last_read[0] = 0
+        return real_pwrite(fd, data, offset)
+
+    os.read, os.pwrite = read, pwrite  # type: ignore[assignment]
+    try:
+        _files._LEASES = False
+        for i in range(runs):
+            path = folder / f"c{i % 8}.py"
+            path.write_bytes(OLD)
+            last_read[0] = 0
+            _files.rewrite_in_place(path, OLD, SAME_SIZE)
+    finally:
+        os.read, os.pwrite = real_read, real_pwrite  # type: ignore[assignment]
         _files._LEASES = True
     return gaps
 
@@ -90,6 +128,8 @@ def main() -> None:
         gaps = _window(args.runs, folder)
         assert len(gaps) == args.runs, "each fix truncated once"
         print(f"window left without a lease (fstat -> ftruncate), {args.runs} fixes: {_summary(gaps)}")
+        compared = _compare_window(args.runs, folder)
+        print(f"window left without a lease (compare -> first write), {args.runs} fixes: {_summary(compared)}")
         print(f"whole rewrite without a lease: {_summary(_whole(args.runs // 4, folder, False))}")
         print(f"whole rewrite with the lease (no window): {_summary(_whole(args.runs // 4, folder, True))}")
 

@@ -8,6 +8,7 @@ foreign cache costs time, never code execution.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ class _Envelope(msgspec.Struct, array_like=True):
     kind: str
     version: str
     payload: msgspec.Raw  # decoded only once the header matches
+    escaped: bool = False  # every string of the payload went through `_escape` (it held a name's raw byte)
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -42,8 +44,40 @@ _ENVELOPE = msgspec.msgpack.Decoder(_Envelope)
 _DECODERS: dict[Any, msgspec.msgpack.Decoder] = {}
 
 
+# A file name that is not UTF-8 reaches Python with each such byte as a lone surrogate (U+DC80-U+DCFF), which
+# msgpack's UTF-8 strings cannot hold. Such a payload is stored with every string escaped, reversibly and still as
+# valid UTF-8: NUL is the escape character, a surrogate becomes NUL + its byte as a character, NUL becomes NUL NUL.
+_TO_ESCAPE = re.compile("[\x00\udc80-\udcff]")
+_ESCAPED = re.compile("\x00(.)", re.DOTALL)
+
+
+def _escape(text: str) -> str:
+    return _TO_ESCAPE.sub(lambda m: "\x00" + (chr(ord(m[0]) - 0xDC00) if m[0] != "\x00" else "\x00"), text)
+
+
+def _unescape(text: str) -> str:
+    return _ESCAPED.sub(lambda m: chr(ord(m[1]) + 0xDC00) if m[1] != "\x00" else "\x00", text)
+
+
+def _each_string(obj: Any, change: Any) -> Any:
+    """`obj` (plain data: dicts, lists, tuples, scalars) with `change` applied to each string, keys included."""
+    if isinstance(obj, str):
+        return change(obj)
+    if isinstance(obj, dict):
+        return {_each_string(k, change): _each_string(v, change) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_each_string(item, change) for item in obj]
+    return obj
+
+
 def encode(kind: str, payload: Any) -> bytes:
-    return _ENCODER.encode(_Envelope(kind, __version__, msgspec.Raw(_ENCODER.encode(payload))))
+    """Raises ValueError for a payload that cannot be stored (a caller's cache then goes unsaved, with a note)."""
+    try:
+        return _ENCODER.encode(_Envelope(kind, __version__, msgspec.Raw(_ENCODER.encode(payload))))
+    except UnicodeEncodeError:  # a name's raw byte (a lone surrogate): stored escaped, read back exactly
+        plain = msgspec.to_builtins(payload, builtin_types=(bytes,), enc_hook=_enc_hook)
+        escaped = _ENCODER.encode(_each_string(plain, _escape))
+        return _ENCODER.encode(_Envelope(kind, __version__, msgspec.Raw(escaped), escaped=True))
 
 
 def decode(data: bytes, kind: str, payload_type: Any) -> Any | None:
@@ -55,6 +89,9 @@ def decode(data: bytes, kind: str, payload_type: Any) -> Any | None:
         envelope = _ENVELOPE.decode(data)
         if envelope.kind != kind or envelope.version != __version__:
             return None
+        if envelope.escaped:
+            plain = _each_string(msgspec.msgpack.decode(envelope.payload), _unescape)
+            return msgspec.convert(plain, payload_type, dec_hook=_dec_hook)
         return decoder.decode(envelope.payload)
     except Exception:  # noqa: BLE001 - whatever a hostile or damaged file holds, it only means a cold run
         return None

@@ -8,7 +8,8 @@ Every file specguard writes goes through one of two writers: `replace_atomically
 own (caches, baselines: a temp file renamed over the old one, so a failure part-way leaves the old file whole), and
 `rewrite_in_place` for the user's sources that `--fix` changes (the same inode, as editors write a file with other
 names, so hard links, mode, owner and extended attributes stay; compared and written under one open file, an
-advisory lock and, where the OS grants one, a lease that holds other programs' opens back until it is written).
+advisory lock and, where the OS grants one, a lease that holds other programs' opens back until it is written; a
+lease that runs out first disarms the writer, so nothing of it lands after another program's write).
 
 A file in a tree that someone else may change meanwhile (the sources `--fix` writes, the repository cache, a
 baseline, what `specguard clean` removes) is opened with `open_beneath`: from a handle held on the tree's root, one
@@ -26,8 +27,9 @@ import secrets
 import signal
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 try:
     import fcntl
@@ -227,9 +229,79 @@ def relative_inside(path: Path | str, root: Path | str) -> str | None:
     return where[len(top.rstrip(os.sep)) + 1 :] if where.startswith(top.rstrip(os.sep) + os.sep) else None
 
 
+# The folders a run named (the paths checked, the project's root), opened once at its start: absolute path, as
+# named and as resolved then -> (the handle, the real path it had then).
+_HELD: dict[str, tuple[int, str]] = {}
+
+
+@contextlib.contextmanager
+def holding(paths: Iterable[Path | str]) -> Iterator[None]:
+    """Hold each folder of `paths` (a file's own folder) open for the run, from now: every later `open_folder` of
+    it, or of a path beneath it, starts from that handle, so what the run writes lands in the folder it walked,
+    whatever is swapped for its name (or for a `..` on the way to it) meanwhile. Released on leaving."""
+    mine: list[str] = []
+    try:
+        for path in paths:
+            mine.extend(hold_folder(path))
+        yield
+    finally:
+        for key in mine:
+            fd = _HELD.pop(key)[0]
+            if not any(held[0] == fd for held in _HELD.values()):
+                os.close(fd)
+
+
+def hold_folder(path: Path | str) -> list[str]:
+    """Hold the folder `path` names now (a file: its folder); the keys added (none when held already or not a
+    folder one can open: the run then reports it as it would)."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        fd = os.open(folder, FOLDER)
+    except OSError:
+        return []
+    real = os.path.realpath(folder)
+    keys = [key for key in {os.path.abspath(folder), real} if key not in _HELD]
+    if not keys:
+        os.close(fd)
+    for key in keys:
+        _HELD[key] = (fd, real)
+    return keys
+
+
+def held_real_path(path: Path | str) -> tuple[str, bool]:
+    """The real path a held folder had when the run started, and whether its name still leads to that folder
+    (False: it was swapped meanwhile); any other path: its real path now, and True."""
+    held = _HELD.get(os.path.abspath(path))
+    if held is None:
+        return os.path.realpath(path), True
+    fd, real = held
+    try:
+        now, then = os.stat(path), os.fstat(fd)
+    except OSError:
+        return real, False
+    return real, (now.st_dev, now.st_ino) == (then.st_dev, then.st_ino)
+
+
 def open_folder(path: Path | str) -> int:
-    """A folder the caller names (the user's own path: links followed), held open to work beneath it."""
-    return os.open(path, FOLDER)
+    """A folder the caller names (the user's own path: links followed), held open to work beneath it. A folder the
+    run holds, or one beneath it, is opened from that handle (links beneath it followed only while they stay
+    beneath it: `OutsideTree`)."""
+    top = _held_above(path)
+    if top is None:
+        return os.open(path, FOLDER)
+    rest = os.path.abspath(path)[len(top) :].lstrip(os.sep)
+    return open_beneath(_HELD[top][0], rest or ".", FOLDER)
+
+
+def is_held(path: Path | str) -> bool:
+    """Whether `path` is, or lies beneath, a folder the run holds."""
+    return _held_above(path) is not None
+
+
+def _held_above(path: Path | str) -> str | None:
+    where = os.path.abspath(path)
+    tops = [key for key in _HELD if where == key or where.startswith(key.rstrip(os.sep) + os.sep)]
+    return max(tops, key=len) if tops else None
 
 
 def read_regular(path: Path | str, cap: int) -> bytes:
@@ -408,21 +480,30 @@ def _rewrite(path: Path | str, folder: int, name: str, expected: bytes, data: by
         if not st.st_mode & 0o222:  # root may write anyway; a read-only file says its owner does not want that
             raise UnwritableFile(path, _read_only(st))
         _lock(path, fd)
-        with _alone(fd) as alone:
+        with _alone(fd) as lease:
             try:
                 current = _read_all(path, fd, len(expected), st.st_size)
             except UnreadableFile:
                 current = None
             if current != expected:
                 raise UnwritableFile(path, "it changed while specguard was fixing it; left as it is")
-            if alone is False and len(data) < len(expected):  # its truncation could cut what they append
+            if lease.held is False and len(data) < len(expected):  # its truncation could cut what they append
                 raise UnwritableFile(
                     path,
                     "another program has it open (it may be writing to it), and the fix shortens it; close it and "
                     "run specguard again",
                 )
-            _write_over(path, fd, expected, data)
-            _confirm(path, folder, name, fd, st, data)
+            try:
+                _write_over(path, fd, expected, data)
+                _confirm(path, folder, name, fd, st, data)
+            except UnwritableFile:
+                if not lease.broken:
+                    raise
+            if lease.asked and not lease.broken and not lease.still_held():
+                lease.broken = True  # it ran out while specguard wrote: the other program may have written too
+            if lease.broken:  # what specguard wrote before the break is taken back; theirs stays
+                _take_back(lease.real, expected, data)
+                raise UnwritableFile(path, _BROKEN)
     except UnwritableFile:
         raise
     except OSError as exc:
@@ -451,28 +532,113 @@ def _lock(path: Path | str, fd: int) -> None:
     raise UnwritableFile(path, "it is locked by another program; left as it is")
 
 
+class _Lease:
+    """The write lease `_alone` holds on a file being fixed. `held`: True: granted; False: another program has the
+    file open; None: no lease here (another user's file, a file system without leases, another OS, a thread that is
+    not the main one). `asked`: another program asked for the file meanwhile (to open or truncate it) and waits;
+    `broken`: the lease ran out before specguard was done, so that program may have written, and from then on every
+    call specguard makes on the descriptor lands in a scratch file instead; `real`: the file itself, to take back
+    what was written before."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.held, self.asked, self.broken, self.real = fd, None, False, False, -1
+
+    def on_break(self, signum: int, frame: object) -> None:
+        """The kernel signals a lease break to its holder as another program asks for the file. While the lease is
+        still listed, that program waits, and the fix is finished first (microseconds). Once the kernel's
+        lease-break-time has passed (specguard was held up that long) it is gone and the other program has the
+        file: the descriptor is disarmed at once, before the call that was about to run on it, so no write of
+        specguard lands after theirs."""
+        with contextlib.suppress(OSError):
+            if self.broken or fcntl.fcntl(self.real, fcntl.F_GETLEASE) == fcntl.F_WRLCK:
+                return
+        self.asked = True
+        if not self.still_held():
+            self.disarm()
+
+    def still_held(self) -> bool:
+        """Whether the lease is still listed (active, or being broken: the other program still waits); False
+        where that cannot be known."""
+        try:
+            st = os.fstat(self.real)
+            inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+            with open("/proc/locks", encoding="ascii", errors="replace") as listed:
+                return any(line.split()[1:2] == ["LEASE"] and line.split()[5:6] == [inode] for line in listed)
+        except OSError:
+            return False
+
+    def disarm(self) -> None:
+        self.broken = True
+        scratch = _scratch()
+        os.dup2(scratch, self.fd)
+        os.close(scratch)
+
+
+def _scratch() -> int:
+    """A file of no name, where the disarmed descriptor's calls land harmlessly."""
+    if hasattr(os, "memfd_create"):
+        with contextlib.suppress(OSError):
+            return os.memfd_create("specguard-disarmed", os.MFD_CLOEXEC)
+    return os.open(os.devnull, os.O_RDWR | _CLOEXEC)
+
+
 @contextlib.contextmanager
-def _alone(fd: int) -> Iterator[bool | None]:
+def _alone(fd: int) -> Iterator[_Lease]:
     """A write lease on the open file (Linux): the kernel grants it only while no other program has the file open,
-    and holds back any program that opens it until it is released, so nothing can be appended while specguard
-    compares and writes. True: held; False: another program has the file open; None: no lease here (another
-    user's file, a file system without leases, another OS)."""
-    state: bool | None = None
-    # a lease break is signalled to the holder: by SIGURG, ignored by default, rather than SIGIO, which would end
-    # the process (never where the program running specguard handles SIGURG itself)
+    and holds back any program that opens or truncates it until it is released, so nothing can be appended while
+    specguard compares and writes. A program that asks meanwhile breaks it: the kernel signals specguard (SIGURG)
+    and holds that program back until the lease is released or its lease-break-time has passed. Past it (specguard
+    held up that long), `_Lease.on_break` disarms the descriptor, and the rewrite takes back what it wrote and
+    reports a conflict."""
+    lease = _Lease(fd)
+    previous: Any = None
+    installed = False
+    # by SIGURG, ignored by default, rather than SIGIO, which would end the process; never where the program running
+    # specguard handles SIGURG itself. SA_RESTART (siginterrupt False): the other program's call is not failed.
     if _LEASES and signal.getsignal(signal.SIGURG) in (signal.SIG_DFL, signal.SIG_IGN, None):
         try:
+            lease.real = os.dup(fd)
+            previous, installed = signal.signal(signal.SIGURG, lease.on_break), True
+            signal.siginterrupt(signal.SIGURG, False)
             fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-            state = True
-        except OSError as exc:
-            state = False if exc.errno in (errno.EAGAIN, errno.EBUSY) else None
+            lease.held = True
+        except (OSError, ValueError) as exc:  # ValueError: not the main thread, where no handler can be set
+            lease.held = False if isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.EBUSY) else None
     try:
-        yield state
+        yield lease
     finally:
-        if state:
+        if lease.held:
             with contextlib.suppress(OSError):
-                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+                fcntl.fcntl(lease.real, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        if installed:
+            signal.signal(signal.SIGURG, previous if previous is not None else signal.SIG_DFL)
+        if lease.real >= 0:
+            os.close(lease.real)
+
+
+_BROKEN = "conflict: another program opened or changed it while specguard wrote the fix; its version is kept"
+
+
+def _take_back(real: int, old: bytes, new: bytes) -> None:
+    """After a lease break: where the file still holds exactly what specguard wrote (the head written over the old
+    content, the tail appended after it, the end it cut off), the old bytes are put back; anything else is another
+    program's and stays (their bytes after a truncation of ours follow the old content put back)."""
+    if fcntl is not None:  # the append's O_APPEND may be left on it (set through the descriptor disarmed since)
+        fcntl.fcntl(real, fcntl.F_SETFL, fcntl.fcntl(real, fcntl.F_GETFL) & ~os.O_APPEND)
+    if len(new) < len(old):
+        now = _pread_exact(real, len(old), 0)
+        if now == new + old[len(new) :]:  # written over, not yet shortened
+            _pwrite_all(real, old[: len(new)], 0)
+        elif now[: len(new)] == new != old[: len(new)]:  # shortened too: what follows it now is theirs
+            after = _pread_exact(real, os.fstat(real).st_size - len(new), len(new))
+            _pwrite_all(real, old + after, 0)
+        return
+    if _pread_exact(real, len(old), 0) == new[: len(old)] != old:
+        _pwrite_all(real, old, 0)
+    tail = new[len(old) :]
+    if tail and _pread_exact(real, len(old), 0) == old and _pread_exact(real, len(tail), len(old)) == tail:
+        _cut(real, len(old), len(tail))
 
 
 def _open_failure(folder: int, name: str, exc: OSError) -> str:

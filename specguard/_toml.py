@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from specguard._files import UnreadableFile, read_regular_text
+from specguard._files import DATA_CAP, UnreadableFile, read_regular_stat
 from specguard._nesting import MAX_DEPTH, NESTED_TOO_DEEPLY, deeper_than
 from specguard.errors import UserError
 
@@ -102,12 +103,44 @@ def parse_toml(text: str, *, origin: str, what: str) -> dict[str, Any]:
     return data
 
 
-def load_toml(path: Path, *, what: str) -> dict[str, Any]:
-    """A TOML file read as every data file is (a regular file, size-capped: never a FIFO or /dev/zero)."""
+# Longest first: a UTF-32 little-endian mark begins with the UTF-16 one.
+_OTHER_ENCODINGS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def toml_text(data: bytes, *, origin: str, what: str) -> str:
+    """A TOML file's bytes as text, decoded strictly as UTF-8 (TOML's one encoding). A UTF-8 byte-order mark is
+    dropped (editors on Windows write one); UTF-16 or UTF-32 text, and bytes that are not UTF-8, are refused in one
+    line: reading them leniently would let a file whose settings cannot be seen pass for one without any."""
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    for mark, encoding in _OTHER_ENCODINGS:
+        if data.startswith(mark):
+            raise UserError(f"{origin}: {what} is {encoding} text; TOML files are UTF-8: save it as UTF-8")
     try:
-        text = read_regular_text(path)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{origin}: {what} is not UTF-8 text ({exc.reason} at byte {exc.start}); TOML files are UTF-8"
+        ) from None
+
+
+def read_toml_file(path: Path, *, what: str) -> tuple[dict[str, Any], os.stat_result]:
+    """A TOML file read as every data file is (a regular file, size-capped: never a FIFO or /dev/zero), decoded by
+    `toml_text`, with the file's status as it was when opened (for the caller's trust check)."""
+    try:
+        data, st = read_regular_stat(path, DATA_CAP)
     except UnreadableFile as exc:
         if not os.path.lexists(path):
             raise UserError(f"{path}: {what} not found") from None
         raise UserError(f"{path}: cannot read {what}: {exc.reason}") from None
-    return parse_toml(text, origin=str(path), what=what)
+    return parse_toml(toml_text(data, origin=str(path), what=what), origin=str(path), what=what), st
+
+
+def load_toml(path: Path, *, what: str) -> dict[str, Any]:
+    """`read_toml_file`'s data."""
+    return read_toml_file(path, what=what)[0]

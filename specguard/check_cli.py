@@ -161,16 +161,25 @@ def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
-    from specguard.composition import check_paths
-    from specguard.settings import require_cache_inside_project
+    from specguard._files import holding
 
     if args.statistics and args.output_format not in ("concise", "text", "json"):
         raise UserError(f"--statistics prints counts as concise or json, not {args.output_format}; drop one of the two")
     paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
     if args.vllm:
         paths.append(_installed_vllm())
-    settings = _settings(args, paths)
+    # each folder named, then the project's root, held from before the walk to the last write
+    with holding(paths):
+        settings = _settings(args, paths)
+        with holding([settings.root]):
+            return _check(args, paths, settings)
+
+
+def _check(args: argparse.Namespace, paths: list[Path], settings: Settings) -> int:
+    from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
+    from specguard.composition import check_paths
+    from specguard.settings import require_cache_inside_project
+
     if args.show_files or args.show_settings:
         return _show(args, paths, settings)  # they check nothing and write nothing: they show what would be
     _reject_empty_selection(settings)
@@ -269,6 +278,8 @@ def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> in
     found = discover_files(paths, settings)
     for note in [] if args.quiet or args.silent else found.notes:
         tell(f"specguard: note: {note}")
+    for warning in [] if args.quiet or args.silent else found.warnings:
+        tell(f"specguard: warning: {warning}")
     for error in found.errors:
         tell(f"specguard: error: {error}")
     files = sorted(os.path.abspath(f) for f in found.files)

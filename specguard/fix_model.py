@@ -9,7 +9,6 @@ of strings and integers (no libcst node), and importing this module costs nothin
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -17,12 +16,12 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import libcst as cst
 
+from specguard.lines import line_starts, source_lines
+
 Applicability = Literal["safe", "unsafe"]
 # A node of the module a rule was given and what replaces it: a libcst transformation (a type only, so that
 # importing the model still costs nothing).
 Change = tuple["cst.CSTNode", "cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]"]
-_LINE_STARTS = re.compile(r"\n")
-_LINES = re.compile(r"[^\n]*\n|[^\n]+$")
 
 
 @dataclass(frozen=True)
@@ -89,19 +88,20 @@ def fix_of(applicability: Applicability, message: str, edits: Iterable[Edit]) ->
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines with their endings, split at "\\n" only, as line numbers in edits count them. A file is split once
+    """Lines with their endings, as CPython ends them (specguard/lines.py), as line numbers in edits count them.
+    A file is split once
     for all the fixes that ask (each gets its own list): a split a fix was quadratic in the file's size."""
     return list(_split(text))
 
 
 @functools.lru_cache(maxsize=8)  # a file's source and sparse text, and each fix's own small ones
 def _split(text: str) -> tuple[str, ...]:
-    return tuple(_LINES.findall(text))
+    return tuple(source_lines(text))
 
 
 def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     """`text` with non-overlapping edits applied; positions are 1-based (line, column) in `text`."""
-    starts = [0, *(m.end() for m in _LINE_STARTS.finditer(text))]
+    starts = line_starts(text)
 
     def offset(line: int, col: int) -> int:
         return (starts[line - 1] if line <= len(starts) else len(text)) + col - 1

@@ -27,15 +27,39 @@ def untrusted(st: os.stat_result, *, system_ok: bool = True) -> str | None:
     return None
 
 
+def untrusted_found(path: str | os.PathLike[str], st: os.stat_result) -> str | None:
+    """Why a settings-like file specguard found in a tree, not named by the user (pyproject.toml, `.ignore`,
+    `.gitignore`, `.git/info/exclude`, a rule pack its settings name, ruff's configuration for the layout of
+    fixes), may hold someone else's words: the file as opened (`st`), or a symlink on the way to it that another
+    user made. The one trust check every such file passes; the caller warns with the reason and does not use it."""
+    return untrusted(st) or untrusted_link(path)
+
+
 def untrusted_link(path: str | os.PathLike[str]) -> str | None:
-    """Why `path`, when it is a symlink, may point where someone else chose: a link another user made."""
+    """Why `path` may point where someone else chose: it, or a folder on the way to it, is a symlink another user
+    made."""
+    here = os.path.abspath(path)
+    while True:
+        maker = _link_maker(here)
+        if maker is not None:
+            return (
+                f"it is a symlink that user id {maker} made"
+                if here == os.path.abspath(path)
+                else f"{here} on the way to it is a symlink that user id {maker} made"
+            )
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _link_maker(path: str) -> int | None:
+    """The user id of whoever made `path` when it is a symlink neither the user nor root made."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    if stat.S_ISLNK(st.st_mode) and st.st_uid not in (os.geteuid(), 0):
-        return f"it is a symlink that user id {st.st_uid} made"
-    return None
+    return st.st_uid if stat.S_ISLNK(st.st_mode) and st.st_uid not in (os.geteuid(), 0) else None
 
 
 def _private_group(gid: int, uid: int) -> bool:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 
 ROOT_MARKERS = (".git", "pyproject.toml")
+REPOSITORY_MARKERS = (".git",)
 
 
-def project_top(folder: str) -> str | None:
+def project_top(folder: str, markers: tuple[str, ...] = ROOT_MARKERS) -> str | None:
     """The project's root at or above `folder` (an absolute path, taken as spelled), or None when no folder up to
-    `/` holds a marker."""
+    `/` holds a marker. `REPOSITORY_MARKERS`: the root of the checkout, for ruff's configuration, which a
+    pyproject.toml without [tool.ruff] does not end (ruff looks further up, within the repository)."""
     here = folder
     while True:
-        if any(os.path.lexists(os.path.join(here, marker)) for marker in ROOT_MARKERS):
+        if any(os.path.lexists(os.path.join(here, marker)) for marker in markers):
             return here
         parent = os.path.dirname(here)
         if parent == here:

@@ -18,9 +18,9 @@ from typing import Any
 
 from specguard._files import DATA_CAP, UnreadableFile, read_regular_stat
 from specguard._snapshots import user_cache_home, validated
-from specguard._toml import load_toml
+from specguard._toml import load_toml, toml_text
 from specguard.errors import UserError
-from specguard.ownership import untrusted, untrusted_link
+from specguard.ownership import untrusted_found
 from specguard.program.discover import DEFAULT_EXCLUDE
 from specguard.project import project_top
 
@@ -337,15 +337,21 @@ def discover_settings(start: Path) -> FoundSettings:
         text, st = read_regular_stat(candidate, DATA_CAP)
     except UnreadableFile as exc:  # a huge one, or one that stopped being a regular file meanwhile
         raise UserError(f"{candidate}: cannot read configuration: {exc.reason}") from None
-    if b"[tool.specguard" not in text:
+    try:
+        decoded: str | None = toml_text(text, origin=str(candidate), what="configuration")
+    except UserError:
+        decoded = None  # refused below, unless no one may use it anyway
+    if decoded is not None and "[tool.specguard" not in decoded:
         return FoundSettings(root)
-    why = untrusted(st) or untrusted_link(candidate)
+    why = untrusted_found(candidate, st)
     if why is not None:
         warning = (
             f"{candidate} was not read ({why}): someone else may have written its [tool.specguard]; pass "
             f"`--config {candidate}` to use it anyway"
         )
         return FoundSettings(root, warning=warning)
+    if decoded is None:  # whether it holds [tool.specguard] cannot be told: never a silent run without it
+        toml_text(text, origin=str(candidate), what="configuration")
     return FoundSettings(root, candidate)
 
 
@@ -370,4 +376,27 @@ def load_settings(config: Path | None, first_path: Path, warnings: list[str] | N
     table = data.get("tool", {}).get("specguard", {}) if in_pyproject else data
     if not isinstance(table, dict):
         raise UserError(f"{source}: [tool.specguard] must be a table")
-    return settings_from_mapping(table, root=source.resolve().parent, origin=str(source))
+    settings = settings_from_mapping(table, root=source.resolve().parent, origin=str(source))
+    return _trusted_packs(settings, source, warnings)
+
+
+def _trusted_packs(settings: Settings, source: Path, warnings: list[str] | None) -> Settings:
+    """The settings without the rule packs they name that someone else may have written (a pack renames what the
+    rules look for, so a planted one blinds the run): each dropped is said in `warnings`. A pack named by
+    `--rule-pack` is the user's own choice and is not checked."""
+    kept = []
+    for pack in settings.rule_packs:
+        try:
+            st = os.stat(pack)
+        except OSError:
+            kept.append(pack)  # missing or unreadable: loading it says so
+            continue
+        why = untrusted_found(pack, st)
+        if why is None:
+            kept.append(pack)
+        elif warnings is not None:
+            warnings.append(
+                f"rule pack {pack}, named in {source}, was not read ({why}): someone else may have written it; "
+                f"pass `--rule-pack {pack}` to use it anyway"
+            )
+    return settings if len(kept) == len(settings.rule_packs) else dataclasses.replace(settings, rule_packs=kept)

@@ -173,3 +173,81 @@ def test_past_the_budget_the_files_found_are_reported_and_the_rest_is_an_error(t
     assert by_bytes.stderr == message.format(f"{size + 3:,} bytes of Python")
     within = _check(root, "fork", "more", *JSON, budget=(4, size + 6))
     assert (within.returncode, within.stdout, within.stderr) == (1, expected.stdout, "")
+
+
+def _nested(base: Path, depth: int, leaf: bytes) -> None:
+    """`depth` folders `d` one in the other under `base`, made beneath open folders (the path may pass PATH_MAX)."""
+    fds = [os.open(base, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fds[-1])
+            fds.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+        fd = os.open("leaf.py", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fds[-1])
+        os.write(fd, leaf)
+        os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _remove_nested(base: Path) -> None:
+    """Remove what `_nested` made, deepest first, beneath open folders (no path, no recursion)."""
+    fds = [os.open(base, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        while "d" in os.listdir(fds[-1]):
+            fds.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+        while True:
+            for name in os.listdir(fds[-1]):
+                os.unlink(name, dir_fd=fds[-1])
+            if len(fds) == 1:
+                break
+            os.close(fds.pop())
+            os.rmdir("d", dir_fd=fds[-1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_tree_deeper_than_the_cap_is_walked_to_the_cap_and_named_in_one_note(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from specguard.program import discover
+
+    monkeypatch.setattr(discover, "MAX_DEPTH", 3)
+    _nested(tmp_path, 3, b"")  # d/d/d/leaf.py: three folders below the one named, at the cap
+    _nested(tmp_path / "d" / "d" / "d", 2, b"")  # d/d/d/d/d/leaf.py: past it
+    found = discover.discover([tmp_path], root=tmp_path)
+    assert [os.path.relpath(f, tmp_path) for f in found.files] == ["d/d/d/leaf.py"]
+    assert found.notes == [
+        f"folders not walked: {tmp_path}/d/d/d/d (deeper than 3 folders); name a folder nearer to them to check "
+        "what they hold"
+    ]
+    assert not found.errors
+
+
+def test_nesting_past_the_recursion_limit_is_walked_without_a_recursion_error(tmp_path: Path) -> None:
+    """1,100 nested folders (Python's recursion limit is 1,000): the walk is iterative and stops at its cap, one
+    note; the rest of the tree is checked."""
+    root = tree(tmp_path, "DraftModelSpeculator")
+    (root / "deep").mkdir()
+    try:
+        _nested(root / "deep", 1_100, LEAF.encode())
+        out = _check(root, "fork", "deep", "--no-cache")
+    finally:  # pytest's own clean-up of old temporary folders is recursive: it must never meet this tree
+        _remove_nested(root / "deep")
+    assert "RecursionError" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 1 and "fork/leaf.py:" in out.stdout, out.stdout + out.stderr[-2000:]
+    (note,) = [line for line in out.stderr.splitlines() if "not walked" in line]
+    assert note.startswith("specguard: note: folders not walked: deep/d/d/") and "(deeper than 256 folders)" in note
+
+
+def test_clean_walks_a_tree_past_the_recursion_limit(tmp_path: Path) -> None:
+    """`specguard clean` finds cache folders with an iterative walk too: 1,100 nested folders are no RecursionError
+    (os.walk recurses), and the cache beside them is removed."""
+    from specguard.analysis.cache_clean import cache_folders
+
+    (tmp_path / "a" / ".specguard_cache").mkdir(parents=True)
+    (tmp_path / "deep").mkdir()
+    try:
+        _nested(tmp_path / "deep", 1_100, b"")
+        assert list(cache_folders(tmp_path)) == [tmp_path / "a" / ".specguard_cache"]
+    finally:
+        _remove_nested(tmp_path / "deep")

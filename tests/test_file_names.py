@@ -29,6 +29,8 @@ from urllib.parse import unquote_to_bytes
 import jsonschema
 import pytest
 
+from specguard.report.names import shown
+
 BAD = b"""\
 from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
@@ -151,11 +153,10 @@ def test_github_annotations_name_each_file(repo: bytes, stream: str) -> None:
     lines = _report(repo, "github", stream).decode("ascii" if stream == "ascii" else "utf-8").splitlines()
     assert len(lines) == len(NAMES) and all(line.startswith("::error title=specguard (SG101),file=") for line in lines)
     files = sorted(_unescape_property(re.search(r",file=(.*?),line=", line)[1]) for line in lines)  # type: ignore[index]
-    # The name itself, where it is text; a byte that is not UTF-8 as \xNN (an annotation is UTF-8 text).
-    expected = sorted(
-        "pkg/" + os.fsdecode(name).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        for name in NAMES
-    )
+    # The name itself, where it is printable text; a newline or CR percent-encoded as the runner decodes it; any
+    # other control character (ESC, a tab) and a byte that is not UTF-8 as Python escapes it (\x1b, \t, \xNN), so
+    # the log never gets a raw terminal control.
+    expected = sorted("pkg/" + "".join(c if c in "\r\n" else shown(c) for c in os.fsdecode(name)) for name in NAMES)
     if stream == "ascii":
         expected = sorted(e.encode("ascii", "backslashreplace").decode() for e in expected)
     assert files == expected
@@ -188,3 +189,44 @@ def test_show_files_and_show_settings_write_one_line_per_name(repo: bytes) -> No
     assert sorted(stdout.decode().splitlines()) == sorted(f"{real}/pkg/{shown}" for shown in NAMES.values())
     rc, stdout, _ = _check(repo, "--show-settings", stream="strict-utf8")
     assert rc == 0 and stdout.decode().splitlines()[0].startswith(f'Resolved settings for: "{real}/pkg/')
+
+
+def test_the_cache_stores_and_serves_results_for_any_name(repo: bytes) -> None:
+    """A name's non-UTF-8 bytes are lone surrogates in Python, which msgpack's strings cannot hold: the cache stores
+    them escaped and reads them back exactly, so a warm run reports what the cold one did (it was an internal
+    UnicodeEncodeError, with nothing reported)."""
+    os.makedirs(repo + b"/.git", exist_ok=True)  # the project's root, where its cache goes
+    for name in NAMES:
+        os.utime(repo + b"/pkg/" + name, (1_700_000_000, 1_700_000_000))  # old enough for its scan to be kept
+    env = {**os.environ, "XDG_CACHE_HOME": os.fsdecode(repo + b"/../xdg")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "specguard", "check", "pkg", "--output-format", "json"],
+            cwd=repo,
+            capture_output=True,
+            env=env,
+            timeout=300,
+        )
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 1 and run.stderr == b"", run.stderr
+    assert runs[0].stdout == runs[1].stdout and len(json.loads(runs[0].stdout)) == len(NAMES)
+    cached = [n for n in os.listdir(repo + b"/.specguard_cache") if n.startswith(b"v")]
+    assert len(cached) == 1 and b"results.msgpack" in os.listdir(repo + b"/.specguard_cache/" + cached[0])
+
+
+def test_cache_data_round_trip_names_byte_for_byte() -> None:
+    from specguard import _datafile
+    from specguard.analysis.cache import ResultTable
+    from specguard.findings import Finding
+
+    name = os.fsdecode(b"pkg/\xff\x00\\x00\n.py")  # a lone surrogate, a NUL, the escape's own spelling
+    table = {name: [Finding(name, 1, 1, "SG101", "message \udcfe", symbol="S.propose")], "plain.py": []}
+    assert _datafile.decode(_datafile.encode("results", table), "results", ResultTable) == table
+
+
+def test_github_annotations_carry_no_terminal_control(repo: bytes) -> None:
+    _, stdout, _ = _check(repo, "--output-format", "github")
+    assert b"\x1b" not in stdout and b"\r" not in stdout and b"\t" not in stdout
+    assert b"esc\\x1b[31mred.py" in stdout and b"new%0Aline.py" in stdout

@@ -457,3 +457,53 @@ def test_a_file_locked_by_another_program_is_not_written(tmp_path: Path) -> None
     assert source.read_bytes() == OLD
     rewrite_in_place(source, OLD, NEW["longer"])  # once it lets go
     assert source.read_bytes() == NEW["longer"]
+
+
+# Another program gets the file while specguard writes it: the kernel holds any program that opens or truncates it
+# back while specguard's lease lasts, but only for its lease-break-time (45 s by default); a writer held up longer
+# (stopped, or swapped out) finds the lease gone and the other program's version already written. Played here at
+# each of the writer's calls: the lease is let go as the kernel lets it go, the other program acts, and the break
+# signal the kernel sent is delivered. No call of the writer may land after theirs: their version is kept whole,
+# and "conflict" is said.
+
+_THEIRS = {
+    "truncates it": lambda source: os.truncate(source, 0),
+    "overwrites it, same size": lambda source: source.write_bytes(b"Z" * len(OLD)),
+    "appends": lambda source: source.open("ab").write(APPENDED),
+}
+
+
+def _expired_then(action):  # type: ignore[no-untyped-def]
+    import fcntl
+    import signal
+
+    def factory(source: Path):  # type: ignore[no-untyped-def]
+        def act(writer_fd: int) -> None:
+            fcntl.fcntl(writer_fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)  # the lease-break-time ran out
+            action(source)
+            os.kill(os.getpid(), signal.SIGURG)  # the break the kernel signalled, handled only now
+
+        return act, lambda: None
+
+    return factory
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="leases and their break signal are Linux's")
+@pytest.mark.parametrize("theirs", list(_THEIRS))
+@pytest.mark.parametrize("change", list(NEW))
+def test_a_program_that_gets_the_file_once_the_lease_ran_out_keeps_its_version(
+    monkeypatch, tmp_path: Path, change: str, theirs: str
+) -> None:  # type: ignore[no-untyped-def]
+    new, action = NEW[change], _THEIRS[theirs]
+    _, _, calls = _rewrite_with_an_append(monkeypatch, tmp_path, new, None, _expired_then(action))
+    assert calls, "the writer wrote"
+    expected = tmp_path / "expected.py"
+    expected.write_bytes(OLD)
+    action(expected)
+    for i in range(len(calls)):
+        data, reason, _ = _rewrite_with_an_append(monkeypatch, tmp_path, new, (i, "before"), _expired_then(action))
+        assert reason is not None and "conflict" in reason, (i, reason)
+        assert data == expected.read_bytes(), (calls, i)  # their version, as they wrote it
+        if theirs == "appends":  # after one of the writer's calls: what it wrote is taken back, their line stays
+            data, reason, _ = _rewrite_with_an_append(monkeypatch, tmp_path, new, (i, "after"), _expired_then(action))
+            assert (data, "conflict" in (reason or "")) == (OLD + APPENDED, True), (calls, i)

@@ -190,3 +190,35 @@ def test_an_unreadable_ruff_configuration_means_88_and_one_note(cli, tmp_path: P
     assert max(map(len, (tmp_path / "spec.py").read_text().splitlines())) <= 88
     notes = [line for line in out.stderr.splitlines() if line.startswith("specguard: note: ")]
     assert len(notes) == 1 and why in notes[0] and "laid out at 88 columns" in notes[0], out.stderr
+
+
+def test_a_ruff_configuration_above_the_checkouts_root_is_not_read(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A shared folder holding the checkout (a world-writable /tmp) does not choose how fixes are laid out, even with
+    a ruff.toml that is ours: the search stops at the folder holding `.git`."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".git").mkdir(parents=True)
+    unplanted = _fixed_lines(cli, checkout, "spec.py")
+    (tmp_path / "ruff.toml").write_text("line-length = 60\n")
+    (checkout / "pkg").mkdir()
+    (checkout / "pkg" / "ruff.toml").write_text("line-length = 60\n")
+    assert _fixed_lines(cli, checkout, "pkg/spec.py") != unplanted, "a ruff.toml inside the checkout counts"
+    assert _fixed_lines(cli, checkout, "spec.py") == unplanted
+
+
+def test_a_ruff_configuration_others_may_have_written_is_not_read_and_said(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n\n[tool.ruff]\nline-length = 120\n')
+    planted = tmp_path / "pkg" / "ruff.toml"
+    planted.parent.mkdir()
+    planted.write_text("line-length = 30\n")
+    planted.chmod(0o666)
+    (tmp_path / "pkg" / "spec.py").write_text(SPEC)
+    out = cli("check", "pkg/spec.py", "--fix", "--no-cache", cwd=tmp_path)
+    assert "(1 fixed, 0 remaining)" in out.stdout, out.stdout + out.stderr
+    lines = (tmp_path / "pkg" / "spec.py").read_text().splitlines()
+    assert max(map(len, lines)) > 88, "the planted ruff.toml was read, or the one above it was not"
+    notes = [line for line in out.stderr.splitlines() if "ruff.toml" in line]
+    assert notes == [
+        f"specguard: note: {planted} was not read (anyone may write it (mode 0666)): someone else may have written "
+        "it; fixes are laid out by the ruff configuration above it, if any"
+    ], out.stderr

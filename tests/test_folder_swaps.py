@@ -300,3 +300,50 @@ def test_a_report_file_through_a_link_out_of_the_project_is_refused(monkeypatch,
     assert _run(monkeypatch, project, "check", "fork", "--no-cache", "-o", "ci/latest.txt") == 1
     assert "SG101" in (project / "reports.moved" / "out.txt").read_text()
     assert _run(monkeypatch, project, "check", "fork", "--no-cache", "-o", "/dev/null") == 1
+
+
+# ---- the tree's root itself -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--fix", "--diff", None])
+def test_the_root_swapped_for_a_link_after_the_walk_gets_no_write_outside(
+    monkeypatch, tmp_path: Path, capsys, flag: str | None
+) -> None:  # type: ignore[no-untyped-def]
+    """`check project` run from its parent: `project` itself (the root named on the command line, held open from
+    the run's start) is swapped for a link to a copy after the walk, before the fix, the diff or the cache is
+    written. Before, the root was opened again by name, and the fix and the cache went into the copy."""
+    from specguard.fixes import apply
+
+    project, outside = _project(tmp_path)
+    real = apply.fix_files if flag else apply.fix_text
+    at_swap: dict[str, bytes] = {}
+
+    def swap_then(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not at_swap:
+            at_swap.update(_digest_tree(_swap_for_a_link_to_a_copy(project, outside)))
+        return real(*args, **kwargs)
+
+    if flag:
+        monkeypatch.setattr(apply, "fix_files", swap_then)
+    else:  # the plain check: swapped once the findings are made, before the cache is saved
+        from specguard.analysis import cache
+
+        real_save = cache.Cache.save
+
+        def swap_then_save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            swap_then()
+            return real_save(self, *args, **kwargs)
+
+        real = lambda *a, **k: None  # noqa: E731 - only the swap
+        monkeypatch.setattr(cache.Cache, "save", swap_then_save)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    args = ["check", "project", *([flag] if flag else [])]
+    code = _run(monkeypatch, tmp_path, *args)
+    err = capsys.readouterr().err
+    assert at_swap, "the swap did not happen"
+    assert _digest_tree(outside / "project") == at_swap, "specguard wrote into the folder swapped in"
+    assert "Traceback" not in err
+    if flag == "--fix":
+        assert "project: not fixed: it is no longer the folder that was checked (swapped since)" in err
+        assert (project.with_name("project.moved") / "pkg" / "spec.py").read_text() == SAFE
+    assert code in (0, 1)

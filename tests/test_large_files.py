@@ -199,3 +199,16 @@ def test_a_costly_value_in_a_checked_function_is_bounded(attack: str, tmp_path: 
     # judged within its budget, or counted and listed as not decided (the budget it spent named)
     decided = "costly.py:" in out.stdout and " SG101 " in out.stdout
     assert decided or "specguard: not decided: costly.py:" in out.stderr, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_a_sparse_file_of_sixteen_gib_is_refused_from_its_status_and_the_walk_goes_on(tmp_path: Path) -> None:
+    """Past the reader's cap a file is SG000 from its status, never read, and it is charged only what the reader
+    may read of it: a 16 GiB sparse file named first no longer spends the run's byte budget and ends the walk."""
+    (tmp_path / "good.py").write_text(GOOD)
+    with open(tmp_path / "a_huge.py", "wb") as fh:  # walked before good.py
+        fh.write(HEAD.encode())
+        fh.truncate(16 << 30)
+    out = _check(tmp_path, ".")
+    assert "Traceback" not in out.stderr and "MemoryError" not in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 1 and GOOD_FINDING in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "a_huge.py:1:1: SG000 file too large" in out.stdout

@@ -164,3 +164,98 @@ def test_group_write_is_trusted_only_for_the_owners_private_group(monkeypatch: p
     assert ownership.untrusted(_stat(0o664, me, 4343)) == "its group (id 4343) may write it (mode 0664)"
     assert ownership.untrusted(_stat(0o646, me, 4242)) == "anyone may write it (mode 0646)"
     assert ownership.untrusted(_stat(0o644, me + 1, 4242)) == f"it belongs to user id {me + 1}, not to you"
+
+
+# -- every settings-like file found in the tree passes the same trust check ---------------------------------------
+
+BLINDING_PACK = (
+    '[speculators]\nreplace = true\nbases = ["NoSuchBase"]\n'
+    '[metadata]\nreplace = true\nsink = ["no_such_sink"]\n'
+    '[kv_groups]\nreplace = true\nflags = ["no_such_flag"]\n'
+)
+
+
+@pytest.mark.parametrize("how", ["another-owner", "writable-by-others"])
+@pytest.mark.parametrize("name", [".ignore", ".gitignore", ".git/info/exclude"])
+def test_an_ignore_file_others_may_have_written_is_warned_about_and_not_used(
+    tmp_path: Path, name: str, how: str
+) -> None:
+    project, xdg = _project(tmp_path, ".git"), tmp_path / "xdg"
+    expected = _check(project, xdg, "--no-cache")
+    assert expected.returncode == 1 and '"SG101"' in expected.stdout
+    ignore = project / name
+    ignore.parent.mkdir(parents=True, exist_ok=True)
+    ignore.write_text("*.py\nfork/\n")
+    why = _untrusted(ignore, how)
+    out = _check(project, xdg, "--no-cache")
+    assert (out.returncode, out.stdout) == (1, expected.stdout), "the untrusted ignore file hid the finding"
+    assert out.stderr == (
+        f"specguard: warning: {ignore} was not read ({why}): someone else may have written what it excludes from "
+        "the check\n"
+    )
+    ignore.chmod(0o644)
+    if os.geteuid() == 0:
+        os.chown(ignore, 0, 0)
+    hidden = _check(project, xdg, "--no-cache")  # the user's own ignore file counts, without a word
+    assert (hidden.returncode, hidden.stdout.strip(), hidden.stderr) == (0, "[]", "")
+
+
+@pytest.mark.parametrize("how", ["another-owner", "writable-by-others"])
+def test_a_rule_pack_the_settings_name_that_others_may_have_written_is_warned_about_and_not_used(
+    tmp_path: Path, how: str
+) -> None:
+    project, xdg = _project(tmp_path, ".git"), tmp_path / "xdg"
+    (project / "pyproject.toml").write_text('[tool.specguard]\nrule-packs = ["packs/fork.toml"]\n')
+    pack = project / "packs" / "fork.toml"
+    pack.parent.mkdir()
+    pack.write_text(BLINDING_PACK)
+    blind = _check(project, xdg, "--no-cache")
+    assert (blind.returncode, blind.stdout.strip()) == (0, "[]"), "the user's own pack applies"
+    why = _untrusted(pack, how)
+    out = _check(project, xdg, "--no-cache")
+    assert out.returncode == 1 and '"SG101"' in out.stdout, "the untrusted pack blinded the run"
+    assert out.stderr == (
+        f"specguard: warning: rule pack {pack}, named in {project / 'pyproject.toml'}, was not read ({why}): "
+        f"someone else may have written it; pass `--rule-pack {pack}` to use it anyway\n"
+    )
+    named = _check(project, xdg, "--no-cache", "--rule-pack", str(pack))  # the user's explicit choice
+    assert (named.returncode, named.stdout.strip()) == (0, "[]")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can make a symlink another user owns")
+def test_a_rule_pack_reached_through_another_users_symlink_is_not_used(tmp_path: Path) -> None:
+    project, xdg = _project(tmp_path, ".git"), tmp_path / "xdg"
+    (project / "pyproject.toml").write_text('[tool.specguard]\nrule-packs = ["packs/fork.toml"]\n')
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "fork.toml").write_text(BLINDING_PACK)  # a file of ours: only the link is theirs
+    (project / "packs").symlink_to(theirs)
+    os.lchown(project / "packs", 65534, 65534)
+    out = _check(project, xdg, "--no-cache")
+    assert out.returncode == 1 and '"SG101"' in out.stdout, "the pack behind their link blinded the run"
+    assert f"{project / 'packs'} on the way to it is a symlink that user id 65534 made" in out.stderr
+
+
+# -- a settings file that is not UTF-8 is refused, never read as holding no settings ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("encoding", "says"), [("utf-16", "is UTF-16 text"), ("utf-32", "is UTF-32 text"), ("latin-1", "not UTF-8")]
+)
+def test_a_pyproject_that_is_not_utf8_is_one_line_and_exit_2(tmp_path: Path, encoding: str, says: str) -> None:
+    project, xdg = _project(tmp_path, ".git"), tmp_path / "xdg"
+    pyproject = project / "pyproject.toml"
+    pyproject.write_bytes('[tool.specguard]\nextend-exclude = ["é/*"]\n'.encode(encoding))
+    out = _check(project, xdg, "--no-cache")
+    assert (out.returncode, out.stdout) == (2, "")
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"specguard: error: {pyproject}: configuration ") and says in line, line
+
+
+def test_a_settings_file_with_a_utf8_byte_order_mark_is_read_as_utf8(tmp_path: Path) -> None:
+    project, xdg = _project(tmp_path, ".git"), tmp_path / "xdg"
+    (project / "pyproject.toml").write_bytes(
+        b"\xef\xbb\xbf" + b'[tool.specguard]\nper-file-ignores = { "*" = ["ALL"] }\n'
+    )
+    out = _check(project, xdg, "--no-cache")
+    assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "[]", "")

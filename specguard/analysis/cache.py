@@ -236,21 +236,25 @@ class Cache:
         self.judgements[path] = judged
         self._dirty = True
 
-    def save(self, live_paths: set[str], live_results: set[str]) -> None:
+    def save(self, live_paths: set[str], live_results: set[str]) -> str | None:
+        """Write the cache; a note when it could not be stored (the run's results stand, the next run is cold)."""
         if self.folder is None or not self._dirty:
-            return
+            return None
         self.scans = {p: s for p, s in self.scans.items() if p in live_paths}
         self.results = {k: r for k, r in self.results.items() if k in live_results}
         self.judgements = {p: j for p, j in self.judgements.items() if p in live_paths}
         try:
             with self._opened(create=True) as version:
                 if version is None:
-                    return
+                    return None
                 _datafile.write(_SCANS, "scans", self.scans, dir_fd=version)
                 _datafile.write(_RESULTS, "results", self.results, dir_fd=version)
                 _datafile.write(_JUDGED, "judged", self.judgements, dir_fd=version)
         except (OSError, _NoCache):
             pass  # a read-only tree still gets analyzed, just without a cache
+        except (ValueError, TypeError, NotImplementedError) as exc:  # what the cache's format could not hold
+            return f"the cache in {self.folder.parent} was not saved ({type(exc).__name__}); the next run starts cold"
+        return None
 
 
 def _open_folder(folders: list[int], name: str, shown: Path, create: bool) -> bool | None:

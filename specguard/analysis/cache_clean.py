@@ -33,11 +33,23 @@ class Cleaned:
 
 
 def cache_folders(start: Path) -> Iterator[Path]:
-    """Every `.specguard_cache` at or under `start`, without following links."""
-    for folder, subfolders, _ in os.walk(start):
+    """Every `.specguard_cache` at or under `start`, without following links. Iterative, down to discovery's
+    MAX_DEPTH (os.walk recurses, and a tree nested past the recursion limit ended it in a RecursionError)."""
+    from specguard.program.discover import MAX_DEPTH
+
+    pending = [(str(start), 0)]
+    while pending:
+        folder, depth = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                subfolders = sorted(e.name for e in listing if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue  # gone, unreadable, or a path too long to open
         if CACHE_DIR_NAME in subfolders:
             yield Path(folder) / CACHE_DIR_NAME
             subfolders.remove(CACHE_DIR_NAME)  # nothing of another project's lies inside a cache
+        if depth < MAX_DEPTH:
+            pending.extend((os.path.join(folder, name), depth + 1) for name in reversed(subfolders))
 
 
 def _is_gitignore(folder_fd: int) -> bool:

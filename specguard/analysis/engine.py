@@ -329,8 +329,8 @@ class _Run:
             findings = unreadable or findings  # a file libcst cannot read is reported as that alone
             self.cache.put_result(keys[path], findings)
             result.findings.extend(findings)
-        result.notes.extend(dict.fromkeys(self.notes))
-        self.cache.save(set(self.scans) | set(self.borrowed), live_results)
+        unsaved = self.cache.save(set(self.scans) | set(self.borrowed), live_results)
+        result.notes.extend(dict.fromkeys([*self.notes, *([unsaved] if unsaved else [])]))
 
     def _stage_two(
         self, scan: FileScan, findings: list[Finding], settle: Callable[[FileScan, FileFacts], str]
@@ -423,7 +423,10 @@ def check_paths(
         run.evaluate(result, pool)
     result.notes.extend(_unresolved_note(run, settings))
     # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
-    result.warnings = [w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused]
+    result.warnings = [
+        *found.warnings,
+        *(w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused),
+    ]
     result.notes.extend(run.line_lengths.notes())
     result.findings = sorted(f for f in result.findings if not _ignored(f, settings, run, run.codes))
     result.undecided = sorted(

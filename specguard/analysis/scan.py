@@ -11,7 +11,7 @@ from pathlib import Path
 from specguard.analysis.summary import ModuleSummary, nested_class_lines, summarize
 from specguard.errors import SourceError
 from specguard.program.modules import module_name
-from specguard.program.reading import UNSTAMPED, TooLarge, decode, parse_ast, read_stamped
+from specguard.program.reading import UNSTAMPED, TooLarge, decode, name_bytes, parse_ast, read_stamped
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,11 @@ def scan_bytes(
     except SourceError as exc:
         return FileScan(path, UNSTAMPED, error=str(exc))
     # The prefilter (see Pack.needle_groups); which names a file mentions is listed only for files that pass it.
-    if not any(all(n in data for n in group) for group in groups or [(n,) for n in needles]):
+    names = name_bytes(text, data)
+    if not any(all(n in names for n in group) for group in groups or [(n,) for n in needles]):
         mentions: frozenset[str] = frozenset()
     else:
-        mentions = frozenset(n.decode() for n in needles if n in data)
+        mentions = frozenset(n.decode() for n in needles if n in names)
     if not mentions and not summarize_always:
         return FileScan(path, stamp)
     digest = digest_of(data)
@@ -75,7 +76,7 @@ def scan_bytes(
     except SourceError as exc:
         return FileScan(path, stamp, mentions, digest, error=str(exc), error_line=exc.line)
     module, is_package, root = module_name(Path(path))
-    owners = call_owners(data, needles) if mentions else frozenset()
+    owners = call_owners(names, needles) if mentions else frozenset()
     summary = summarize(tree, module, is_package, nested_class_lines(data), signed(needles))
     return FileScan(path, stamp, mentions, digest, summary, owners, root=root)
 

@@ -11,6 +11,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from specguard.lines import NEWLINE_BYTES
 from specguard.program.ast_tools import absolute_module, is_bound_method
 from specguard.program.ast_tools import same_scope as _same_scope
 from specguard.program.signatures import Signature, signature
@@ -78,8 +79,8 @@ _DEFINITION = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 def nested_class_lines(source: bytes) -> list[int]:
     """Lines where an indented `class` statement may start: where `_classes` has to look inside statements."""
     lines, line, offset = [], 1, 0
-    for match in re.finditer(rb"^[ \t]+class\b", source, re.MULTILINE):
-        line += source.count(b"\n", offset, match.start())
+    for match in re.finditer(rb"(?:^|(?<=\r))[ \t]+class\b", source, re.MULTILINE):  # a lone CR ends a line too
+        line += len(NEWLINE_BYTES.findall(source, offset, match.start()))
         offset = match.start()
         lines.append(line)
     return lines

@@ -16,8 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specguard._files import DATA_CAP, UnreadableFile, read_regular_text
-from specguard._toml import parse_toml
+from specguard._toml import load_toml, parse_toml
 from specguard.errors import UserError
 
 BUILTIN_CATALOGUE = "hazards.toml"
@@ -300,11 +299,5 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
         raw = parse_toml(_builtin_text(), origin=origin, what="hazard catalogue")
     else:
         origin = str(path)
-        if not path.exists() and not path.is_symlink():
-            raise UserError(f"{path}: hazard catalogue not found")
-        try:
-            text = read_regular_text(path, DATA_CAP)
-        except UnreadableFile as exc:
-            raise UserError(f"{path}: cannot read hazard catalogue: {exc.reason}") from None
-        raw = parse_toml(text, origin=origin, what="hazard catalogue")
+        raw = load_toml(path, what="hazard catalogue")
     return parse_catalogue(raw, origin)

@@ -93,25 +93,54 @@ def human_readable_int(text: str) -> int:
     match = _HUMAN.fullmatch(text)
     if match:
         number, suffix = match.groups()
-        if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        return int(number) * _BINARY[suffix]
-    return int(text)
+        try:
+            if suffix in _DECIMAL:
+                return int(float(number) * _DECIMAL[suffix])
+            return read_int(number) * _BINARY[suffix]
+        except OverflowError:  # int(float("1" * 400 + "k")): an infinite float
+            raise ValueError(NUMBER_TOO_LONG) from None
+    return read_int(text)
 
 
-class NestedTooDeeply(json.JSONDecodeError):
+def read_int(text: str) -> int:
+    """int(text), its ValueError for digits past Python's int-from-string limit (4,300) saying so in one line."""
+    try:
+        return int(text)
+    except ValueError:
+        if re.fullmatch(r"\s*[-+]?[\d_]+\s*", text):
+            raise ValueError(NUMBER_TOO_LONG) from None
+        raise
+
+
+NUMBER_TOO_LONG = "a number too long to read (Python reads integers of at most 4,300 digits)"
+
+
+class RefusedJson(json.JSONDecodeError):
+    """JSON that parses, or would, but is refused before anything reads it: every caller that tells a value that is
+    not JSON from one that is refused (a dotted key's value falls back to text) catches this one class."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(reason, text, 0)
+
+
+class NestedTooDeeply(RefusedJson):
     """JSON nested deeper than a configuration needs: json.loads, and what reads its value after it, recurse."""
 
     def __init__(self, text: str) -> None:
-        super().__init__(NESTED_TOO_DEEPLY, text, 0)
+        super().__init__(NESTED_TOO_DEEPLY, text)
 
 
 def load_json(text: str) -> Any:
-    """json.loads, refusing nesting past what `_nesting` allows (a RecursionError before it, a deep value after)."""
+    """json.loads, refusing nesting past what `_nesting` allows (a RecursionError before it, a deep value after)
+    and integers past Python's int-from-string limit (json.loads raises a bare ValueError for those)."""
     try:
         value = json.loads(text)
     except RecursionError:
         raise NestedTooDeeply(text) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        raise RefusedJson(NUMBER_TOO_LONG, text) from None
     if deeper_than(value):
         raise NestedTooDeeply(text)
     return value
@@ -137,7 +166,7 @@ def _converter(option: OptionDef, check: ConfigCheck | None, expand_numbers: boo
 def _convert(option: OptionDef, text: str, check: ConfigCheck | None, expand_numbers: bool) -> Any:
     kind = option.value
     if kind.kind == "int":
-        return int(text)
+        return read_int(text)
     if kind.kind == "human_int":
         if text.strip() == "-1" or text.strip().lower() == "auto":
             return -1
@@ -179,6 +208,8 @@ def _expected(kind: ValueKind, text: str, exc: Exception) -> str:
         "dict_or_str": "a string or a JSON object",
     }.get(kind.kind, "a valid value")
     detail = f" ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+    if str(exc) == NUMBER_TOO_LONG:
+        detail = f" ({NUMBER_TOO_LONG})"
     return f"expected {what}{detail}, got {_short(text)}"
 
 
@@ -312,15 +343,18 @@ def _dashes(arg: str) -> str:
 
 
 def _scalar(text: str) -> Any:
-    """A dotted key's value: JSON where it parses (a NestedTooDeeply goes up), else a number or the text."""
+    """A dotted key's value: JSON where it parses (a RefusedJson goes up), else a number or the text; a number
+    too long to read is refused, not read as text."""
     try:
         return load_json(text)
-    except NestedTooDeeply:
+    except RefusedJson:
         raise
     except json.JSONDecodeError:
         try:
             return human_readable_int(text)
-        except ValueError:
+        except ValueError as exc:
+            if str(exc) == NUMBER_TOO_LONG:
+                raise RefusedJson(NUMBER_TOO_LONG, text) from None
             return text
 
 
@@ -371,8 +405,8 @@ def preprocess(args: list[str], origin: str = "vllm serve arguments") -> list[st
         else:
             try:
                 value = _scalar(value_text)
-            except NestedTooDeeply:
-                raise UserError(f"{origin}: {_short(key_part)}: {_short(value_text)}: {NESTED_TOO_DEEPLY}") from None
+            except RefusedJson as exc:
+                raise UserError(f"{origin}: {_short(key_part)}: {_short(value_text)}: {exc.msg}") from None
         nested: Any = value
         for part in reversed(path):
             nested = {part: nested}

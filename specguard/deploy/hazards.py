@@ -876,7 +876,10 @@ ENV_NOTE = "judged with these variables unset in the serving environment (pass -
 def _judge_one(ctx: Context, hazard: Hazard, judgement: Judgement) -> None:
     code = hazard.code
     try:
-        hits = EVALUATORS[code](ctx, hazard.params)
+        with ctx.facts.tree.tracking_gaps() as gaps:
+            hits = EVALUATORS[code](ctx, hazard.params)
+        if not hits and gaps:  # what it looks for may lie in what could not be read: never a silent clean verdict
+            raise NotJudged(f"its evidence leads to modules that could not be read: {'; '.join(gaps.values())}")
     except (NotJudged, SourceLeftUnread) as exc:
         judgement.not_judged[code] = str(exc)
         return

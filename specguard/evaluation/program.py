@@ -16,7 +16,7 @@ from pathlib import Path
 
 from specguard.errors import SourceError
 from specguard.program.modules import ModuleLocator
-from specguard.program.reading import UNSTAMPED, decode, parse_ast, read_stamped
+from specguard.program.reading import UNSTAMPED, decode, names_as_python_reads, parse_ast, read_stamped
 from specguard.program.sparse import sparse_lines
 from specguard.program.tree import ParsedModule, SourceTree, read_module
 
@@ -59,8 +59,10 @@ class Parsed:
                 self.by_path[absolute] = (None, UNSTAMPED)
             else:
                 parsed = read_module(name, absolute, is_package, tree)
-                # for preselections by reading, numbered as CPython numbers lines (a form feed ends none)
-                parsed.lines = [line.rstrip("\r\n") for line in sparse_lines(text)]  # type: ignore[attr-defined]
+                # for preselections by reading, numbered as CPython numbers lines (a form feed ends none), with
+                # names spelled as Python compares them (NFKC), as `tree` has them
+                names = names_as_python_reads(text)
+                parsed.lines = [line.rstrip("\r\n") for line in sparse_lines(names)]  # type: ignore[attr-defined]
                 self.by_path[absolute] = (parsed, stamp)
         return self.by_path[absolute]
 

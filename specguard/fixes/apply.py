@@ -30,6 +30,8 @@ from specguard._files import (
     OutsideTree,
     UnreadableFile,
     UnwritableFile,
+    held_real_path,
+    is_held,
     open_beneath,
     open_folder,
     read_regular_stat,
@@ -194,17 +196,25 @@ class _Tree:
         return real[len(prefix) :] if real.startswith(prefix) else None
 
 
-def _hold(path: str | Path) -> _Tree | None:
-    """The checked path's real folder, opened from `/` along its real path without following a link (a link there
-    now is a swap since it was resolved), so the handle is on the folder the check named."""
-    real = os.path.realpath(path)
+def _hold(path: str | Path, notes: list[str] | None = None) -> _Tree | None:
+    """The checked path's real folder: the one the run held from its start (`_files.holding`), else opened from
+    `/` along its real path without following a link (a link there now is a swap since it was resolved), so the
+    handle is on the folder the check named. A held folder whose name now leads elsewhere is refused (noted)."""
+    real, same = held_real_path(path)
+    if not same:
+        if notes is not None:
+            notes.append(f"{path}: not fixed: it is no longer the folder that was checked (swapped since); left alone")
+        return None
     folder, only = (real, None) if os.path.isdir(real) else os.path.split(real)
     try:
-        top = open_folder("/")
-        try:
-            fd = open_beneath(top, folder.lstrip("/") or ".", FOLDER, follow=False)
-        finally:
-            os.close(top)
+        if is_held(folder):
+            fd = open_folder(folder)
+        else:
+            top = open_folder("/")
+            try:
+                fd = open_beneath(top, folder.lstrip("/") or ".", FOLDER, follow=False)
+            finally:
+                os.close(top)
     except OSError:
         return None
     return _Tree(folder, fd, only)
@@ -227,7 +237,7 @@ def fix_files(
     for finding in findings:
         if finding.path not in broken and policy.applies(finding):
             by_path.setdefault(finding.path, []).append(finding)
-    trees = [tree for tree in map(_hold, inside) if tree is not None]
+    trees = [tree for tree in (_hold(path, report.notes) for path in inside) if tree is not None]
     try:
         for path, chosen in sorted(by_path.items()):
             real = os.path.realpath(path)
@@ -309,7 +319,7 @@ def _fix_file(
 
 
 def _encoding(data: bytes) -> str:
-    """The encoding the file was read in (analysis/source.py's `decode`), to write it back the same way."""
+    """The encoding the file was read in (program/reading.py's `decode`), to write it back the same way."""
     if data.startswith(b"\xef\xbb\xbf") or b"coding" in data[:400]:
         return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
     return "utf-8"

@@ -17,6 +17,7 @@ from typing import Any
 import libcst as cst
 
 from specguard.fix_model import Change, Edit, Fix, NodeFix, fix_of, split_lines
+from specguard.lines import after_line_end, newlines_in, position
 from specguard.program.cst_tools import kids
 
 
@@ -57,11 +58,6 @@ def _bare(stmt: cst.CSTNode) -> cst.CSTNode:
     return stmt.with_changes(leading_lines=()) if hasattr(stmt, "leading_lines") else stmt
 
 
-def _position(code: str, offset: int, first_line: int) -> tuple[int, int]:
-    line = first_line + code.count("\n", 0, offset)
-    return line, offset - (code.rfind("\n", 0, offset) + 1) + 1
-
-
 def _diff(old: str, new: str, first_line: int) -> Iterator[Edit]:
     old_lines, new_lines = split_lines(old), split_lines(new)
     starts = [0]
@@ -81,7 +77,7 @@ def _diff(old: str, new: str, first_line: int) -> Iterator[Edit]:
             tail += 1
         start, end = starts[i1] + head, starts[i2] - tail
         content = after[head : len(after) - tail]
-        yield Edit(content, *_position(old, start, first_line), *_position(old, end, first_line))
+        yield Edit(content, *position(old, start, first_line), *position(old, end, first_line))
 
 
 def text_edits(
@@ -114,9 +110,9 @@ def text_edits(
             raise ValueError("a fix may not add or remove top-level statements or the lines above them")
         old_code, new_code = module.code_for_node(_bare(old)), module.code_for_node(_bare(new))
         at = parsed.find(old_code)
-        if at < 0 or parsed.find(old_code, at + 1) >= 0 or (at and parsed[at - 1] != "\n"):
+        if at < 0 or parsed.find(old_code, at + 1) >= 0 or not after_line_end(parsed, at):
             raise ValueError("the definition is not where the parsed text has it once")
-        edits.extend(_diff(old_code, new_code, parsed.count("\n", 0, at) + 1))
+        edits.extend(_diff(old_code, new_code, newlines_in(parsed, 0, at) + 1))
     return tuple(edits)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import re
@@ -10,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specguard._files import SOURCE_CAP
 from specguard.program.ignore_files import Ignores
 
 # ruff's default `exclude`, and specguard's own cache. Names, matched as the cheap set lookup they are.
@@ -71,6 +73,9 @@ class Excludes:
 # each discovery so that a test can lower them in its own process; not a setting.
 MAX_FILES = 100_000
 MAX_BYTES = 1 << 30
+# Folders below a folder named on the command line: far deeper than any project, far shallower than a tree built
+# to pass PATH_MAX (4,096 bytes) or Python's recursion limit. Deeper folders are named in a note, not walked.
+MAX_DEPTH = 256
 _SHOWN_LINKS = 5
 
 
@@ -79,6 +84,7 @@ class Discovery:
     files: list[str] = field(default_factory=list)  # strings: a Path per file costs more than the scan of it
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # links out of the tree, not followed
+    warnings: list[str] = field(default_factory=list)  # ignore files someone else may have written, not used
     # When the budget ended the walk: which part of it was spent, and the first file left (files past it were not
     # found). None: every file was found.
     stopped: tuple[str, str] | None = None
@@ -97,6 +103,8 @@ class _Walker:
         self.trees = [tree if tree.endswith(os.sep) else tree + os.sep for tree in trees]
         self.links_out: list[str] = []
         self.special: list[str] = []  # `.py` names that are FIFOs, devices or sockets: never read
+        self.not_walked: list[str] = []  # folders past MAX_DEPTH, or with a path too long to open
+        self.max_depth = MAX_DEPTH
         self.limits = limits
         self.files_left, self.bytes_left = limits
         self.stopped_at: str | None = None  # the first file past the budget
@@ -107,9 +115,13 @@ class _Walker:
         return any((real + os.sep).startswith(tree) for tree in self.trees)
 
     def take(self, path: str, size: int) -> bool:
-        """Charge one file of `size` bytes to the budget; False past it, and the walk stops there."""
+        """Charge one file of `size` bytes to the budget; False past it, and the walk stops there. A file is charged
+        what the reader may read of it, at most SOURCE_CAP: a larger one (a 16 GiB sparse file) is refused from its
+        status before any byte is read (SG000), so it neither costs the run nor ends the walk for the files after
+        it."""
         if self.stopped_at is not None:
             return False
+        size = min(size, SOURCE_CAP)
         if self.files_left == 0:
             self.spent = f"{self.limits[0]:,} Python files"
         elif size > self.bytes_left:
@@ -144,36 +156,36 @@ class _Walker:
         return True
 
     def walk(self, folder: str, rel: str, ignores: Ignores | None, absolute: str) -> Iterator[str]:
-        """The files under `folder` (as typed; `absolute` is the same folder as ignore files see it)."""
-        try:
-            st = os.stat(folder)
-        except OSError:
-            return
-        if not self.first_key(self.seen_dirs, (st.st_dev, st.st_ino)):
-            return
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            return
-        prefix = "" if rel == "." else rel + "/"
-        if ignores is not None:
-            ignores = ignores.enter(absolute, {e.name for e in entries})
-        for entry in entries:
-            if self.stopped_at is not None:
-                return
-            entry_rel = prefix + entry.name
+        """The files under `folder` (as typed; `absolute` is the same folder as ignore files see it), depth first in
+        name order. Iterative, with a stack of open listings, so no nesting reaches Python's recursion limit; a
+        folder deeper than MAX_DEPTH, or whose path the system refuses as too long, is not walked and is named in
+        one note."""
+        top = self.listing(folder, rel, ignores, absolute)
+        stack = [top] if top is not None else []
+        while stack and self.stopped_at is None:
+            here = stack[-1]
+            entry = next(here.entries, None)
+            if entry is None:
+                stack.pop()
+                continue
+            entry_rel = here.prefix + entry.name
             if self.excluded(entry.name, entry_rel):
                 continue
             try:
                 is_dir = entry.is_dir()
-                if ignores is not None and ignores.ignored(f"{absolute}/{entry.name}", is_dir):
+                if here.ignores is not None and here.ignores.ignored(f"{here.absolute}/{entry.name}", is_dir):
                     continue
                 if entry.is_symlink() and not self.inside(real := os.path.realpath(entry.path)):
                     if is_dir or entry.name.endswith(".py"):  # what would have been read
                         self.links_out.append(f"{_as_printed(entry.path)} -> {real}")
                     continue
                 if is_dir:
-                    yield from self.walk(entry.path, entry_rel, ignores, f"{absolute}/{entry.name}")
+                    if len(stack) > self.max_depth:
+                        self.not_walked.append(f"{_as_printed(entry.path)} (deeper than {self.max_depth} folders)")
+                        continue
+                    below = self.listing(entry.path, entry_rel, here.ignores, f"{here.absolute}/{entry.name}")
+                    if below is not None:
+                        stack.append(below)
                 elif entry.name.endswith(".py") and entry.is_file():  # a regular file: never a FIFO or a device
                     found = entry.stat()  # the budget needs its size, and a link's target its identity
                     if self.first_key(self.seen_files, (found.st_dev, found.st_ino)) and self.take(
@@ -184,6 +196,31 @@ class _Walker:
                     self.special.append(f"{_as_printed(entry.path)} ({_kind(entry.stat(follow_symlinks=False))})")
             except OSError:
                 continue
+
+    def listing(self, folder: str, rel: str, ignores: Ignores | None, absolute: str) -> _Listing | None:
+        """A folder's entries to walk, in name order; None for a folder already walked or that cannot be listed."""
+        try:
+            st = os.stat(folder)
+            if not self.first_key(self.seen_dirs, (st.st_dev, st.st_ino)):
+                return None
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                self.not_walked.append(f"{_as_printed(folder)[:200]}... (a path longer than the system allows)")
+            return None
+        if ignores is not None:
+            ignores = ignores.enter(absolute, {e.name for e in entries})
+        return _Listing(iter(entries), "" if rel == "." else rel + "/", ignores, absolute)
+
+
+@dataclass
+class _Listing:
+    """One folder of the walk's stack: the entries still to visit, and what applies to them."""
+
+    entries: Iterator[os.DirEntry[str]]
+    prefix: str  # the folder's path from the configuration root, with a trailing `/` ("" for the root)
+    ignores: Ignores | None
+    absolute: str
 
 
 def _kind(st: os.stat_result) -> str:
@@ -240,6 +277,8 @@ def discover(
             ignores = Ignores.enclosing(absolute) if respect_gitignore else None
             for file in walker.walk(folder, walker.relative(str(path)), ignores, absolute):
                 result.files.append(_as_printed(file))
+            if ignores is not None:
+                result.warnings.extend(w for w in ignores.refused if w not in result.warnings)
         elif path.is_file():
             found = path.stat()
             if walker.first_key(walker.seen_files, (found.st_dev, found.st_ino)) and walker.take(
@@ -256,6 +295,11 @@ def discover(
         shown = "; ".join(walker.special[:_SHOWN_LINKS])
         more = f"; and {len(walker.special) - _SHOWN_LINKS} more" if len(walker.special) > _SHOWN_LINKS else ""
         result.notes.append(f"not regular files, so not read: {shown}{more}")
+    if walker.not_walked:
+        more = f"; and {len(walker.not_walked) - 1} more" if len(walker.not_walked) > 1 else ""
+        result.notes.append(
+            f"folders not walked: {walker.not_walked[0]}{more}; name a folder nearer to them to check what they hold"
+        )
     if walker.stopped_at is not None:
         result.stopped = (walker.spent, walker.stopped_at)
         result.errors.append(

@@ -6,7 +6,8 @@ Precedence, as in ruff: `.ignore` files over `.gitignore` files over `.git/info/
 the deepest folder's; within a file, the last matching pattern (`!pattern` re-includes). `.gitignore` and
 `.git/info/exclude` count only inside a git repository, and only up to its root; `.ignore` files count anywhere
 in the project. None is read above the project's root (`specguard.project`), whatever ruff does: a folder that
-holds the checkout may be writable by others.
+holds the checkout may be writable by others; and none inside it that someone else may have written
+(`specguard.ownership`): that one is warned about and not used.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from specguard._files import DATA_CAP, UnreadableFile, read_regular
+from specguard._files import DATA_CAP, UnreadableFile, read_regular_stat
+from specguard.ownership import untrusted_found
 from specguard.project import project_top
 
 
@@ -200,11 +202,17 @@ class IgnoreFile:
         return None
 
 
-def _read(path: str) -> IgnoreFile | None:
+def _read(path: str, refused: list[str]) -> IgnoreFile | None:
+    """The file's patterns; None for one that is missing, not a regular file (a FIFO), too large (as if absent),
+    or that someone else may have written (said in `refused`: it would choose what is not checked)."""
     try:
-        data = read_regular(path, DATA_CAP)
+        data, st = read_regular_stat(path, DATA_CAP)
     except UnreadableFile:
-        return None  # missing, not a regular file (a FIFO), too large: as if absent
+        return None
+    why = untrusted_found(path, st)
+    if why is not None:
+        refused.append(f"{path} was not read ({why}): someone else may have written what it excludes from the check")
+        return None
     return IgnoreFile(data.decode("utf-8", "surrogateescape"))  # names from os.scandir decode the same way
 
 
@@ -217,17 +225,18 @@ class Level:
     has_git: bool
 
     @classmethod
-    def of(cls, path: str, names: set[str] | None = None) -> Level | None:
-        """The level of a folder; `names` are its entries when the caller listed them (saves the lookups)."""
+    def of(cls, path: str, refused: list[str], names: set[str] | None = None) -> Level | None:
+        """The level of a folder; `names` are its entries when the caller listed them (saves the lookups); ignore
+        files not read because someone else may have written them are said in `refused`."""
 
         def present(name: str) -> bool:
             return name in names if names is not None else os.path.lexists(os.path.join(path, name))
 
         has_git = present(".git")
         files = (
-            _read(os.path.join(path, ".ignore")) if present(".ignore") else None,
-            _read(os.path.join(path, ".gitignore")) if present(".gitignore") else None,
-            _read(os.path.join(path, ".git", "info", "exclude")) if has_git else None,
+            _read(os.path.join(path, ".ignore"), refused) if present(".ignore") else None,
+            _read(os.path.join(path, ".gitignore"), refused) if present(".gitignore") else None,
+            _read(os.path.join(path, ".git", "info", "exclude"), refused) if has_git else None,
         )
         if not has_git and files == (None, None, None):
             return None
@@ -235,33 +244,36 @@ class Level:
 
 
 class Ignores:
-    """The levels that apply below one folder: the folder's ancestors' and its own, deepest last."""
+    """The levels that apply below one folder: the folder's ancestors' and its own, deepest last. `refused`, shared
+    by every Ignores entered from one walk's first: the ignore files not read, one warning each."""
 
-    def __init__(self, levels: tuple[Level, ...]) -> None:
+    def __init__(self, levels: tuple[Level, ...], refused: list[str] | None = None) -> None:
         self.levels = levels
         self.in_git = any(level.has_git for level in levels)
+        self.refused = [] if refused is None else refused
 
     @classmethod
     def enclosing(cls, folder: str) -> Ignores:
         """The levels of the folders above `folder` (an absolute path), up to the project's root and never above
         it: ignore files in a shared folder that holds the checkout are not the project's."""
         top = project_top(folder)
+        refused: list[str] = []
         if top is None or top == folder:
-            return cls(())
+            return cls((), refused)
         chain = []
         here = os.path.dirname(folder)
         while True:
-            if (level := Level.of(here)) is not None:
+            if (level := Level.of(here, refused)) is not None:
                 chain.append(level)
             if here == top:
                 break
             here = os.path.dirname(here)
-        return cls(tuple(reversed(chain)))
+        return cls(tuple(reversed(chain)), refused)
 
     def enter(self, folder: str, names: set[str]) -> Ignores:
         """The levels for `folder`'s entries: these plus the folder's own files."""
-        level = Level.of(folder, names)
-        return self if level is None else Ignores((*self.levels, level))
+        level = Level.of(folder, self.refused, names)
+        return self if level is None else Ignores((*self.levels, level), self.refused)
 
     def ignored(self, path: str, is_dir: bool) -> bool:
         """Whether the ignore files exclude `path` (absolute, inside the deepest level's folder)."""

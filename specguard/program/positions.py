@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
+from specguard.lines import NEWLINE
+
 
 @dataclass(frozen=False)
 class _TokenSpans(CodegenState):
@@ -53,10 +55,10 @@ def spans(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> list[Span]:
     line, col, done = 1, 0, 0
     for index in wanted:  # walk the tokens once, stopping at each wanted index
         for token in state.tokens[done:index]:
-            newlines = token.count("\n")
-            if newlines:
-                line += newlines
-                col = len(token) - token.rfind("\n") - 1
+            ends = NEWLINE.findall(token)  # as CPython counts lines: a lone CR ends one too
+            if ends:
+                line += len(ends)
+                col = len(token) - (token.rfind(ends[-1]) + len(ends[-1]))
             else:
                 col += len(token)
         done = index

@@ -8,6 +8,7 @@ import re
 import sys
 import time
 import tokenize
+import unicodedata
 import warnings
 from pathlib import Path
 
@@ -48,6 +49,21 @@ def decode(data: bytes) -> str:
     except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
         reason = exc.reason if isinstance(exc, UnicodeDecodeError) else exc
         raise SourceError(f"cannot decode file as Python source (not UTF-8?): {reason}") from None
+
+
+def names_as_python_reads(text: str) -> str:
+    """`text` in which to look for a name by reading, as Python compares identifiers: NFKC-normalised (PEP 3131),
+    so a name spelled in fullwidth or other compatibility letters is found as the very name `ast` gives. `text`
+    itself for the usual file, which normalisation leaves unchanged."""
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        return text
+    return unicodedata.normalize("NFKC", text)
+
+
+def name_bytes(text: str, data: bytes) -> bytes:
+    """`names_as_python_reads` as bytes: `data` itself (no copy) where it changes nothing."""
+    names = names_as_python_reads(text)
+    return data if names is text else names.encode("utf-8", "surrogateescape")
 
 
 # What one file may cost: its parse, its summary, libcst and the rules on it, and the evaluator's reading of it all

@@ -8,20 +8,28 @@ most of whose text is Triton kernels, this is what makes libcst affordable.
 
 from __future__ import annotations
 
-import re
-
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")  # the newlines CPython counts, not str.splitlines()'s
+from specguard.lines import source_lines
+from specguard.program.reading import names_as_python_reads
 
 
 def sparse_lines(text: str) -> list[str]:
-    """The lines of `text` as CPython numbers them, each with its line ending."""
-    return _LINES.findall(text)
+    """The lines of `text` as CPython numbers them (specguard/lines.py), each with its line ending, and an empty
+    last one."""
+    return [*source_lines(text), ""]
 
 
 def sparse_source(text: str, definitions: list[tuple[int, int]], names: tuple[str, ...]) -> str:
     lines = sparse_lines(text)
     keep = [False] * len(lines)
     for first, last in definitions:
-        if any(name in "".join(lines[first - 1 : last]) for name in names):
+        held = names_as_python_reads("".join(lines[first - 1 : last]))  # names as Python compares them
+        if any(name in held for name in names):
             keep[first - 1 : last] = [True] * (last - first + 1)
-    return "".join(line if kept else line[len(line.rstrip("\r\n")) :] for line, kept in zip(lines, keep, strict=True))
+    out: list[str] = []
+    for line, kept in zip(lines, keep, strict=True):
+        if not kept:
+            line = line[len(line.rstrip("\r\n")) :]
+            if line.startswith("\n") and out and out[-1].endswith("\r"):
+                line = "\r\n"  # a bare LF after a lone CR would join the two lines into one CRLF
+        out.append(line)
+    return "".join(out)

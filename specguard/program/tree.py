@@ -8,7 +8,9 @@ may evaluate in a fraction of a second, where a concrete syntax tree would take 
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,10 @@ class SourceTree:
     # Why a search of the whole tree cannot be trusted (its walk or its reads ran past the budget), else None.
     left_unread: str | None = None
     bytes_read: int = 0
+    # While one hazard is judged (`tracking_gaps`): the modules of the tree its evidence led to that could not be
+    # read (missing, unreadable, a special file, a link out), module -> why. A hazard that found nothing while its
+    # evidence had a gap was not judged: the gap may hold what it looks for.
+    gaps: dict[str, str] | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> SourceTree:
@@ -320,8 +326,13 @@ class SourceTree:
         return str(path)
 
     def module_for_path(self, relpath: str) -> ParsedModule | None:
-        """`v1/attention/backends/mla/flashinfer_mla.py` (relative to the package dir) -> its module."""
-        return self.module(self.module_name(self.root / relpath))
+        """`v1/attention/backends/mla/flashinfer_mla.py` (relative to the package dir) -> its module; one that
+        cannot be read is a gap in the evidence of the hazard being judged."""
+        name = self.module_name(self.root / relpath)
+        parsed = self.module(name)
+        if parsed is None:
+            self._note_gap(name)
+        return parsed
 
     def files_containing(self, needle: str) -> list[Path]:
         """Every .py file of the tree whose text contains `needle` (all texts are read once, then kept). The walk
@@ -345,6 +356,7 @@ class SourceTree:
         seen = _seen | {key}
         parsed = self.module(module)
         if parsed is None:
+            self._note_gap(module)
             # `from pkg import sub` where sub is a module.
             return module if self.file_of(module) is not None and not name else None
         if "." in name:
@@ -381,6 +393,28 @@ class SourceTree:
             if found is not None:
                 return found
         return None
+
+    def _note_gap(self, module: str) -> None:
+        """Note, while tracking, a module of this tree that a name leads to and that could not be read."""
+        if self.gaps is None or module.split(".")[0] != self.package or module in self.gaps:
+            return
+        found = self.file_of(module)
+        if found is None:
+            relpath = "/".join(module.split(".")[1:]) + ".py"
+            self.gaps[module] = f"{relpath} is missing"
+            return
+        rel = self.relpath(found[0])
+        if rel in self.unreadable:
+            self.gaps[module] = f"{rel} cannot be read ({self.unreadable[rel]})"
+
+    @contextlib.contextmanager
+    def tracking_gaps(self) -> Iterator[dict[str, str]]:
+        """Track the gaps met within the block (see `gaps`); yields them."""
+        outer, self.gaps = self.gaps, {}
+        try:
+            yield self.gaps
+        finally:
+            self.gaps = outer
 
     def resolve_class(self, module: str, name: str) -> ClassInfo | None:
         found = self.resolve(module, name)

@@ -39,6 +39,13 @@ def decodable(text: str) -> str:
     return "".join(_escaped(char) if 0xDC80 <= ord(char) <= 0xDCFF else char for char in text)
 
 
+def workflow_value(text: str) -> str:
+    """`text` as a GitHub workflow command's value: `%`, CR and LF percent-encoded as the runner decodes them (so a
+    name's newline cannot end the command and start another), then every other character that is not printable
+    (ESC, a byte that is not UTF-8, a bidirectional override) written as `shown` writes it, so the log stays plain."""
+    return shown(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
+
+
 def uri_path(path: str) -> str:
     """A relative path as a URI reference: its bytes percent-encoded (all but unreserved characters and `/`), so
     it decodes back to the name on disk, bytes that are not UTF-8 included."""

@@ -5,6 +5,7 @@ right verdict, or "not judged" naming what was not found: never a silent clean."
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -268,3 +269,34 @@ def test_an_option_only_in_a_yaml_dotted_key(old: Path, tmp_path: Path) -> None:
     )
     judgement = _judge(old, file=str(config))
     assert "CFG101" in _codes(judgement), judgement.not_judged
+
+
+# -- a module the evidence leads to cannot be read ------------------------------------------------------------------
+
+BUILDER_MODULE = "v1/attention/backends/mla/flashinfer_mla.py"
+DSPARK_DCP = Path(__file__).resolve().parents[2] / "examples" / "configs" / "dspark-dcp.yaml"
+
+
+def _turn_into(tree: Path, relpath: str, kind: str) -> None:
+    path = tree / relpath
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link-out":
+        path.symlink_to("/dev/zero")
+    elif kind == "syntax-error":
+        path.write_text("class Broken(:\n")
+
+
+@pytest.mark.parametrize("kind", ["missing", "fifo", "link-out", "syntax-error"])
+def test_a_hazard_whose_evidence_module_cannot_be_read_is_not_judged_naming_it(new: Path, kind: str) -> None:
+    """CFG102 reads FlashInfer MLA's metadata builder, which the registry names by a dotted string: a tree whose
+    builder module is gone (or a FIFO, a link out, a syntax error) must not pass for one whose builder accepts the
+    config."""
+    clean = _judge(new, file=str(DSPARK_DCP))
+    assert {"CFG102", "CFG104"} <= _codes(clean) and not clean.not_judged, clean.not_judged
+    _turn_into(new, BUILDER_MODULE, kind)
+    judgement = _judge(new, file=str(DSPARK_DCP))
+    assert "CFG104" in _codes(judgement)
+    assert "CFG102" not in _codes(judgement)
+    assert BUILDER_MODULE in judgement.not_judged["CFG102"], judgement.not_judged

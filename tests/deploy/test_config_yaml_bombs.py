@@ -125,6 +125,32 @@ def test_a_json_bomb_on_the_command_line_is_one_line_and_exit_2(
     assert proc.returncode == 2 and proc.stdout == ""
 
 
+HUGE = "1" + "0" * 100_000  # past Python's int-from-string limit (4,300 digits): int() and json.loads refuse it
+TOO_LONG = "a number too long to read"
+# name -> vllm serve arguments after the model; each a number no conversion of Python can read
+HUGE_NUMBERS = {
+    "in-a-json-value": [
+        "--speculative-config",
+        '{"method": "dflash", "model": "d", "num_speculative_tokens": ' + HUGE + "}",
+    ],
+    "in-a-dotted-value": ["--speculative-config.method", "dflash", "--speculative-config.num_speculative_tokens", HUGE],
+    "in-an-int-option": ["-dp", HUGE],
+    "in-a-human-readable-int": ["--max-model-len", HUGE + "k"],
+    "in-a-human-readable-float": ["--max-model-len", HUGE + ".5k"],
+}
+
+
+@pytest.mark.parametrize("where", sorted(HUGE_NUMBERS))
+def test_a_number_too_long_to_read_is_one_line_and_exit_2(
+    where: str, tmp_path: Path, source_dir: Callable[[str], Path]
+) -> None:
+    """Before: json.loads raised a bare ValueError (not a JSONDecodeError) and the run ended in a traceback."""
+    proc = _config(tmp_path, source_dir("0.33.0"), "--", "m", *HUGE_NUMBERS[where])
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("specguard: error: vllm serve arguments: ") and TOO_LONG in line, line
+    assert len(line) < 400 and proc.returncode == 2 and proc.stdout == ""
+
+
 def test_anchors_and_merge_keys_within_the_limits_read_as_before(
     tmp_path: Path, source_dir: Callable[[str], Path]
 ) -> None:
