@@ -41,9 +41,11 @@ def decodable(text: str) -> str:
 
 def workflow_value(text: str) -> str:
     """`text` as a GitHub workflow command's value: `%`, CR and LF percent-encoded as the runner decodes them (so a
-    name's newline cannot end the command and start another), then every other character that is not printable
-    (ESC, a byte that is not UTF-8, a bidirectional override) written as `shown` writes it, so the log stays plain."""
-    return shown(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
+    name's newline cannot end the command and start another), a tab kept (it drives no terminal, and the annotation
+    must name the file on disk), and every other character that is not printable (ESC, a byte that is not UTF-8, a
+    bidirectional override) written as `shown` writes it, so the log stays plain."""
+    encoded = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return "\t".join(shown(part) for part in encoded.split("\t"))
 
 
 def uri_path(path: str) -> str:

@@ -3,7 +3,7 @@ component of the written path is swapped for a symlink to an out-of-tree copy be
 
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     SG101_BAD,
     SG201_BAD,
     assert_sane,

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     DSPARK_DCP_YAML,
     NOBODY,
     SG101_BAD,

@@ -5,7 +5,7 @@ nor move where specguard writes."""
 import os
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     NOBODY,
     SG101_BAD,
     SG103_BAD,

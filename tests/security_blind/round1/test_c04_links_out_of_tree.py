@@ -5,7 +5,7 @@ source of `specguard config --vllm-source`."""
 import os
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     DSPARK_DCP_YAML,
     SG101_BAD,
     SG103_BAD,

@@ -4,7 +4,7 @@ space and 60 s of CPU; no traceback; the findings of the good sibling files are 
 
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     SG101_BAD,
     SG103_BAD,
     assert_sane,

@@ -6,7 +6,7 @@ and the good sibling file's findings must still be reported."""
 import textwrap
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     DSPARK_DCP_YAML,
     SG101_BAD,
     assert_sane,

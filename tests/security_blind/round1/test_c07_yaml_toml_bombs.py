@@ -5,7 +5,7 @@
 import os
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     SG101_BAD,
     assert_one_line_error,
     run_cli,

@@ -8,7 +8,7 @@ import re
 import urllib.parse
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     FINDING_RE,
     SG101_BAD,
     SG201_BAD,

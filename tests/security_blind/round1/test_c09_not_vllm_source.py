@@ -8,7 +8,7 @@ import random
 import shutil
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     DFLASH_DP2_YAML,
     assert_one_line_error,
     assert_sane,

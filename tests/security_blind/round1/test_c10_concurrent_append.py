@@ -4,7 +4,7 @@ not be lost silently: either they are in the file afterwards, or specguard repor
 
 from pathlib import Path
 
-from conftest import (
+from sg1harness import (
     SG201_BAD,
     run_hooked,
     write,
