@@ -12,7 +12,7 @@ analyzed source defines (classes, functions, enum members, objects) or what lies
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,11 +75,22 @@ MAX_LABELS = 8  # per kind a value keeps this many sources; more say nothing new
 MAX_STEPS = 6  # the hops a message shows, nearest the use
 
 
+def _place(label: Label) -> tuple:
+    """A total order on labels, so that a choice among them never depends on a set's iteration order (string
+    hashes change from run to run)."""
+    return (label.kind, label.span or (0, 0, 0, 0), label.path, label.text, label.origin, label.steps)
+
+
+def nearest(labels: Iterable[Label]) -> Label:
+    """The label with the fewest hops from its source; among equals, the first in the file."""
+    return min(labels, key=lambda label: (len(label.steps), _place(label)))
+
+
 def bounded(labels: frozenset[Label]) -> frozenset[Label]:
     if len(labels) <= MAX_LABELS:
         return labels
     kept: dict[str, list[Label]] = {}
-    for label in sorted(labels, key=lambda item: (item.kind, item.span or (0, 0, 0, 0), item.text)):
+    for label in sorted(labels, key=_place):
         group = kept.setdefault(label.kind, [])
         if len(group) < 2:
             group.append(label)

@@ -22,6 +22,7 @@ from specguard.evaluation.values import (
     Tagged,
     labels_of,
     maybe_of,
+    nearest,
     plain,
     why_of,
     with_labels,
@@ -217,7 +218,7 @@ class _Counts(Hooks):
         padded = [x for x in labels_of(value) if x.kind == PADDED]
         if padded and node is not None and isinstance(inner, Obj) and attr == self.q.pack.padding.padded_attribute:
             base_value = plain(value) if not isinstance(value, Abstract) else UNKNOWN
-            return self.padded(ast.unparse(node), node, base_value, padded[0].origin)
+            return self.padded(ast.unparse(node), node, base_value, nearest(padded).origin)
         return NOT_HANDLED
 
     def reduced(self, ev: Any, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
@@ -374,7 +375,7 @@ def _judge_scope(
 
 def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
     pad = q.pack.padding
-    source: Label = min(site["sources"], key=lambda x: len(x.steps))
+    source: Label = nearest(site["sources"])
     arg: Passed | None = site["arg"]
     if arg is None:
         passed = f"`{site['param']}` (through `{_call_text(site['node'])}`)"

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import State, doubts
 from specguard.evaluation.values import UNKNOWN, ClassRef, Label, Obj, Tagged, labels_of, plain
+from specguard.evaluation.values import nearest as nearest_label
 from specguard.findings import Judgement
 from specguard.fix_model import NodeFix, NoFix
 from specguard.fixes.agreement import AGREEING as AGREEING_REDUCTIONS
@@ -131,7 +132,7 @@ def _reduction(value: Any, q: Question) -> _Reduction | None:
     found = [x for x in labels_of(value) if x.kind == REDUCED and x.span is not None and x.path == q.path]
     if len({x.span for x in found}) != 1:
         return None
-    nearest = min(found, key=lambda x: len(x.steps))
+    nearest = nearest_label(found)
     return _Reduction(nearest.span, nearest.text, nearest.how())  # type: ignore[arg-type]
 
 
