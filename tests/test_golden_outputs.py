@@ -143,8 +143,7 @@ CASES = {case.name: case for case in _cases()}
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_output_is_what_was_recorded(name: str) -> None:
     recorded = GOLDEN / f"{name}.txt"
-    if not recorded.exists():
-        pytest.skip(f"{recorded.name} was not recorded (its vLLM sources were not cached then)")
+    assert recorded.exists(), f"{recorded.name} is not recorded: python tests/test_golden_outputs.py {name}"
     assert CASES[name].run() == recorded.read_text()
 
 
