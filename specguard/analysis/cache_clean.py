@@ -42,12 +42,13 @@ def cache_folders(start: Path) -> Iterator[Path]:
         folder, depth = pending.pop()
         try:
             with os.scandir(folder) as listing:
-                subfolders = sorted(e.name for e in listing if e.is_dir(follow_symlinks=False))
+                entries = list(listing)
         except OSError:
             continue  # gone, unreadable, or a path too long to open
-        if CACHE_DIR_NAME in subfolders:
+        # a cache that is a link is still named (clean leaves it alone, saying so); the walk follows no link
+        if any(e.name == CACHE_DIR_NAME and (e.is_dir() or e.is_symlink()) for e in entries):
             yield Path(folder) / CACHE_DIR_NAME
-            subfolders.remove(CACHE_DIR_NAME)  # nothing of another project's lies inside a cache
+        subfolders = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False) and e.name != CACHE_DIR_NAME)
         if depth < MAX_DEPTH:
             pending.extend((os.path.join(folder, name), depth + 1) for name in reversed(subfolders))
 
