@@ -5,15 +5,13 @@ adversarial corpus and on examples/, and `specguard config` on every config exam
 small and stable: JSON findings sorted with paths relative to where the command ran, the source folder written as
 `<vllm>`. Both run with Python's random string hashes: a message that named one of several padded sources by a
 set's order differed between processes (seen on the adversarial corpus) until labels got a total order.
-`python tests/test_golden_outputs.py [CASE ...]` records them again (only when a change of output is meant).
+`python -m tests.test_golden_outputs [CASE ...]` records them again (only when a change of output is meant).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -22,21 +20,8 @@ from pathlib import Path
 
 import pytest
 
-# As tests/conftest.py has them; not imported from there, since tests/deploy/conftest.py shares its module name.
-CACHE = Path(os.environ.get("SPECGUARD_TEST_CACHE", Path.home() / ".cache" / "specguard"))
-
-
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m specguard ARGS` in a separate process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "specguard", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=600,
-    )
-
+# by its package name: tests/deploy/conftest.py holds the module name `conftest`
+from tests.conftest import run_cli, unpacked_vllm
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -61,11 +46,8 @@ KIMI_DCP = [
 
 
 def vllm_tree(version: str) -> Path:
-    """The cached `vllm/` folder of a release, without downloading: a case whose tree is absent is skipped."""
-    tree = CACHE / "vllm-src" / version
-    if not (tree / ".complete").exists():
-        pytest.skip(f"vLLM {version} sources are not cached")
-    return tree / "vllm"
+    """The `vllm/` folder of a release, downloaded once as every corpus test has it: never a skipped case."""
+    return unpacked_vllm(version)
 
 
 def _normal(stdout: str, stderr: str, rc: int, cwd: Path, source: Path | None) -> str:
@@ -143,17 +125,12 @@ CASES = {case.name: case for case in _cases()}
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_output_is_what_was_recorded(name: str) -> None:
     recorded = GOLDEN / f"{name}.txt"
-    assert recorded.exists(), f"{recorded.name} is not recorded: python tests/test_golden_outputs.py {name}"
+    assert recorded.exists(), f"{recorded.name} is not recorded: python -m tests.test_golden_outputs {name}"
     assert CASES[name].run() == recorded.read_text()
 
 
 if __name__ == "__main__":
     GOLDEN.mkdir(exist_ok=True)
     for name in sys.argv[1:] or sorted(CASES):
-        try:
-            text = CASES[name].run()
-        except pytest.skip.Exception as skipped:
-            print(f"{name}: skipped ({skipped})")
-            continue
-        (GOLDEN / f"{name}.txt").write_text(text)
+        (GOLDEN / f"{name}.txt").write_text(CASES[name].run())
         print(f"{name}: recorded")
