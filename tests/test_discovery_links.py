@@ -13,21 +13,16 @@ taking the machine; nothing is timed.
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.bounded import limits
 from tests.test_cache import LEAF, tree
 
 MEMORY = 1 << 30
 CPU_SECONDS = 60
 HANG_GUARD = 600  # only a blocked read reaches it
-
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
 
 
 def _check(
@@ -49,7 +44,7 @@ def _check(
         text=True,
         errors="replace",  # a walk out of the tree may print any file name
         env={**os.environ, "XDG_CACHE_HOME": str(cwd / "xdg"), **(env or {})},
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
     )
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bounded import limits
 
 MEMORY = 1 << 30  # address space: a check of a small tree needs about 300 MiB of it
 CPU_SECONDS = 40  # a file under the budget, whatever its shape, takes well under 20 s of CPU on a slow machine
@@ -52,18 +53,13 @@ LARGE = {
 }
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-
-
 def _check(root: Path, *args: str, cache: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "specguard", "check", *([] if cache else ["--no-cache"]), *args],
         cwd=root,
         capture_output=True,
         text=True,
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
         env={**os.environ, "XDG_CACHE_HOME": str(root / "xdg")},
     )

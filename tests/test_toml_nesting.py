@@ -10,23 +10,18 @@ RLIMIT_CPU: a run that spins is killed there and the test sees it; nothing is ti
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bounded import limits
 from tests.test_cache import tree
 
 MEMORY = 512 << 20
 CPU_SECONDS = 20  # a check of this tree takes about a second of CPU
 HANG_GUARD = 300  # only a blocked read reaches it
-
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
 
 
 def bounded(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -37,7 +32,7 @@ def bounded(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env=env,
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
     )
 

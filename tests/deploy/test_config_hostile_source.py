@@ -6,7 +6,6 @@ fill memory or spin fails there with a MemoryError or a kill, which these tests 
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from sg_mutate import fork, replace, rewrite
+
+from tests.bounded import limits
 
 MEMORY = 1 << 30  # a normal run of `specguard config` needs well under 600 MiB of address space
 CPU_SECONDS = 90
@@ -64,17 +65,12 @@ SPENT = {
 }
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-
-
 def _config(source: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "specguard", "config", "--vllm-source", str(source), "--", "m", *argv],
         capture_output=True,
         text=True,
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
     )
 
@@ -191,7 +187,7 @@ def test_the_serving_yaml_and_the_hazard_catalogue_are_read_as_regular_files_onl
         [sys.executable, "-m", "specguard", "config", str(fifo), "--vllm-source", str(source_dir("0.33.0"))],
         capture_output=True,
         text=True,
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
     )
     assert (proc.returncode, proc.stdout) == (2, "")
@@ -202,7 +198,7 @@ def test_the_serving_yaml_and_the_hazard_catalogue_are_read_as_regular_files_onl
         [sys.executable, "-m", "specguard", "config", str(config), "--hazards", str(zero)],
         capture_output=True,
         text=True,
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
     )
     assert (proc.returncode, proc.stdout) == (2, "")

@@ -9,7 +9,6 @@ so a walk out of the tree dies there instead of taking the machine; nothing is t
 
 from __future__ import annotations
 
-import resource
 import shutil
 import subprocess
 import sys
@@ -19,16 +18,13 @@ from pathlib import Path
 import pytest
 from sg_mutate import fork
 
+from tests.bounded import limits
+
 REPO = Path(__file__).resolve().parents[2]
 DFLASH_DP2 = REPO / "examples" / "configs" / "dflash-dp2.yaml"  # CFG101 on 0.28.0: judged from check's findings
 MEMORY = 1 << 30
 CPU_SECONDS = 90
 HANG_GUARD = 600  # only a blocked read reaches it
-
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
 
 
 def _config(*argv: str, lowered: str = "") -> subprocess.CompletedProcess[str]:
@@ -45,7 +41,7 @@ def _config(*argv: str, lowered: str = "") -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         errors="replace",
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
     )
 

@@ -10,7 +10,6 @@ RecursionError. Every run is a child under RLIMIT_AS (512 MiB) and RLIMIT_CPU; n
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,14 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.bounded import limits
+
 MEMORY = 512 << 20  # a normal `specguard config` run against 0.33.0 peaks near 170 MB
 CPU_SECONDS = 30
 HANG_GUARD = 300
-
-
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
 
 
 def _config(cwd: Path, source: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +30,7 @@ def _config(cwd: Path, source: Path, *argv: str) -> subprocess.CompletedProcess[
         cwd=cwd,
         capture_output=True,
         text=True,
-        preexec_fn=_limits,
+        preexec_fn=limits(MEMORY, CPU_SECONDS),
         timeout=HANG_GUARD,
     )
 
