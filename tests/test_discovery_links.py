@@ -126,6 +126,20 @@ def test_a_link_inside_the_tree_is_followed_once_and_a_loop_ends(tmp_path: Path)
     assert out.returncode == 1 and out.stdout.count('"SG101"') == 2
 
 
+def test_two_names_of_one_inode_are_two_files(tmp_path: Path) -> None:
+    """A file is known by its real path, never by (device, inode): while an editor saves atomically, the inode a
+    save frees is reused at once for the next file saved, which then passed for a file already reached and went
+    unchecked, silently (CI saw `leaf2.py` lose its findings that way). Two hard links share an inode at one
+    instant, which pins the same identity without a race: both names are checked, as ruff checks them."""
+    root = tree(tmp_path, "DraftModelSpeculator")
+    os.link(root / "fork" / "leaf.py", root / "fork" / "twin.py")
+    files = _check(root, "fork", "--show-files")
+    listed = [os.path.relpath(p, root) for p in files.stdout.split()]
+    assert listed == ["fork/__init__.py", "fork/base.py", "fork/leaf.py", "fork/twin.py"]
+    out = _check(root, "fork", *JSON)
+    assert out.returncode == 1 and out.stdout.count('"SG101"') == 2
+
+
 def test_the_installed_vllm_is_a_tree_of_its_own(tmp_path: Path) -> None:
     """`--vllm` adds the installed vLLM (located, never imported) as a folder named on the command line: its own
     tree, walked whole, and a link out of it is not followed."""

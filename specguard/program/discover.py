@@ -44,6 +44,7 @@ DEFAULT_EXCLUDE = (
     "venv",
 )
 _GLOB = frozenset("*?[")
+_Key = tuple[int, int]  # (device, inode)
 
 
 def _any_of(globs: list[str]) -> re.Pattern[str] | None:
@@ -98,8 +99,10 @@ class _Walker:
     def __init__(self, patterns: Iterable[str], root: Path, trees: list[str], limits: tuple[int, int]) -> None:
         self.root = os.path.realpath(root)
         self.excluded = Excludes(patterns, self.root)
-        self.seen_dirs: set[tuple[int, int]] = set()
-        self.seen_files: set[tuple[int, int]] = set()
+        # Files and folders are known by their real paths, not by (device, inode): an inode freed by an editor's
+        # atomic save is reused at once for another file saved, which would then pass for one already reached.
+        self.seen_dirs: set[str] = set()
+        self.seen_files: set[str] = set()
         self.trees = [tree if tree.endswith(os.sep) else tree + os.sep for tree in trees]
         self.links_out: list[str] = []
         self.special: list[str] = []  # `.py` names that are FIFOs, devices or sockets: never read
@@ -148,11 +151,11 @@ class _Walker:
         return any(self.excluded(parts[i], "/".join(parts[: i + 1])) for i in range(first, len(parts)))
 
     @staticmethod
-    def first_key(seen: set[tuple[int, int]], key: tuple[int, int]) -> bool:
+    def first_visit(seen: set[str], real: str) -> bool:
         """False for a folder or file already reached (through a symlink, another spelling or a loop)."""
-        if key in seen:
+        if real in seen:
             return False
-        seen.add(key)
+        seen.add(real)
         return True
 
     def walk(self, folder: str, rel: str, ignores: Ignores | None, absolute: str) -> Iterator[str]:
@@ -160,7 +163,7 @@ class _Walker:
         name order. Iterative, with a stack of open listings, so no nesting reaches Python's recursion limit; a
         folder deeper than MAX_DEPTH, or whose path the system refuses as too long, is not walked and is named in
         one note."""
-        top = self.listing(folder, rel, ignores, absolute)
+        top = self.listing(folder, rel, ignores, absolute, os.path.realpath(folder), ())
         stack = [top] if top is not None else []
         while stack and self.stopped_at is None:
             here = stack[-1]
@@ -175,7 +178,8 @@ class _Walker:
                 is_dir = entry.is_dir()
                 if here.ignores is not None and here.ignores.ignored(f"{here.absolute}/{entry.name}", is_dir):
                     continue
-                if entry.is_symlink() and not self.inside(real := os.path.realpath(entry.path)):
+                real = os.path.realpath(entry.path) if entry.is_symlink() else f"{here.real}/{entry.name}"
+                if entry.is_symlink() and not self.inside(real):
                     if is_dir or entry.name.endswith(".py"):  # what would have been read
                         self.links_out.append(f"{_as_printed(entry.path)} -> {real}")
                     continue
@@ -183,25 +187,30 @@ class _Walker:
                     if len(stack) > self.max_depth:
                         self.not_walked.append(f"{_as_printed(entry.path)} (deeper than {self.max_depth} folders)")
                         continue
-                    below = self.listing(entry.path, entry_rel, here.ignores, f"{here.absolute}/{entry.name}")
+                    below = self.listing(
+                        entry.path, entry_rel, here.ignores, f"{here.absolute}/{entry.name}", real, here.above
+                    )
                     if below is not None:
                         stack.append(below)
                 elif entry.name.endswith(".py") and entry.is_file():  # a regular file: never a FIFO or a device
-                    found = entry.stat()  # the budget needs its size, and a link's target its identity
-                    if self.first_key(self.seen_files, (found.st_dev, found.st_ino)) and self.take(
-                        entry.path, found.st_size
-                    ):
+                    if self.first_visit(self.seen_files, real) and self.take(entry.path, entry.stat().st_size):
                         yield entry.path
                 elif entry.name.endswith(".py"):
                     self.special.append(f"{_as_printed(entry.path)} ({_kind(entry.stat(follow_symlinks=False))})")
             except OSError:
                 continue
 
-    def listing(self, folder: str, rel: str, ignores: Ignores | None, absolute: str) -> _Listing | None:
-        """A folder's entries to walk, in name order; None for a folder already walked or that cannot be listed."""
+    def listing(
+        self, folder: str, rel: str, ignores: Ignores | None, absolute: str, real: str, above: tuple[_Key, ...]
+    ) -> _Listing | None:
+        """A folder's entries to walk, in name order; None for a folder already walked or that cannot be listed.
+        `above`: the identities of the folders it lies in, so that a loop no real path shows (a bind mount of a
+        folder inside itself) is walked once; only those, which exist while it does, so a reused inode cannot
+        pass for one of them."""
         try:
             st = os.stat(folder)
-            if not self.first_key(self.seen_dirs, (st.st_dev, st.st_ino)):
+            key = (st.st_dev, st.st_ino)
+            if key in above or not self.first_visit(self.seen_dirs, real):
                 return None
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
@@ -210,7 +219,8 @@ class _Walker:
             return None
         if ignores is not None:
             ignores = ignores.enter(absolute, {e.name for e in entries})
-        return _Listing(iter(entries), "" if rel == "." else rel + "/", ignores, absolute)
+        return _Listing(iter(entries), "" if rel == "." else rel + "/", ignores, absolute, real, (*above, key))
+
 
 
 @dataclass
@@ -221,6 +231,8 @@ class _Listing:
     prefix: str  # the folder's path from the configuration root, with a trailing `/` ("" for the root)
     ignores: Ignores | None
     absolute: str
+    real: str  # its real path: an entry that is not a link is `real/name`
+    above: tuple[_Key, ...]  # its own identity and those of the folders it lies in
 
 
 def _kind(st: os.stat_result) -> str:
@@ -280,9 +292,8 @@ def discover(
             if ignores is not None:
                 result.warnings.extend(w for w in ignores.refused if w not in result.warnings)
         elif path.is_file():
-            found = path.stat()
-            if walker.first_key(walker.seen_files, (found.st_dev, found.st_ino)) and walker.take(
-                str(path), found.st_size
+            if walker.first_visit(walker.seen_files, os.path.realpath(path)) and walker.take(
+                str(path), path.stat().st_size
             ):
                 result.files.append(str(path))
         elif path.exists():  # a FIFO, a device, a socket: reading one would block or never end
