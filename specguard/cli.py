@@ -106,9 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # config and doctor own their argument parsing (config passes `vllm serve` arguments through after --).
     if argv and argv[0] in ("config", "doctor"):
-        from specguard.deploy import cli as deploy_cli
+        from specguard import config_cli
 
-        return deploy_cli.config_main(argv[1:]) if argv[0] == "config" else deploy_cli.doctor_main(argv[1:])
+        return config_cli.config_main(argv[1:]) if argv[0] == "config" else config_cli.doctor_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.command == "check":

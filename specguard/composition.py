@@ -1,7 +1,8 @@
 """A check composed: the settings' rule packs loaded and the rules selected, handed to the engine.
 
-The one place that knows both the engine (`analysis/`) and what it runs (`rules/`, `packs.py`); the command line,
-the config pre-flight's hazards and `specguard doctor` check through it, and so do the tests.
+The one place that knows both the engine (`analysis/`) and what it runs (`rules/`, `packs.py`); the command line
+checks through it, the config pre-flight's hazards and `specguard doctor` are handed `check_served_tree`, and the
+tests use both.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.analysis import engine
+from specguard.deploy.tree_check import CheckedFinding, TreeCheck
 from specguard.findings import Finding
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.packs import Pack, load_pack
 from specguard.rules import RuleSet
-from specguard.settings import Settings
+from specguard.settings import Settings, served_tree_settings
 
 RULES = RuleSet()
 
@@ -40,3 +42,20 @@ def check_source(
     settings = settings or Settings()
     pack = pack or load_pack(settings.rule_packs)
     return engine.check_source(text, path, module, pack=pack, rules=RULES, settings=settings, line_length=line_length)
+
+
+def check_served_tree(root: Path) -> TreeCheck:
+    """`specguard check` over a served vLLM tree, with its own settings (see `served_tree_settings`), as the config
+    pre-flight and `specguard doctor` read it."""
+    result = check_paths([root], served_tree_settings(root))
+    found = result.discovery
+    problems = [  # what may hide a finding a hazard needs
+        *result.errors,
+        *(found.notes if found is not None else []),
+        *(f"{f.path}: {f.message}" for f in result.findings if f.code == "SG000"),
+    ]
+    left = None
+    if found is not None and found.stopped is not None:
+        left = (found.stopped[0], frozenset(Path(f).resolve() for f in found.files))
+    findings = tuple(CheckedFinding(f.code, Path(f.path).resolve(), int(f.line), f.message) for f in result.findings)
+    return TreeCheck(result.files, findings, tuple(problems), tuple(result.errors), left)

@@ -17,6 +17,7 @@ from typing import Any
 
 import specguard
 from specguard.deploy.facts import installed_vllm_dir
+from specguard.deploy.tree_check import TreeChecker
 from specguard.program.tree import SourceTree
 
 # Distribution names, in the order doctor prints them. flashinfer ships as flashinfer-python.
@@ -58,11 +59,8 @@ def _version(names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _check_summary(root: Path) -> CheckSummary:
-    from specguard.composition import check_paths  # deferred: only when there is a tree to check
-    from specguard.settings import served_tree_settings
-
-    result = check_paths([root], served_tree_settings(root))
+def _check_summary(root: Path, check: TreeChecker) -> CheckSummary:
+    result = check(root)
     counts = Counter(f.code for f in result.findings)
     return CheckSummary(str(root), result.files, dict(sorted(counts.items())), list(result.errors))
 
@@ -114,18 +112,19 @@ def _runtime_checks() -> tuple[list[RuntimeCheck], str | None]:
     return checks, current
 
 
-def diagnose(vllm_source: str | None = None) -> Report:
+def diagnose(check: TreeChecker, vllm_source: str | None = None) -> Report:
+    """The environment, with `specguard check` (run by `check`) summarized on the served vLLM."""
     packages = {label: _version(names) for label, names in PACKAGES.items()}
     root: Path | None
     root = SourceTree.open(vllm_source).root if vllm_source is not None else installed_vllm_dir()
-    check = _check_summary(root) if root is not None else None
+    summary = _check_summary(root, check) if root is not None else None
     runtime, note = _runtime_checks()
     return Report(
         python=f"{platform.python_version()} ({sys.executable})",
         specguard=specguard.__version__,
         packages=packages,
         vllm_dir=str(root) if root else None,
-        check=check,
+        check=summary,
         runtime=runtime,
         runtime_note=note,
     )

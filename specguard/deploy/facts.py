@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.deploy.arguments import ServeOptions, serve_options
+from specguard.deploy.tree_check import TreeChecker
 from specguard.deploy.vllm_tree import not_vllm
 from specguard.errors import UserError
 from specguard.program.tree import ClassInfo, SourceLeftUnread, SourceTree, literal_strings, literal_value
@@ -42,13 +43,15 @@ class BackendInfo:
 @dataclass
 class SourceFacts:
     tree: SourceTree
+    # `specguard check` over the tree, handed in by the composition; None: no hazard that needs a finding is judged
+    check: TreeChecker | None = None
     analysis_problems: list[str] = field(default_factory=list)
     # When `specguard check` over the tree stopped at its budget: which part was spent, and the files it analyzed.
-    analysis_left: tuple[str, set[Path]] | None = None
+    analysis_left: tuple[str, frozenset[Path]] | None = None
 
     @classmethod
-    def open(cls, path: str | Path) -> SourceFacts:
-        return cls(SourceTree.open(path))
+    def open(cls, path: str | Path, check: TreeChecker | None = None) -> SourceFacts:
+        return cls(SourceTree.open(path), check)
 
     @cached_property
     def version(self) -> str | None:
@@ -65,27 +68,14 @@ class SourceFacts:
 
     @cached_property
     def findings(self) -> list[SourceFinding]:
-        """`specguard check` over the served tree (cached by the engine between runs)."""
-        # Deferred: the analyzer is heavier than loading a config.
-        from specguard.composition import check_paths
-        from specguard.settings import served_tree_settings
-
-        result = check_paths([self.tree.root], served_tree_settings(self.tree.root))
-        # A file the analyzer could not read (SG000), a discovery error or a link out of the tree (not followed)
-        # may hide a finding a hazard needs.
-        found = result.discovery
-        self.analysis_problems = [
-            *result.errors,
-            *(found.notes if found is not None else []),
-            *(f"{f.path}: {f.message}" for f in result.findings if f.code == "SG000"),
-        ]
-        if found is not None and found.stopped is not None:
-            self.analysis_left = (found.stopped[0], {Path(f).resolve() for f in found.files})
-        out: list[SourceFinding] = []
-        for f in result.findings:
-            path = Path(f.path).resolve()
-            out.append(SourceFinding(f.code, path, int(f.line), self.tree.relpath(path)))
-        return out
+        """`specguard check` over the served tree (cached by the engine between runs). Raises `SourceLeftUnread`
+        when no checker was handed in."""
+        if self.check is None:
+            raise SourceLeftUnread("`specguard check` was not run on the served source (no analyzer was handed in)")
+        checked = self.check(self.tree.root)
+        self.analysis_problems = list(checked.problems)
+        self.analysis_left = checked.left
+        return [SourceFinding(f.code, f.path, f.line, self.tree.relpath(f.path)) for f in checked.findings]
 
     def findings_in(self, classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
         """Findings of `rules` that lie inside one of `classes` (by file and line span). Raises `SourceLeftUnread`
@@ -230,16 +220,17 @@ def _analysis_left(spent: str, left: str) -> str:
     return f"`specguard check` read part of the served source only ({spent}, its budget); it did not analyze {left}"
 
 
-def open_source(path: str | Path | None) -> SourceFacts | None:
+def open_source(path: str | Path | None, check: TreeChecker | None = None) -> SourceFacts | None:
     """`--vllm-source DIR`, else the vLLM installed here (located, not imported), else None; a tree that is not
-    vLLM is a UserError naming what it lacks (judged against it, every hazard would pass)."""
+    vLLM is a UserError naming what it lacks (judged against it, every hazard would pass). `check`: how to run
+    `specguard check` over it, for the hazards that depend on a finding."""
     if path is not None:
-        facts, given = _facts_for(SourceTree.open(path).root), f"--vllm-source {path}"
+        facts, given = _facts_for(SourceTree.open(path).root, check), f"--vllm-source {path}"
     else:
         installed = installed_vllm_dir()
         if installed is None:
             return None
-        facts, given = _facts_for(SourceTree.open(installed).root), f"the installed vllm ({installed})"
+        facts, given = _facts_for(SourceTree.open(installed).root, check), f"the installed vllm ({installed})"
     lacking = not_vllm(facts.tree)
     if lacking is not None:
         raise UserError(f"{given}: not a vLLM source tree: {lacking}")
@@ -247,9 +238,9 @@ def open_source(path: str | Path | None) -> SourceFacts | None:
 
 
 @lru_cache(maxsize=4)
-def _facts_for(root: Path) -> SourceFacts:
+def _facts_for(root: Path, check: TreeChecker | None) -> SourceFacts:
     # One SourceFacts per tree per process: a second config against the same source reuses its parses.
-    return SourceFacts(SourceTree(root))
+    return SourceFacts(SourceTree(root), check)
 
 
 def installed_vllm_dir() -> Path | None:

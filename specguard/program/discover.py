@@ -222,7 +222,6 @@ class _Walker:
         return _Listing(iter(entries), "" if rel == "." else rel + "/", ignores, absolute, real, (*above, key))
 
 
-
 @dataclass
 class _Listing:
     """One folder of the walk's stack: the entries still to visit, and what applies to them."""

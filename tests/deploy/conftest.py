@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from specguard.composition import check_served_tree
+from specguard.config_cli import config_main
 from specguard.deploy.catalogue import Catalogue, load_catalogue
-from specguard.deploy.cli import config_main
 from specguard.deploy.facts import SourceFacts, open_source
 
 
@@ -23,7 +24,7 @@ def facts(source_dir: Callable[[str], Path]) -> Callable[[str], SourceFacts]:
     """SourceFacts per vLLM version, shared by the session (the same object the CLI would build)."""
 
     def get(version: str) -> SourceFacts:
-        found = open_source(source_dir(version))
+        found = open_source(source_dir(version), check_served_tree)
         assert found is not None
         return found
 

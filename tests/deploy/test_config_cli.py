@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.deploy.cli import doctor_main
+from specguard.config_cli import doctor_main
 from specguard.deploy.hazards import ENV_NOTE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,7 +226,7 @@ def test_bad_yaml_files(
 def test_as_a_separate_process_no_traceback(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("model: m\ndata-parallel-size: two\n")
-    code = "import sys; from specguard.deploy.cli import config_main; sys.exit(config_main(sys.argv[1:]))"
+    code = "import sys; from specguard.config_cli import config_main; sys.exit(config_main(sys.argv[1:]))"
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2
     expected = f"specguard: error: {path}: argument --data-parallel-size/-dp: expected an integer, got 'two'\n"
@@ -324,7 +324,7 @@ def test_doctor_bad_source(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
 
 def test_pyyaml_is_not_imported_until_a_yaml_file_is_read() -> None:
     code = (
-        "import sys; import specguard.cli, specguard.deploy.cli, specguard.deploy.load, specguard.deploy.hazards; "
+        "import sys; import specguard.cli, specguard.config_cli, specguard.deploy.load, specguard.deploy.hazards; "
         "sys.exit('yaml' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

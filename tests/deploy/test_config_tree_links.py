@@ -33,7 +33,7 @@ def _config(*argv: str, lowered: str = "") -> subprocess.CompletedProcess[str]:
         "from specguard.program import discover\n"
         "from specguard.program import tree as source\n"
         f"{lowered}"
-        "from specguard.deploy.cli import config_main\n"
+        "from specguard.config_cli import config_main\n"
         f"raise SystemExit(config_main({list(argv)!r}))\n"
     )
     return subprocess.run(

@@ -59,7 +59,7 @@ def test_the_bad_input_examples_say_what_the_page_shows(
     """Each example run as shown, its YAML written from its comment: with the test venv's vLLM installed, and with
     no vLLM source at all (the page says the first two hold either way; the blind gate is the no-source case)."""
     import specguard.deploy.facts as facts_module
-    from specguard.deploy.cli import config_main
+    from specguard.config_cli import config_main
 
     if not with_source:
         monkeypatch.setattr(facts_module, "installed_vllm_dir", lambda: None)
@@ -82,7 +82,7 @@ def test_the_doctor_example_is_what_doctor_prints_in_the_test_environment(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The page's `specguard doctor` run, line for line, but for the two lines that name this machine's paths."""
-    from specguard.deploy.cli import doctor_main
+    from specguard.config_cli import doctor_main
 
     ((command, _, shown),) = _console("## `specguard doctor`")
     assert command == "specguard doctor" and "runtime guard: VLLM_SPECGUARD unset: off" in shown

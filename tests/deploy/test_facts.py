@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from sg_mutate import fork
 
+from specguard.composition import check_served_tree
 from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.doctor import _check_summary
 from specguard.deploy.facts import SourceFacts
@@ -121,14 +122,14 @@ def test_a_served_tree_is_checked_whole_whatever_the_folders_above_it_ignore(
     (project / ".gitignore").write_text("site-packages/\n*.py\n")
     tree = fork(source_dir("0.28.0"), project / "lib" / "site-packages")
     (tree / "v1" / ".ignore").write_text("*\n")
-    served = SourceFacts.open(tree)
+    served = SourceFacts.open(tree, check_served_tree)
     release = facts("0.28.0")
     counts = Counter(f.code for f in release.findings)
     assert Counter(f.code for f in served.findings) == counts and {"SG102", "SG103"} <= set(counts)
     spec = json.dumps({"method": "dflash", "model": "d", "num_speculative_tokens": 3})
     judgement = evaluate(load(None, ["m", "-dp", "2", "-sc", spec], served).config, load_catalogue(), served)
     assert "CFG101" in {f.code for f in judgement.findings}
-    doctor = _check_summary(tree)
+    doctor = _check_summary(tree, check_served_tree)
     assert doctor.files == len(list(tree.rglob("*.py"))) and doctor.findings == dict(sorted(counts.items()))
 
 

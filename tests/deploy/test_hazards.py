@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from specguard.composition import check_served_tree
 from specguard.deploy.catalogue import Catalogue
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.hazards import ENV_NOTE, EVALUATORS, Context, Judgement, _speculators, evaluate
@@ -527,10 +528,19 @@ def test_cfg111_when_the_source_parses_the_mode_at_startup(tmp_path: Path, catal
 def test_a_source_the_analyzer_cannot_fully_read_is_noted(tmp_path: Path, catalogue: Catalogue) -> None:
     pkg = _synthetic_tree(tmp_path)
     (pkg / "broken.py").write_text("def f(:\n    build_attn_metadata()\n")
-    facts = SourceFacts.open(pkg)
+    facts = SourceFacts.open(pkg, check_served_tree)
     # dspark asks for SG201 findings (CFG104), so the analyzer runs over the tree.
     judgement = evaluate(build({"speculative_config": {"method": "dspark"}}, "t"), catalogue, facts)
     assert any("broken.py" in note for note in judgement.notes), judgement.notes
+
+
+def test_without_an_analyzer_handed_in_a_hazard_on_findings_is_not_judged(tmp_path: Path, catalogue: Catalogue) -> None:
+    """deploy/ never runs the engine itself (issue 27): the composition hands it the check. Without one, a hazard
+    that depends on a finding says so; it is never passed."""
+    facts = SourceFacts.open(_synthetic_tree(tmp_path))
+    judgement = evaluate(build({"speculative_config": {"method": "dspark"}}, "t"), catalogue, facts)
+    assert "CFG104" not in {f.code for f in judgement.findings}
+    assert "`specguard check` was not run on the served source" in judgement.not_judged["CFG104"]
 
 
 def test_a_fact_that_cannot_be_read_costs_one_hazard_not_the_run(

@@ -1,6 +1,7 @@
 """Entry points for `specguard config` and `specguard doctor` (the top-level CLI dispatches here).
 
-Each owns its argparse and turns every UserError into one line on stderr and exit code 2.
+Each owns its argparse and turns every UserError into one line on stderr and exit code 2. They compose: the
+pre-flight (deploy/) is handed how to run `specguard check` over the served tree (`composition.check_served_tree`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from specguard.console import emit, tell
+from specguard.deploy.tree_check import TreeCheck
 from specguard.errors import UserError
 
 CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR | --vllm-version X.Y.Z] [--require-source] [--strict]
@@ -95,6 +97,14 @@ def _run_config(argv: list[str]) -> int:
         return _judge(args, serve_args)
 
 
+def _check_served_tree(root: Path) -> TreeCheck:
+    """What deploy/ is handed to run `specguard check` over the served tree; the analyzer loads only when a hazard
+    needs a finding, not for every config."""
+    from specguard.composition import check_served_tree
+
+    return check_served_tree(root)
+
+
 def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
     from specguard.deploy.catalogue import load_catalogue
     from specguard.deploy.facts import open_source
@@ -107,7 +117,7 @@ def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
         from specguard.deploy.release import release_source
 
         args.vllm_source = str(release_source(args.vllm_version))
-    facts = open_source(args.vllm_source)
+    facts = open_source(args.vllm_source, _check_served_tree)
     if facts is None and args.require_source:
         raise UserError(
             f"specguard config: no vLLM source found (pass --vllm-source DIR, or install vllm here); "
@@ -165,7 +175,7 @@ def doctor_main(argv: list[str]) -> int:
 
     try:
         args = _doctor_parser().parse_args(list(argv))
-        report = diagnose(args.vllm_source)
+        report = diagnose(_check_served_tree, args.vllm_source)
     except UserError as exc:
         tell(f"specguard: error: {exc}")
         return 2
