@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
-from specguard.errors import UserError
+from specguard.errors import SourceError, UserError
 from specguard.program.ast_tools import absolute_module, dotted
 from specguard.program.discover import discover
-from specguard.program.reading import TooLarge, within_budget
+from specguard.program.reading import decode, parse_ast
 
 ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
 
@@ -260,15 +260,10 @@ class SourceTree:
             text = self.text(path)
             tree = None
             if self.relpath(path) not in self.unreadable:
-                try:
-                    within_budget(text)  # what `specguard check` may parse of one file, before the parser runs
-                    tree = ast.parse(text, filename=str(path))
-                except TooLarge as exc:
+                try:  # what `specguard check` may parse of one file, refused as it refuses it
+                    tree = parse_ast(text, str(path))
+                except SourceError as exc:
                     self.unreadable[self.relpath(path)] = str(exc)
-                except (SyntaxError, ValueError) as exc:
-                    self.unreadable[self.relpath(path)] = f"{type(exc).__name__}: {exc}"
-                except (RecursionError, MemoryError):
-                    self.unreadable[self.relpath(path)] = "too deeply nested for Python's parser (RecursionError)"
             if tree is not None:
                 parsed = read_module(name, path, is_pkg, tree)
         self._cache[name] = parsed
@@ -301,11 +296,13 @@ class SourceTree:
             return ""
         try:
             data = read_regular(path, SOURCE_CAP)
+            self.bytes_read += len(data)
+            return decode(data)  # as `specguard check` decodes it: its coding cookie, else strict UTF-8
         except UnreadableFile as exc:
             self.unreadable[self.relpath(path)] = exc.reason
-            return ""
-        self.bytes_read += len(data)
-        return data.decode("utf-8", errors="replace")
+        except SourceError as exc:
+            self.unreadable[self.relpath(path)] = str(exc)
+        return ""
 
     def module_name(self, path: Path) -> str:
         try:

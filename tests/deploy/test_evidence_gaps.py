@@ -38,7 +38,7 @@ def test_an_evidence_file_that_cannot_be_read_is_a_gap_naming_why(tmp_path: Path
         assert tree.module_for_path("backends/broken.py") is None
     assert set(gaps) == {"vllm.backends.fifo", "vllm.backends.broken"}
     assert gaps["vllm.backends.fifo"].startswith("backends/fifo.py cannot be read (")
-    assert gaps["vllm.backends.broken"].startswith("backends/broken.py cannot be read (SyntaxError")
+    assert gaps["vllm.backends.broken"].startswith("backends/broken.py cannot be read (syntax error: ")
 
 
 def test_gaps_are_recorded_only_while_a_hazard_is_judged(tmp_path: Path) -> None:
@@ -47,3 +47,19 @@ def test_gaps_are_recorded_only_while_a_hazard_is_judged(tmp_path: Path) -> None
     with tree.tracking_gaps() as gaps:
         pass
     assert gaps == {} and tree.gaps is None
+
+
+def test_a_served_module_is_decoded_as_specguard_check_decodes_it(tmp_path: Path) -> None:
+    """One reader below both tools (issue 27): a PEP 263 cookie is honoured, and bytes that are not the encoding
+    the file declares make it a gap naming why, never a module of replacement characters that parses."""
+    root = tmp_path / "vllm"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "latin.py").write_bytes(b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9'\n")
+    (root / "mangled.py").write_bytes(b"NAME = '\xff\xfe'\n")
+    tree = SourceTree.open(root)
+    with tree.tracking_gaps() as gaps:
+        latin = tree.module_for_path("latin.py")
+        assert latin is not None and "NAME" in latin.assigns
+        assert tree.module_for_path("mangled.py") is None
+    assert gaps["vllm.mangled"].startswith("mangled.py cannot be read (cannot decode file as Python source")
