@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,16 +17,25 @@ CACHE = Path(os.environ.get("SPECGUARD_TEST_CACHE", Path.home() / ".cache" / "sp
 REPO = Path(__file__).resolve().parent.parent
 
 
+@contextlib.contextmanager
+def _alone(name: str) -> Iterator[None]:
+    """One test process at a time fetches or unpacks a release (pytest -n runs several): the others wait for it
+    rather than read files it is still writing."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _wheel(version: str) -> Path:
     wheels = CACHE / "wheels"
-    found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
-    if not found:
-        wheels.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"vllm=={version}", "-d", str(wheels)],
-            check=True,
-        )
+    with _alone(f"wheel-{version}"):
         found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+        if not found:
+            wheels.mkdir(parents=True, exist_ok=True)
+            pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+            subprocess.run([*pip, f"vllm=={version}", "-d", str(wheels)], check=True)
+            found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
     return found[0]
 
 
@@ -33,11 +44,14 @@ def unpacked_vllm(version: str) -> Path:
     target = CACHE / "vllm-src" / version
     done = target / ".complete"
     if not done.exists():
-        with zipfile.ZipFile(_wheel(version)) as wheel:
-            for name in wheel.namelist():
-                if name.startswith("vllm/") and name.endswith(".py"):
-                    wheel.extract(name, target)
-        done.touch()
+        wheel_file = _wheel(version)
+        with _alone(f"src-{version}"):
+            if not done.exists():
+                with zipfile.ZipFile(wheel_file) as wheel:
+                    for name in wheel.namelist():
+                        if name.startswith("vllm/") and name.endswith(".py"):
+                            wheel.extract(name, target)
+                done.touch()
     return target / "vllm"
 
 
