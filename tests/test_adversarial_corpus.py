@@ -82,12 +82,12 @@ class Score:
         )
 
 
-def score(findings: list[dict], root: Path, cases: list[Case]) -> Score:
+def score(findings: list[dict], root: Path, cases: list[Case], package: str = "advspec") -> Score:
     for finding in findings:
         rel = Path(finding["filename"]).resolve().relative_to(root.resolve())
         row = finding["location"]["row"]
         for case in cases:
-            if rel == Path("advspec", f"{case.module}.py") and case.lines[0] <= row <= case.lines[1]:
+            if rel == Path(package, f"{case.module}.py") and case.lines[0] <= row <= case.lines[1]:
                 case.found.add(finding["code"])
     return Score(cases)
 
