@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specguard.analysis import engine
-from specguard.deploy.tree_check import CheckedFinding, TreeCheck
 from specguard.findings import Finding
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.packs import Pack, load_pack
 from specguard.rules import RuleSet
 from specguard.settings import Settings, served_tree_settings
+
+if TYPE_CHECKING:  # imported where used: `specguard check` never loads deploy/
+    from specguard.deploy.tree_check import TreeCheck
 
 RULES = RuleSet()
 
@@ -47,6 +50,8 @@ def check_source(
 def check_served_tree(root: Path) -> TreeCheck:
     """`specguard check` over a served vLLM tree, with its own settings (see `served_tree_settings`), as the config
     pre-flight and `specguard doctor` read it."""
+    from specguard.deploy.tree_check import CheckedFinding, TreeCheck
+
     result = check_paths([root], served_tree_settings(root))
     found = result.discovery
     problems = [  # what may hide a finding a hazard needs
