@@ -27,32 +27,36 @@ def _alone(name: str) -> Iterator[None]:
         yield
 
 
-def _wheel(version: str) -> Path:
+def _wheel(version: str, package: str = "vllm") -> Path:
     wheels = CACHE / "wheels"
-    with _alone(f"wheel-{version}"):
-        found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+    with _alone(f"wheel-{package}-{version}"):
+        found = sorted(wheels.glob(f"{package}-{version}-*.whl"))
         if not found:
             wheels.mkdir(parents=True, exist_ok=True)
             pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
-            subprocess.run([*pip, f"vllm=={version}", "-d", str(wheels)], check=True)
-            found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
+            subprocess.run([*pip, f"{package}=={version}", "-d", str(wheels)], check=True)
+            found = sorted(wheels.glob(f"{package}-{version}-*.whl"))
     return found[0]
 
 
-def unpacked_vllm(version: str) -> Path:
-    """The `vllm/` package folder of a release, only its Python files: what the analyzer reads."""
-    target = CACHE / "vllm-src" / version
+def unpacked(package: str, version: str) -> Path:
+    """The package folder of a release (`vllm/`, `sglang/`), only its Python files: what the analyzer reads."""
+    target = CACHE / f"{package}-src" / version
     done = target / ".complete"
     if not done.exists():
-        wheel_file = _wheel(version)
-        with _alone(f"src-{version}"):
+        wheel_file = _wheel(version, package)
+        with _alone(f"src-{package}-{version}"):
             if not done.exists():
                 with zipfile.ZipFile(wheel_file) as wheel:
                     for name in wheel.namelist():
-                        if name.startswith("vllm/") and name.endswith(".py"):
+                        if name.startswith(f"{package}/") and name.endswith(".py"):
                             wheel.extract(name, target)
                 done.touch()
-    return target / "vllm"
+    return target / package
+
+
+def unpacked_vllm(version: str) -> Path:
+    return unpacked("vllm", version)
 
 
 @pytest.fixture(scope="session")
