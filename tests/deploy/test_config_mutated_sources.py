@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sg_mutate import fork, replace, rewrite, through_method, wrap_in_try
 
+from specguard.composition import check_served_tree
 from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.hazards import Judgement, evaluate
@@ -33,7 +34,7 @@ DP_WARNING_033 = (
 
 
 def _judge(tree: Path, *argv: str, file: str | None = None) -> Judgement:
-    facts = SourceFacts.open(tree)  # a fresh one per fork: nothing cached from another tree
+    facts = SourceFacts.open(tree, check_served_tree)  # a fresh one per fork: nothing cached from another tree
     return evaluate(load(file, ["m", *argv] if argv else None, facts).config, load_catalogue(), facts)
 
 

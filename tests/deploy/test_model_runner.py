@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sg_mutate import fork, replace, rewrite
 
+from specguard.composition import check_served_tree
 from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.facts import SourceFacts
 from specguard.deploy.hazards import ENV_NOTE, Judgement, evaluate
@@ -112,7 +113,7 @@ def test_a_fork_that_picks_the_runner_from_its_own_variable(old: Path, env: dict
         )
 
     rewrite(old, "config/vllm.py", change)
-    judgement = _judge(SourceFacts.open(old), ["-dp", "2", *_spec("dflash")], env)
+    judgement = _judge(SourceFacts.open(old, check_served_tree), ["-dp", "2", *_spec("dflash")], env)
     assert ("CFG101" in {f.code for f in judgement.findings}) is found, judgement.not_judged
     if found:
         assert ("FORK_MODEL_RUNNER unset" in _message(judgement, "CFG101")) is (not env)
@@ -121,14 +122,14 @@ def test_a_fork_that_picks_the_runner_from_its_own_variable(old: Path, env: dict
 
 def test_a_fork_that_always_runs_v1_is_judged_for_v1(old: Path) -> None:
     rewrite(old, "config/vllm.py", replace(USE_V2_028, "        return False\n"))
-    judgement = _judge(SourceFacts.open(old), ["-dp", "2", *_spec("dflash")])
+    judgement = _judge(SourceFacts.open(old, check_served_tree), ["-dp", "2", *_spec("dflash")])
     assert "CFG101" not in {f.code for f in judgement.findings} and "CFG101" not in judgement.not_judged
     assert not [n for n in judgement.notes if n.startswith("CFG101:")]  # certain, and no variable read: no note
 
 
 def test_a_runner_registry_the_source_lacks_matters_only_where_that_runner_may_run(old: Path) -> None:
     rewrite(old, "v1/worker/gpu_model_runner.py", lambda text: text.replace("self.drafter", "self.proposer"))
-    facts = SourceFacts.open(old)
+    facts = SourceFacts.open(old, check_served_tree)
     unset = _judge(facts, ["-dp", "2", *_spec("dflash")])
     assert "CFG101" not in {f.code for f in unset.findings}
     assert (
@@ -156,7 +157,7 @@ def test_the_note_names_what_decided_a_branch_not_what_was_read(
         "                pass\n"
     )
     rewrite(tree, "config/parallel.py", replace(DCP_CHECK_033, read_only + DCP_CHECK_033))
-    facts = SourceFacts.open(tree)
+    facts = SourceFacts.open(tree, check_served_tree)
     note = _env_note(_judge(facts, ["-tp", "2", "-dcp", "4"]))
     assert "FORK_STRICT_LAYOUT (" in note and "FORK_CHECK_DCP (" in note
     assert "FORK_LAYOUT_LABEL" not in note
