@@ -178,8 +178,9 @@ class _Walker:
                 is_dir = entry.is_dir()
                 if here.ignores is not None and here.ignores.ignored(f"{here.absolute}/{entry.name}", is_dir):
                     continue
-                real = os.path.realpath(entry.path) if entry.is_symlink() else f"{here.real}/{entry.name}"
-                if entry.is_symlink() and not self.inside(real):
+                link = entry.is_symlink()
+                real = os.path.realpath(entry.path) if link else f"{here.real}/{entry.name}"
+                if link and not self.inside(real):
                     if is_dir or entry.name.endswith(".py"):  # what would have been read
                         self.links_out.append(f"{_as_printed(entry.path)} -> {real}")
                     continue
