@@ -63,7 +63,11 @@ VALUE_METHODS = frozenset(
     {"max", "min", "amax", "amin", "sum", "item", "tolist", "cpu", "cuda", "clone", "copy", "to", "int", "long"}
     | {"float", "numpy", "contiguous", "detach", "view", "reshape", "flatten", "squeeze", "unsqueeze", "ceil"}
     | {"floor", "round", "asarray", "array", "tensor", "as_tensor", "from_numpy", "cast"}
+    | {"int32", "int64", "int16", "float32", "float64"}  # numpy's scalar types, called as conversions
 )
+# Functions of numeric libraries that build an array out of every argument they are given (joined, filled,
+# appended): the result holds what each of them was derived from.
+COMBINING = frozenset({"append", "concatenate", "hstack", "vstack", "stack", "cat", "full", "full_like", "pad"})
 _REDUCTIONS = frozenset({"max", "min", "amax", "amin", "sum", "any", "all", "reduce"})
 
 
@@ -162,6 +166,8 @@ class Builtins(ObjectModel):
             return self._getenv(args, kwargs)
         if short in VALUE_METHODS and args:
             return self._value_preserving(short, args[0], args[1:], node)
+        if short in COMBINING and (args or kwargs):
+            return self._combined([*args, *kwargs.values()])
         return unknown_from(*args, *kwargs.values(), why=f"`{name}` is not evaluated")
 
     def _getenv(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -427,6 +433,14 @@ class Builtins(ObjectModel):
         if not labels and not maybe_of(source):
             return UNKNOWN
         return Abstract(labels, maybe_of(source))
+
+    def _combined(self, parts: list[Any]) -> Any:
+        """An array built from every part: derived from each (an element of a container is what it holds)."""
+        parts = [plain(p).element if isinstance(plain(p), Many) else p for p in parts]
+        sources = [x for p in parts for x in (p if isinstance(plain(p), (list, tuple)) else [p])]
+        labels = frozenset().union(*(labels_of(p) for p in sources))
+        maybe = frozenset().union(*(maybe_of(p) for p in sources))
+        return Abstract(labels, maybe) if labels or maybe else UNKNOWN
 
     def py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
         target = method.target

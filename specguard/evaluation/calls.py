@@ -7,7 +7,7 @@ import ast
 from typing import Any
 
 from specguard.evaluation.builtins import Builtins
-from specguard.evaluation.nodes import dropped_calls, own_nodes
+from specguard.evaluation.nodes import dropped_calls, own_nodes, stores_state
 from specguard.evaluation.paths import (
     Frame,
     PathEnds,
@@ -81,7 +81,7 @@ class Calls(Builtins):
                 inner = plain(value)
                 if isinstance(inner, dict) and all(isinstance(k, str) for k in inner):
                     if isinstance(kw.value, ast.Name) and self.hooks.traced:
-                        hop = f"`{kw.value.id}` (line {kw.value.lineno})"
+                        hop = f"`{kw.value.id}` ({self.place(frame, kw.value)})"
                         inner = {k: traced(v, hop, self.hooks.traced) for k, v in inner.items()}
                     kwargs.update(inner)
                 else:
@@ -179,8 +179,6 @@ class Calls(Builtins):
         force: bool = False,
     ) -> Any:
         if not force:
-            if _is_generator(func.node):
-                return unknown_from(*args, *kwargs.values(), why=f"`{func.qualname}` is a generator")
             if depth > self.max_depth:
                 return self.not_followed(func, args, kwargs, f"calls are followed {self.max_depth} deep")
             if self._active.get(id(func.node), 0) >= 2:
@@ -190,6 +188,7 @@ class Calls(Builtins):
                 and node is not None
                 and id(node) in self._dropped
                 and not any(labels_of(v) or maybe_of(v) for v in [self_value, *args, *kwargs.values()])
+                and not stores_state(func.node)
             ):
                 return UNKNOWN
         bindings = self.bind(func, self_value, args, kwargs, depth)
@@ -201,14 +200,22 @@ class Calls(Builtins):
         if node is not None:
             self.calls.append(node)
         self._dropped |= dropped_calls(func.node)
+        generator = _is_generator(func.node)
+        if generator:
+            self.yields.append([])
+        caller_file, self.here = self.here, func.module.path
         try:
             flow = self.exec_block(func.node.body, frame, inner)
         except RecursionError:
             return unknown_from(*args, why=f"`{func.qualname}` nests too deep to follow")
         finally:
+            self.here = caller_file
             self._active[id(func.node)] -= 1
             if node is not None:
                 self.calls.pop()
+            yielded = self.yields.pop() if generator else []
+        if generator:  # run when called (its effects then): it is the sequence of what it yields
+            return self._generated(func, yielded, state)
         ends = list(flow.returns)
         if flow.normal is not None:
             ends.append((flow.normal, None))
@@ -229,13 +236,21 @@ class Calls(Builtins):
             return self.join([(value, frozenset()) for _, value in ends])
         end = merge([State({}, s.writes, s.path) for s, _ in ends])
         assert end is not None
-        state.writes.clear()
-        state.writes.update(end.writes)
+        if end.writes is not state.writes:  # one way out shares the caller's writes: clearing would lose them
+            state.writes.clear()
+            state.writes.update(end.writes)
         state.path = end.path
         hop = f"returned by `{func.qualname}`"
         if len(ends) == 1:
             return traced(ends[0][1], hop, self.hooks.traced)
         return traced(join_values([(value, s.path - end.path) for s, value in ends]), hop, self.hooks.traced)
+
+    def _generated(self, func: Function, yielded: list[tuple[Any, frozenset]], state: State) -> Any:
+        if not yielded:
+            return []
+        hop = f"yielded by `{func.qualname}`"
+        element = join_values([(value, path - state.path) for value, path in yielded])
+        return Many(traced(element, hop, self.hooks.traced))
 
     def not_followed(self, func: Function, args: list[Any], kwargs: dict[str, Any], why: str) -> Any:
         """A call the evaluator does not inline: what its annotation promises, else an unknown derived from its

@@ -100,6 +100,7 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         self.lazy_owner: Obj | None = None
         self.outcomes: list[Outcome] = []
         self.calls: list[ast.AST] = []  # the call nodes being inlined, outermost first
+        self.yields: list[list[tuple[Any, frozenset]]] = []  # per generator being run: (what it yields, on which path)
         self._conds: dict[tuple[int, str], Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
         self._resolving: set[tuple[str, str]] = set()
@@ -138,6 +139,7 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         every path's end (returns, raises)."""
         state = State(dict(bindings), dict(writes or {}), path)
         frame = Frame(func.module, func.owner, func.closure, 0)
+        self.home = self.here = func.module.path
         body = func.node.body if not isinstance(func.node, ast.Lambda) else []
         self._dropped |= dropped_calls(func.node)
         flow = self.exec_block(body, frame, state)  # type: ignore[arg-type]
@@ -218,6 +220,8 @@ _EXPRESSIONS: dict[type, Callable[..., Any]] = {
     ast.Compare: Evaluator._e_compare,
     ast.Lambda: Evaluator._e_lambda,
     ast.Await: Evaluator._e_await,
+    ast.Yield: Evaluator._e_yield,
+    ast.YieldFrom: Evaluator._e_yield,
     ast.Starred: Evaluator._e_starred,
     ast.ListComp: Evaluator._e_listcomp,
     ast.GeneratorExp: Evaluator._e_generatorexp,

@@ -359,6 +359,16 @@ class Expressions(Builtins):
     def _e_await(self, e: ast.Await, frame: Frame, state: State) -> Any:
         return self.eval(e.value, frame, state)
 
+    def _e_yield(self, e: ast.Yield | ast.YieldFrom, frame: Frame, state: State) -> Any:
+        """What a generator yields is what it is: each value is noted, with the path it is yielded on. What the
+        consumer sends back is not known."""
+        value = self.eval(e.value, frame, state) if e.value is not None else None
+        if isinstance(e, ast.YieldFrom):
+            value = self.element_of(value)
+        if self.yields:
+            self.yields[-1].append((value, state.path))
+        return UNKNOWN
+
     def _e_starred(self, e: ast.Starred, frame: Frame, state: State) -> Any:
         return self.eval(e.value, frame, state)
 

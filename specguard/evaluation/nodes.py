@@ -29,6 +29,28 @@ def dropped_calls(node: ast.AST) -> set[int]:
     )
 
 
+def stores_state(node: ast.AST) -> bool:
+    """Whether a function may change an object it is handed: it stores into an attribute or an item, or calls a
+    method of its first parameter (`self`), which may. A dropped call of one is followed for its writes."""
+
+    def stores(n: ast.AST) -> bool:
+        args = getattr(n, "args", None)
+        first = args.posonlyargs[:1] or args.args[:1] if isinstance(args, ast.arguments) else []
+        me = first[0].arg if first else None
+        for sub in own_nodes(n):
+            if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                return True
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+                receiver = sub.func.value
+                if isinstance(receiver, ast.Name) and receiver.id == me:
+                    return True
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "setattr":
+                return True
+        return False
+
+    return cached_on(node, "stores_state", stores)
+
+
 def assigned_names(stmts: list[ast.stmt]) -> set[str]:
     names: set[str] = set()
     for stmt in stmts:

@@ -143,6 +143,16 @@ class ObjectModel:
     ) -> Any:
         raise NotImplementedError
 
+    home: Any = None  # the file of the function being run: places in other modules are named with the module
+    here: Any = None  # the file of the function being evaluated now (the run's own, or a followed call's)
+
+    def place(self, frame: Frame, node: ast.AST) -> str:
+        """Where a node is, as a verdict's trail names it: its line, and its module when that is not the run's own."""
+        line = f"line {getattr(node, 'lineno', 0)}"
+        if self.home is None or frame.module.path == self.home:
+            return line
+        return f"{frame.module.name} {line}"
+
     def cond(self, node: ast.AST, module: ParsedModule, kind: str = "test") -> Cond:
         found = self._conds.get((id(node), kind))
         if found is None:

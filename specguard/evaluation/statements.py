@@ -247,7 +247,9 @@ class Statements(Builtins):
         self.record("assert", frame.module, stmt, message, failing)
         if not self.raise_ends_path:
             return Flow(normal=state)
-        passing = state.copy(state.path | {(cond, True)}) if cond is not None else state
+        # no test on the way on: every run that gets past the assertion has it hold, so what follows does not
+        # depend on it (its failing side is the raise recorded above)
+        passing = state
         return Flow(
             normal=passing, raises=[replace(state.copy(failing), raised=exceptions.python_lineage("AssertionError"))]
         )
@@ -468,7 +470,7 @@ class Statements(Builtins):
 
     def assign(self, target: ast.expr, value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
         if isinstance(target, ast.Name):
-            hop = f"`{target.id}` (line {getattr(stmt, 'lineno', 0)})"
+            hop = f"`{target.id}` ({self.place(frame, stmt)})"
             kinds = self.hooks.traced
             if isinstance(value, Deferred):
                 state.locals[target.id] = Deferred(lambda: traced(value.value(), hop, kinds)) if kinds else value
