@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from specguard.evaluation.hooks import Hooks
@@ -95,9 +96,12 @@ class _Counts(Hooks):
 
     # ---- the pack's sources ----------------------------------------------------------------------------------
 
-    def padded(self, text: str, node: ast.AST | None, value: Any = UNKNOWN, origin: str = "") -> Any:
+    def padded(self, text: str, node: ast.AST | None, value: Any = UNKNOWN, origin: str = "", ev: Any = None) -> Any:
+        """A padded count read at `node`, in the file the evaluation `ev` is in (a followed call's may be another)."""
         where = span(node) if node is not None else None
-        return with_labels(value, frozenset({Label(PADDED, text, where, self.q.path, origin)}))
+        elsewhere = ev is not None and ev.here is not None and ev.here != ev.home
+        path = str(ev.here) if elsewhere else self.q.path
+        return with_labels(value, frozenset({Label(PADDED, text, where, path, origin)}))
 
     def descriptor(self, text: str, node: ast.AST | None) -> Obj:
         pad = self.q.pack.padding
@@ -176,17 +180,29 @@ class _Counts(Hooks):
         if self._build(target):
             if self.record:
                 self._site(ev, target, args, kwargs, node, frame, state)
-            return UNKNOWN  # a metadata build: not followed into
+            # a shared helper the project defines decides the count from what it is handed (the descriptor's mode,
+            # the query's offsets): followed, so the sink inside it is judged with the caller's values
+            return NOT_HANDLED if self._followed(target) else UNKNOWN
         if not target.method and target.name in self.producers:
             returns = getattr(target.function.node, "returns", None) if target.function is not None else None
             value = self.annotation(ev, returns, frame) if returns is not None else NOT_HANDLED
             return value if value is not NOT_HANDLED else Many(self.descriptor(f"{target.name}(...)", node))
         if target.name in self.padded_producers:
-            return self.padded(f"{target.name}(...)", node)
+            return self.padded(f"{target.name}(...)", node, ev=ev)
         return NOT_HANDLED
 
+    def _followed(self, target: Callee) -> bool:
+        """A shared helper the project defines that takes no token count of its own: it decides the count from what
+        it is handed, so it is followed (a helper taking one is judged at that argument)."""
+        if target.name not in self.helpers or target.function is None or isinstance(target.function.node, ast.Lambda):
+            return False
+        spec = target.function.node.args
+        names = {a.arg for a in [*spec.posonlyargs, *spec.args, *spec.kwonlyargs]}
+        return not names & self.count_params
+
     def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
-        return self.count_params if self._build(callee(func)) else None
+        target = callee(func)
+        return self.count_params if target is not None and self._build(target) and not self._followed(target) else None
 
     def _site(
         self, ev: Any, target: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
@@ -212,13 +228,13 @@ class _Counts(Hooks):
         if isinstance(element, Obj) and element.label == "descriptor":
             return ev.getattr(element, attr, state, 0, node=node)  # a producer we cannot read: its result
         if attr in self.padded_names:
-            return self.padded(ast.unparse(node) if node is not None else attr, node, value)
+            return self.padded(ast.unparse(node) if node is not None else attr, node, value, ev=ev)
         if attr in self.dp_counts:
             return Many(Abstract(frozenset({Label(DP_COUNT, attr)})))
         padded = [x for x in labels_of(value) if x.kind == PADDED]
         if padded and node is not None and isinstance(inner, Obj) and attr == self.q.pack.padding.padded_attribute:
             base_value = plain(value) if not isinstance(value, Abstract) else UNKNOWN
-            return self.padded(ast.unparse(node), node, base_value, nearest(padded).origin)
+            return self.padded(ast.unparse(node), node, base_value, nearest(padded).origin, ev=ev)
         return NOT_HANDLED
 
     def reduced(self, ev: Any, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
@@ -279,7 +295,7 @@ def _candidates(q: Question) -> list[Scope]:
     sinks = aliases(q, set(q.pack.metadata.sink) | set(q.pack.speculators.shared_helpers))
     counts = set(q.pack.metadata.token_count_params)
     scopes = [s for s in q.scopes if _speculator_scope(q, s)]
-    found = {s for s in scopes if s.mentions(sinks) and "*" in s.text or s.mentions(counts)}
+    found = {s for s in scopes if s.mentions(sinks) or s.mentions(counts)}
     found = {s for s in found if _passes_a_count(s.node, sinks, counts)}
     grew = True
     while grew:  # a function calling a helper of the module that passes one does too
@@ -297,8 +313,10 @@ def _passes_a_count(node: ast.AST, sinks: set[str], counts: set[str]) -> bool:
             name = sub.func.attr if isinstance(sub.func, ast.Attribute) else getattr(sub.func, "id", None)
             if name not in sinks and name not in ("partial", "dict"):
                 continue
+            if name in sinks and (sub.args or sub.keywords):
+                return True  # a build decides its count from what it is handed: a descriptor, offsets, requests
             spread = any(kw.arg is None for kw in sub.keywords) or any(isinstance(a, ast.Starred) for a in sub.args)
-            if any(kw.arg in counts for kw in sub.keywords) or spread or (name in sinks and len(sub.args) > 1):
+            if any(kw.arg in counts for kw in sub.keywords) or spread:
                 return True
         elif isinstance(sub, ast.Constant) and sub.value in counts:
             return True
@@ -319,9 +337,9 @@ def judge(q: Question) -> Iterator[Judgement]:
     modes = [m for m in every if m.name != q.pack.padding.full_mode]  # a padded count is right only under FULL
     judged = [found for scope in _candidates(q) for found in _judge_scope(q, scope, enum, modes, every)]
     # a build in a helper that is judged on its own here is reported there, not again at each caller's call
-    direct = {build for judgement, build, through in judged if not through and judgement.decided}
-    for judgement, build, through in judged:
-        if not through or build not in direct:
+    direct = {build for judgement, builds, through in judged if not through and judgement.decided for build in builds}
+    for judgement, builds, through in judged:
+        if not through or not builds <= direct:
             yield judgement
 
 
@@ -353,7 +371,8 @@ def _judge_scope(
             site = sites.setdefault(
                 span(where), {"node": where, "callee": name, "param": param, "arg": arg, "call": outer, "to": target}
             )
-            site["build"], site["through"] = build, build[1] != span(outer)
+            site.setdefault("builds", set()).add(build)
+            site["through"] = site.get("through", False) or build != (str(q.module.path), span(outer))
             padded, maybe = hooks.counts(value)
             if padded and not path:
                 site.setdefault("modes", []).append(member.name)
@@ -364,13 +383,13 @@ def _judge_scope(
                 )
     for site in sites.values():
         if site.get("modes"):
-            yield _finding(q, scope, site), site["build"], site["through"]
+            yield _finding(q, scope, site), frozenset(site["builds"]), site["through"]
         elif site.get("why"):
             why = "; ".join(dict.fromkeys(site["why"]))[:300]
             undecided = q.undecided("SG103", scope, site["node"], f"`{site['param']}=` of `{site['callee']}`", why)
-            yield undecided, site["build"], site["through"]
+            yield undecided, frozenset(site["builds"]), site["through"]
     if budget and not any(s.get("modes") for s in sites.values()):
-        yield q.out_of_budget("SG103", scope), None, False
+        yield q.out_of_budget("SG103", scope), frozenset(), False
 
 
 def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
@@ -385,7 +404,10 @@ def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
             "*": f"`{site['param']}` (unpacked with `*`)",
             "**": f"`{site['param']}` (unpacked with `**`)",
         }[arg.star]
-    where = f" (line {source.span[0]})" if source.span and source.path == q.path else ""
+    where = ""
+    if source.span is not None:
+        file = "" if source.path == q.path else f"{Path(source.path).name} "
+        where = f" ({file}line {source.span[0]})"
     modes = " and ".join(dict.fromkeys(site["modes"]))
     message = (
         f"`{scope.qualname}` passes `{source.text}`{where}, a padded token count, as {passed} to `{site['callee']}` "

@@ -1,0 +1,147 @@
+"""The evaluator follows values through objects, generators and shared helpers that decide the count themselves
+(issue 28). The base here has the shape of vLLM 0.33.0's: the helper takes a descriptor and the query's offsets and
+picks the padded count itself under FULL graphs, so what a speculator hands it decides. Each flagged case failed
+before the change named beside it; each clean case is the same shape done right."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from specguard.composition import check_source
+
+HEAD = '''
+from dataclasses import replace
+
+import numpy as np
+
+from vllm.config.compilation import CUDAGraphMode
+
+
+class BatchExecutionDescriptor:
+    cg_mode: CUDAGraphMode
+    num_tokens: int
+
+
+def build_attn_metadata(num_reqs, num_tokens, query_start_loc_cpu):
+    return {}
+
+
+class DraftModelSpeculator:
+    def _build_attn_metadata(self, num_reqs, batch_desc: BatchExecutionDescriptor, query_start_loc_np):
+        num_tokens = (
+            batch_desc.num_tokens if batch_desc.cg_mode == CUDAGraphMode.FULL else int(query_start_loc_np[-1])
+        )
+        return build_attn_metadata(num_reqs=num_reqs, num_tokens=num_tokens, query_start_loc_cpu=query_start_loc_np)
+
+    def _build_uniform_attn_metadata(self, batch_desc: BatchExecutionDescriptor, num_reqs, width):
+        return self._build_attn_metadata(num_reqs, batch_desc, self.arange_np[: num_reqs + 1] * width)
+'''
+
+FLAGGED = {
+    # the helper was not followed: only a `num_tokens=` argument was judged
+    "a descriptor forced to FULL, handed to the helper": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                pinned = replace(batch_desc, cg_mode=CUDAGraphMode.FULL)
+                return self._build_uniform_attn_metadata(pinned, num_reqs, 1)  # flagged
+    """,
+    # numpy's append was an unknown
+    "offsets that end at the padded count (numpy.append)": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                offsets = np.append(self.arange_np[: num_reqs + 1], np.int32(batch_desc.num_tokens))
+                return self._build_attn_metadata(num_reqs, batch_desc, offsets)  # flagged
+    """,
+    # a callee with one way out cleared the caller's writes; a dropped call was not followed
+    "the forced descriptor stored on self by another method": """
+        class Drafter(DraftModelSpeculator):
+            def _pin(self):
+                self.attn_desc = replace(self.decode_desc, cg_mode=CUDAGraphMode.FULL)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                self.decode_desc = batch_desc
+                self._pin()
+                return self._build_uniform_attn_metadata(self.attn_desc, num_reqs, 1)  # flagged
+    """,
+    # a generator was an unknown
+    "counts yielded by a generator": """
+        def step_counts(batch_desc, steps):
+            for step in range(steps):
+                yield step, batch_desc.num_tokens
+
+
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, steps):
+                for step, count in step_counts(batch_desc, steps):
+                    offsets = np.append(self.arange_np[: num_reqs + 1], count)
+                    self._build_attn_metadata(num_reqs, batch_desc, offsets)  # flagged
+    """,
+    # the assertion's test was a doubt on every path after it
+    "past an assertion that holds whenever the build runs": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, ready):
+                assert ready is not None
+                pinned = replace(batch_desc, cg_mode=CUDAGraphMode.FULL)
+                return self._build_uniform_attn_metadata(pinned, num_reqs, 1)  # flagged
+    """,
+}
+
+CLEAN = {
+    "the dispatcher's descriptor, as it is": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                return self._build_uniform_attn_metadata(batch_desc, num_reqs, 1)
+    """,
+    "offsets of the real query": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                offsets = np.append(self.arange_np[:num_reqs], np.int32(num_reqs))
+                return self._build_attn_metadata(num_reqs, batch_desc, offsets)
+    """,
+    "the descriptor stored on self by another method, unchanged": """
+        class Drafter(DraftModelSpeculator):
+            def _keep(self):
+                self.attn_desc = self.decode_desc
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                self.decode_desc = batch_desc
+                self._keep()
+                return self._build_uniform_attn_metadata(self.attn_desc, num_reqs, 1)
+    """,
+    "a generator that yields the padded count only under FULL graphs": """
+        def step_counts(batch_desc, num_reqs, steps):
+            for step in range(steps):
+                if batch_desc.cg_mode == CUDAGraphMode.FULL:
+                    yield step, batch_desc.num_tokens
+                else:
+                    yield step, num_reqs
+
+
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, steps):
+                for step, count in step_counts(batch_desc, num_reqs, steps):
+                    offsets = np.append(self.arange_np[:num_reqs], count)
+                    self._build_attn_metadata(num_reqs, batch_desc, offsets)
+    """,
+    "an assertion of FULL graphs before the forced descriptor": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                assert batch_desc.cg_mode == CUDAGraphMode.FULL
+                pinned = replace(batch_desc, cg_mode=CUDAGraphMode.FULL)
+                return self._build_uniform_attn_metadata(pinned, num_reqs, 1)
+    """,
+}
+
+
+@pytest.mark.parametrize("source", FLAGGED.values(), ids=list(FLAGGED))
+def test_a_padded_count_that_reaches_the_helper_through_an_object_is_flagged(source: str) -> None:
+    text = HEAD + textwrap.dedent(source)
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "# flagged" in row)
+    assert [(f.code, f.line) for f in check_source(text)] == [("SG103", line)]
+
+
+@pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
+def test_the_same_shapes_done_right_are_clean(source: str) -> None:
+    assert check_source(HEAD + textwrap.dedent(source)) == []
