@@ -11,7 +11,7 @@ import pytest
 
 from specguard.composition import check_source
 
-HEAD = '''
+HEAD = """
 from dataclasses import replace
 
 import numpy as np
@@ -37,7 +37,7 @@ class DraftModelSpeculator:
 
     def _build_uniform_attn_metadata(self, batch_desc: BatchExecutionDescriptor, num_reqs, width):
         return self._build_attn_metadata(num_reqs, batch_desc, self.arange_np[: num_reqs + 1] * width)
-'''
+"""
 
 FLAGGED = {
     # the helper was not followed: only a `num_tokens=` argument was judged
