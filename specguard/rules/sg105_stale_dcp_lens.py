@@ -40,11 +40,7 @@ class _Lengths(Hooks):
             self.sites.append((node, value, passed))
             return UNKNOWN
         if target.name in self.prepare:
-            fresh = Abstract(frozenset({Label(FRESH, target.name)}))
-            out = node.args[0] if node.args and not isinstance(node.args[0], ast.Starred) else None
-            if isinstance(out, (ast.Name, ast.Attribute, ast.Subscript)):
-                ev.assign(out, fresh, frame, state, node)  # it recomputes the lengths into its first argument
-            return fresh
+            return _prepared(ev, target.name, node, frame, state)
         return NOT_HANDLED
 
     def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
@@ -54,15 +50,94 @@ class _Lengths(Hooks):
         return frozenset({self.q.pack.metadata.dcp_param or ""})
 
 
+class _Handed(Hooks):
+    """A speculator's method run with the instance as state: the DCP-local lengths it hands each shared helper
+    (which trusts what its caller hands it, so the verdict is the caller's)."""
+
+    def __init__(self, q: Question) -> None:
+        self.q = q
+        self.helpers, self.prepare = set(q.pack.speculators.shared_helpers), set(q.pack.dcp.prepare)
+        self.sites: list[tuple[ast.AST, Any, ast.AST | None, str]] = []
+
+    def call(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
+    ) -> Any:
+        target = callee(func)
+        if target is None:
+            return NOT_HANDLED
+        if target.name in self.prepare and not target.method:
+            return _prepared(ev, target.name, node, frame, state)
+        if target.name not in self.helpers or not target.method:
+            return NOT_HANDLED
+        param = self.q.pack.metadata.dcp_param or ""
+        value, passed, _ = bind_arguments(target, args, kwargs, node).get(param, (ABSENT, None, ""))
+        if value is not ABSENT:
+            self.sites.append((ev.calls[0] if ev.calls else node, value, passed, target.name))
+        return UNKNOWN  # the helper itself is judged on its own
+
+
+def _prepared(ev: Any, name: str, node: ast.Call, frame: Frame, state: Any) -> Any:
+    """The pack's DCP preparation recomputes the lengths into its first argument and returns them."""
+    fresh = Abstract(frozenset({Label(FRESH, name)}))
+    out = node.args[0] if node.args and not isinstance(node.args[0], ast.Starred) else None
+    if isinstance(out, (ast.Name, ast.Attribute, ast.Subscript)):
+        ev.assign(out, fresh, frame, state, node)
+    return fresh
+
+
 def _parameter(param: ast.arg, frame: Frame) -> Any:
     return Abstract(frozenset({Label(PARAM, param.arg)}))
 
 
 def judge(q: Question) -> Iterator[Judgement]:
     helpers = q.pack.speculators.shared_helpers
+    dcp = q.pack.metadata.dcp_param or ""
     for scope in q.scopes:
         if scope.class_name in q.facts.base_classes and scope.node.name in helpers:
-            yield from _judge_helper(q, scope)
+            if q.facts.sink_accepts_dcp:
+                yield from _judge_helper(q, scope)
+        elif scope.class_name in q.facts.speculator_classes and _may_hand_lengths(scope, set(helpers), dcp):
+            yield from _judge_caller(q, scope)
+
+
+def _may_hand_lengths(scope: Scope, helpers: set[str], dcp: str) -> bool:
+    """A preselection by reading: the method names a shared helper and may hand it lengths (it names the
+    parameter, spreads a mapping into a call, or binds a partial). The verdict is the evaluation's."""
+    if not dcp or not scope.mentions(helpers):
+        return False
+    return scope.mentions({dcp, "partial"}) or "**" in scope.text
+
+
+def _judge_caller(q: Question, scope: Scope) -> Iterator[Judgement]:
+    """The lengths a speculator hands a shared helper: the instance's state (prepared before this call, by the
+    target or an earlier step) is stale for a draft step; lengths it prepares here, or gets from its own caller,
+    are the draft's own."""
+    hooks = _Handed(q)
+    ev = q.evaluator(hooks)
+    me = q.self_value(scope, frozenset({Label(STATE, "self")}))
+    try:
+        ev.run(scope.function, bind_parameters(scope.function, me, _parameter))
+    except (OutOfBudget, RecursionError):
+        yield q.out_of_budget("SG105", scope)
+        return
+    dcp = q.pack.metadata.dcp_param
+    for node, value, passed, helper in hooks.sites:
+        handed = ast.unparse(passed.value if isinstance(passed, ast.keyword) else passed) if passed is not None else dcp
+        if any(x.kind == STATE for x in labels_of(value)):
+            yield q.judgement(
+                "SG105",
+                scope,
+                node,
+                f"`{scope.qualname}` hands `{helper}` DCP rank-local lengths that are not the draft's own "
+                f"(`{dcp}={handed}`: the instance's state, prepared before this call by the target model or an "
+                f"earlier step, not recomputed here by `{q.pack.dcp.prepare[0]}`); the helper trusts what it is "
+                f"handed, so draft steps attend with stale lengths",
+            )
+            return
+        if any(x.kind == STATE for x in maybe_of(value)):
+            why = "; ".join(why_of(value)) or "a value it could not evaluate"
+            yield q.undecided("SG105", scope, node, f"`{dcp}=` of `{helper}`", why)
+            return
 
 
 def _judge_helper(q: Question, scope: Scope) -> Iterator[Judgement]:
@@ -114,8 +189,10 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
         yield Diagnostic(None, judgement.message, judgement.scope, judgement.span)
 
 
-def _sink_defined_here(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
-    return facts.sink_accepts_dcp and bool(facts.base_classes)
+def _helpers_here(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
+    """A file defining the shared helpers where the sink takes DCP lengths, or a speculator calling them (with
+    lengths only where the helper takes them)."""
+    return (facts.sink_accepts_dcp and bool(facts.base_classes)) or bool(facts.speculator_classes)
 
 
 RULE = Rule(
@@ -127,7 +204,9 @@ RULE = Rule(
         "sink are not the draft's own on some path: the instance's state (which the target model prepared) not "
         "recomputed on that path by the DCP preparation, or no lengths on any path. Lengths recomputed before "
         "the build (the preparation's result, or the buffer it wrote) and lengths the caller handed in are the "
-        "draft's own. Applies only where the sink accepts `dcp_local_seq_lens`."
+        "draft's own. A speculator that hands a shared helper lengths of its own is judged at that call: the "
+        "instance's state (prepared before the call, by the target model or an earlier step) is stale there. "
+        "Applies only where the sink accepts `dcp_local_seq_lens`."
     ),
     why=(
         "Draft steps advance and rewind their own global sequence lengths after sampling and rejection, so the "
@@ -140,7 +219,11 @@ RULE = Rule(
         "(`prepare_dcp_local_seq_lens`) recomputes lengths into its first argument and returns them. The value "
         "reaching the sink's `dcp_local_seq_lens` is followed through locals, conditional expressions, slicing, "
         "`**kwargs` and helper methods; a path on which it is the instance's state, not recomputed there, is a "
-        "finding, whatever the test that chose the path (`if self.dcp_size > 1`, a flag, the order of the calls).",
+        "finding, whatever the test that chose the path (`if self.dcp_size > 1`, a flag, the order of the calls). "
+        "The helper trusts the lengths its caller hands it, so each speculator method that calls a shared helper is "
+        "evaluated too, with the instance as state: lengths it hands the helper (by keyword, position, `**kwargs` "
+        "or a `functools.partial`) that are the instance's state, not recomputed in that method, are a finding at "
+        "the call.",
     ),
     bad="""
         from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
@@ -188,9 +271,31 @@ RULE = Rule(
                 )
     """,
     check=check,
-    applies=_sink_defined_here,
+    applies=_helpers_here,
     judge=judge,
     limits=(
+        Limit(
+            "Freshness is per method, not per draft step: lengths a speculator prepares once (before its loop of "
+            "draft steps, or on the first step) and hands the helper on every step count as prepared there, though "
+            "each step advances the global lengths; such a loop is not flagged.",
+            missed="""
+                from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+                class DraftModelSpeculator:
+                    def _build_uniform_attn_metadata(self, num_reqs, step, dcp_local_seq_lens=None):
+                        ...
+
+                class Drafter(DraftModelSpeculator):
+                    def _multi_step_decode(self, num_reqs, num_steps):
+                        lens = prepare_dcp_local_seq_lens(
+                            self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
+                            self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
+                        )
+                        for step in range(1, num_steps):
+                            self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=lens)
+                            self._run_decode_step(num_reqs, step)
+            """,
+        ),
         Limit(
             "Lengths that come from a function the evaluation cannot read (of a package outside the analyzed tree) "
             "are unknown: whether they are the draft's own is not decided, and the helper is counted as not decided "

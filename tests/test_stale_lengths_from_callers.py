@@ -1,0 +1,99 @@
+"""SG105 judges what a speculator hands a shared helper (issue 28: "context from callers"): the helper trusts the
+DCP-local lengths its caller passes, so lengths that are the instance's state (prepared before the call, by the
+target model or an earlier step) are stale at the call; lengths prepared in the method, or none (the helper then
+prepares its own), are the draft's own."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from specguard.composition import check_source
+
+HEAD = """
+from functools import partial
+
+from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+
+def build_attn_metadata(*, num_reqs, seq_lens, dcp_local_seq_lens=None):
+    ...
+
+
+class DraftModelSpeculator:
+    def _build_uniform_attn_metadata(self, num_reqs, step, dcp_local_seq_lens=None):
+        if dcp_local_seq_lens is None and self.dcp_size > 1:
+            dcp_local_seq_lens = prepare_dcp_local_seq_lens(
+                self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
+                self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
+            )
+        return build_attn_metadata(
+            num_reqs=num_reqs, seq_lens=self.input_buffers.seq_lens, dcp_local_seq_lens=dcp_local_seq_lens
+        )
+"""
+
+PREPARE = """prepare_dcp_local_seq_lens(
+                    self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
+                    self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
+                )"""
+
+FLAGGED = {
+    "the target's lengths kept on the instance": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, num_reqs, step):
+                return self._build_uniform_attn_metadata(  # flagged
+                    num_reqs, step, dcp_local_seq_lens=self.target_dcp_local_seq_lens
+                )
+    """,
+    "through **kwargs": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, num_reqs, step):
+                extra = dict(step=step)
+                extra.update(dcp_local_seq_lens=self.input_batch.dcp_local_seq_lens)
+                return self._build_uniform_attn_metadata(num_reqs, **extra)  # flagged
+    """,
+    "bound in a partial": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, num_reqs, step):
+                build = partial(self._build_uniform_attn_metadata, dcp_local_seq_lens=self.target_lens)
+                return build(num_reqs, step)  # flagged
+    """,
+}
+
+CLEAN = {
+    "no lengths: the helper prepares its own": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, num_reqs, step):
+                return self._build_uniform_attn_metadata(num_reqs, step)
+    """,
+    "prepared in the method itself": f"""
+        class Drafter(DraftModelSpeculator):
+            def propose(self, num_reqs, step):
+                lens = {PREPARE}
+                return self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=lens)
+    """,
+    "handed down from its own caller": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, num_reqs, step, dcp_local_seq_lens):
+                return self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=dcp_local_seq_lens)
+    """,
+    "a cache reset to None before the call": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, num_reqs, step):
+                self._lens = None
+                return self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=self._lens)
+    """,
+}
+
+
+@pytest.mark.parametrize("source", FLAGGED.values(), ids=list(FLAGGED))
+def test_the_instance_lengths_handed_to_the_helper_are_flagged_at_the_call(source: str) -> None:
+    text = HEAD + textwrap.dedent(source)
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "# flagged" in row)
+    assert [(f.code, f.line) for f in check_source(text) if f.code == "SG105"] == [("SG105", line)]
+
+
+@pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
+def test_lengths_of_the_draft_itself_are_not(source: str) -> None:
+    assert [f for f in check_source(HEAD + textwrap.dedent(source)) if f.code == "SG105"] == []
