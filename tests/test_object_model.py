@@ -145,3 +145,24 @@ def test_a_padded_count_that_reaches_the_helper_through_an_object_is_flagged(sou
 @pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
 def test_the_same_shapes_done_right_are_clean(source: str) -> None:
     assert check_source(HEAD + textwrap.dedent(source)) == []
+
+
+def test_a_padded_count_capped_by_min_is_said_not_dropped(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`min(padded, cap)`: a cap is not the real count, so which is smaller is not known. The site is listed as not
+    decided with that reason (before, `min` kept only what every input was derived from, and it went silent)."""
+    source = """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, cap):
+                total = min(batch_desc.num_tokens, cap)
+                offsets = np.append(self.arange_np[: num_reqs + 1], total)
+                return self._build_attn_metadata(num_reqs, batch_desc, offsets)  # undecided
+    """
+    text = HEAD + textwrap.dedent(source)
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "# undecided" in row)
+    (tmp_path / "spec.py").write_text(text)
+    out = cli("check", "spec.py", "-v", "--no-cache", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (0, "All checks passed!\n")
+    assert out.stderr.splitlines()[1:] == [
+        f"specguard: not decided: spec.py:{line}: SG103 `Drafter.propose`: `num_tokens=` of `build_attn_metadata`: "
+        "`min` of a derived value and one that is not (the real count, or a cap): which is smaller is not known"
+    ]

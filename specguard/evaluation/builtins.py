@@ -40,6 +40,7 @@ from specguard.evaluation.values import (
     plain,
     settled,
     unknown_from,
+    why_of,
     with_labels,
 )
 
@@ -68,6 +69,7 @@ VALUE_METHODS = frozenset(
 # Functions of numeric libraries that build an array out of every argument they are given (joined, filled,
 # appended): the result holds what each of them was derived from.
 COMBINING = frozenset({"append", "concatenate", "hstack", "vstack", "stack", "cat", "full", "full_like", "pad"})
+_SMALLER = "which is smaller is not known"
 _REDUCTIONS = frozenset({"max", "min", "amax", "amin", "sum", "any", "all", "reduce"})
 
 
@@ -398,7 +400,14 @@ class Builtins(ObjectModel):
         if "default" in kwargs and items == []:
             return kwargs["default"]
         maybe = frozenset().union(*(maybe_of(v) for v in inputs)) if inputs else NO_LABELS
-        return Abstract(labels, maybe - labels) if labels or maybe else UNKNOWN
+        why: tuple[str, ...] = ()
+        if kind in ("min", "amin"):
+            # what only some inputs are derived from may be the smallest: said, never dropped
+            dropped = frozenset().union(*(labels_of(v) for v in inputs)) - labels
+            if dropped:
+                maybe = maybe | dropped
+                why = (f"`{kind}` of a derived value and one that is not (the real count, or a cap): {_SMALLER}",)
+        return Abstract(labels, maybe - labels, why) if labels or maybe else UNKNOWN
 
     def _reduced_labels(self, kind: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
         sets = [labels_of(v) for v in inputs] or [NO_LABELS]
@@ -440,7 +449,8 @@ class Builtins(ObjectModel):
         sources = [x for p in parts for x in (p if isinstance(plain(p), (list, tuple)) else [p])]
         labels = frozenset().union(*(labels_of(p) for p in sources))
         maybe = frozenset().union(*(maybe_of(p) for p in sources))
-        return Abstract(labels, maybe) if labels or maybe else UNKNOWN
+        why = tuple(dict.fromkeys(r for p in sources for r in why_of(p)))
+        return Abstract(labels, maybe - labels, why[:4]) if labels or maybe else UNKNOWN
 
     def py_method(self, method: PyMethod, args: list[Any], kwargs: dict[str, Any]) -> Any:
         target = method.target
