@@ -26,7 +26,7 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
         cls = scope.class_name
         if cls is None or cls not in ctx.facts.speculator_classes or cls in ctx.facts.base_classes:
             continue
-        if scope.name in helpers:
+        if scope.name in helpers and not _observes_only(scope.function):
             message = (
                 f"speculator `{cls}` overrides the shared metadata helper `{scope.name}`; pass what differs "
                 f"as arguments to the base helper instead of overriding it"
@@ -64,6 +64,64 @@ def binds_alike(function: cst.FunctionDef, base: Signature) -> bool:
             return False
     keywords = (set(theirs[len(own) :]) - positional_only) | set(base.keyword_only)
     return all(k.name.value in keywords or base.starstar for k in p.kwonly_params)
+
+
+# ---- is the override a wrapper that cannot change what is built? --------------------------------------------
+
+
+def _observes_only(function: cst.FunctionDef) -> bool:
+    """An override that extends the helper without changing what it builds: it assigns the result of
+    `super().<same name>(...)`, called with each of its own parameters unchanged, to a local that it alone
+    assigns, returns that local (or the call) on every `return`, never assigns a parameter, gives none a
+    default and refuses nothing (no `assert`, no `raise`). What it does besides (records, logs, reads the
+    result) cannot change the metadata. A pure forward is not one: it is
+    flagged with a fix that deletes it."""
+    statements = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
+    if forward_problems(function) == [] or function.decorators or function.asynchronous is not None:
+        return False
+    if any(p.default is not None for p in parameters(function)):
+        return False  # a default of its own may differ from the base's
+    params = {p.name.value for p in parameters(function)}
+    stored: dict[str, list[cst.BaseExpression]] = {}
+    returns: list[cst.BaseExpression | None] = []
+    for node in _nodes(statements):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    stored.setdefault(target.target.value, []).append(node.value)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
+            stored.setdefault(node.target.value, []).append(node.target)
+        elif isinstance(node, cst.Return):
+            returns.append(node.value)
+        elif isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Assert, cst.Raise)):
+            return False  # a refusal changes whether it is built
+    if params & stored.keys() or not returns:
+        return False
+
+    def forwards(value: cst.BaseExpression | None) -> bool:
+        if isinstance(value, cst.Call) and _super_call_of(value, function) is not None:
+            return not _argument_problems(function, value)
+        if isinstance(value, cst.Name) and len(stored.get(value.value, [])) == 1:
+            return forwards(stored[value.value][0])
+        return False
+
+    return all(forwards(value) for value in returns)
+
+
+def _super_call_of(call: cst.Call, function: cst.FunctionDef) -> cst.Call | None:
+    func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and dotted(func.value.func) == "super":
+        return call if func.attr.value == function.name.value else None
+    return None
+
+
+def _nodes(statements: list[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
+    todo: list[cst.CSTNode] = list(statements)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            todo.extend(kids(node))
 
 
 # ---- is the override a pure forward? -----------------------------------------------------------------------
@@ -187,7 +245,10 @@ RULE = Rule(
     summary=(
         "Flags a speculator subclass that overrides one of the shared metadata helpers defined by the "
         "speculator base (`_build_attn_metadata`, `_build_uniform_attn_metadata`, or the legacy "
-        "`_build_draft_attn_metadata`). Classes that are not speculators may define methods of those names."
+        "`_build_draft_attn_metadata`). Classes that are not speculators may define methods of those names. An "
+        "override that only observes the helper (it calls the base helper with each of its own arguments "
+        "unchanged and returns that result on every path, recording or logging besides) is not flagged: it "
+        "cannot change what is built."
     ),
     why=(
         "The shared helper is the single place that decides the token count (padded for FULL CUDA graphs, real "
