@@ -18,6 +18,7 @@ from specguard.evaluation.paths import (
     join_values,
 )
 from specguard.evaluation.values import (
+    NOT_HANDLED,
     STAR_UNKNOWN,
     UNKNOWN,
     Abstract,
@@ -278,7 +279,8 @@ class Expressions(Builtins):
         if isinstance(e.slice, ast.Slice):
             return self._slice(base, e.slice, frame, state)
         key = self.eval(e.slice, frame, state)
-        return self.subscript(base, key, e, frame, state)
+        answered = self.hooks.subscript(self, base, key, e)  # type: ignore[arg-type]
+        return answered if answered is not NOT_HANDLED else self.subscript(base, key, e, frame, state)
 
     def subscript(self, base: Any, key: Any, node: ast.AST | None, frame: Frame, state: State) -> Any:
         inner, k = plain(base), plain(key)

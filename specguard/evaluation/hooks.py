@@ -53,6 +53,11 @@ class Hooks:
         """`base.attr` after the evaluator found `value` for it (UNKNOWN when it knows nothing)."""
         return NOT_HANDLED
 
+    def subscript(self, ev: Evaluator, base: Any, key: Any, node: ast.AST | None) -> Any:
+        """`base[key]` (not a slice), before the evaluator takes the item: an index the client knows the meaning
+        of (a tensor of rows)."""
+        return NOT_HANDLED
+
     def annotation(self, ev: Evaluator, annotation: ast.expr, frame: Frame) -> Any:
         """The value a parameter (or a call's result) annotated so stands for, when nothing else is known."""
         return NOT_HANDLED

@@ -2,118 +2,203 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-import libcst as cst
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.paths import Frame
+from specguard.evaluation.values import (
+    NOT_HANDLED,
+    UNKNOWN,
+    Abstract,
+    Label,
+    Method,
+    Opaque,
+    Sym,
+    known,
+    labels_of,
+    maybe_of,
+    plain,
+)
+from specguard.findings import Judgement
+from specguard.program.ast_tools import span
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
+from specguard.rules.judging import OutOfBudget, Question, Scope, bind_arguments, bind_parameters, callee
 
-from specguard.program.cst_tools import dotted, keyword, kids, last_name, scopes
-from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
-
-
-class RowExpansion:
-    """Assignments in one function, and whether a value is expanded to one row per query token."""
-
-    def __init__(self, function: cst.FunctionDef, expanders: list[str]) -> None:
-        self.expanders = expanders
-        self.assigned: dict[str, list[cst.BaseExpression]] = {}
-        self._collect(function.body)
-
-    def _collect(self, node: cst.CSTNode) -> None:
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                elements = target.target.elements if isinstance(target.target, cst.Tuple) else None
-                if elements is None:
-                    if isinstance(target.target, cst.Name):
-                        self.assigned.setdefault(target.target.value, []).append(node.value)
-                elif isinstance(node.value, cst.Tuple) and len(node.value.elements) == len(elements):
-                    for el, val in zip(elements, node.value.elements, strict=True):
-                        if isinstance(el.value, cst.Name):
-                            self.assigned.setdefault(el.value.value, []).append(val.value)
-        for child in kids(node):
-            self._collect(child)
-
-    def expanded_expr(self, node: cst.BaseExpression) -> bool:
-        """`x.repeat_interleave(n)` or `x[row_map]` (an index by a tensor of rows, not a slice or constant)."""
-        for inner in _walk(node):
-            if isinstance(inner, cst.Call) and last_name(inner.func) in self.expanders:
-                return True
-            if isinstance(inner, cst.Subscript) and len(inner.slice) == 1:
-                index = inner.slice[0].slice
-                if isinstance(index, cst.Index) and dotted(index.value) is not None:
-                    return True
-        return False
-
-    def expanded(self, node: cst.BaseExpression) -> bool:
-        """Expanded itself, or a local name that some assignment expands (on some path)."""
-        if self.expanded_expr(node):
-            return True
-        return isinstance(node, cst.Name) and any(self.expanded_expr(v) for v in self.assigned.get(node.value, []))
+# Label kinds: a tensor of row indices (which call made it), and a tensor expanded to one row per query token (by
+# which map: the map's maker, or the repeat count).
+ROW_MAP, ROWS = "row-map", "rows"
+GATHERS = frozenset({"index_select"})  # `x.index_select(dim, rows)`: a gather by a row map, as `x[rows]` is
+ABSENT: Any = object()
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in kids(node):
-        yield from _walk(child)
+class _Rows(Hooks):
+    """Row geometry as values: what each MLA decode launch gets as its rows and as its global causal bound."""
+
+    def __init__(self, q: Question) -> None:
+        mla = q.pack.mla
+        self.q, self.entries, self.expanders = q, set(mla.decode_entry), set(mla.row_expanders)
+        self.row_params, self.bound = tuple(mla.row_params), mla.global_bound_param or ""
+        # (the call in the judged function, {row param: value}, the bound's value, the kernel's call)
+        self.sites: list[tuple[ast.AST, dict[str, Any], Any, ast.Call]] = []
+
+    def call(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
+    ) -> Any:
+        inner = plain(func)
+        name = inner.name.rpartition(".")[2] if isinstance(inner, (Opaque, Method)) else None
+        if name is None:
+            target = callee(func)
+            if target is None or target.name not in self.entries:
+                return NOT_HANDLED
+            name = target.name
+        if name in self.entries:
+            self._launch(ev, func, args, kwargs, node)
+            return UNKNOWN
+        receiver = inner.receiver if isinstance(inner, Method) else (args[0] if args else UNKNOWN)
+        rest = args if isinstance(inner, Method) else args[1:]
+        if name in self.expanders:  # `x.repeat_interleave(n)`: each row repeated n times
+            count = rest[0] if rest else kwargs.get("repeats", UNKNOWN)
+            text = ast.unparse(node.args[-1 if isinstance(inner, Opaque) else 0]) if node.args else "?"
+            return _expanded(receiver, f"`{name}({_identity(count, text)})`")
+        if name in GATHERS and len(rest) >= 2:
+            return _expanded(receiver, _map_of(rest[1], ast.unparse(node.args[-1]), str(ev.home)))
+        if name == "expand" and isinstance(inner, Method):
+            sizes = [a for a in args if not (known(plain(a)) and plain(a) == -1)]
+            return _expanded(receiver, f"`expand({', '.join(_identity(s, '?') for s in sizes)})`")
+        if isinstance(inner, Opaque) and not ev.evaluates(inner.name):
+            # a tensor a library call makes (`torch.arange`, `torch.searchsorted`): a map of its own, known by
+            # where it is made
+            made = Label(ROW_MAP, ast.unparse(node.func), span(node), str(frame.module.path))
+            return Abstract(frozenset({made}))
+        if isinstance(inner, Method) and _geometry([receiver]):
+            return Abstract(_geometry([receiver]))  # an elementwise op or a view keeps the rows it has
+        return NOT_HANDLED
+
+    def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
+        if known(plain(key)) or isinstance(plain(key), (tuple, slice)):
+            return NOT_HANDLED
+        if not any(x.kind == ROW_MAP for x in labels_of(key)) and not isinstance(plain(key), Sym):
+            return NOT_HANDLED  # an index that is not a tensor of rows the evaluation saw made
+        text = ast.unparse(node.slice) if isinstance(node, ast.Subscript) else "?"  # type: ignore[attr-defined]
+        return _expanded(base, _map_of(key, text, str(ev.home)))
+
+    def _launch(self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> None:
+        target = callee(func)
+        bound = bind_arguments(target, args, kwargs, node) if target is not None else {}
+        values = {k: v for k, (v, _, _) in bound.items()} if bound else dict(kwargs)
+        rows = {p: values[p] for p in self.row_params if p in values}
+        self.sites.append((ev.calls[0] if ev.calls else node, rows, values.get(self.bound, ABSENT), node))
 
 
-def _string_key(node: cst.CSTNode) -> str | None:
-    """The text of a literal string key, `"x"` in `d["x"]` or `{"x": ...}`."""
-    if isinstance(node, cst.Index):
-        node = node.value
-    return node.evaluated_value if isinstance(node, cst.SimpleString) else None  # type: ignore[return-value]
+def _identity(value: Any, text: str) -> str:
+    inner = plain(value)
+    if known(inner):
+        return repr(inner)
+    return inner.name if isinstance(inner, Sym) else text
 
 
-def _bound_values(function: cst.FunctionDef, call: cst.Call, param: str) -> Iterator[cst.BaseExpression]:
-    """Every value handed to the kernel as `param`: directly, or through a `**kwargs` dict built locally."""
-    if (arg := keyword(call, param)) is not None:
-        yield arg.value
-    spread = {a.value.value for a in call.args if a.star == "**" and isinstance(a.value, cst.Name)}
-    if not spread:
+def _map_of(index: Any, text: str, home: str) -> str:
+    """Which row map an index is: the calls that made it (and where), else its name."""
+    made = sorted(
+        {
+            f"{x.text} ({'' if x.path == home else Path(x.path).name + ' '}line {x.span[0]})"
+            for x in labels_of(index)
+            if x.kind == ROW_MAP and x.span
+        }
+    )
+    return " and ".join(f"`{m}`" for m in made) if made else f"`{_identity(index, text)}`"
+
+
+def _geometry(values: list[Any]) -> frozenset[Label]:
+    return frozenset(x for v in values for x in labels_of(v) if x.kind in (ROW_MAP, ROWS))
+
+
+def _expanded(source: Any, how: str) -> Any:
+    kept = frozenset(x for x in labels_of(source) if x.kind not in (ROWS, ROW_MAP))
+    return Abstract(kept | {Label(ROWS, how)})
+
+
+def _maps(value: Any) -> set[str]:
+    return {x.text for x in labels_of(value) if x.kind == ROWS}
+
+
+def judge(q: Question) -> Iterator[Judgement]:
+    mla = q.pack.mla
+    if not mla.global_bound_param:
         return
-    for node in _walk(function.body):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            owner = node.func.value
-            updates = node.func.attr.value == "update" and isinstance(owner, cst.Name) and owner.value in spread
-            if updates and (arg := keyword(node, param)) is not None:
-                yield arg.value
-        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
-            target = node.targets[0].target
-            if isinstance(target, cst.Subscript) and dotted(target.value) in spread:
-                if _string_key(target.slice[0].slice) == param:
-                    yield node.value
-            elif isinstance(target, cst.Name) and target.value in spread and isinstance(node.value, cst.Dict):
-                for el in node.value.elements:
-                    if isinstance(el, cst.DictElement) and _string_key(el.key) == param:
-                        yield el.value
+    for scope in q.scopes:
+        if scope.mentions({mla.global_bound_param}):
+            yield from _judge_scope(q, scope)
+
+
+def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
+    hooks = _Rows(q)
+    ev = q.evaluator(hooks)
+    me = q.self_value(scope)
+    try:
+        # each parameter an object of its own, so what a helper stores on it (a cached row map) is read back
+        ev.run(scope.function, bind_parameters(scope.function, me, lambda param, frame: Sym(param.arg)))
+    except (OutOfBudget, RecursionError):
+        yield q.out_of_budget("SG202", scope)
+        return
+    bound_name = q.pack.mla.global_bound_param
+    for where, rows, bound, kernel in hooks.sites:
+        expanded = {p: _maps(v) for p, v in rows.items() if _maps(v)}
+        if not expanded or bound is ABSENT:
+            continue
+        names = " and ".join(f"`{p}`" for p in expanded)
+        by = sorted(set().union(*expanded.values()))
+        node = _bound_node(scope, kernel, bound_name) or where
+        entry = kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
+        if not _maps(bound):
+            if any(x.kind == ROWS for x in maybe_of(bound)):
+                yield q.undecided("SG202", scope, node, f"`{bound_name}=` of `{entry}`", "whether it is expanded")
+                return
+            message = (
+                f"`{scope.qualname}` expands {names} to one row per query token (by {', '.join(by)}) but hands "
+                f"`{bound_name}` to `{entry}` per request; expand it the same way (index it by the same row map)"
+            )
+        elif not _maps(bound) & set(by):
+            message = (
+                f"`{scope.qualname}` expands {names} to one row per query token by {', '.join(by)} but "
+                f"`{bound_name}` by {', '.join(sorted(_maps(bound)))}, another row geometry; index it by the "
+                f"same row map"
+            )
+        else:
+            continue
+        yield q.judgement("SG202", scope, node, message)
+        return
+
+
+def _bound_node(scope: Scope, kernel: ast.Call, param: str) -> ast.AST | None:
+    """Where the bound's value is written in the judged function: the kernel's keyword, an `.update(...)` keyword
+    of the mapping it spreads, or that mapping's item (the last one written), if the function holds them."""
+    found: ast.AST | None = None
+    for node in ast.walk(scope.node):
+        if isinstance(node, ast.keyword) and node.arg == param:
+            found = node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            key = target.slice if isinstance(target, ast.Subscript) else None
+            if isinstance(key, ast.Constant) and key.value == param:
+                found = node.value
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == param:
+                    found = value
+    return found
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
-    mla = ctx.pack.mla
-    bound = mla.global_bound_param or ""
-    for scope in scopes(ctx.module):
-        entry_calls = [c for c in ctx.calls_in(scope.function) if ctx.calls_function(c, mla.decode_entry)]
-        for call in entry_calls:
-            values = list(_bound_values(scope.function, call, bound))
-            if not values:
-                continue
-            flow = RowExpansion(scope.function, mla.row_expanders)
-            rows = [a for a in (keyword(call, p) for p in mla.row_params) if a is not None]
-            expanded_rows = [a.keyword.value for a in rows if a.keyword and flow.expanded(a.value)]
-            if not expanded_rows:
-                continue
-            for value in values:
-                if not flow.expanded(value):
-                    yield Diagnostic(
-                        value,
-                        f"`{scope.qualname}` expands {' and '.join(f'`{r}`' for r in expanded_rows)} to one row "
-                        f"per query token but hands `{bound}` to `{ctx.callee(call)}` per request; expand it "
-                        f"the same way (e.g. `.repeat_interleave(query_len)` or index it by the row map)",
-                        scope.qualname,
-                    )
+    for judgement in report_judgements("SG202", ctx):
+        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span)
 
 
-def _calls_entry_with_bound(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
-    return (pack.mla.global_bound_param or "") in mentions and any(e in mentions for e in pack.mla.decode_entry)
+def _names_the_bound(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
+    return (pack.mla.global_bound_param or "") in mentions
 
 
 RULE = Rule(
@@ -121,10 +206,19 @@ RULE = Rule(
     name="dcp-causal-bound-geometry",
     title="global causal bound not expanded like block_tables/seq_lens",
     summary=(
-        "In a function that passes `causal_seqlens_kv_global` to the FlashInfer MLA decode entry "
-        "(`trtllm_batch_decode_with_kv_cache_mla`), as a keyword or through a kwargs dict, flags the global "
-        "causal bound when `block_tables`/`seq_lens` are expanded per query row (`repeat_interleave`, or "
-        "indexing by a row map) on some path but the bound handed to the kernel is not expanded the same way."
+        "Flags a launch of the FlashInfer MLA decode entry (`trtllm_batch_decode_with_kv_cache_mla`) that gets "
+        "`block_tables`/`seq_lens` expanded to one row per query token but the global causal bound "
+        "`causal_seqlens_kv_global` per request, or expanded by another row map, on some path."
+    ),
+    analysis=(
+        "The rule evaluates each function that names the bound, following its calls (a helper that launches the "
+        "kernel, one that expands the rows and returns them), with row geometry as a property of values: "
+        "`x.repeat_interleave(n)`, `x.expand(...)`, `x[rows]` and `x.index_select(d, rows)` give one row per query "
+        "token by a map, where `rows` is a tensor a library call made (`torch.searchsorted`, `torch.arange`, and "
+        "what is computed from it) and the map is known by the call that made it, or by the repeat count. Keyword "
+        "arguments, `**kwargs` mappings built with `dict`, `.update` or items, tuples and dicts returned by "
+        "helpers are followed. The bound is compared with the rows at the launch: not expanded, or expanded by "
+        "another map, is a finding.",
     ),
     why=(
         "FlashInfer's decode kernel has no causal flag, so vLLM flattens each non-causal query block into one "
@@ -164,16 +258,35 @@ RULE = Rule(
             )
     """,
     check=check,
-    applies=_calls_entry_with_bound,
+    applies=_names_the_bound,
+    judge=judge,
     limits=(
         Limit(
-            "Expansion is read inside the function that launches the kernel: rows expanded by a helper function "
-            "are not seen, so the bound left per request beside them is not flagged.",
+            "Branches are joined before the launch: rows expanded on one branch of a test and the bound on the "
+            "other (`if not causal: ... else: ...`) both read as expanded by the same map, so that mismatch is not "
+            "flagged.",
             missed="""
                 from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
 
-                def per_row(x, n):
-                    return x.repeat_interleave(n)
+                def forward_mqa(q, kv_cache, decode, causal, n):
+                    block_table, seq_lens, bound = decode.block_table, decode.seq_lens, decode.dcp_tot_seq_lens
+                    if not causal:
+                        block_table = block_table.repeat_interleave(n, dim=0)
+                        seq_lens = seq_lens.repeat_interleave(n)
+                    else:
+                        bound = bound.repeat_interleave(n)
+                    return trtllm_batch_decode_with_kv_cache_mla(
+                        query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens,
+                        causal_seqlens_kv_global=bound,
+                    )
+            """,
+        ),
+        Limit(
+            "Rows expanded by a function the evaluation cannot read (a library's) are not known to be expanded, so "
+            "a bound left per request beside them is not flagged.",
+            missed="""
+                from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
+                from mylib.rows import per_row
 
                 def forward_mqa(q, kv_cache, decode, query_len):
                     return trtllm_batch_decode_with_kv_cache_mla(

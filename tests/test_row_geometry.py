@@ -1,0 +1,99 @@
+"""SG202 on the evaluator (issue 28): row geometry is a property of values, so the rows and the bound are compared
+where the kernel is launched, whoever launches it and however they were expanded. Each flagged case was missed by
+the rule that read spellings in the launching function; each clean case is the same shape done right."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from specguard.composition import check_source
+
+HEAD = """
+import torch
+from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
+
+
+class Launcher:
+    def _launch(self, q, kv_cache, block_table, seq_lens, extra):
+        return trtllm_batch_decode_with_kv_cache_mla(
+            query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens, **extra
+        )
+
+    def _rows(self, decode, num_rows):
+        rows = torch.arange(num_rows)
+        row_req = torch.searchsorted(decode.query_start_loc[1:], rows, right=True)
+        decode.row_req = row_req
+        return decode.block_table[row_req], decode.seq_lens[row_req], row_req
+"""
+
+FLAGGED = {
+    "the kernel launched by a helper, the bound per request": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode):
+                block_table, seq_lens, _ = self._rows(decode, q.shape[0])
+                extra = {"causal_seqlens_kv_global": decode.dcp_tot_seq_lens}  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
+    "the bound repeated for a uniform batch, the rows by searchsorted": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode):
+                block_table, seq_lens, _ = self._rows(decode, q.shape[0])
+                bound = decode.dcp_tot_seq_lens.repeat_interleave(decode.max_query_len)
+                extra = dict(causal_seqlens_kv_global=bound)  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
+    "rows expanded by unsqueeze/expand/reshape, the bound not": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, n):
+                block_table = decode.block_table.unsqueeze(1).expand(-1, n, -1).reshape(-1, 8)
+                seq_lens = decode.seq_lens.unsqueeze(1).expand(-1, n).reshape(-1)
+                extra = {}
+                extra.update(causal_seqlens_kv_global=decode.dcp_tot_seq_lens)  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
+}
+
+CLEAN = {
+    "the bound indexed by the map the helper cached": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode):
+                block_table, seq_lens, _ = self._rows(decode, q.shape[0])
+                extra = {"causal_seqlens_kv_global": decode.dcp_tot_seq_lens[decode.row_req]}
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
+    "the bound gathered by the returned map with index_select": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode):
+                block_table, seq_lens, row_req = self._rows(decode, q.shape[0])
+                bound = decode.dcp_tot_seq_lens.index_select(0, row_req)
+                return self._launch(q, kv_cache, block_table, seq_lens, {"causal_seqlens_kv_global": bound})
+    """,
+    "everything repeated by the same count": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, n):
+                block_table = decode.block_table.repeat_interleave(n, dim=0)
+                seq_lens = decode.seq_lens.repeat_interleave(n)
+                bound = torch.repeat_interleave(decode.dcp_tot_seq_lens, n)
+                return self._launch(q, kv_cache, block_table, seq_lens, {"causal_seqlens_kv_global": bound})
+    """,
+    "nothing expanded": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode):
+                extra = {"causal_seqlens_kv_global": decode.dcp_tot_seq_lens}
+                return self._launch(q, kv_cache, decode.block_table, decode.seq_lens, extra)
+    """,
+}
+
+
+@pytest.mark.parametrize("source", FLAGGED.values(), ids=list(FLAGGED))
+def test_a_bound_that_does_not_follow_the_rows_is_flagged(source: str) -> None:
+    text = HEAD + textwrap.dedent(source)
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "# flagged" in row)
+    assert [(f.code, f.line) for f in check_source(text)] == [("SG202", line)]
+
+
+@pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
+def test_a_bound_expanded_by_the_same_map_is_not(source: str) -> None:
+    assert check_source(HEAD + textwrap.dedent(source)) == []
