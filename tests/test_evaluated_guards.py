@@ -30,6 +30,9 @@ MUTATIONS = [
         "self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens,",
         "self.x, self.input_buffers.seq_lens,",
     ),
+    # SG202: the bound repeated by the rows' count, not by another one, and expanded at all
+    ("SG202", "dcp_tot_seq_lens.repeat_interleave(query_len)", "dcp_tot_seq_lens.repeat_interleave(2)"),
+    ("SG202", "dcp_tot_seq_lens.repeat_interleave(query_len)", "dcp_tot_seq_lens"),
     # SG101: the capture keyword, evaluated through a local and a partial
     ("SG101", "capturing = True", "capturing = not True"),
 ]

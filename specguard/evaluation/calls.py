@@ -188,7 +188,7 @@ class Calls(Builtins):
                 and node is not None
                 and id(node) in self._dropped
                 and not any(labels_of(v) or maybe_of(v) for v in [self_value, *args, *kwargs.values()])
-                and not stores_state(func.node)
+                and not (self.lazy_owner is None and stores_state(func.node))  # a writer's run reads attributes lazily
             ):
                 return UNKNOWN
         bindings = self.bind(func, self_value, args, kwargs, depth)

@@ -19,32 +19,47 @@ def own_nodes(node: ast.AST) -> Iterable[ast.AST]:
 
 
 def dropped_calls(node: ast.AST) -> set[int]:
-    """The calls of a function whose result is dropped (expression statements)."""
+    """The calls of a function whose result is dropped (expression statements, `with` items bound to nothing)."""
     return cached_on(
         node,
         "dropped",
-        lambda n: {
-            id(sub.value) for sub in own_nodes(n) if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call)
-        },
+        lambda n: (
+            {id(sub.value) for sub in own_nodes(n) if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call)}
+            | {  # `with ctx(...):` binds nothing: what the call returns is not used either
+                id(sub.context_expr)
+                for sub in own_nodes(n)
+                if isinstance(sub, ast.withitem)
+                and sub.optional_vars is None
+                and isinstance(sub.context_expr, ast.Call)
+            }
+        ),
     )
 
 
 def stores_state(node: ast.AST) -> bool:
-    """Whether a function may change an object it is handed: it stores into an attribute or an item, or calls a
-    method of its first parameter (`self`), which may. A dropped call of one is followed for its writes."""
+    """Whether a function may change an object its caller holds: it stores into an attribute or an item of one of
+    its parameters, or calls a method of its first parameter (`self`), which may. A dropped call of one is
+    followed for its writes; what it stores into its own locals or module objects is not the caller's."""
 
     def stores(n: ast.AST) -> bool:
         args = getattr(n, "args", None)
-        first = args.posonlyargs[:1] or args.args[:1] if isinstance(args, ast.arguments) else []
+        if not isinstance(args, ast.arguments):
+            return False
+        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        first = (args.posonlyargs or args.args)[:1]
         me = first[0].arg if first else None
         for sub in own_nodes(n):
             if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-                return True
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+                base = sub.value
+                while isinstance(base, (ast.Attribute, ast.Subscript)):
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in params:
+                    return True
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
                 receiver = sub.func.value
                 if isinstance(receiver, ast.Name) and receiver.id == me:
                     return True
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "setattr":
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "setattr":
                 return True
         return False
 
