@@ -248,7 +248,9 @@ class _Counts(Hooks):
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED
         attributes = self.q.instance_attributes("SG103")
-        return attributes.value(obj.cls, attr, self.mode.value.name, self._writes, self.traced)
+        mode = plain(self.mode)
+        key = mode.name if isinstance(mode, EnumMember) else "|".join(m.name for m in mode.options)
+        return attributes.value(obj.cls, attr, key, self._writes, self.traced)
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
         hooks = _Counts(self.q, self.mode, self.enum, record=False)
@@ -347,6 +349,8 @@ def _judge_scope(
     q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember], all_modes: list[EnumMember]
 ) -> Iterator[tuple[Judgement, Any, bool]]:
     """(judgement, where the build is, whether it is reached through a helper) for each build the function makes."""
+    if len(modes) > 1 and not _may_find(q, scope, enum, modes, all_modes):
+        return
     sites: dict[tuple[int, int, int, int], dict[str, Any]] = {}
     budget = False
     origins: set[str] = set()
@@ -390,6 +394,23 @@ def _judge_scope(
             yield undecided, frozenset(site["builds"]), site["through"]
     if budget and not any(s.get("modes") for s in sites.values()):
         yield q.out_of_budget("SG103", scope), frozenset(), False
+
+
+def _may_find(q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember], all_modes: list[EnumMember]) -> bool:
+    """One run with the batch in any of `modes` at once: each test of its mode that one of them decides otherwise
+    is forked freely, so a padded count that reaches a build in any one mode reaches it here too. Where none does
+    (most functions) and there is one batch, the runs per mode that would name the modes are not needed."""
+    mode = OneOf(tuple(modes), frozenset({Label(MODE, "|".join(m.name for m in modes))}))
+    hooks = _Counts(q, mode, enum, modes=tuple(all_modes))
+    hooks.scope_node = scope.node
+    ev = q.evaluator(hooks)
+    try:
+        ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), hooks.parameter))
+    except (OutOfBudget, RecursionError):
+        return True
+    if len(hooks.origins) > 1:
+        return True  # several batches, each in its own mode: judged one against the others in any mode
+    return any(any(hooks.counts(value)) for _, _, _, _, value, _, _, _ in hooks.sites)
 
 
 def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
