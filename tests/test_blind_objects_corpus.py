@@ -1,6 +1,6 @@
 """Issue 28's first blind set (tests/corpus/blind_objects_r1, written by someone who never read specguard), run as
 its RUNS.md says: the package beside vLLM 0.33.0's real tree, JSON output, scored per function like the
-adversarial corpus. Today's numbers (25/52 found, 2 false positives; the first run found 6 with 3) are a floor
+adversarial corpus. Today's numbers (28/52 found, 2 false positives; the first run found 6 with 3) are a floor
 that no change may fall below; issue 28 raises it to its goal."""
 
 from __future__ import annotations
@@ -23,5 +23,5 @@ def test_the_first_blind_object_set_is_no_worse_than_its_first_run(cli, tmp_path
     cases = corpus_cases(SET / "blindobj")
     assert (len([c for c in cases if c.expected != "clean"]), len(cases)) == (52, 92)  # LABELS.md's totals
     result = score(json.loads(out.stdout), project, cases, package="blindobj")
-    assert len(result.bugs) - len(result.missed) >= 25, result.summary()
+    assert len(result.bugs) - len(result.missed) >= 28, result.summary()
     assert len(result.false_positives) <= 2, result.summary()
