@@ -113,11 +113,7 @@ def _judge_caller(q: Question, scope: Scope) -> Iterator[Judgement]:
     target or an earlier step) is stale for a draft step; lengths it prepares here, or gets from its own caller,
     are the draft's own."""
     hooks = _Handed(q)
-    ev = q.evaluator(hooks)
-    me = q.self_value(scope, frozenset({Label(STATE, "self")}))
-    try:
-        ev.run(scope.function, bind_parameters(scope.function, me, _parameter))
-    except (OutOfBudget, RecursionError):
+    if not _ran(q, scope, hooks):
         yield q.out_of_budget("SG105", scope)
         return
     dcp = q.pack.metadata.dcp_param
@@ -140,13 +136,19 @@ def _judge_caller(q: Question, scope: Scope) -> Iterator[Judgement]:
             return
 
 
-def _judge_helper(q: Question, scope: Scope) -> Iterator[Judgement]:
-    hooks = _Lengths(q)
-    ev = q.evaluator(hooks)
+def _ran(q: Question, scope: Scope, hooks: Hooks) -> bool:
+    """Run the method with the instance as state and its parameters as its caller's; False: out of budget."""
     me = q.self_value(scope, frozenset({Label(STATE, "self")}))
     try:
-        ev.run(scope.function, bind_parameters(scope.function, me, _parameter))
+        q.evaluator(hooks).run(scope.function, bind_parameters(scope.function, me, _parameter))
     except (OutOfBudget, RecursionError):
+        return False
+    return True
+
+
+def _judge_helper(q: Question, scope: Scope) -> Iterator[Judgement]:
+    hooks = _Lengths(q)
+    if not _ran(q, scope, hooks):
         yield q.out_of_budget("SG105", scope)
         return
     if not hooks.sites:
