@@ -1,6 +1,8 @@
 """Property tests of the static evaluator (specguard/evaluation) on generated programs, against CPython itself.
 
 The programs are generated here (never read from anywhere), so running them with `exec` is the oracle:
+- programs use the object model too (fields, a property, methods and functions that write a field, a generator,
+  `dict(...)`);
 - with known arguments, what the evaluator decides is what Python computes: a value it claims to know is the value
   Python returns, a path it says always raises is a raise in Python, and what Python returns is among what the
   evaluator says may be returned;
@@ -55,6 +57,28 @@ def total(xs):
     for x in xs:
         out += x
     return out
+
+
+def gen(x, y):
+    yield x
+    yield y
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+    @property
+    def twice(self):
+        return self.v * 2
+
+    def put(self, v):
+        self.v = v
+        return self
+
+
+def bump(box, v):
+    box.v = box.v + v
 """
 
 NAMES = ["a", "b", "v0", "v1", "v2"]
@@ -84,6 +108,13 @@ def expression(draw: st.DrawFn, depth: int = 0, names: tuple[str, ...] = ("a", "
         st.tuples(sub, sub).map(lambda t: f"{{'k': {t[0]}, 'j': {t[1]}}}['k']"),
         sub.map(lambda e: f"sum(x * 2 for x in [{e}, 3])"),
         sub.map(lambda e: f"(lambda q: q - 1)({e})"),
+        # the object model: fields, a property, a method and a function that write a field, a generator, dict()
+        sub.map(lambda e: f"Box({e}).v"),
+        sub.map(lambda e: f"Box({e}).twice"),
+        st.tuples(sub, sub).map(lambda t: f"Box({t[0]}).put({t[1]}).v"),
+        st.tuples(sub, sub).map(lambda t: f"(lambda bx: (bump(bx, {t[1]}), bx.v)[1])(Box({t[0]}))"),
+        st.tuples(sub, sub).map(lambda t: f"total(gen({t[0]}, {t[1]}))"),
+        sub.map(lambda e: f"dict(k={e})['k']"),
         st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} > 0 else {t[2]})"),
         st.tuples(sub, sub).map(lambda t: f"({t[0]} or {t[1]})"),
         st.tuples(sub, sub).map(lambda t: f"({t[0]} and {t[1]})"),

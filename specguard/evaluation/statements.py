@@ -39,6 +39,7 @@ from specguard.evaluation.values import (
     same_value,
     settled,
     traced,
+    unknown_from,
     with_labels,
 )
 from specguard.program.ast_tools import absolute_module
@@ -313,6 +314,7 @@ class Statements(Builtins):
         exits: list[State] = [state]
         current = state
         containers = _containers(state)
+        unsettled: set[str] = set()
         for _ in range(LOOP_ROUNDS):
             entry = current.copy()
             if target is not None:
@@ -323,12 +325,17 @@ class Statements(Builtins):
             exits += res.breaks
             again = merge([s for s in [current, res.normal, *res.continues] if s is not None])
             if again is None or _settled(current, again):
+                unsettled = set()
                 break
+            unsettled = _changed(current, again)
             exits.append(again)
             current = again
         after = merge(exits)
         if after is not None:
             _loosen(after, containers)
+            for name in unsettled & after.locals.keys():  # still growing after the last round: any value
+                value = settled(after.locals[name])
+                after.locals[name] = unknown_from(value, keep=frozenset(x.kind for x in labels_of(value)))
             after.path = state.path
             orelse = getattr(stmt, "orelse", [])
             if orelse:
@@ -658,9 +665,15 @@ def _settled(before: State, after: State) -> bool:
     )
 
 
+def _changed(before: State, after: State) -> set[str]:
+    return {k for k in after.locals if not _same_shape(before.locals.get(k, UNKNOWN), after.locals[k])}
+
+
 def _same_shape(a: Any, b: Any) -> bool:
     if same_value(a, b):
         return True
+    if isinstance(a, OneOf) or isinstance(b, OneOf):
+        return False  # a few known values: more of them is a change (a count that grows each round)
     if is_unknown(a) and is_unknown(b):
         return labels_of(a) == labels_of(b) and maybe_of(a) == maybe_of(b)
     return False
