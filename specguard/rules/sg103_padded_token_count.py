@@ -348,7 +348,8 @@ def judge(q: Question) -> Iterator[Judgement]:
 def _judge_scope(
     q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember], all_modes: list[EnumMember]
 ) -> Iterator[tuple[Judgement, Any, bool]]:
-    """(judgement, where the build is, whether it is reached through a helper) for each build the function makes."""
+    """(judgement, the builds it is about (file, span), whether one is reached through a helper) for each site the
+    function hands a build a count at."""
     if len(modes) > 1 and not _may_find(q, scope, enum, modes, all_modes):
         return
     sites: dict[tuple[int, int, int, int], dict[str, Any]] = {}
