@@ -324,10 +324,9 @@ class Statements(Builtins):
             flow.raises += res.raises
             exits += res.breaks
             again = merge([s for s in [current, res.normal, *res.continues] if s is not None])
-            if again is None or _settled(current, again):
-                unsettled = set()
-                break
-            unsettled = _changed(current, again)
+            unsettled = _changed(current, again) if again is not None else set()
+            if again is None or (not unsettled and current.writes.keys() == again.writes.keys()):
+                break  # its locals (and the objects' attributes it writes) settled
             exits.append(again)
             current = again
         after = merge(exits)
@@ -657,15 +656,8 @@ def _joined(old: Any, new: Any) -> Any:
     return Many(join(*items) if items else UNKNOWN)
 
 
-def _settled(before: State, after: State) -> bool:
-    keys = set(before.locals) | set(after.locals)
-    return (
-        all(_same_shape(before.locals.get(k, UNKNOWN), after.locals.get(k, UNKNOWN)) for k in keys)
-        and before.writes.keys() == after.writes.keys()
-    )
-
-
 def _changed(before: State, after: State) -> set[str]:
+    """The locals a round of a loop changed (`after` joins `before`, so it holds every local `before` does)."""
     return {k for k in after.locals if not _same_shape(before.locals.get(k, UNKNOWN), after.locals[k])}
 
 
