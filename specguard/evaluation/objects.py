@@ -39,6 +39,7 @@ from specguard.evaluation.values import (
     is_unknown,
     known,
     labels_of,
+    place_text,
     plain,
     same_value,
     settled,
@@ -143,15 +144,13 @@ class ObjectModel:
     ) -> Any:
         raise NotImplementedError
 
-    home: Any = None  # the file of the function being run: places in other modules are named with the module
+    home: Any = None  # the file of the function being run: places in other files are named with their file
     here: Any = None  # the file of the function being evaluated now (the run's own, or a followed call's)
 
     def place(self, frame: Frame, node: ast.AST) -> str:
-        """Where a node is, as a verdict's trail names it: its line, and its module when that is not the run's own."""
-        line = f"line {getattr(node, 'lineno', 0)}"
-        if self.home is None or frame.module.path == self.home:
-            return line
-        return f"{frame.module.name} {line}"
+        """Where a node is, as a verdict's trail names it: its line, and its file when that is not the run's own."""
+        home = str(self.home) if self.home is not None else None
+        return place_text(str(frame.module.path), getattr(node, "lineno", 0), home)
 
     def cond(self, node: ast.AST, module: ParsedModule, kind: str = "test") -> Cond:
         found = self._conds.get((id(node), kind))

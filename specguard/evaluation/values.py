@@ -458,6 +458,12 @@ def traced(value: Any, hop: str, kinds: frozenset[str]) -> Any:
     return OneOf(value.options, moved)
 
 
+def place_text(path: str, line: int, home: str | None) -> str:
+    """A place as a message names it: `line N`, after its file's name where that is not the file (`home`) the
+    message is about."""
+    return f"line {line}" if home is None or path == home else f"{path.rpartition('/')[2]} line {line}"
+
+
 def unknown_from(*values: Any, why: str = "", keep: frozenset[str] = frozenset()) -> Any:
     """An unknown result computed from `values`: the labels of kinds in `keep` carry over as they are, every other
     label becomes a `maybe` (the result may or may not be derived from it); `why` says why it is unknown."""

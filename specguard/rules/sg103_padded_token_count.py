@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from specguard.evaluation.hooks import Hooks
@@ -24,6 +23,7 @@ from specguard.evaluation.values import (
     labels_of,
     maybe_of,
     nearest,
+    place_text,
     plain,
     why_of,
     with_labels,
@@ -360,13 +360,7 @@ def _judge_scope(
         member, subject = runs.pop(0)
         mode = Tagged(member, frozenset({Label(MODE, member.name)}))
         hooks = _Counts(q, mode, enum, subject=subject, modes=tuple(all_modes))
-        hooks.scope_node = scope.node
-        ev = q.evaluator(hooks)
-        bindings = bind_parameters(scope.function, q.self_value(scope), hooks.parameter)
-        try:
-            ev.run(scope.function, bindings)
-        except (OutOfBudget, RecursionError):
-            budget = True
+        budget = not _ran(q, scope, hooks) or budget
         if subject is None and len(hooks.origins) > 1 and not origins:
             # several descriptors: several batches, each with its own mode; judge each with the others free
             origins = set(hooks.origins)
@@ -403,15 +397,21 @@ def _may_find(q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember
     (most functions) and there is one batch, the runs per mode that would name the modes are not needed."""
     mode = OneOf(tuple(modes), frozenset({Label(MODE, "|".join(m.name for m in modes))}))
     hooks = _Counts(q, mode, enum, modes=tuple(all_modes))
-    hooks.scope_node = scope.node
-    ev = q.evaluator(hooks)
-    try:
-        ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), hooks.parameter))
-    except (OutOfBudget, RecursionError):
+    if not _ran(q, scope, hooks):
         return True
     if len(hooks.origins) > 1:
         return True  # several batches, each in its own mode: judged one against the others in any mode
     return any(any(hooks.counts(value)) for _, _, _, _, value, _, _, _ in hooks.sites)
+
+
+def _ran(q: Question, scope: Scope, hooks: _Counts) -> bool:
+    """Run the function with its parameters as the pack says they are; False: out of budget."""
+    hooks.scope_node = scope.node
+    try:
+        q.evaluator(hooks).run(scope.function, bind_parameters(scope.function, q.self_value(scope), hooks.parameter))
+    except (OutOfBudget, RecursionError):
+        return False
+    return True
 
 
 def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
@@ -426,10 +426,7 @@ def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
             "*": f"`{site['param']}` (unpacked with `*`)",
             "**": f"`{site['param']}` (unpacked with `**`)",
         }[arg.star]
-    where = ""
-    if source.span is not None:
-        file = "" if source.path == q.path else f"{Path(source.path).name} "
-        where = f" ({file}line {source.span[0]})"
+    where = f" ({place_text(source.path, source.span[0], q.path)})" if source.span is not None else ""
     modes = " and ".join(dict.fromkeys(site["modes"]))
     message = (
         f"`{scope.qualname}` passes `{source.text}`{where}, a padded token count, as {passed} to `{site['callee']}` "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from specguard.evaluation.hooks import Hooks
@@ -20,6 +19,7 @@ from specguard.evaluation.values import (
     known,
     labels_of,
     maybe_of,
+    place_text,
     plain,
 )
 from specguard.findings import Judgement
@@ -87,8 +87,10 @@ class _Rows(Hooks):
 
     def _launch(self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> None:
         target = callee(func)
-        bound = bind_arguments(target, args, kwargs, node) if target is not None else {}
-        values = {k: v for k, (v, _, _) in bound.items()} if bound else dict(kwargs)
+        if target is None:
+            values = dict(kwargs)
+        else:
+            values = {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
         rows = {p: values[p] for p in self.row_params if p in values}
         self.sites.append((ev.calls[0] if ev.calls else node, rows, values.get(self.bound, ABSENT), node))
 
@@ -103,11 +105,7 @@ def _identity(value: Any, text: str) -> str:
 def _map_of(index: Any, text: str, home: str) -> str:
     """Which row map an index is: the calls that made it (and where), else its name."""
     made = sorted(
-        {
-            f"{x.text} ({'' if x.path == home else Path(x.path).name + ' '}line {x.span[0]})"
-            for x in labels_of(index)
-            if x.kind == ROW_MAP and x.span
-        }
+        {f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in labels_of(index) if x.kind == ROW_MAP and x.span}
     )
     return " and ".join(f"`{m}`" for m in made) if made else f"`{_identity(index, text)}`"
 
@@ -151,7 +149,7 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
             continue
         names = " and ".join(f"`{p}`" for p in expanded)
         by = sorted(set().union(*expanded.values()))
-        node = _bound_node(scope, kernel, bound_name) or where
+        node = _bound_node(scope, bound_name) or where
         entry = kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
         if not _maps(bound):
             if any(x.kind == ROWS for x in maybe_of(bound)):
@@ -173,7 +171,7 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         return
 
 
-def _bound_node(scope: Scope, kernel: ast.Call, param: str) -> ast.AST | None:
+def _bound_node(scope: Scope, param: str) -> ast.AST | None:
     """Where the bound's value is written in the judged function: the kernel's keyword, an `.update(...)` keyword
     of the mapping it spreads, or that mapping's item (the last one written), if the function holds them."""
     found: ast.AST | None = None
