@@ -74,8 +74,7 @@ def _observes_only(function: cst.FunctionDef) -> bool:
     `super().<same name>(...)`, called with each of its own parameters unchanged, to a local that it alone
     assigns, returns that local (or the call) on every `return`, never assigns a parameter, gives none a
     default and refuses nothing (no `assert`, no `raise`). What it does besides (records, logs, reads the
-    result) cannot change the metadata. A pure forward is not one: it is
-    flagged with a fix that deletes it."""
+    result) cannot change the metadata. A pure forward is not one: it is flagged with a fix that deletes it."""
     statements = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
     if forward_problems(function) == [] or function.decorators or function.asynchronous is not None:
         return False
@@ -90,7 +89,7 @@ def _observes_only(function: cst.FunctionDef) -> bool:
                 if isinstance(target.target, cst.Name):
                     stored.setdefault(target.target.value, []).append(node.value)
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name):
-            stored.setdefault(node.target.value, []).append(node.target)
+            stored.setdefault(node.target.value, []).append(node.value)  # type: ignore[arg-type]
         elif isinstance(node, cst.Return):
             returns.append(node.value)
         elif isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Assert, cst.Raise)):
@@ -99,7 +98,7 @@ def _observes_only(function: cst.FunctionDef) -> bool:
         return False
 
     def forwards(value: cst.BaseExpression | None) -> bool:
-        if isinstance(value, cst.Call) and _super_call_of(value, function) is not None:
+        if isinstance(value, cst.Call) and _is_super_call(value) and _called_method(value) == function.name.value:
             return not _argument_problems(function, value)
         if isinstance(value, cst.Name) and len(stored.get(value.value, [])) == 1:
             return forwards(stored[value.value][0])
@@ -108,20 +107,12 @@ def _observes_only(function: cst.FunctionDef) -> bool:
     return all(forwards(value) for value in returns)
 
 
-def _super_call_of(call: cst.Call, function: cst.FunctionDef) -> cst.Call | None:
-    func = call.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and dotted(func.value.func) == "super":
-        return call if func.attr.value == function.name.value else None
-    return None
-
-
 def _nodes(statements: list[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
     todo: list[cst.CSTNode] = list(statements)
     while todo:
         node = todo.pop()
         yield node
-        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            todo.extend(kids(node))
+        todo.extend(kids(node))
 
 
 # ---- is the override a pure forward? -----------------------------------------------------------------------
@@ -173,10 +164,13 @@ def _super_forward(stmt: cst.BaseStatement) -> cst.Call | None:
     ret = stmt.body[0]
     if not isinstance(ret, cst.Return) or not isinstance(ret.value, cst.Call):
         return None
-    func = ret.value.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and dotted(func.value.func) == "super":
-        return ret.value
-    return None
+    return ret.value if _is_super_call(ret.value) else None
+
+
+def _is_super_call(call: cst.Call) -> bool:
+    """`super().m(...)` (or `super(Cls, self).m(...)`)."""
+    func = call.func
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) and dotted(func.value.func) == "super"
 
 
 def _called_method(call: cst.Call) -> str:
