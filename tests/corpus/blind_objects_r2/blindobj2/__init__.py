@@ -1,0 +1,1 @@
+# Fork-local speculative-decoding extensions layered on vLLM's GPU worker.
