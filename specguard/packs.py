@@ -26,7 +26,7 @@ BUILTIN_PACK = "vllm.toml"
 # Keys a pack may leave empty.
 _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
-    | {"padded_producers", "padded_names", "dp_rank_counts"}
+    | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -47,11 +47,15 @@ class PackInfo(_Section):
 class Speculators(_Section):
     bases: list[str] = field(default_factory=list)
     shared_helpers: list[str] = field(default_factory=list)
+    # text a file defining a speculator holds (optional): the prefilter reads such a file whatever else it names
+    file_marks: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Metadata(_Section):
     sink: list[str] = field(default_factory=list)
+    # methods of other objects that build metadata themselves, as `Class.method` (optional; SG101)
+    builder_methods: list[str] = field(default_factory=list)
     token_count_params: list[str] = field(default_factory=list)
     capture_keyword: str | None = None
     dcp_param: str | None = None
@@ -124,6 +128,7 @@ class Pack:
         names = [
             *self.metadata.sink,
             *self.speculators.shared_helpers,
+            *self.speculators.file_marks,
             *self.dcp.prepare,
             *self.kv_groups.flags,
             *self.mla.decode_entry,
@@ -140,7 +145,12 @@ class Pack:
         the global bound. Names that contain another (`_build_attn_metadata` holds `build_attn_metadata`) are
         left out, since the shorter one already admits the file.
         """
-        singles = [*self.metadata.sink, *self.speculators.shared_helpers, *self.dcp.prepare]
+        singles = [
+            *self.metadata.sink,
+            *self.speculators.shared_helpers,
+            *self.speculators.file_marks,
+            *self.dcp.prepare,
+        ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}
         groups |= {(f, m) for f in self.kv_groups.flags for m in self.kv_groups.merge_methods}
         groups |= {(e, self.mla.global_bound_param or "") for e in self.mla.decode_entry}

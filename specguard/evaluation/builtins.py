@@ -430,7 +430,12 @@ class Builtins(ObjectModel):
             return inner.length
         if method.name in VALUE_METHODS:
             return self._value_preserving(method.name, receiver, args, node)
-        return unknown_from(receiver, *args, *kwargs.values(), why=f"cannot resolve `{_call_text(node)}`")
+        result = unknown_from(receiver, *args, *kwargs.values(), why=f"cannot resolve `{_call_text(node)}`")
+        found = self.typed_method(inner, method.name) if isinstance(inner, Abstract) and inner.kind else None
+        if found is None:
+            return result
+        klass, definition = found
+        return self.kind_from(result, self.promised(self.tree.module(klass.module), klass, definition))
 
     def _value_preserving(self, name: str, source: Any, rest: list[Any], node: ast.AST) -> Any:
         inner = plain(source)

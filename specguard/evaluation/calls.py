@@ -241,9 +241,12 @@ class Calls(Builtins):
             state.writes.update(end.writes)
         state.path = end.path
         hop = f"returned by `{func.qualname}`"
-        if len(ends) == 1:
-            return traced(ends[0][1], hop, self.hooks.traced)
-        return traced(join_values([(value, s.path - end.path) for s, value in ends]), hop, self.hooks.traced)
+        result = ends[0][1] if len(ends) == 1 else join_values([(value, s.path - end.path) for s, value in ends])
+        if is_unknown(result) or isinstance(
+            result, tuple
+        ):  # what the paths did not know, its annotation may say the kind of
+            result = self.kind_from(result, self.promised(func.module, func.owner, func.node))
+        return traced(result, hop, self.hooks.traced)
 
     def _generated(self, func: Function, yielded: list[tuple[Any, frozenset]], state: State) -> Any:
         if not yielded:
@@ -255,12 +258,9 @@ class Calls(Builtins):
     def not_followed(self, func: Function, args: list[Any], kwargs: dict[str, Any], why: str) -> Any:
         """A call the evaluator does not inline: what its annotation promises, else an unknown derived from its
         arguments."""
-        returns = getattr(func.node, "returns", None)
-        if returns is not None:
-            answered = self.hooks.annotation(self, returns, Frame(func.module, func.owner, None, 0))
-            if answered is not NOT_HANDLED:
-                return answered
-        return unknown_from(*args, *kwargs.values(), why=why)
+        return self.kind_from(
+            unknown_from(*args, *kwargs.values(), why=why), self.promised(func.module, func.owner, func.node)
+        )
 
     def bind(
         self, func: Function, self_value: Any, args: list[Any], kwargs: dict[str, Any], depth: int

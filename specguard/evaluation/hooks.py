@@ -59,7 +59,9 @@ class Hooks:
         return NOT_HANDLED
 
     def annotation(self, ev: Evaluator, annotation: ast.expr, frame: Frame) -> Any:
-        """The value a parameter (or a call's result) annotated so stands for, when nothing else is known."""
+        """The value a name in an annotation (of a parameter, a call's result, a field) stands for, when nothing
+        else is known; the evaluator reads the containers, tuples and unions around it, and takes a class of the
+        tree for an instance of it."""
         return NOT_HANDLED
 
     def instance_attribute(self, ev: Evaluator, obj: Any, attr: str) -> Any:

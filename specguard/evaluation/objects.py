@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specguard.evaluation import environment
+from specguard.evaluation.annotations import annotated
 from specguard.evaluation.budget import size
 from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
 from specguard.evaluation.values import (
@@ -25,6 +26,7 @@ from specguard.evaluation.values import (
     Label,
     LiteralType,
     Many,
+    Method,
     ModuleRef,
     Obj,
     OneOf,
@@ -224,6 +226,8 @@ class ObjectModel:
             return Sym(f"{base.name}.{attr}", self.provenance(base))
         if isinstance(base, Abstract) and base.length is not None and attr == "shape":
             return (base.length,)  # a view `buf[:n]`: its first dimension is n
+        if isinstance(base, Abstract) and base.kind is not None:
+            return self._typed_member(base, attr)
         if isinstance(base, (Abstract, Many)) or base is UNKNOWN:
             return with_labels(UNKNOWN, self.provenance(base))
         if isinstance(base, ClassRef):
@@ -260,6 +264,80 @@ class ObjectModel:
         if isinstance(base, set) and attr in SET_METHODS:
             return PyMethod(base, attr)
         return missing if missing is not UNKNOWN and base is None else UNKNOWN
+
+    # ---- instances known only by their class (an annotation) -------------------------------------------------
+
+    def annotated_value(self, annotation: ast.expr, frame: Frame) -> Any:
+        """What an annotation written in `frame`'s module promises (NOT_HANDLED: nothing the evaluation can use):
+        the client's reading of a name first, then an instance of a class the tree defines."""
+        return annotated(annotation, lambda leaf: self._annotated_name(leaf, frame))
+
+    def _annotated_name(self, leaf: ast.expr, frame: Frame) -> Any:
+        answered = self.hooks.annotation(self, leaf, frame)  # type: ignore[arg-type]
+        if answered is not NOT_HANDLED:
+            return answered
+        text = dotted(leaf)
+        found = self.tree.resolve(frame.module.name, text) if text is not None else None
+        if not isinstance(found, ClassInfo) or self.tree.is_enum(found):
+            return NOT_HANDLED
+        return Abstract(kind=found)
+
+    def promised(self, module: ParsedModule | None, owner: ClassInfo | None, node: ast.AST) -> Any:
+        """What a function of `module` (a method of `owner`) promises to return, by its annotation; UNKNOWN if
+        nothing the evaluation can use."""
+        returns = getattr(node, "returns", None)
+        if returns is None or module is None:
+            return UNKNOWN
+        value = self.annotated_value(returns, Frame(module, owner, None, 0))
+        return UNKNOWN if value is NOT_HANDLED else value
+
+    def kind_from(self, value: Any, promise: Any) -> Any:
+        """`value`, an unknown, with the kind of instance `promise` (an annotation's reading) says it is: items of a
+        tuple and elements of a collection too. Labels and reasons stay the value's own."""
+        inner = plain(value)
+        if promise is UNKNOWN or not is_unknown(inner) and not isinstance(inner, tuple):
+            return value
+        if inner is UNKNOWN:
+            return promise
+        if isinstance(inner, Abstract) and inner.kind is None and isinstance(promise, Abstract):
+            return Abstract(inner.labels, inner.maybe, inner.why, inner.length, promise.kind)
+        if isinstance(inner, Many) and isinstance(promise, Many):
+            return Many(self.kind_from(inner.element, promise.element), inner.labels)
+        if isinstance(inner, tuple) and isinstance(promise, tuple) and len(inner) == len(promise):
+            return tuple(self.kind_from(item, kind) for item, kind in zip(inner, promise, strict=True))
+        return value
+
+    def typed_method(
+        self, receiver: Abstract, name: str
+    ) -> tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+        """The method `name` of the class a typed unknown is an instance of, and the class defining it."""
+        assert receiver.kind is not None
+        for klass in self.tree.ancestors(receiver.kind):
+            if name in klass.methods:
+                return klass, klass.methods[name]
+        return None
+
+    def _typed_member(self, base: Abstract, attr: str) -> Any:
+        """An attribute of an instance known only by its class: a method stays a method of it (known by name,
+        not followed); a property or a declared field is what its annotation promises."""
+        assert base.kind is not None
+        inherited = self.provenance(base)
+        for klass in self.tree.ancestors(base.kind):
+            if attr in klass.methods:
+                node = klass.methods[attr]
+                names = {(dotted(d) or "").rpartition(".")[2] for d in node.decorator_list}
+                if names & {"property", "cached_property"}:
+                    return with_labels(self.promised(self.tree.module(klass.module), klass, node), inherited)
+                return Method(base, attr)
+            if attr in klass.annotations and not is_classvar(klass.annotations[attr]):
+                module = self.tree.module(klass.module)
+                value = (
+                    self.annotated_value(klass.annotations[attr], Frame(module, klass, None, 0))
+                    if module is not None
+                    else NOT_HANDLED
+                )
+                return with_labels(UNKNOWN if value is NOT_HANDLED else value, inherited)
+        return with_labels(UNKNOWN, inherited)
 
     def provenance(self, value: Any) -> frozenset[Label]:
         """The labels of a value that what is read from it inherits: those that say where it came from."""

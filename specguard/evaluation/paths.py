@@ -190,9 +190,11 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
         why = why + tuple(r for r in why_of(value) if r not in why)
     lengths = [value.length for value, _ in options if isinstance(value, Abstract)]
     length = lengths[0] if len(lengths) == len(options) and all(same_value(lengths[0], x) for x in lengths) else None
-    if not (labels or maybe) and length is None:
+    kinds = {value.kind for value, _ in options if isinstance(value, Abstract)}
+    kind = kinds.pop() if len(kinds) == 1 and len(lengths) == len(options) else None
+    if not (labels or maybe) and length is None and kind is None:
         return UNKNOWN
-    return Abstract(bounded(labels), bounded(maybe - labels), why[:4], length)
+    return Abstract(bounded(labels), bounded(maybe - labels), why[:4], length, kind)
 
 
 def _same_class(options: list[tuple[Any, frozenset]]) -> bool:

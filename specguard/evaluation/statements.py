@@ -22,6 +22,7 @@ from specguard.evaluation.paths import (
     merge_agreed,
 )
 from specguard.evaluation.values import (
+    NOT_HANDLED,
     UNKNOWN,
     Deferred,
     Function,
@@ -106,6 +107,9 @@ class Statements(Builtins):
         if stmt.value is not None:
             mark = len(self.env.log)
             value = self._deferred([stmt.target], stmt.value, frame, state) or self.eval(stmt.value, frame, state)
+            if is_unknown(plain(value)):  # unknown in value, of the kind its annotation says
+                promise = self.annotated_value(stmt.annotation, frame)
+                value = value if promise is NOT_HANDLED else self.kind_from(value, promise)
             self.assign(stmt.target, value, frame, state, stmt)
             self._carry_env(stmt.target, stmt.value, state, mark)
         return Flow(normal=state)

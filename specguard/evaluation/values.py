@@ -101,12 +101,14 @@ def bounded(labels: frozenset[Label]) -> frozenset[Label]:
 class Abstract:
     """An unknown value with what it derives from. `labels`: derived on some path the evaluation followed in full;
     `maybe`: derived perhaps, through something it could not evaluate (`why` says what); `length`: the length of a
-    sliced buffer (`buf[:n]`), when known."""
+    sliced buffer (`buf[:n]`), when known; `kind`: the class an annotation says it is an instance of (its methods
+    are known by name and by what they promise to return, though not followed)."""
 
     labels: frozenset[Label] = NO_LABELS
     maybe: frozenset[Label] = NO_LABELS
     why: tuple[str, ...] = ()
     length: Any = None
+    kind: ClassInfo | None = None
 
     def __bool__(self) -> bool:
         raise TypeError("an abstract value has no truth value; use truth()")
@@ -114,6 +116,7 @@ class Abstract:
     def __repr__(self) -> str:
         parts = [repr(sorted(self.labels, key=repr))] if self.labels else []
         parts += [f"maybe={sorted(self.maybe, key=repr)}"] if self.maybe else []
+        parts += [f"kind={self.kind.name}"] if self.kind is not None else []
         return f"Abstract({', '.join(parts)})"
 
 
@@ -422,7 +425,7 @@ def with_labels(value: Any, labels: frozenset[Label]) -> Any:
     if value is UNKNOWN:
         return Abstract(bounded(labels))
     if isinstance(value, Abstract):
-        return Abstract(bounded(value.labels | labels), value.maybe, value.why, value.length)
+        return Abstract(bounded(value.labels | labels), value.maybe, value.why, value.length, value.kind)
     if isinstance(value, Tagged):
         return Tagged(value.value, bounded(value.labels | labels))
     if isinstance(value, Sym):
@@ -448,7 +451,7 @@ def traced(value: Any, hop: str, kinds: frozenset[str]) -> Any:
         return value
     moved = frozenset(x.then(hop) if x.kind in kinds else x for x in labels)
     if isinstance(value, Abstract):
-        return Abstract(moved, value.maybe, value.why, value.length)
+        return Abstract(moved, value.maybe, value.why, value.length, value.kind)
     if isinstance(value, Tagged):
         return Tagged(value.value, moved)
     if isinstance(value, Sym):

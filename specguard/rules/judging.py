@@ -25,6 +25,7 @@ from specguard.evaluation.instances import InstanceAttributes
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.program import Program
 from specguard.evaluation.values import (
+    NOT_HANDLED,
     STAR_KWARGS,
     UNKNOWN,
     Bound,
@@ -280,6 +281,17 @@ def writes_of(
 
 def unknown_parameter(param: ast.arg, frame: Frame) -> Any:
     return UNKNOWN
+
+
+def annotated_parameter(ev: Evaluator) -> Parameter:
+    """Parameters bound to what their annotations promise (an instance of a class of the tree, a list of them),
+    unknown in value."""
+
+    def bind(param: ast.arg, frame: Frame) -> Any:
+        value = ev.annotated_value(param.annotation, frame) if param.annotation is not None else NOT_HANDLED
+        return UNKNOWN if value is NOT_HANDLED else value
+
+    return bind
 
 
 def inside(outer: ast.AST, node: ast.AST) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from specguard.evaluation.hooks import Hooks
-from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Function, Obj
+from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Abstract, Bound, Function, Method, Obj, plain
 from specguard.findings import Judgement
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements, speculator_module
 from specguard.rules.judging import (
@@ -15,36 +15,58 @@ from specguard.rules.judging import (
     Question,
     Scope,
     aliases,
+    annotated_parameter,
     bind_parameters,
     callee,
     inside,
     unknown_parameter,
+    words,
     writes_of,
 )
 
 
 class _Builds(Hooks):
     """Calls written in the function whose callee, as evaluated, is the sink (through an alias, a partial, an
-    attribute the instance was given): a runtime build unless the capture keyword is True."""
+    attribute the instance was given) or a builder method of an object whose class is known: a runtime build unless
+    the capture keyword is True."""
 
     def __init__(self, q: Question, scope: Scope | None, record: bool = True) -> None:
         self.q, self.scope, self.record = q, scope, record
         self.sinks = set(q.pack.metadata.sink)
-        self.builds: dict[int, tuple[ast.Call, str]] = {}
+        self.methods = set(q.pack.metadata.builder_methods)
+        self.helpers = set(q.pack.speculators.shared_helpers)
+        # the call in the function -> (that call, what it builds with, the build a helper it calls makes, if any)
+        self.builds: dict[int, tuple[ast.Call, str, str | None]] = {}
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
     ) -> Any:
-        target = callee(func)
-        if target is None or target.method or target.name not in self.sinks:
+        method = builder_method(ev, func, self.methods)
+        target = callee(func) if method is None else None
+        if method is None and target is not None and target.method and target.name in self.helpers:
+            return UNKNOWN  # the shared helpers are where the sink belongs: what they build is not judged here
+        if method is None and (target is None or target.method or target.name not in self.sinks):
             return NOT_HANDLED
-        if self.record and self.scope is not None and frame.module is self.q.module and inside(self.scope.node, node):
+        if method is None and target is not None:
             keyword = self.q.pack.metadata.capture_keyword or ""
             passed = {**dict(target.partial_kwargs), **kwargs}
-            capture = ev.truth(passed[keyword], frame, state) if keyword in passed else False
-            if capture is not True:
-                self.builds.setdefault(id(node), (node, target.name))
+            if keyword in passed and ev.truth(passed[keyword], frame, state) is True:
+                return UNKNOWN  # a capture-time build
+        self._record(ev, node, frame, method or target.name)  # type: ignore[union-attr]
         return UNKNOWN  # a metadata build: not followed into
+
+    def _record(self, ev: Any, node: ast.Call, frame: Any, name: str) -> None:
+        """A build the function makes: written in it, or made by a function of the tree it calls (then it is the
+        call written in the function that leads there that bypasses the shared helpers)."""
+        if not self.record or self.scope is None:
+            return
+        if frame.module is self.q.module and inside(self.scope.node, node):
+            self.builds.setdefault(id(node), (node, name, None))
+            return
+        outer = ev.calls[0] if ev.calls else None
+        if isinstance(outer, ast.Call) and inside(self.scope.node, outer):
+            where = f"{name}` ({ev.place(frame, node)})"
+            self.builds.setdefault(id(outer), (outer, ast.unparse(outer.func)[:60], where))
 
     def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
         target = callee(func)
@@ -61,13 +83,43 @@ class _Builds(Hooks):
         return writes_of(self.q, _Builds(self.q, None, record=False), function, me, unknown_parameter, writes)
 
 
+def builder_method(ev: Any, func: Any, methods: set[str]) -> str | None:
+    """The pack's `Class.method` a call reaches: a method of an object whose class (or an ancestor) the evaluation
+    knows, as an instance it built or one an annotation promised."""
+    func = plain(func)
+    receiver = plain(func.receiver) if isinstance(func, Method) else None
+    if isinstance(receiver, Abstract) and receiver.kind is not None:
+        cls, name = receiver.kind, func.name
+    elif isinstance(func, Bound) and func.func.owner is not None:
+        cls, name = func.func.owner, func.func.name
+    else:
+        return None
+    return next((f"{k.name}.{name}" for k in ev.tree.ancestors(cls) if f"{k.name}.{name}" in methods), None)
+
+
+def _building_imports(q: Question, names: set[str]) -> set[str]:
+    """Functions this module imports from the tree whose text names a build: a function calling one may build
+    through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
+    found = set()
+    pattern = words(names)
+    for local, target in q.facts.imports:
+        resolved = q.program.resolve(q.module.name, local)
+        if isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            module, node = resolved
+            text = "\n".join(getattr(module, "lines", [])[node.lineno - 1 : node.end_lineno or node.lineno])
+            if pattern.search(text) and target.rpartition(".")[2] not in names:
+                found.add(local)
+    return found
+
+
 def _in_shared_helper(q: Question, scope: Scope) -> bool:
     """The shared helpers count only where the speculator base itself defines them."""
     return scope.class_name in q.facts.base_classes and scope.node.name in q.pack.speculators.shared_helpers
 
 
 def judge(q: Question) -> Iterator[Judgement]:
-    names = aliases(q, set(q.pack.metadata.sink))
+    names = aliases(q, set(q.pack.metadata.sink)) | {m.rpartition(".")[2] for m in q.pack.metadata.builder_methods}
+    names |= _building_imports(q, names)
     for scope in q.scopes:
         speculator = (
             q.facts.is_speculator_module if scope.class_name is None else scope.class_name in q.facts.speculator_classes
@@ -77,16 +129,17 @@ def judge(q: Question) -> Iterator[Judgement]:
         hooks = _Builds(q, scope)
         ev = q.evaluator(hooks)
         try:
-            ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), unknown_parameter))
+            ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), annotated_parameter(ev)))
         except (OutOfBudget, RecursionError):
             yield q.out_of_budget("SG101", scope)
         helpers = q.pack.speculators.shared_helpers
-        for node, name in sorted(hooks.builds.values(), key=lambda item: (item[0].lineno, item[0].col_offset)):
+        for node, name, via in sorted(hooks.builds.values(), key=lambda item: (item[0].lineno, item[0].col_offset)):
+            how = f"calls `{name}`, which builds with `{via};" if via else f"calls `{name}` directly;"
             yield q.judgement(
                 "SG101",
                 scope,
                 node,
-                f"`{scope.qualname}` calls `{name}` directly; build draft attention metadata through the "
+                f"`{scope.qualname}` {how} build draft attention metadata through the "
                 f"speculator base's shared helper (`{'` or `'.join(helpers[:2])}`)",
             )
 
@@ -103,9 +156,10 @@ RULE = Rule(
     summary=(
         "Flags a speculator method, or a module-level function of a speculator module, that calls the "
         "attention-metadata sink (`build_attn_metadata`) anywhere but in the shared helpers defined by the "
-        "speculator base, however it reaches it: by name, through a local alias, a `functools.partial`, or an "
-        "attribute the instance was given. Capture-time builders, whose `for_cudagraph_capture` is True, are "
-        "exempt."
+        "speculator base, however it reaches it: by name, through a local alias, a `functools.partial`, an "
+        "attribute the instance was given, or a function of the tree it calls. A builder method of another object "
+        "(`group.build_metadata(...)`, `group.get_metadata_builder().build(...)`) is such a build too. Capture-time "
+        "builders, whose `for_cudagraph_capture` is True, are exempt."
     ),
     why=(
         "Every speculator must agree with `query_start_loc` on how many tokens the batch has. vLLM fixed the "
@@ -117,8 +171,12 @@ RULE = Rule(
         "The rule evaluates each call written in the function: its callee is what the evaluation finds there "
         "(an import under any name, a local or instance attribute assigned the sink, a partial of it, the "
         "function a module attribute names), and a method of some other object that shares the sink's name is "
-        "not the sink. The capture keyword is evaluated too (a local, a partial's bound argument): a build is "
-        "exempt only where it is True on every path.",
+        "not the sink. A method call is a build where the object's class, or an ancestor, and the method are one "
+        "of the pack's `builder_methods`; the class is what the evaluation knows of the object: built in the tree, "
+        "or promised by an annotation (`init_attn_backend(...) -> tuple[list[list[AttentionGroup]], ...]`, a "
+        "field's, a parameter's). A build made by a function of the tree the method calls (not a shared helper) "
+        "is reported at that call. The capture keyword is evaluated too (a local, a partial's bound argument): a "
+        "build is exempt only where it is True on every path.",
     ),
     bad="""
         import functools

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from specguard.evaluation.annotations import annotated
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame, doubts
 from specguard.evaluation.values import (
@@ -116,7 +117,7 @@ class _Counts(Hooks):
 
     def parameter(self, param: ast.arg, frame: Frame) -> Any:
         if param.annotation is not None:
-            value = self.annotation(None, param.annotation, frame)  # type: ignore[arg-type]
+            value = annotated(param.annotation, lambda leaf: self.annotation(None, leaf, frame))
             if value is not NOT_HANDLED:
                 return value
         if param.arg in self.q.pack.padding.descriptor_params:
@@ -128,27 +129,8 @@ class _Counts(Hooks):
         return UNKNOWN
 
     def annotation(self, ev: Any, annotation: ast.expr, frame: Frame) -> Any:
-        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-            try:
-                annotation = ast.parse(annotation.value, mode="eval").body
-            except SyntaxError:
-                return NOT_HANDLED
-        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-            sides = [self.annotation(ev, side, frame) for side in (annotation.left, annotation.right)]
-            known_sides = [v for v in sides if v is not NOT_HANDLED]
-            return known_sides[0] if len(known_sides) == 1 else NOT_HANDLED
-        if isinstance(annotation, ast.Subscript):
-            outer = (dotted(annotation.value) or "").rpartition(".")[2]
-            inner = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
-            if outer in ("tuple", "Tuple") and not any(isinstance(x, ast.Constant) for x in inner):
-                values = [self.annotation(ev, x, frame) for x in inner]
-                return tuple(UNKNOWN if v is NOT_HANDLED else v for v in values)
-            if outer in ("list", "List", "Sequence", "Iterable", "set", "frozenset", "tuple", "Tuple"):
-                element = self.annotation(ev, inner[0], frame)
-                return Many(element) if element is not NOT_HANDLED else NOT_HANDLED
-            if outer in ("Optional", "Annotated", "Final"):
-                return self.annotation(ev, inner[0], frame)
-            return NOT_HANDLED
+        """A name in an annotation: the descriptor types and the mode enum (the evaluator reads the containers
+        around them)."""
         names = annotation_names(annotation)
         if names & self.descriptor_types:
             return self.descriptor(ast.unparse(annotation), annotation)
@@ -184,9 +166,9 @@ class _Counts(Hooks):
             # the query's offsets): followed, so the sink inside it is judged with the caller's values
             return NOT_HANDLED if self._followed(target) else UNKNOWN
         if not target.method and target.name in self.producers:
-            returns = getattr(target.function.node, "returns", None) if target.function is not None else None
-            value = self.annotation(ev, returns, frame) if returns is not None else NOT_HANDLED
-            return value if value is not NOT_HANDLED else Many(self.descriptor(f"{target.name}(...)", node))
+            function = target.function
+            value = ev.promised(function.module, function.owner, function.node) if function is not None else UNKNOWN
+            return value if value is not UNKNOWN else Many(self.descriptor(f"{target.name}(...)", node))
         if target.name in self.padded_producers:
             return self.padded(f"{target.name}(...)", node, ev=ev)
         return NOT_HANDLED
