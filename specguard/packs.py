@@ -27,6 +27,7 @@ BUILTIN_PACK = "vllm.toml"
 _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
+    | {"target_batch_types", "target_batch_params"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -87,6 +88,10 @@ class Padding(_Section):
 @dataclass(frozen=True)
 class Dcp(_Section):
     prepare: list[str] = field(default_factory=list)
+    # the target model's batch (optional; SG105): lengths read from one, a parameter of these types or names,
+    # are the target's, not the draft's own
+    target_batch_types: list[str] = field(default_factory=list)
+    target_batch_params: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,64 @@ FLAGGED = {
                 build = partial(self._build_uniform_attn_metadata, dcp_local_seq_lens=self.target_lens)
                 return build(num_reqs, step)  # flagged
     """,
+    # per draft step (issue 28): each step advances the global lengths
+    "prepared once, before the loop of draft steps": f"""
+        class Drafter(DraftModelSpeculator):
+            def decode(self, num_reqs, num_steps):
+                lens = {PREPARE}
+                for step in range(1, num_steps):
+                    self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=lens)  # flagged
+                    self._run_decode_step(num_reqs, step)
+    """,
+    "prepared on the first step only, kept on the instance": f"""
+        class Drafter(DraftModelSpeculator):
+            def decode(self, num_reqs, num_steps):
+                self._lens = None
+                for step in range(1, num_steps):
+                    if self._lens is None:
+                        self._lens = {PREPARE}
+                    self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=self._lens)  # flagged
+    """,
+    "handed in by the caller once, used on every step": """
+        class Drafter(DraftModelSpeculator):
+            def decode(self, num_reqs, num_steps, lens):
+                for step in range(1, num_steps):
+                    self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=lens)  # flagged
+    """,
+    "yielded by a generator that prepared them once": f"""
+        class Drafter(DraftModelSpeculator):
+            def _steps(self, num_reqs, num_steps):
+                lens = {PREPARE}
+                for step in range(1, num_steps):
+                    yield step, lens
+
+            def decode(self, num_reqs, num_steps):
+                for step, lens in self._steps(num_reqs, num_steps):
+                    self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=lens)  # flagged
+    """,
+    "a partial another method bound to the target's lengths": """
+        class Drafter(DraftModelSpeculator):
+            def on_target_batch(self, input_batch):
+                self._step = partial(self._build_uniform_attn_metadata, dcp_local_seq_lens=input_batch.dcp_lens)
+
+            def decode(self, num_reqs, num_steps):
+                for step in range(1, num_steps):
+                    self._step(num_reqs, step)  # flagged
+    """,
+    "the target model's batch, annotated": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch: "InputBatch", num_reqs):
+                return self._build_uniform_attn_metadata(  # flagged
+                    num_reqs, 1, dcp_local_seq_lens=batch.dcp_local_seq_lens
+                )
+    """,
+    "the target model's batch, by the pack's parameter name": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, input_batch, num_reqs):
+                return self._build_uniform_attn_metadata(  # flagged
+                    num_reqs, 1, dcp_local_seq_lens=input_batch.dcp_local_seq_lens
+                )
+    """,
 }
 
 CLEAN = {
@@ -83,6 +141,31 @@ CLEAN = {
             def propose(self, num_reqs, step):
                 self._lens = None
                 return self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=self._lens)
+    """,
+    "prepared on every draft step": f"""
+        class Drafter(DraftModelSpeculator):
+            def decode(self, num_reqs, num_steps):
+                for step in range(1, num_steps):
+                    lens = {PREPARE}
+                    self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=lens)
+                    self._run_decode_step(num_reqs, step)
+    """,
+    "prepared before a loop that builds nothing, used once after it": f"""
+        class Drafter(DraftModelSpeculator):
+            def decode(self, num_reqs, groups):
+                lens = {PREPARE}
+                for group in groups:
+                    group.reset()
+                return self._build_uniform_attn_metadata(num_reqs, 1, dcp_local_seq_lens=lens)
+    """,
+    "a partial another method bound without lengths": """
+        class Drafter(DraftModelSpeculator):
+            def on_target_batch(self, input_batch):
+                self._step = partial(self._build_uniform_attn_metadata)
+
+            def decode(self, num_reqs, num_steps):
+                for step in range(1, num_steps):
+                    self._step(num_reqs, step)
     """,
 }
 

@@ -15,6 +15,7 @@ from specguard.evaluation.paths import (
     Frame,
     PathEnds,
     State,
+    enclosing,
     join_values,
 )
 from specguard.evaluation.values import (
@@ -356,7 +357,7 @@ class Expressions(Builtins):
         return result
 
     def _e_lambda(self, e: ast.Lambda, frame: Frame, state: State) -> Any:
-        return Function(frame.module, e, None, dict(state.locals))
+        return Function(frame.module, e, None, enclosing(frame, dict(state.locals)))
 
     def _e_await(self, e: ast.Await, frame: Frame, state: State) -> Any:
         return self.eval(e.value, frame, state)

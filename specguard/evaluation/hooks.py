@@ -68,6 +68,11 @@ class Hooks:
         """What an attribute of an object the client built holds where this evaluation has not written it."""
         return NOT_HANDLED
 
+    def round_ends(self, ev: Evaluator, loop: ast.stmt, frame: Frame, state: State) -> None:
+        """A loop's body ran and goes round again (or leaves) from `state`: what the client's values mean may
+        have changed with the round (lengths a draft step prepared are the previous step's on the next one), so
+        it may relabel them in `state`."""
+
     def reduced(self, ev: Evaluator, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
         """Labels a reduction (`any`, `max`, `sum`, `.max()`, `functools.reduce`, ...) adds to its result."""
         return NO_LABELS

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import itertools
+from collections import ChainMap
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,8 +151,14 @@ def chain(first: Flow, second: Flow) -> Flow:
 class Frame:
     module: ParsedModule
     owner: ClassInfo | None
-    closure: dict[str, Any] | None
+    closure: MutableMapping[str, Any] | None
     depth: int
+
+
+def enclosing(frame: Frame, names: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """What a function defined in `frame` sees of the scopes around it: `names` (the defining function's locals),
+    then what that function itself saw (a lambda in a lambda sees the outer function's locals too)."""
+    return names if frame.closure is None else ChainMap(names, frame.closure)  # type: ignore[arg-type]
 
 
 def doubts(path: frozenset) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from specguard.evaluation.paths import (
     PathEnds,
     State,
     chain,
+    enclosing,
     join_values,
     merge,
     merge_agreed,
@@ -283,7 +284,7 @@ class Statements(Builtins):
             if self.work is None:  # where work is counted, the body's statements count the rounds
                 self.step()
             self.assign(stmt.target, item, frame, current, stmt)
-            res = self.exec_block(stmt.body, frame, current)
+            res = self._round(stmt, frame, current)
             flow.returns += res.returns
             flow.raises += res.raises
             broke += res.breaks
@@ -295,6 +296,14 @@ class Statements(Builtins):
             current = res.normal
         flow.normal = self.merge_states([s for s in [current, *broke] if s is not None])
         return flow
+
+    def _round(self, stmt: ast.stmt, frame: Frame, entry: State, body: list[ast.stmt] | None = None) -> Flow:
+        """One run of a loop's body; the states that go round again are the client's to relabel."""
+        res = self.exec_block(stmt.body if body is None else body, frame, entry)  # type: ignore[attr-defined]
+        for again in [res.normal, *res.continues]:
+            if again is not None:
+                self.hooks.round_ends(self, stmt, frame, again)  # type: ignore[arg-type]
+        return res
 
     def _loop_once(self, stmt: ast.stmt, over: ast.expr, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
         """A loop run once (`Semantics.loops == "once"`): what it assigns is unknown before and after, and its body
@@ -323,7 +332,7 @@ class Statements(Builtins):
             entry = current.copy()
             if target is not None:
                 self.assign(target, element, frame, entry, stmt)
-            res = self.exec_block(body, frame, entry)
+            res = self._round(stmt, frame, entry, body)
             flow.returns += res.returns
             flow.raises += res.raises
             exits += res.breaks
@@ -428,7 +437,7 @@ class Statements(Builtins):
         return UNKNOWN
 
     def _s_def(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame, state: State) -> Flow:
-        state.locals[stmt.name] = Function(frame.module, stmt, None, state.locals)
+        state.locals[stmt.name] = Function(frame.module, stmt, None, enclosing(frame, state.locals))
         return Flow(normal=state)
 
     def _s_import(self, stmt: ast.Import | ast.ImportFrom, frame: Frame, state: State) -> Flow:

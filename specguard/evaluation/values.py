@@ -12,7 +12,7 @@ analyzed source defines (classes, functions, enum members, objects) or what lies
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,7 +226,7 @@ class Function:
     module: ParsedModule
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
     owner: ClassInfo | None = None
-    closure: dict[str, Any] | None = None
+    closure: MutableMapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -459,6 +459,25 @@ def traced(value: Any, hop: str, kinds: frozenset[str]) -> Any:
     if isinstance(value, Many):
         return Many(value.element, moved)
     return OneOf(value.options, moved)
+
+
+def relabelled(value: Any, change: Callable[[Label], Label]) -> Any:
+    """The value with every label (its `maybe` ones and its elements' too) replaced by `change(label)`: a new value;
+    objects and mutable containers keep their identity and are not relabelled."""
+    if isinstance(value, tuple):
+        return tuple(relabelled(item, change) for item in value)
+    if not isinstance(value, (Abstract, Tagged, Sym, Many, OneOf)):
+        return value
+    labels = frozenset(change(x) for x in value.labels)
+    if isinstance(value, Abstract):
+        return Abstract(labels, frozenset(change(x) for x in value.maybe), value.why, value.length, value.kind)
+    if isinstance(value, Tagged):
+        return Tagged(value.value, labels)
+    if isinstance(value, Sym):
+        return Sym(value.name, labels)
+    if isinstance(value, Many):
+        return Many(relabelled(value.element, change), labels)
+    return OneOf(value.options, labels)
 
 
 def place_text(path: str, line: int, home: str | None) -> str:

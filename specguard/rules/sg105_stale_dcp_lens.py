@@ -8,10 +8,35 @@ from typing import Any
 
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
-from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Abstract, Label, labels_of, maybe_of, plain, why_of
+from specguard.evaluation.values import (
+    NOT_HANDLED,
+    UNKNOWN,
+    Abstract,
+    Function,
+    Label,
+    Obj,
+    Partial,
+    labels_of,
+    maybe_of,
+    plain,
+    relabelled,
+    why_of,
+)
 from specguard.findings import Judgement
+from specguard.program.ast_tools import annotation_names
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
-from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, bind_arguments, bind_parameters, callee
+from specguard.rules.judging import (
+    MAX_DEPTH,
+    OutOfBudget,
+    Parameter,
+    Question,
+    Scope,
+    aliases,
+    bind_arguments,
+    bind_parameters,
+    callee,
+    writes_of,
+)
 
 STATE, FRESH, PARAM = "state", "fresh", "param"  # the instance's state, lengths recomputed here, the caller's
 ABSENT: Any = object()  # the build got no DCP-local lengths at all
@@ -58,6 +83,38 @@ class _Handed(Hooks):
         self.q = q
         self.helpers, self.prepare = set(q.pack.speculators.shared_helpers), set(q.pack.dcp.prepare)
         self.sites: list[tuple[ast.AST, Any, ast.AST | None, str]] = []
+        self.builds: set[tuple[str, int]] = set()  # (file, line) of each call of a shared helper evaluated
+
+    def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
+        """A callable another method stored on the instance (a partial of a shared helper) is followed, what it
+        binds being the instance's state by now; any other attribute is the instance's state as it is."""
+        if obj.label != "self" or obj.cls is None:
+            return NOT_HANDLED
+        value = self.q.instance_attributes("SG105").value(obj.cls, attr, None, self._writes)
+        inner = plain(value)
+        if not isinstance(inner, Partial):
+            return NOT_HANDLED
+        return Partial(
+            inner.func,
+            tuple(relabelled(a, _stored) for a in inner.args),
+            {k: relabelled(v, _stored) for k, v in inner.kwargs.items()},
+            inner.nodes,
+        )
+
+    def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
+        return writes_of(self.q, _Handed(self.q), function, me, _caller_parameter(self.q), writes)
+
+    def round_ends(self, ev: Any, loop: ast.stmt, frame: Frame, state: Any) -> None:
+        """A loop whose body builds through a shared helper is a loop of draft steps, each of which advances the
+        draft's global lengths: lengths prepared (or handed in) before a step are an earlier step's on the next."""
+        path, first, last = str(frame.module.path), loop.lineno, loop.end_lineno or loop.lineno
+        steps = any(file == path and first <= line <= last for file, line in self.builds)
+        if not steps and not _yields(loop):  # a generator's rounds are its consumer's: a step each, where it builds
+            return
+        for name, value in list(state.locals.items()):
+            state.locals[name] = relabelled(value, _an_earlier_step)
+        for key, value in list(state.writes.items()):
+            state.writes[key] = relabelled(value, _an_earlier_step)
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
@@ -69,11 +126,28 @@ class _Handed(Hooks):
             return _prepared(ev, target.name, node, frame, state)
         if target.name not in self.helpers or not target.method:
             return NOT_HANDLED
+        self.builds.add((str(frame.module.path), node.lineno))
         param = self.q.pack.metadata.dcp_param or ""
         value, passed, _ = bind_arguments(target, args, kwargs, node).get(param, (ABSENT, None, ""))
         if value is not ABSENT:
             self.sites.append((ev.calls[0] if ev.calls else node, value, passed, target.name))
         return UNKNOWN  # the helper itself is judged on its own
+
+
+def _an_earlier_step(label: Label) -> Label:
+    if label.kind not in (FRESH, PARAM):
+        return label
+    return Label(STATE, "prepared before an earlier draft step", label.span, label.path, label.origin, label.steps)
+
+
+def _stored(label: Label) -> Label:
+    if label.kind not in (FRESH, PARAM):
+        return label
+    return Label(STATE, "stored on the instance by another method", label.span, label.path, label.origin)
+
+
+def _yields(loop: ast.stmt) -> bool:
+    return any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in ast.walk(loop))
 
 
 def _prepared(ev: Any, name: str, node: ast.Call, frame: Frame, state: Any) -> Any:
@@ -85,27 +159,39 @@ def _prepared(ev: Any, name: str, node: ast.Call, frame: Frame, state: Any) -> A
     return fresh
 
 
-def _parameter(param: ast.arg, frame: Frame) -> Any:
-    return Abstract(frozenset({Label(PARAM, param.arg)}))
+def _caller_parameter(q: Question) -> Parameter:
+    """A parameter is the caller's lengths (the draft's own, as far as this method knows), except the target
+    model's batch (by the pack's types, or an unannotated parameter by its names): what it holds is the target's."""
+    types, names = set(q.pack.dcp.target_batch_types), set(q.pack.dcp.target_batch_params)
+
+    def bind(param: ast.arg, frame: Frame) -> Any:
+        annotated = annotation_names(param.annotation)
+        if annotated & types or (param.annotation is None and param.arg in names):
+            return Abstract(frozenset({Label(STATE, f"`{param.arg}`, the target model's batch")}))
+        return Abstract(frozenset({Label(PARAM, param.arg)}))
+
+    return bind
 
 
 def judge(q: Question) -> Iterator[Judgement]:
     helpers = q.pack.speculators.shared_helpers
     dcp = q.pack.metadata.dcp_param or ""
+    names = aliases(q, set(helpers))
     for scope in q.scopes:
         if scope.class_name in q.facts.base_classes and scope.node.name in helpers:
             if q.facts.sink_accepts_dcp:
                 yield from _judge_helper(q, scope)
-        elif scope.class_name in q.facts.speculator_classes and _may_hand_lengths(scope, set(helpers), dcp):
+        elif scope.class_name in q.facts.speculator_classes and _may_hand_lengths(scope, set(helpers), names, dcp):
             yield from _judge_caller(q, scope)
 
 
-def _may_hand_lengths(scope: Scope, helpers: set[str], dcp: str) -> bool:
-    """A preselection by reading: the method names a shared helper and may hand it lengths (it names the
-    parameter, spreads a mapping into a call, or binds a partial). The verdict is the evaluation's."""
-    if not dcp or not scope.mentions(helpers):
+def _may_hand_lengths(scope: Scope, helpers: set[str], names: set[str], dcp: str) -> bool:
+    """A preselection by reading: the method names a shared helper, or a name bound to one (a partial stored on
+    the instance), and may hand it lengths (it names the parameter, spreads a mapping into a call, binds a partial
+    or calls one bound elsewhere). The verdict is the evaluation's."""
+    if not dcp or not scope.mentions(names):
         return False
-    return scope.mentions({dcp, "partial"}) or "**" in scope.text
+    return scope.mentions({dcp, "partial"} | (names - helpers)) or "**" in scope.text
 
 
 def _judge_caller(q: Question, scope: Scope) -> Iterator[Judgement]:
@@ -119,15 +205,20 @@ def _judge_caller(q: Question, scope: Scope) -> Iterator[Judgement]:
     dcp = q.pack.metadata.dcp_param
     for node, value, passed, helper in hooks.sites:
         handed = ast.unparse(passed.value if isinstance(passed, ast.keyword) else passed) if passed is not None else dcp
-        if any(x.kind == STATE for x in labels_of(value)):
+        stale = sorted(x.text for x in labels_of(value) if x.kind == STATE)
+        if stale:
+            what = (
+                "the instance's state, prepared before this call by the target model or an earlier step"
+                if stale[0] == "self"
+                else stale[0]
+            )
             yield q.judgement(
                 "SG105",
                 scope,
                 node,
                 f"`{scope.qualname}` hands `{helper}` DCP rank-local lengths that are not the draft's own "
-                f"(`{dcp}={handed}`: the instance's state, prepared before this call by the target model or an "
-                f"earlier step, not recomputed here by `{q.pack.dcp.prepare[0]}`); the helper trusts what it is "
-                f"handed, so draft steps attend with stale lengths",
+                f"(`{dcp}={handed}`: {what}, not recomputed here by `{q.pack.dcp.prepare[0]}`); the helper trusts "
+                f"what it is handed, so draft steps attend with stale lengths",
             )
             return
         if any(x.kind == STATE for x in maybe_of(value)):
@@ -140,7 +231,7 @@ def _ran(q: Question, scope: Scope, hooks: Hooks) -> bool:
     """Run the method with the instance as state and its parameters as its caller's; False: out of budget."""
     me = q.self_value(scope, frozenset({Label(STATE, "self")}))
     try:
-        q.evaluator(hooks).run(scope.function, bind_parameters(scope.function, me, _parameter))
+        q.evaluator(hooks).run(scope.function, bind_parameters(scope.function, me, _caller_parameter(q)))
     except (OutOfBudget, RecursionError):
         return False
     return True
@@ -224,8 +315,12 @@ RULE = Rule(
         "finding, whatever the test that chose the path (`if self.dcp_size > 1`, a flag, the order of the calls). "
         "The helper trusts the lengths its caller hands it, so each speculator method that calls a shared helper is "
         "evaluated too, with the instance as state: lengths it hands the helper (by keyword, position, `**kwargs` "
-        "or a `functools.partial`) that are the instance's state, not recomputed in that method, are a finding at "
-        "the call.",
+        "or a `functools.partial`, also one another method stored on the instance) that are the instance's state, "
+        "not recomputed in that method, are a finding at the call; so are lengths read from the target model's "
+        "batch (`[dcp] target_batch_types`, an unannotated parameter by `target_batch_params`). Freshness is per "
+        "draft step: a loop whose body calls a shared helper is a loop of draft steps, each of which advances the "
+        "global lengths, so lengths prepared (or handed in) before a step are stale on the next one (prepared once "
+        "before the loop, on the first step only, or yielded by a generator that prepared them once).",
     ),
     bad="""
         from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
@@ -276,28 +371,6 @@ RULE = Rule(
     applies=_helpers_here,
     judge=judge,
     limits=(
-        Limit(
-            "Freshness is per method, not per draft step: lengths a speculator prepares once (before its loop of "
-            "draft steps, or on the first step) and hands the helper on every step count as prepared there, though "
-            "each step advances the global lengths; such a loop is not flagged.",
-            missed="""
-                from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
-
-                class DraftModelSpeculator:
-                    def _build_uniform_attn_metadata(self, num_reqs, step, dcp_local_seq_lens=None):
-                        ...
-
-                class Drafter(DraftModelSpeculator):
-                    def _multi_step_decode(self, num_reqs, num_steps):
-                        lens = prepare_dcp_local_seq_lens(
-                            self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
-                            self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
-                        )
-                        for step in range(1, num_steps):
-                            self._build_uniform_attn_metadata(num_reqs, step, dcp_local_seq_lens=lens)
-                            self._run_decode_step(num_reqs, step)
-            """,
-        ),
         Limit(
             "Lengths that come from a function the evaluation cannot read (of a package outside the analyzed tree) "
             "are unknown: whether they are the draft's own is not decided, and the helper is counted as not decided "
