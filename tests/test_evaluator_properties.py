@@ -323,3 +323,16 @@ def fn(a, b):
     *costly, length, replaced = returns[0]
     assert [possible(v) for v in costly] == [None] * 4
     assert possible(length) == [800] and possible(replaced) == ["cbc"]
+
+
+def test_a_function_nested_in_a_lambda_sees_the_scopes_around_it() -> None:
+    """Found by the property above: a lambda in a lambda saw only the outer lambda's locals, so `a` inside it was
+    an unknown without `a`'s label (Python gives `a`)."""
+    text = HELPERS + (
+        "\n\ndef fn(a, b):\n"
+        "    return (lambda bx: (bump(bx, (lambda bx: (bump(bx, a), bx.v)[1])(Box(b))), bx.v)[1])(Box(b))\n"
+    )
+    source = Label("src", "a")
+    returns, _ = evaluate(text, {"a": Abstract(frozenset({source})), "b": 0})
+    assert [source in labels_of(value) for value in returns] == [True]
+    assert run_python(text, 3, 0) == (True, 3)
