@@ -12,7 +12,11 @@ import pytest
 from specguard.composition import check_source
 
 HEAD = """
-from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+import torch
+
+class DraftModelSpeculator:
+    def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, causal=True):
+        ...
 """
 
 OBSERVES = {
@@ -29,6 +33,25 @@ OBSERVES = {
             def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
                 logger.debug("draft build for %d requests", num_reqs)
                 return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
+    """,
+    # the second blind set's false positives: an assertion refuses loudly, a `with` only wraps the call
+    "asserts on its arguments": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                assert num_reqs <= self.max_num_reqs, "too many requests for the draft buffers"
+                return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
+    """,
+    "returns the call inside a profiler range": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, *args, **kwargs):
+                with torch.cuda.nvtx.range(f"draft metadata {num_reqs}"):
+                    return super()._build_attn_metadata(num_reqs, *args, **kwargs)
+    """,
+    "a default the base gives too": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, causal=True):
+                assert batch_desc is not None
+                return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np, causal=causal)
     """,
 }
 
@@ -58,6 +81,25 @@ CHANGES = {
             def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, dcp_local_seq_lens=None):
                 metadata = super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
                 return metadata
+    """,
+    "a default the base does not give": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, causal=False):
+                assert batch_desc is not None
+                return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np, causal=causal)
+    """,
+    "falls off the end on one path": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                if num_reqs:
+                    return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
+    """,
+    "raises for a caller to catch": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                if num_reqs > self.max_num_reqs:
+                    raise ValueError("too many requests")
+                return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
     """,
 }
 

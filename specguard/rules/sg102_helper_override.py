@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 import libcst as cst
@@ -26,7 +27,8 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
         cls = scope.class_name
         if cls is None or cls not in ctx.facts.speculator_classes or cls in ctx.facts.base_classes:
             continue
-        if scope.name in helpers and not _observes_only(scope.function):
+        base = ctx.facts.overridden_signature(f"{cls}.{scope.name}")
+        if scope.name in helpers and not _observes_only(scope.function, base):
             message = (
                 f"speculator `{cls}` overrides the shared metadata helper `{scope.name}`; pass what differs "
                 f"as arguments to the base helper instead of overriding it"
@@ -36,7 +38,6 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
                 message += f"; no fix offered: the override is not a pure forward ({'; '.join(problems[:2])})"
             fix = None
             if not problems:
-                base = ctx.facts.overridden_signature(f"{cls}.{scope.name}")
                 same = base is not None and binds_alike(scope.function, base)
                 what = f"Delete `{scope.qualname}`, which only forwards its arguments to the base helper"
                 if not same:
@@ -69,17 +70,18 @@ def binds_alike(function: cst.FunctionDef, base: Signature) -> bool:
 # ---- is the override a wrapper that cannot change what is built? --------------------------------------------
 
 
-def _observes_only(function: cst.FunctionDef) -> bool:
+def _observes_only(function: cst.FunctionDef, base: Signature | None) -> bool:
     """An override that extends the helper without changing what it builds: it assigns the result of
     `super().<same name>(...)`, called with each of its own parameters unchanged, to a local that it alone
-    assigns, returns that local (or the call) on every `return`, never assigns a parameter, gives none a
-    default and refuses nothing (no `assert`, no `raise`). What it does besides (records, logs, reads the
-    result) cannot change the metadata. A pure forward is not one: it is flagged with a fix that deletes it."""
+    assigns, returns that local (or the call) on every `return` and ends in one (inside a `with` too), never
+    assigns a parameter, gives none a default the base does not give it and raises nothing. What it does
+    besides (records, logs, asserts on its arguments, reads the result) cannot change the metadata: an assertion
+    refuses loudly, it builds nothing else. A pure forward is not one: it is flagged with a fix that deletes it."""
     statements = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
     if forward_problems(function) == [] or function.decorators or function.asynchronous is not None:
         return False
-    if any(p.default is not None for p in parameters(function)):
-        return False  # a default of its own may differ from the base's
+    if not _defaults_agree(function, base) or not _ends_in_return(statements):
+        return False
     params = {p.name.value for p in parameters(function)}
     stored: dict[str, list[cst.BaseExpression]] = {}
     returns: list[cst.BaseExpression | None] = []
@@ -92,8 +94,8 @@ def _observes_only(function: cst.FunctionDef) -> bool:
             stored.setdefault(node.target.value, []).append(node.value)  # type: ignore[arg-type]
         elif isinstance(node, cst.Return):
             returns.append(node.value)
-        elif isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Assert, cst.Raise)):
-            return False  # a refusal changes whether it is built
+        elif isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.Raise)):
+            return False  # code of its own, or an exception a caller may catch and build otherwise
     if params & stored.keys() or not returns:
         return False
 
@@ -105,6 +107,28 @@ def _observes_only(function: cst.FunctionDef) -> bool:
         return False
 
     return all(forwards(value) for value in returns)
+
+
+def _defaults_agree(function: cst.FunctionDef, base: Signature | None) -> bool:
+    """Each default the override gives is a constant the base helper gives that parameter too."""
+    for param in parameters(function):
+        if param.default is None:
+            continue
+        try:
+            value = repr(ast.literal_eval(cst.Module([]).code_for_node(param.default)))
+        except (ValueError, SyntaxError, TypeError):
+            return False
+        if base is None or base.default(param.name.value) != value:
+            return False
+    return True
+
+
+def _ends_in_return(statements: list[cst.BaseStatement]) -> bool:
+    """No path falls off the end (and returns None): the last statement returns, or is a `with` whose does."""
+    last = statements[-1] if statements else None
+    if isinstance(last, cst.With) and isinstance(last.body, cst.IndentedBlock):
+        return _ends_in_return(list(last.body.body))
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)
 
 
 def _nodes(statements: list[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
@@ -241,8 +265,9 @@ RULE = Rule(
         "speculator base (`_build_attn_metadata`, `_build_uniform_attn_metadata`, or the legacy "
         "`_build_draft_attn_metadata`). Classes that are not speculators may define methods of those names. An "
         "override that only observes the helper (it calls the base helper with each of its own arguments "
-        "unchanged and returns that result on every path, recording or logging besides) is not flagged: it "
-        "cannot change what is built."
+        "unchanged, with no default the base does not give, and returns that result on every path, inside a "
+        "`with` or not; recording, logging or asserting on its arguments besides) is not flagged: it cannot "
+        "change what is built, and an assertion refuses loudly. One that raises, or falls off its end, is."
     ),
     why=(
         "The shared helper is the single place that decides the token count (padded for FULL CUDA graphs, real "
