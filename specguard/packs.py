@@ -27,7 +27,7 @@ BUILTIN_PACK = "vllm.toml"
 _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
-    | {"target_batch_types", "target_batch_params"}
+    | {"target_batch_types", "target_batch_params", "padded_fields"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -68,6 +68,8 @@ class Padding(_Section):
     descriptor_types: list[str] = field(default_factory=list)
     descriptor_params: list[str] = field(default_factory=list)  # optional: parameters that are descriptors by name
     padded_attribute: str | None = None
+    # more fields of such a descriptor that carry padding (optional): the padded request count
+    padded_fields: list[str] = field(default_factory=list)
     # more sources of padded counts (optional): calls returning one, attributes or parameters holding one (or a
     # collection of them), and per-rank token counts synchronised across DP ranks, whose maximum is one
     padded_producers: list[str] = field(default_factory=list)

@@ -40,6 +40,23 @@ class DraftModelSpeculator:
 """
 
 FLAGGED = {
+    # the descriptor's request count was not padded; `arange[:n + 1] * width` was an array of unknown content
+    "the padded request count, as the uniform helper's requests": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                return self._build_uniform_attn_metadata(batch_desc, batch_desc.num_reqs, 1)  # flagged
+    """,
+    # an item written into an array of unknown content was dropped
+    "the padded count written as the last offset": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                offsets = np.array(self.arange_np[: num_reqs + 1], copy=True)
+                offsets[num_reqs] = batch_desc.num_tokens
+                return self._build_attn_metadata(num_reqs, batch_desc, offsets)  # flagged
+    """,
     # the helper was not followed: only a `num_tokens=` argument was judged
     "a descriptor forced to FULL, handed to the helper": """
         class Drafter(DraftModelSpeculator):
@@ -89,6 +106,21 @@ FLAGGED = {
 }
 
 CLEAN = {
+    "the real request count, as the uniform helper's requests": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                return self._build_uniform_attn_metadata(batch_desc, num_reqs, 1)
+    """,
+    "the real count written as the last offset": """
+        class Drafter(DraftModelSpeculator):
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, real):
+                offsets = np.array(self.arange_np[: num_reqs + 1], copy=True)
+                offsets[num_reqs] = real
+                return self._build_attn_metadata(num_reqs, batch_desc, offsets)
+    """,
     "the dispatcher's descriptor, as it is": """
         class Drafter(DraftModelSpeculator):
             def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):

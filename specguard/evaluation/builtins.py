@@ -170,6 +170,11 @@ class Builtins(ObjectModel):
             return self._value_preserving(short, args[0], args[1:], node)
         if short in COMBINING and (args or kwargs):
             return self._combined([*args, *kwargs.values()])
+        if name in ("numpy.arange", "torch.arange") and len(args) in (1, 2) and (len(args) == 1 or args[0] == 0):
+            spaced = unknown_from(*args, why=f"`{name}` is not evaluated")
+            return Abstract(labels_of(spaced), maybe_of(spaced), why_of(spaced), args[-1], step=1)  # 0, 1, ..., n-1
+        if short == "array" and args and isinstance(plain(args[0]), Abstract) and plain(args[0]).step is not None:
+            return args[0]  # a copy of an evenly spaced array is one
         return unknown_from(*args, *kwargs.values(), why=f"`{name}` is not evaluated")
 
     def _getenv(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -428,6 +433,8 @@ class Builtins(ObjectModel):
         inner = plain(receiver)
         if method.name == "size" and isinstance(inner, Abstract) and inner.length is not None and args == [0]:
             return inner.length
+        if method.name == "copy" and isinstance(inner, Abstract) and inner.step is not None:
+            return receiver  # a copy of an evenly spaced array is one
         if method.name in VALUE_METHODS:
             return self._value_preserving(method.name, receiver, args, node)
         result = unknown_from(receiver, *args, *kwargs.values(), why=f"cannot resolve `{_call_text(node)}`")

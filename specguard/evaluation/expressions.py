@@ -216,6 +216,14 @@ class Expressions(Builtins):
                 return join_values([(r, frozenset()) for r in results])
         labels = labels_of(left) | labels_of(right) if _labelled(left, right) else frozenset()
         a, b = plain(left), plain(right)
+        spaced = [x for x in (a, b) if isinstance(x, Abstract) and x.step is not None]
+        if isinstance(op, ast.Mult) and len(spaced) == 1:  # an evenly spaced array times a number: spaced wider
+            array, factor = (a, right) if a is spaced[0] else (b, left)
+            if not isinstance(plain(factor), (Many, list, tuple)):
+                widened = unknown_from(left, right, keep=frozenset(x.kind for x in labels))
+                return Abstract(
+                    labels_of(widened), maybe_of(widened), (), array.length, step=self.binop(op, array.step, factor)
+                )
         if isinstance(op, ast.Mult) and (isinstance(a, list) or isinstance(b, list)):
             seq, count = (a, b) if isinstance(a, list) else (b, a)
             if not known(count):
@@ -296,6 +304,10 @@ class Expressions(Builtins):
             return UNKNOWN
         if isinstance(inner, Many):
             return with_labels(inner.element, inner.labels)
+        if isinstance(inner, Abstract) and inner.step is not None:
+            element = self._spaced_element(inner, key)
+            if element is not None:
+                return element
         if is_unknown(inner):  # an element of an unknown container: derived from it
             return unknown_from(base, key, keep=frozenset(x.kind for x in labels_of(base)))
         if not known(k):  # any of its elements: each one is walked
@@ -322,6 +334,18 @@ class Expressions(Builtins):
             raise PathEnds(exceptions.python_lineage(error))
         return UNKNOWN
 
+    def _spaced_element(self, array: Abstract, key: Any) -> Any:
+        """Element `key` of an evenly spaced array from 0: `key` times its step (the last, `[-1]`, is its length
+        less one times it); None where that is not known (another negative index, a slice)."""
+        k = plain(key)
+        if isinstance(k, bool) or not (isinstance(k, int) or isinstance(k, Abstract) and k.step is None):
+            return None
+        if isinstance(k, int) and k < 0:
+            if k != -1 or array.length is None:
+                return None
+            key = self.binop(ast.Sub(), array.length, 1)
+        return self.binop(ast.Mult(), key, array.step)
+
     def _slice(self, base: Any, node: ast.Slice, frame: Frame, state: State) -> Any:
         lower = self.eval(node.lower, frame, state) if node.lower is not None else None
         upper = self.eval(node.upper, frame, state) if node.upper is not None else None
@@ -336,7 +360,8 @@ class Expressions(Builtins):
             return inner
         # `buf[:n]` of a buffer: a view of length n (the evaluator keeps n, labels included, for `len` and `.shape`)
         length = upper if lower in (None, 0) and step in (None, 1) and upper is not None else None
-        return Abstract(labels_of(base), maybe_of(base), (), length)
+        spaced = inner.step if isinstance(inner, Abstract) and length is not None else None  # still from 0
+        return Abstract(labels_of(base), maybe_of(base), (), length, step=spaced)
 
     def _e_compare(self, e: ast.Compare, frame: Frame, state: State) -> Any:
         left = self.eval(e.left, frame, state)

@@ -25,6 +25,7 @@ from specguard.evaluation.paths import (
 from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
+    Abstract,
     Deferred,
     Function,
     Many,
@@ -33,6 +34,7 @@ from specguard.evaluation.values import (
     OneOf,
     Opaque,
     Sym,
+    bounded,
     is_unknown,
     known,
     labels_of,
@@ -42,6 +44,7 @@ from specguard.evaluation.values import (
     settled,
     traced,
     unknown_from,
+    why_of,
     with_labels,
 )
 from specguard.program.ast_tools import absolute_module
@@ -507,11 +510,20 @@ class Statements(Builtins):
                 self.record("assign", frame.module, stmt, target.attr, state.path, (base, value))
             self.store(base, target.attr, value, state, stmt)
         elif isinstance(target, ast.Subscript):
-            base = plain(self.eval(target.value, frame, state))
+            held = self.eval(target.value, frame, state)
+            base = plain(held)
             key = plain(self.eval(target.slice, frame, state))
             in_list = isinstance(base, list) and isinstance(key, int) and -len(base) <= key < len(base)
             if (isinstance(base, dict) and known(key)) or in_list:
                 base[key] = value
+            elif (
+                isinstance(target.value, ast.Name)
+                and (base is UNKNOWN or isinstance(base, Abstract))
+                and (labels_of(value) or maybe_of(value))
+            ):
+                # an item written into an array the evaluation cannot see into: the array now holds what it was
+                # given (a padded count written as the last offset), so what is read from it is derived from that
+                state.locals[target.value.id] = _holding(held, value)
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNKNOWN, frame, state, stmt)
 
@@ -667,6 +679,14 @@ def _joined(old: Any, new: Any) -> Any:
         return [join(a, b) for a, b in zip(old, new, strict=True)]
     items = [*old, *new]
     return Many(join(*items) if items else UNKNOWN)
+
+
+def _holding(array: Any, item: Any) -> Any:
+    """An array of unknown content after `item` was written into it: derived from what it was and from the item."""
+    inner = plain(array)
+    length = inner.length if isinstance(inner, Abstract) else None
+    labels, maybe = labels_of(array) | labels_of(item), maybe_of(array) | maybe_of(item)
+    return Abstract(bounded(labels), bounded(maybe - labels), why_of(array) + why_of(item), length)
 
 
 def _changed(before: State, after: State) -> set[str]:

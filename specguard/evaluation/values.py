@@ -102,13 +102,15 @@ class Abstract:
     """An unknown value with what it derives from. `labels`: derived on some path the evaluation followed in full;
     `maybe`: derived perhaps, through something it could not evaluate (`why` says what); `length`: the length of a
     sliced buffer (`buf[:n]`), when known; `kind`: the class an annotation says it is an instance of (its methods
-    are known by name and by what they promise to return, though not followed)."""
+    are known by name and by what they promise to return, though not followed); `step`: for an evenly spaced array
+    from 0 (`np.arange(n) * q`), what its i-th element is i times (so its last is known from its length)."""
 
     labels: frozenset[Label] = NO_LABELS
     maybe: frozenset[Label] = NO_LABELS
     why: tuple[str, ...] = ()
     length: Any = None
     kind: ClassInfo | None = None
+    step: Any = None
 
     def __bool__(self) -> bool:
         raise TypeError("an abstract value has no truth value; use truth()")

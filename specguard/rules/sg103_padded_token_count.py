@@ -111,7 +111,10 @@ class _Counts(Hooks):
         mode = self.mode if self.subject in (None, origin) else self.any_mode
         fields = {
             pad.mode_attribute or "": mode,
-            pad.padded_attribute or "": self.padded(f"{text}.{pad.padded_attribute}", None, origin=origin),
+            **{
+                name: self.padded(f"{text}.{name}", None, origin=origin)
+                for name in [pad.padded_attribute or "", *pad.padded_fields]
+            },
         }
         return Obj(None, fields, label="descriptor", labels=frozenset({Label(MODE, origin=origin)}))
 
