@@ -89,6 +89,24 @@ FLAGGED = {
 
                 return [one(group) for groups in self.attn_groups for group in groups]
     """,
+    "groups keyed by id in a dict comprehension, built by another method": """
+        class Drafter(DraftModelSpeculator):
+            def set_attn(self, kv_cache_config):
+                super().set_attn(kv_cache_config)
+                self._by_id = {group.kv_cache_group_id: group for groups in self.attn_groups for group in groups}
+
+            def metadata(self, common):
+                out = {}
+                for gid, group in self._by_id.items():
+                    out[gid] = group.build_metadata(common)  # flagged
+                return out
+    """,
+    "one group looked up by an unknown key": """
+        class Drafter(DraftModelSpeculator):
+            def metadata(self, common, gid):
+                by_id = {g.kv_cache_group_id: g for gs in self.attn_groups for g in gs}
+                return by_id.get(gid).build_metadata(common)  # flagged
+    """,
     "groups handed as an annotated parameter": """
         class Drafter(DraftModelSpeculator):
             def _each(self, groups: "list[AttentionGroup] | None", common):

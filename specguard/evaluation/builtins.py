@@ -25,6 +25,7 @@ from specguard.evaluation.values import (
     Label,
     LiteralType,
     Many,
+    Mapping,
     Method,
     Obj,
     Opaque,
@@ -71,6 +72,7 @@ VALUE_METHODS = frozenset(
 COMBINING = frozenset({"append", "concatenate", "hstack", "vstack", "stack", "cat", "full", "full_like", "pad"})
 _SMALLER = "which is smaller is not known"
 _REDUCTIONS = frozenset({"max", "min", "amax", "amin", "sum", "any", "all", "reduce"})
+_MAPPING_VIEWS = frozenset({"items", "values", "keys", "get", "copy"})
 
 
 class Builtins(ObjectModel):
@@ -125,6 +127,8 @@ class Builtins(ObjectModel):
         inner = plain(value)
         if isinstance(inner, Many):
             return with_labels(inner.element, inner.labels)
+        if isinstance(inner, Mapping):  # iterating a dict gives its keys
+            return with_labels(inner.key, inner.labels)
         items = self.iterate(value)
         if items:
             self.charge(sum(size(item) for item in items))
@@ -435,6 +439,8 @@ class Builtins(ObjectModel):
             return inner.length
         if method.name == "copy" and isinstance(inner, Abstract) and inner.step is not None:
             return receiver  # a copy of an evenly spaced array is one
+        if isinstance(inner, Mapping) and method.name in _MAPPING_VIEWS:
+            return self._mapping_view(inner, method.name, args)
         if method.name in VALUE_METHODS:
             return self._value_preserving(method.name, receiver, args, node)
         result = unknown_from(receiver, *args, *kwargs.values(), why=f"cannot resolve `{_call_text(node)}`")
@@ -443,6 +449,20 @@ class Builtins(ObjectModel):
             return result
         klass, definition = found
         return self.kind_from(result, self.promised(self.tree.module(klass.module), klass, definition))
+
+    def _mapping_view(self, mapping: Mapping, name: str, args: list[Any]) -> Any:
+        """`items()`, `values()`, `keys()`, `get(key[, default])`, `copy()` of a dict of unknown keys."""
+        key, value = with_labels(mapping.key, mapping.labels), with_labels(mapping.value, mapping.labels)
+        if name == "items":
+            return Many((key, value))
+        if name == "values":
+            return Many(value)
+        if name == "keys":
+            return Many(key)
+        if name == "copy":
+            return mapping
+        default = args[1] if len(args) > 1 else None  # `get`: the key may be missing
+        return join_values([(value, frozenset()), (default, frozenset())])
 
     def _value_preserving(self, name: str, source: Any, rest: list[Any], node: ast.AST) -> Any:
         inner = plain(source)

@@ -28,6 +28,7 @@ from specguard.evaluation.values import (
     Function,
     LiteralType,
     Many,
+    Mapping,
     Obj,
     OneOf,
     Opaque,
@@ -116,9 +117,15 @@ class Expressions(Builtins):
                 self.charge(len(merged))
                 out.update(merged)
                 continue
-            k = plain(self.eval(key, frame, state))
-            if not known(k):
-                return unknown_from(self.eval(value, frame, state))
+            k = self.eval(key, frame, state)
+            if not known(plain(k)):  # keys unknown from here on: any of the values may be under any of them
+                rest = [(k, self.eval(value, frame, state))]
+                rest += [
+                    (self.eval(kk, frame, state), self.eval(vv, frame, state))
+                    for kk, vv in zip(e.keys[len(out) + 1 :], e.values[len(out) + 1 :], strict=True)
+                    if kk is not None
+                ]
+                return _mapping([*out.items(), *rest])
             try:
                 out[k] = self.eval(value, frame, state)
             except TypeError:
@@ -304,6 +311,8 @@ class Expressions(Builtins):
             return UNKNOWN
         if isinstance(inner, Many):
             return with_labels(inner.element, inner.labels)
+        if isinstance(inner, Mapping):
+            return with_labels(inner.value, inner.labels)
         if isinstance(inner, Abstract) and inner.step is not None:
             element = self._spaced_element(inner, key)
             if element is not None:
@@ -484,12 +493,14 @@ class Expressions(Builtins):
 
     def _e_dictcomp(self, e: ast.DictComp, frame: Frame, state: State) -> Any:
         pairs = self._comprehension(e, frame, state)
+        if isinstance(pairs, Many) and isinstance(pairs.element, tuple):  # over a collection of unknown size
+            return Mapping(*pairs.element)
         if not isinstance(pairs, list):
             return UNKNOWN
         out = {}
         for key, value in pairs:
             if not known(plain(key)):
-                return UNKNOWN
+                return _mapping(pairs)
             out[plain(key)] = value
         return out
 
@@ -526,3 +537,9 @@ def too_costly(op: ast.operator, left: Any, right: Any) -> bool:
 
 def _labelled(*values: Any) -> bool:
     return any(isinstance(v, (Tagged, Abstract, Sym, Many, Obj)) for v in values)
+
+
+def _mapping(pairs: list[tuple[Any, Any]]) -> Mapping:
+    """The dict these pairs make where some key is unknown: any value may be under any key."""
+    keys = join_values([(k, frozenset()) for k, _ in pairs])
+    return Mapping(keys, join_values([(v, frozenset()) for _, v in pairs]))

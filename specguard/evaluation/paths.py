@@ -25,6 +25,7 @@ from specguard.evaluation.values import (
     labels_of,
     maybe_of,
     one_of,
+    plain,
     same_value,
     settled,
     why_of,
@@ -198,8 +199,10 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
         why = why + tuple(r for r in why_of(value) if r not in why)
     lengths = [value.length for value, _ in options if isinstance(value, Abstract)]
     length = lengths[0] if len(lengths) == len(options) and all(same_value(lengths[0], x) for x in lengths) else None
-    kinds = {value.kind for value, _ in options if isinstance(value, Abstract)}
-    kind = kinds.pop() if len(kinds) == 1 and len(lengths) == len(options) else None
+    # an instance of a class, or None (`d.get(k)`, `x if c else None`): used as one where a method is called on it
+    typed = [value for value, _ in options if plain(value) is not None]
+    kinds = {value.kind for value in typed if isinstance(value, Abstract)}
+    kind = kinds.pop() if len(kinds) == 1 and all(isinstance(v, Abstract) for v in typed) else None
     if not (labels or maybe) and length is None and kind is None:
         return UNKNOWN
     return Abstract(bounded(labels), bounded(maybe - labels), why[:4], length, kind)

@@ -187,6 +187,16 @@ class Many:
     labels: frozenset[Label] = NO_LABELS
 
 
+@dataclass(frozen=True, eq=False)
+class Mapping:
+    """A dict of unknown keys (a comprehension over a collection of unknown size): every key is like `key`, every
+    value like `value`; a lookup by any key is `value`, its items are pairs of the two."""
+
+    key: Any
+    value: Any
+    labels: frozenset[Label] = NO_LABELS
+
+
 @dataclass(eq=False)
 class Obj:
     """An object whose attributes the evaluation knows (a config section, a descriptor, a spec, `self`).
@@ -348,7 +358,7 @@ class FieldInfo:
     compare: bool = True
 
 
-UNKNOWNS = (_Unknown, Abstract, Sym, Many, Method, OneOf)
+UNKNOWNS = (_Unknown, Abstract, Sym, Many, Mapping, Method, OneOf)
 _SCALARS = (str, int, float, type(None))
 
 
@@ -394,10 +404,12 @@ def labels_of(value: Any, depth: int = 0) -> frozenset[Label]:
         return value.labels
     if isinstance(value, Method):
         return labels_of(value.receiver, depth + 1) if depth < 3 else NO_LABELS
-    if isinstance(value, (Tagged, Sym, Many, Obj, OneOf)):
+    if isinstance(value, (Tagged, Sym, Many, Mapping, Obj, OneOf)):
         out = value.labels
         if isinstance(value, Many) and depth < 3:
             out = out | labels_of(value.element, depth + 1)
+        if isinstance(value, Mapping) and depth < 3:
+            out = out | labels_of(value.key, depth + 1) | labels_of(value.value, depth + 1)
         return out
     if depth < 3 and isinstance(value, (list, tuple, set, frozenset)):
         found: frozenset[Label] = NO_LABELS
