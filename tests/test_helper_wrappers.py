@@ -53,6 +53,15 @@ OBSERVES = {
                 assert batch_desc is not None
                 return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np, causal=causal)
     """,
+    "clears a flag in a finally": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, *args, **kwargs):
+                self._building = True
+                try:
+                    return super()._build_attn_metadata(*args, **kwargs)
+                finally:
+                    self._building = False
+    """,
 }
 
 CHANGES = {
@@ -93,6 +102,17 @@ CHANGES = {
             def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
                 if num_reqs:
                     return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
+    """,
+    "changes an argument in place": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, **kwargs):
+                kwargs["causal"] = False
+                return super()._build_attn_metadata(num_reqs, **kwargs)
+    """,
+    "a forward with the base's defaults and nothing else": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, causal=True):
+                return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np, causal=causal)
     """,
     "raises for a caller to catch": """
         class Drafter(DraftModelSpeculator):

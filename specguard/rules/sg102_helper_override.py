@@ -82,10 +82,14 @@ def _observes_only(function: cst.FunctionDef, base: Signature | None) -> bool:
         return False
     if not _defaults_agree(function, base) or not _ends_in_return(statements):
         return False
+    if len(statements) == 1 and isinstance(statements[0], cst.SimpleStatementLine) and len(statements[0].body) == 1:
+        return False  # nothing besides the forward: dead code, however its signature is written
     params = {p.name.value for p in parameters(function)}
     stored: dict[str, list[cst.BaseExpression]] = {}
     returns: list[cst.BaseExpression | None] = []
     for node in _nodes(statements):
+        if _mutates(node, params):
+            return False  # an argument changed in place (`kwargs["step"] = ...`, `kwargs.update(...)`)
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 if isinstance(target.target, cst.Name):
@@ -123,11 +127,37 @@ def _defaults_agree(function: cst.FunctionDef, base: Signature | None) -> bool:
     return True
 
 
+_MUTATORS = frozenset({"update", "pop", "popitem", "setdefault", "clear", "append", "extend", "insert", "remove"})
+
+
+def _mutates(node: cst.CSTNode, params: set[str]) -> bool:
+    """An item or attribute of a parameter assigned or deleted, or a mutating method of one called."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, cst.Assign):
+        targets = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.Del)):
+        targets = [node.target]
+    elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _MUTATORS:
+        targets = [node.func]
+    for target in targets:
+        if isinstance(target, (cst.Subscript, cst.Attribute)):
+            root: cst.BaseExpression = target
+            while isinstance(root, (cst.Subscript, cst.Attribute)):
+                root = root.value
+            if isinstance(root, cst.Name) and root.value in params and root.value != "self":
+                return True
+    return False
+
+
 def _ends_in_return(statements: list[cst.BaseStatement]) -> bool:
-    """No path falls off the end (and returns None): the last statement returns, or is a `with` whose does."""
+    """No path falls off the end (and returns None): the last statement returns, or is a `with`, or a `try` with
+    only a `finally`, whose body does."""
     last = statements[-1] if statements else None
     if isinstance(last, cst.With) and isinstance(last.body, cst.IndentedBlock):
         return _ends_in_return(list(last.body.body))
+    plain_try = isinstance(last, cst.Try) and not last.handlers and last.orelse is None
+    if plain_try and isinstance(last.body, cst.IndentedBlock):  # type: ignore[union-attr]
+        return _ends_in_return(list(last.body.body))  # type: ignore[union-attr]
     return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)
 
 
