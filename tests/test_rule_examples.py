@@ -91,9 +91,10 @@ def test_explain_prints_the_docs(code: str, cli) -> None:  # type: ignore[no-unt
 
 
 def test_the_rules_on_the_evaluator_are_the_ones_the_engine_loads_in_its_main_process() -> None:
-    from specguard.rules import EVALUATED
+    from specguard.rules import EVALUATED, JUDGED_TOO
 
-    assert {code for code, rule in RULES.items() if rule.judge is not None} == EVALUATED
+    assert {code for code, rule in RULES.items() if rule.judge is not None} == EVALUATED | JUDGED_TOO
+    assert all(RULES[code].judges is not None or RULES[code].applies for code in JUDGED_TOO)
 
 
 @pytest.mark.parametrize("code", ALL_CODES)

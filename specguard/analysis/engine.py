@@ -281,7 +281,7 @@ class _Run:
         jobs: list[Job] = []
         keys: dict[str, str] = {}
         live_results: set[str] = set()
-        cst_codes, judged_codes = self.codes - self.rules.evaluated, self.codes & self.rules.evaluated
+        cst_codes, judged_codes = self.codes - self.rules.evaluated, self.codes & self.rules.judged
 
         def settle(scan: FileScan, facts: FileFacts) -> str:
             """Record a file's judgements; the key of its findings."""
@@ -532,7 +532,13 @@ def _evaluate_text(
     facts = dataclasses.replace(index.facts(summary, root, pack, owners), line_length=line_length)
     mentions = frozenset(n.decode() for n in pack.needles if n.decode() in text)
     errors = len(judge.errors)
-    facts = judge.facts(path, root, facts, mentions, "", text=text)
+    known = judge.facts(path, root, facts, mentions, "", text=text)
     if len(judge.errors) > errors:  # an in-memory check has no report to put it in: it must not pass unseen
         raise RuntimeError(judge.errors[-1])
-    return evaluate_source(text, path, facts, pack, rules, codes, mentions, summary.definitions)
+    # as a run does: libcst's job on the facts, the evaluator's on the judgements
+    written = evaluate_source(text, path, facts, pack, rules, codes - rules.evaluated, mentions, summary.definitions)
+    decided = [j for j in known.judgements if j.decided]
+    if not decided:
+        return written
+    judged = evaluate_source(text, path, known, pack, rules, codes & rules.judged, mentions, summary.definitions)
+    return written + judged

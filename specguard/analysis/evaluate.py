@@ -37,13 +37,11 @@ def evaluate_source(
     mentions: frozenset[str],
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
-    rules = [r for r in _rules(handed, codes) if r.applies(facts, pack, mentions)]
-    judged = {j.code for j in facts.judgements if j.decided}
-    rules = [r for r in rules if r.judge is None or r.code in judged]  # a judged rule reports only what it decided
+    rules = _reporting(handed, codes, facts, pack, mentions)
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
     parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
-    if all(r.judge is not None for r in rules):  # rules on `ast`, fixed by text edits: no libcst
+    if any(j.decided for j in facts.judgements):  # what the evaluation decided, fixed by text edits on `ast`
         ctx = handed.context(None, facts, pack, mentions, parsed, source=text)
         found = [(rule.code, d) for rule in rules for d in rule.check(ctx)]
         places = [ctx.span(d.span) for _, d in found if d.span is not None]
@@ -82,6 +80,18 @@ def _rules(handed: RuleSet, codes: frozenset[str]) -> list[Rule]:
     return [handed.load(code) for code in sorted(codes)]
 
 
+def _reporting(
+    handed: RuleSet, codes: frozenset[str], facts: FileFacts, pack: Pack, mentions: frozenset[str]
+) -> list[Rule]:
+    """The rules that report in a job. Facts holding decided judgements make the evaluator's job: each rule
+    reports what it decided. Facts without make libcst's: the rules on libcst that apply (a rule judged too
+    reports there what is written in the function)."""
+    judged = {j.code for j in facts.judgements if j.decided}
+    if judged:
+        return [r for r in _rules(handed, codes) if r.code in judged]
+    return [r for r in _rules(handed, codes) if r.code not in handed.evaluated and r.applies(facts, pack, mentions)]
+
+
 def evaluate_file(
     path: str,
     data: bytes,
@@ -93,10 +103,7 @@ def evaluate_file(
     definitions: list[tuple[int, int]],
 ) -> list[Finding]:
     """Stage two for a file, on the bytes stage one read (never read again: the file may have changed since)."""
-    judged = {j.code for j in facts.judgements if j.decided}
-    if not any(
-        r.applies(facts, pack, mentions) and (r.judge is None or r.code in judged) for r in _rules(handed, codes)
-    ):
+    if not _reporting(handed, codes, facts, pack, mentions):
         return []  # decided before decoding the file again
     try:
         text = decode(data)

@@ -31,6 +31,11 @@ class RuleSet(Protocol):
     def evaluated(self) -> frozenset[str]:
         """The codes of the rules that judge on the evaluator, in the main process, with the project in view."""
 
+    @property
+    def judged(self) -> frozenset[str]:
+        """The codes whose judgements the main process computes: the evaluated rules, and rules on libcst that
+        report what the evaluation decided besides what they read."""
+
     def load(self, code: str) -> Any:
         """The rule of a code (imported on first use)."""
 

@@ -54,7 +54,7 @@ class Judge:
         reader: Reader | None = None,
     ) -> None:
         self.pack, self.cache, self.handed = pack, cache, rules
-        self.codes = sorted(codes & rules.evaluated)
+        self.codes = sorted(codes & rules.judged)
         self._locator, self._borrowed, self._reader = locator, borrowed, reader
         self._rules: list[Rule] | None = None
         self._programs: Callable[[Path], Program] | None = None
@@ -90,7 +90,7 @@ class Judge:
         self, path: str, root: Path, facts: FileFacts, mentions: frozenset[str], text: str | None
     ) -> tuple[tuple[Judgement, ...], tuple[tuple[str, int, int], ...], bool]:
         """(the judgements, the files the evaluation read with their stamps, whether a rule failed)."""
-        rules = [rule for rule in self.load() if rule.applies(facts, self.pack, mentions)]
+        rules = [rule for rule in self.load() if (rule.judges or rule.applies)(facts, self.pack, mentions)]
         if not rules:
             return (), (), False
         program = self._program(root)

@@ -177,6 +177,8 @@ class Rule:
     # A rule on the evaluator judges each file in the main process, with the whole project in view (see
     # rules/judging.py); its `check` then reports the decided judgements. Such a rule needs no libcst parse.
     judge: Judge | None = None
+    # Where its judge runs, where that is wider than where `check` applies (a rule on libcst judged too)
+    judges: Applies | None = None
     analysis: tuple[str, ...] = ()  # paragraphs on how the rule follows values
     limits: tuple[Limit, ...] = ()
     # Where the pattern comes from and where to read more, as ruff's "References": plain text (no links), so

@@ -299,6 +299,21 @@ def inside(outer: ast.AST, node: ast.AST) -> bool:
     return first <= getattr(node, "lineno", -1) <= last
 
 
+def reaching_imports(q: Question, names: set[str]) -> set[str]:
+    """Functions this module imports from the tree whose text names one of `names`: a function calling one may
+    reach them through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
+    found = set()
+    pattern = words(names)
+    for local, target in q.facts.imports:
+        resolved = q.program.resolve(q.module.name, local)
+        if isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            module, node = resolved
+            text = "\n".join(getattr(module, "lines", [])[node.lineno - 1 : node.end_lineno or node.lineno])
+            if pattern.search(text) and target.rpartition(".")[2] not in names:
+                found.add(local)
+    return found
+
+
 def aliases(q: Question, names: set[str]) -> set[str]:
     """The names a module binds to any of `names` (imported as another name, a local or an attribute assigned an
     expression that uses one as a value, e.g. a `functools.partial` of it), found by reading: a preselection."""

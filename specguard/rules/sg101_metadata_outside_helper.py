@@ -19,8 +19,8 @@ from specguard.rules.judging import (
     bind_parameters,
     callee,
     inside,
+    reaching_imports,
     unknown_parameter,
-    words,
     writes_of,
 )
 
@@ -97,21 +97,6 @@ def builder_method(ev: Any, func: Any, methods: set[str]) -> str | None:
     return next((f"{k.name}.{name}" for k in ev.tree.ancestors(cls) if f"{k.name}.{name}" in methods), None)
 
 
-def _building_imports(q: Question, names: set[str]) -> set[str]:
-    """Functions this module imports from the tree whose text names a build: a function calling one may build
-    through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
-    found = set()
-    pattern = words(names)
-    for local, target in q.facts.imports:
-        resolved = q.program.resolve(q.module.name, local)
-        if isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            module, node = resolved
-            text = "\n".join(getattr(module, "lines", [])[node.lineno - 1 : node.end_lineno or node.lineno])
-            if pattern.search(text) and target.rpartition(".")[2] not in names:
-                found.add(local)
-    return found
-
-
 def _in_shared_helper(q: Question, scope: Scope) -> bool:
     """The shared helpers count only where the speculator base itself defines them."""
     return scope.class_name in q.facts.base_classes and scope.node.name in q.pack.speculators.shared_helpers
@@ -119,7 +104,7 @@ def _in_shared_helper(q: Question, scope: Scope) -> bool:
 
 def judge(q: Question) -> Iterator[Judgement]:
     names = aliases(q, set(q.pack.metadata.sink)) | {m.rpartition(".")[2] for m in q.pack.metadata.builder_methods}
-    names |= _building_imports(q, names)
+    names |= reaching_imports(q, names)
     for scope in q.scopes:
         speculator = (
             q.facts.is_speculator_module if scope.class_name is None else scope.class_name in q.facts.speculator_classes

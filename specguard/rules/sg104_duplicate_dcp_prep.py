@@ -24,7 +24,8 @@ from specguard.program.cst_tools import (
 )
 from specguard.program.positions import spans
 from specguard.program.sparse import sparse_lines
-from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements, speculator_module
+from specguard.rules.preparations_reached import judge
 
 
 def is_capture_builder_call(call: cst.Call, ctx: RuleContext) -> bool:
@@ -37,6 +38,10 @@ def _names_a_preparation(facts: FileFacts, pack: Pack, mentions: frozenset[str])
 
 
 def check(ctx: RuleContext) -> Iterator[Diagnostic]:
+    if ctx.module is None:  # the evaluator's job: what a method reaches through other code
+        for judgement in report_judgements("SG104", ctx):
+            yield Diagnostic(None, judgement.message, judgement.scope, judgement.span)
+        return
     prepare, sink = ctx.pack.dcp.prepare, ctx.pack.metadata.sink
     for scope in scopes(ctx.module):
         cls = scope.class_name
@@ -170,7 +175,19 @@ RULE = Rule(
     summary=(
         "Flags a speculator subclass, or a module-level function of a speculator module that is not a "
         "capture-time builder, that calls the DCP local-length preparation (`prepare_dcp_local_seq_lens`) "
-        "itself instead of leaving it to the shared helper."
+        "itself instead of leaving it to the shared helper, also where a speculator method runs it through other "
+        "code (a partial or a method stored on the instance, a property, a generator, a function of another "
+        "module). Preparing the lengths once and handing them to the helper is flagged too: the helper's own "
+        "preparation is the one that stays in step with it (upstream removed DFlash's copy)."
+    ),
+    analysis=(
+        "A call written in the function, by the name the preparation was imported under or through its module, "
+        "is read from the source (and fixed, where safe). Every other way a speculator method reaches it is "
+        "evaluated: the method runs with the instance as state, a callee is what the evaluation finds there "
+        "(a partial stored on the instance by another method, a property, a generator it iterates, a function "
+        "of another module of the tree), and a preparation that runs inside them is reported at the call written "
+        "in the method that leads there. The shared helpers and the speculator base's own methods are where the "
+        "preparation belongs: what they run is not counted.",
     ),
     why=(
         "Under decode context parallelism the shared helper recomputes rank-local sequence lengths from the "
@@ -205,17 +222,20 @@ RULE = Rule(
     """,
     check=check,
     applies=_names_a_preparation,
+    judge=judge,
+    judges=speculator_module,
     limits=(
         Limit(
-            "The preparation is recognised where it is called, by the name it was imported under or through its "
-            "module: a call through a local variable or `getattr` is not followed.",
+            "A preparation reached through a name computed at run time (`getattr` with a name the evaluation cannot "
+            "know) is not followed; nor one reached through a method the speculator inherits from a class of "
+            "another module, unless the method's module is imported by name (a preselection by reading).",
             missed="""
-                from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+                from vllm.v1.worker.gpu import cp_utils
                 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
                 class MyDFlashSpeculator(DraftModelSpeculator):
-                    def propose(self, num_reqs):
-                        prepare = prepare_dcp_local_seq_lens
+                    def propose(self, num_reqs, kind):
+                        prepare = getattr(cp_utils, f"{kind}_dcp_local_seq_lens")
                         prepare(self.dcp_lens, self.input_buffers.seq_lens, num_reqs)
             """,
         ),
