@@ -49,6 +49,30 @@ FLAGGED = {
             def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
                 return self._build_uniform_attn_metadata(batch_desc, batch_desc.num_reqs, 1)  # flagged
     """,
+    # a count rounded up to an alignment was only "derived from the count" (issue 28: padded by meaning)
+    "the request count rounded up to an alignment": """
+        def round_up(x, y):
+            return ((x + y - 1) // y) * y
+
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                aligned = round_up(num_reqs, self.req_alignment)
+                return self._build_uniform_attn_metadata(batch_desc, aligned, 1)  # flagged
+    """,
+    "the request count rounded up to a multiple of 8 by ceiling division": """
+        def cdiv(a, b):
+            return -(a // -b)
+
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                return self._build_uniform_attn_metadata(batch_desc, cdiv(num_reqs, 8) * 8, 1)  # flagged
+    """,
     # an item written into an array of unknown content was dropped
     "the padded count written as the last offset": """
         class Drafter(DraftModelSpeculator):
@@ -113,6 +137,14 @@ CLEAN = {
 
             def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
                 return self._build_uniform_attn_metadata(batch_desc, num_reqs, 1)
+    """,
+    "the request count divided, not rounded": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, width):
+                return self._build_uniform_attn_metadata(batch_desc, num_reqs * width // width, 1)
     """,
     "the real count written as the last offset": """
         class Drafter(DraftModelSpeculator):

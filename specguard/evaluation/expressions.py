@@ -20,12 +20,14 @@ from specguard.evaluation.paths import (
 )
 from specguard.evaluation.values import (
     NOT_HANDLED,
+    QUOTIENT,
     STAR_UNKNOWN,
     UNKNOWN,
     Abstract,
     ClassRef,
     EnumMember,
     Function,
+    Label,
     LiteralType,
     Many,
     Mapping,
@@ -34,6 +36,7 @@ from specguard.evaluation.values import (
     Opaque,
     Sym,
     Tagged,
+    divisor_identity,
     is_unknown,
     known,
     labels_of,
@@ -43,6 +46,7 @@ from specguard.evaluation.values import (
     unknown_from,
     with_labels,
 )
+from specguard.program.ast_tools import dotted
 
 
 class Expressions(Builtins):
@@ -187,6 +191,8 @@ class Expressions(Builtins):
                 return unknown_from(value, keep=frozenset(x.kind for x in labels))
             return with_labels(not truth, labels)
         inner = plain(value)
+        if isinstance(inner, Sym) and isinstance(e.op, ast.USub):  # `-n` of a named unknown is named too
+            return Sym(inner.name[1:] if inner.name.startswith("-") else f"-{inner.name}", inner.labels)
         if not known(inner) or not isinstance(inner, (int, float)):
             return unknown_from(value, keep=frozenset(x.kind for x in labels_of(value)))
         if isinstance(e.op, ast.USub):
@@ -206,7 +212,10 @@ class Expressions(Builtins):
                 + (right.values if isinstance(right, LiteralType) else ())
             )
             return LiteralType(values)
-        return self.binop(e.op, left, right)
+        result = self.binop(e.op, left, right)
+        if not isinstance(e.op, (ast.FloorDiv, ast.Div, ast.Mult)) or not is_unknown(plain(result)):
+            return result
+        return self._rounding(e.op, _divisor_key(left, e.left), _divisor_key(right, e.right), left, right, result)
 
     def binop(self, op: ast.operator, left: Any, right: Any) -> Any:
         """Arithmetic: known operands give the result, which keeps every label of both; an unknown operand gives an
@@ -250,6 +259,20 @@ class Expressions(Builtins):
         except (ZeroDivisionError, TypeError, ValueError, OverflowError) as exc:
             return self.fails(type(exc).__name__)  # what Python raises for these known operands
         return with_labels(result, labels)
+
+    def _rounding(
+        self, op: ast.operator, left_key: str | None, right_key: str | None, left: Any, right: Any, result: Any
+    ) -> Any:
+        """An unknown quotient remembers its divisor; an unknown product by the divisor of a quotient it holds is a
+        multiple of it: the client says what that adds (a count rounded up to an alignment is padded). A divisor is
+        known by its value where it has an identity (a number, a named unknown), else by the variable read."""
+        if isinstance(op, (ast.FloorDiv, ast.Div)):
+            return result if right_key is None else with_labels(result, frozenset({Label(QUOTIENT, right_key)}))
+        if isinstance(op, ast.Mult):
+            for value, key in ((left, right_key), (right, left_key)):
+                if key is not None and any(x.kind == QUOTIENT and x.text == key for x in labels_of(value)):
+                    return with_labels(result, self.hooks.rounded(self, result, key))  # type: ignore[arg-type]
+        return result
 
     def _e_ifexp(self, e: ast.IfExp, frame: Frame, state: State) -> Any:
         test = self.eval(e.test, frame, state)
@@ -543,3 +566,14 @@ def _mapping(pairs: list[tuple[Any, Any]]) -> Mapping:
     """The dict these pairs make where some key is unknown: any value may be under any key."""
     keys = join_values([(k, frozenset()) for k, _ in pairs])
     return Mapping(keys, join_values([(v, frozenset()) for _, v in pairs]))
+
+
+def _divisor_key(value: Any, node: ast.expr) -> str | None:
+    """What names a divisor up to its sign: its value's identity, else the variable (or attribute) read."""
+    found = divisor_identity(value)
+    if found is not None:
+        return found
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    return text or None

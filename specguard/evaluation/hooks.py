@@ -73,6 +73,11 @@ class Hooks:
         have changed with the round (lengths a draft step prepared are the previous step's on the next one), so
         it may relabel them in `state`."""
 
+    def rounded(self, ev: Evaluator, value: Any, divisor: str) -> frozenset[Label]:
+        """Labels a multiple of `divisor` adds to itself where it was computed from a quotient by that divisor
+        (`(n + a - 1) // a * a`, `cdiv(n, a) * a`: a count rounded to a multiple, not the count itself)."""
+        return NO_LABELS
+
     def reduced(self, ev: Evaluator, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
         """Labels a reduction (`any`, `max`, `sum`, `.max()`, `functools.reduce`, ...) adds to its result."""
         return NO_LABELS

@@ -494,6 +494,20 @@ def relabelled(value: Any, change: Callable[[Label], Label]) -> Any:
     return OneOf(value.options, labels)
 
 
+QUOTIENT = "\0quotient"  # the evaluator's own label kind: a quotient by the divisor its text names
+
+
+def divisor_identity(value: Any) -> str | None:
+    """What names a divisor up to its sign (a number, or an unknown with an identity), so that a product by it can
+    be told to undo a division by it; None for a value without one."""
+    inner = plain(value)
+    if isinstance(inner, Sym):
+        return inner.name.lstrip("-")
+    if isinstance(inner, (int, float)) and not isinstance(inner, bool) and 0 < abs(inner) < 2**63:
+        return repr(abs(inner))  # an alignment or a width, not a number too large to spell
+    return None
+
+
 def place_text(path: str, line: int, home: str | None) -> str:
     """A place as a message names it: `line N`, after its file's name where that is not the file (`home`) the
     message is about."""

@@ -222,6 +222,13 @@ class _Counts(Hooks):
             return self.padded(ast.unparse(node), node, base_value, nearest(padded).origin, ev=ev)
         return NOT_HANDLED
 
+    def rounded(self, ev: Any, value: Any, divisor: str) -> frozenset[Label]:
+        """A count rounded to a multiple (of an alignment, a bucket width) may be larger than the count: padded,
+        whatever the helper that rounds it is called (a count padded already says where it was read)."""
+        if any(x.kind == PADDED for x in labels_of(value)):
+            return frozenset()
+        return frozenset({Label(PADDED, f"a count rounded to a multiple of {divisor}", None, self.q.path)})
+
     def reduced(self, ev: Any, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
         """The largest of the ranks' counts is the count every rank pads to."""
         if name in ("max", "amax") and any(x.kind == DP_COUNT for v in inputs for x in labels_of(v)):
