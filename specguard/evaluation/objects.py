@@ -125,6 +125,7 @@ class ObjectModel:
     outcomes: list[Outcome]
     _conds: dict[tuple[int, str], Cond]
     _module_values: dict[tuple[str, str], Any]
+    _promised: dict[tuple[int, str], Any]
     _resolving: set[tuple[str, str]]
     env: environment.ServedEnvironment
     _module_reads: dict[tuple[str, str], list[str]]  # the serving environment's variables each value read
@@ -288,8 +289,11 @@ class ObjectModel:
         returns = getattr(node, "returns", None)
         if returns is None or module is None:
             return UNKNOWN
-        value = self.annotated_value(returns, Frame(module, owner, None, 0))
-        return UNKNOWN if value is NOT_HANDLED else value
+        key = (id(returns), module.name)
+        if key not in self._promised:  # an annotation says the same wherever the function is called
+            value = self.annotated_value(returns, Frame(module, owner, None, 0))
+            self._promised[key] = UNKNOWN if value is NOT_HANDLED else value
+        return self._promised[key]
 
     def kind_from(self, value: Any, promise: Any) -> Any:
         """`value`, an unknown, with the kind of instance `promise` (an annotation's reading) says it is: items of a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,13 +104,17 @@ def _in_shared_helper(q: Question, scope: Scope) -> bool:
 
 
 def judge(q: Question) -> Iterator[Judgement]:
-    names = aliases(q, set(q.pack.metadata.sink)) | {m.rpartition(".")[2] for m in q.pack.metadata.builder_methods}
-    names |= reaching_imports(q, names)
+    methods = {m.rpartition(".")[2] for m in q.pack.metadata.builder_methods}
+    names = aliases(q, set(q.pack.metadata.sink))
+    names |= reaching_imports(q, names | methods)
+    called = re.compile(r"\.(?:" + "|".join(map(re.escape, sorted(methods))) + r")\s*\(") if methods else None
     for scope in q.scopes:
         speculator = (
             q.facts.is_speculator_module if scope.class_name is None else scope.class_name in q.facts.speculator_classes
         )
-        if not speculator or _in_shared_helper(q, scope) or not scope.mentions(names):
+        # a preselection by reading: a name of the sink, or a builder method called on something
+        mentioned = scope.mentions(names) or (called is not None and called.search(scope.text) is not None)
+        if not speculator or _in_shared_helper(q, scope) or not mentioned:
             continue
         hooks = _Builds(q, scope)
         ev = q.evaluator(hooks)

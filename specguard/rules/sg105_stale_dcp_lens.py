@@ -84,11 +84,14 @@ class _Handed(Hooks):
         self.helpers, self.prepare = set(q.pack.speculators.shared_helpers), set(q.pack.dcp.prepare)
         self.sites: list[tuple[ast.AST, Any, ast.AST | None, str]] = []
         self.builds: set[tuple[str, int]] = set()  # (file, line) of each call of a shared helper evaluated
+        # attributes the module assigns something built from a helper (a partial of it): the only ones whose
+        # writers are worth running (a preselection by reading)
+        self.bound = aliases(q, self.helpers) - self.helpers
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
         """A callable another method stored on the instance (a partial of a shared helper) is followed, what it
         binds being the instance's state by now; any other attribute is the instance's state as it is."""
-        if obj.label != "self" or obj.cls is None:
+        if obj.label != "self" or obj.cls is None or attr not in self.bound:
             return NOT_HANDLED
         value = self.q.instance_attributes("SG105").value(obj.cls, attr, None, self._writes)
         inner = plain(value)
