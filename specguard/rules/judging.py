@@ -294,6 +294,15 @@ def annotated_parameter(ev: Evaluator) -> Parameter:
     return bind
 
 
+def leading_call(q: Question, scope: Scope, ev: Any, node: ast.Call, frame: Frame) -> tuple[ast.Call, bool] | None:
+    """The call written in `scope` that is the call at `node`, or that leads to it through the functions the
+    evaluation followed: (that call, whether it is `node` itself); None where the scope's own code does not."""
+    if frame.module is q.module and inside(scope.node, node):
+        return node, True
+    outer = ev.calls[0] if ev.calls else None
+    return (outer, False) if isinstance(outer, ast.Call) and inside(scope.node, outer) else None
+
+
 def inside(outer: ast.AST, node: ast.AST) -> bool:
     first, last = getattr(outer, "lineno", 0), getattr(outer, "end_lineno", 0) or 0
     return first <= getattr(node, "lineno", -1) <= last

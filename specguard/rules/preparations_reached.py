@@ -21,7 +21,7 @@ from specguard.rules.judging import (
     aliases,
     bind_parameters,
     callee,
-    inside,
+    leading_call,
     reaching_imports,
     unknown_parameter,
     words,
@@ -52,13 +52,10 @@ class _Preparations(Hooks):
             return NOT_HANDLED
         if self.scope is None or (frame.owner is not None and frame.owner.name in self.bases):
             return UNKNOWN  # the speculator base's own methods prepare for it
-        if frame.module is self.q.module and inside(self.scope.node, node):
-            if not _written(self.q, node, self.prepare):  # a call written so is the check's, with its fix
-                self.found.setdefault(id(node), (node, ast.unparse(node.func)[:60], ""))
-            return UNKNOWN
-        outer = ev.calls[0] if ev.calls else None
-        if isinstance(outer, ast.Call) and inside(self.scope.node, outer):
-            self.found.setdefault(id(outer), (outer, ast.unparse(outer.func)[:60], ev.place(frame, node)))
+        found = leading_call(self.q, self.scope, ev, node, frame)
+        if found is not None and not (found[1] and _written(self.q, node, self.prepare)):  # written so: the check's
+            call, where = found[0], "" if found[1] else ev.place(frame, node)
+            self.found.setdefault(id(call), (call, ast.unparse(call.func)[:60], where))
         return UNKNOWN
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:

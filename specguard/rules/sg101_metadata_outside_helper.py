@@ -19,7 +19,7 @@ from specguard.rules.judging import (
     annotated_parameter,
     bind_parameters,
     callee,
-    inside,
+    leading_call,
     reaching_imports,
     unknown_parameter,
     writes_of,
@@ -59,15 +59,12 @@ class _Builds(Hooks):
     def _record(self, ev: Any, node: ast.Call, frame: Any, name: str) -> None:
         """A build the function makes: written in it, or made by a function of the tree it calls (then it is the
         call written in the function that leads there that bypasses the shared helpers)."""
-        if not self.record or self.scope is None:
-            return
-        if frame.module is self.q.module and inside(self.scope.node, node):
+        found = leading_call(self.q, self.scope, ev, node, frame) if self.record and self.scope is not None else None
+        if found is not None and found[1]:
             self.builds.setdefault(id(node), (node, name, None))
-            return
-        outer = ev.calls[0] if ev.calls else None
-        if isinstance(outer, ast.Call) and inside(self.scope.node, outer):
-            where = f"{name}` ({ev.place(frame, node)})"
-            self.builds.setdefault(id(outer), (outer, ast.unparse(outer.func)[:60], where))
+        elif found is not None:
+            call, where = found[0], f"{name}` ({ev.place(frame, node)})"
+            self.builds.setdefault(id(call), (call, ast.unparse(call.func)[:60], where))
 
     def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
         target = callee(func)
