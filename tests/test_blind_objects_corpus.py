@@ -19,7 +19,7 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 SETS = {
     "first": ("blind_objects_r1", "blindobj", (52, 92), 38, 2),
     "second": ("blind_objects_r2", "blindobj2", (44, 87), 36, 6),
-    "third": ("blind_objects_r3", "blindobj3", (55, 96), 47, 0),
+    "third": ("blind_objects_r3", "blindobj3", (55, 96), 48, 0),
 }
 
 

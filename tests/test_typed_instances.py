@@ -186,3 +186,26 @@ def test_a_build_made_by_a_helper_module_is_flagged_at_the_call(cli, tmp_path: P
         "(helpers.py line 5); build draft attention metadata through the speculator base's shared helper "
         "(`_build_attn_metadata` or `_build_uniform_attn_metadata`)"
     )
+
+
+def test_a_build_made_by_a_method_inherited_from_another_module_is_flagged_at_the_call(cli, tmp_path: Path) -> None:
+    """The fork's intermediate class (another module) builds metadata in a method of its own; a leaf speculator
+    that calls it names no build at all (set 3's `EagerFallbackEagleLeaf`)."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "base.py").write_text(HEAD)
+    (tmp_path / "pkg" / "middle.py").write_text(
+        "from pkg.base import DraftModelSpeculator\n\n\n"
+        "class MiddleSpeculator(DraftModelSpeculator):\n"
+        "    def _eager(self, common):\n"
+        "        return [g.build_metadata(common) for gs in self.attn_groups for g in gs]\n"
+    )
+    (tmp_path / "pkg" / "leaf.py").write_text(
+        "from pkg.middle import MiddleSpeculator\n\n\n"
+        "class Leaf(MiddleSpeculator):\n    def propose(self, common):\n        return self._eager(common)\n"
+    )
+    out = cli("check", "pkg/leaf.py", "--no-cache", "--select", "SG101", "--output-format", "concise", cwd=tmp_path)
+    assert out.stdout.splitlines()[0].startswith(
+        "pkg/leaf.py:6:16: SG101 `Leaf.propose` calls `self._eager`, which builds with `AttentionGroup.build_metadata` "
+        "(middle.py line 6)"
+    ), out

@@ -323,6 +323,29 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
     return found
 
 
+def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
+    """Methods the classes of this module have or inherit (from any module of the tree, the speculator bases and
+    the shared helpers aside) whose text `pattern` finds: a method calling one may reach what they call (a
+    preselection by reading, one level deep; the evaluation decides)."""
+    skip = set(q.pack.speculators.bases)
+    helpers = set(q.pack.speculators.shared_helpers)
+    found: set[str] = set()
+    classes = {id(s.cls): s.cls for s in q.scopes if s.cls is not None}
+    seen: set[tuple[str, str]] = set()
+    for cls in classes.values():
+        for klass in q.program.ancestors(cls):
+            if klass.key in seen or klass.name in skip:
+                continue
+            seen.add(klass.key)
+            module = q.program.module(klass.module)
+            lines = getattr(module, "lines", [])
+            for name, node in klass.methods.items():
+                text = "\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])
+                if name not in helpers and pattern.search(text):
+                    found.add(name)
+    return found
+
+
 def aliases(q: Question, names: set[str]) -> set[str]:
     """The names a module binds to any of `names` (imported as another name, a local or an attribute assigned an
     expression that uses one as a value, e.g. a `functools.partial` of it), found by reading: a preselection."""

@@ -23,6 +23,7 @@ from specguard.rules.judging import (
     callee,
     leading_call,
     reaching_imports,
+    reaching_methods,
     unknown_parameter,
     words,
     writes_of,
@@ -81,7 +82,7 @@ def _written(q: Question, node: ast.Call, names: set[str]) -> bool:
 def judge(q: Question) -> Iterator[Judgement]:
     prepare = set(q.pack.dcp.prepare)
     names = aliases(q, prepare) | reaching_imports(q, prepare)
-    names |= _reaching_members(q, names)
+    names |= _reaching_members(q, names) | reaching_methods(q, words(names))
     for scope in q.scopes:
         if scope.class_name not in q.facts.speculator_classes or scope.class_name in q.facts.base_classes:
             continue

@@ -21,7 +21,9 @@ from specguard.rules.judging import (
     callee,
     leading_call,
     reaching_imports,
+    reaching_methods,
     unknown_parameter,
+    words,
     writes_of,
 )
 
@@ -105,6 +107,8 @@ def judge(q: Question) -> Iterator[Judgement]:
     names = aliases(q, set(q.pack.metadata.sink))
     names |= reaching_imports(q, names | methods)
     called = re.compile(r"\.(?:" + "|".join(map(re.escape, sorted(methods))) + r")\s*\(") if methods else None
+    either = re.compile("|".join(p.pattern for p in (words(names), called) if p is not None))
+    names |= reaching_methods(q, either)
     for scope in q.scopes:
         speculator = (
             q.facts.is_speculator_module if scope.class_name is None else scope.class_name in q.facts.speculator_classes
