@@ -336,3 +336,13 @@ def test_a_function_nested_in_a_lambda_sees_the_scopes_around_it() -> None:
     returns, _ = evaluate(text, {"a": Abstract(frozenset({source})), "b": 0})
     assert [source in labels_of(value) for value in returns] == [True]
     assert run_python(text, 3, 0) == (True, 3)
+
+
+def test_a_dict_literal_with_an_unknown_key_keeps_every_value_after_a_spread() -> None:
+    """A key the evaluation cannot know makes the literal a dict of unknown keys: every value of it may be under
+    any key, those of a `**` before or after it included (the entries after it were once counted from the wrong
+    place when a `**` came first)."""
+    text = HELPERS + "\n\ndef fn(a, b):\n    d = {**{'x': 1, 'y': 2}, b: 0, 'z': a}\n    return d['z']\n"
+    source = Label("src", "a")
+    returns, _ = evaluate(text, {"a": Abstract(frozenset({source})), "b": Abstract()})
+    assert [source in labels_of(value) for value in returns] == [True]

@@ -111,7 +111,7 @@ class Expressions(Builtins):
         if too_large(len(e.keys)):
             return UNKNOWN  # a literal over the largest value's size: unknown, never built
         out: dict[Any, Any] = {}
-        for key, value in zip(e.keys, e.values, strict=True):
+        for index, (key, value) in enumerate(zip(e.keys, e.values, strict=True)):
             if key is None:
                 merged = plain(self.eval(value, frame, state))
                 if not isinstance(merged, dict):
@@ -123,18 +123,29 @@ class Expressions(Builtins):
                 continue
             k = self.eval(key, frame, state)
             if not known(plain(k)):  # keys unknown from here on: any of the values may be under any of them
-                rest = [(k, self.eval(value, frame, state))]
-                rest += [
-                    (self.eval(kk, frame, state), self.eval(vv, frame, state))
-                    for kk, vv in zip(e.keys[len(out) + 1 :], e.values[len(out) + 1 :], strict=True)
-                    if kk is not None
-                ]
-                return _mapping([*out.items(), *rest])
+                first = (k, self.eval(value, frame, state))
+                return _mapping([*out.items(), first, *self._pairs(e, index + 1, frame, state)])
             try:
-                out[k] = self.eval(value, frame, state)
+                out[plain(k)] = self.eval(value, frame, state)
             except TypeError:
                 return UNKNOWN
         return out
+
+    def _pairs(self, e: ast.Dict, start: int, frame: Frame, state: State) -> list[tuple[Any, Any]]:
+        """The (key, value) pairs of a dict literal from its `start`-th entry on; a `**` entry gives what it holds."""
+        pairs: list[tuple[Any, Any]] = []
+        for key, value in zip(e.keys[start:], e.values[start:], strict=True):
+            if key is not None:
+                pairs.append((self.eval(key, frame, state), self.eval(value, frame, state)))
+                continue
+            merged = plain(self.eval(value, frame, state))
+            if isinstance(merged, dict):
+                pairs += list(merged.items())
+            elif isinstance(merged, Mapping):
+                pairs.append((merged.key, merged.value))
+            else:
+                pairs.append((UNKNOWN, unknown_from(merged)))
+        return pairs
 
     def _e_joinedstr(self, e: ast.JoinedStr, frame: Frame, state: State) -> Any:
         parts: list[str] = []
