@@ -242,9 +242,7 @@ class Calls(Builtins):
         state.path = end.path
         hop = f"returned by `{func.qualname}`"
         result = ends[0][1] if len(ends) == 1 else join_values([(value, s.path - end.path) for s, value in ends])
-        if is_unknown(result) or isinstance(
-            result, tuple
-        ):  # what the paths did not know, its annotation may say the kind of
+        if is_unknown(result) or isinstance(result, tuple):  # its annotation may say the kind of what is unknown
             result = self.kind_from(result, self.promised(func.module, func.owner, func.node))
         return traced(result, hop, self.hooks.traced)
 

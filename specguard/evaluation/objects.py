@@ -283,17 +283,26 @@ class ObjectModel:
             return NOT_HANDLED
         return Abstract(kind=found)
 
+    def reading(self, annotation: ast.expr, module: ParsedModule | None, owner: ClassInfo | None) -> Any:
+        """What an annotation written in `module` (in the body of `owner`) promises; UNKNOWN if nothing the
+        evaluation can use."""
+        if module is None:
+            return UNKNOWN
+        value = self.annotated_value(annotation, Frame(module, owner, None, 0))
+        return UNKNOWN if value is NOT_HANDLED else value
+
     def promised(self, module: ParsedModule | None, owner: ClassInfo | None, node: ast.AST) -> Any:
-        """What a function of `module` (a method of `owner`) promises to return, by its annotation; UNKNOWN if
-        nothing the evaluation can use."""
+        """What a function of `module` (a method of `owner`) promises to return, by its annotation."""
         returns = getattr(node, "returns", None)
         if returns is None or module is None:
             return UNKNOWN
         key = (id(returns), module.name)
-        if key not in self._promised:  # an annotation says the same wherever the function is called
-            value = self.annotated_value(returns, Frame(module, owner, None, 0))
-            self._promised[key] = UNKNOWN if value is NOT_HANDLED else value
-        return self._promised[key]
+        if key in self._promised:  # an annotation says the same wherever the function is called
+            return self._promised[key]
+        value = self.reading(returns, module, owner)
+        if _shareable(value):  # an object a client made of it (a descriptor) is one per call
+            self._promised[key] = value
+        return value
 
     def kind_from(self, value: Any, promise: Any) -> Any:
         """`value`, an unknown, with the kind of instance `promise` (an annotation's reading) says it is: items of a
@@ -334,13 +343,8 @@ class ObjectModel:
                     return with_labels(self.promised(self.tree.module(klass.module), klass, node), inherited)
                 return Method(base, attr)
             if attr in klass.annotations and not is_classvar(klass.annotations[attr]):
-                module = self.tree.module(klass.module)
-                value = (
-                    self.annotated_value(klass.annotations[attr], Frame(module, klass, None, 0))
-                    if module is not None
-                    else NOT_HANDLED
-                )
-                return with_labels(UNKNOWN if value is NOT_HANDLED else value, inherited)
+                value = self.reading(klass.annotations[attr], self.tree.module(klass.module), klass)
+                return with_labels(value, inherited)
         return with_labels(UNKNOWN, inherited)
 
     def provenance(self, value: Any) -> frozenset[Label]:
@@ -746,6 +750,15 @@ PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
     "tuple": tuple,
     "set": set,
 }
+
+
+def _shareable(value: Any) -> bool:
+    """A value every call may be handed as it is: nothing in it has an identity of its own (no object)."""
+    if isinstance(value, Obj):
+        return False
+    if isinstance(value, tuple):
+        return all(_shareable(item) for item in value)
+    return not isinstance(value, Many) or _shareable(value.element)
 
 
 def field_default(value: ast.expr) -> ast.expr | None:

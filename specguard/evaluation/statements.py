@@ -23,7 +23,6 @@ from specguard.evaluation.paths import (
     merge_agreed,
 )
 from specguard.evaluation.values import (
-    NOT_HANDLED,
     UNKNOWN,
     Abstract,
     Deferred,
@@ -112,8 +111,7 @@ class Statements(Builtins):
             mark = len(self.env.log)
             value = self._deferred([stmt.target], stmt.value, frame, state) or self.eval(stmt.value, frame, state)
             if is_unknown(plain(value)):  # unknown in value, of the kind its annotation says
-                promise = self.annotated_value(stmt.annotation, frame)
-                value = value if promise is NOT_HANDLED else self.kind_from(value, promise)
+                value = self.kind_from(value, self.reading(stmt.annotation, frame.module, frame.owner))
             self.assign(stmt.target, value, frame, state, stmt)
             self._carry_env(stmt.target, stmt.value, state, mark)
         return Flow(normal=state)
