@@ -87,8 +87,7 @@ class Scope:
 
     @cached_property
     def text(self) -> str:
-        lines = getattr(self.module, "lines", [])
-        return "\n".join(lines[self.node.lineno - 1 : self.node.end_lineno or self.node.lineno])
+        return definition_text(self.module, self.node)
 
     def mentions(self, names: set[str]) -> bool:
         """Whether the function's text names any of these as a word: a cheap preselection, by reading."""
@@ -308,6 +307,12 @@ def inside(outer: ast.AST, node: ast.AST) -> bool:
     return first <= getattr(node, "lineno", -1) <= last
 
 
+def definition_text(module: ParsedModule | None, node: ast.AST) -> str:
+    """The lines of a definition as written in its module."""
+    lines = getattr(module, "lines", [])
+    return "\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])  # type: ignore[attr-defined]
+
+
 def reaching_imports(q: Question, names: set[str]) -> set[str]:
     """Functions this module imports from the tree whose text names one of `names`: a function calling one may
     reach them through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
@@ -315,11 +320,9 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
     pattern = words(names)
     for local, target in q.facts.imports:
         resolved = q.program.resolve(q.module.name, local)
-        if isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            module, node = resolved
-            text = "\n".join(getattr(module, "lines", [])[node.lineno - 1 : node.end_lineno or node.lineno])
-            if pattern.search(text) and target.rpartition(".")[2] not in names:
-                found.add(local)
+        function = isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef))
+        if function and pattern.search(definition_text(*resolved)) and target.rpartition(".")[2] not in names:
+            found.add(local)
     return found
 
 
@@ -338,10 +341,8 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
                 continue
             seen.add(klass.key)
             module = q.program.module(klass.module)
-            lines = getattr(module, "lines", [])
             for name, node in klass.methods.items():
-                text = "\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])
-                if name not in helpers and pattern.search(text):
+                if name not in helpers and pattern.search(definition_text(module, node)):
                     found.add(name)
     return found
 

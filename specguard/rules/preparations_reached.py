@@ -21,6 +21,7 @@ from specguard.rules.judging import (
     aliases,
     bind_parameters,
     callee,
+    definition_text,
     leading_call,
     reaching_imports,
     reaching_methods,
@@ -82,7 +83,7 @@ def _written(q: Question, node: ast.Call, names: set[str]) -> bool:
 def judge(q: Question) -> Iterator[Judgement]:
     prepare = set(q.pack.dcp.prepare)
     names = aliases(q, prepare) | reaching_imports(q, prepare)
-    names |= _reaching_members(q, names) | reaching_methods(q, words(names))
+    names |= _reaching_functions(q, names) | reaching_methods(q, words(names))
     for scope in q.scopes:
         if scope.class_name not in q.facts.speculator_classes or scope.class_name in q.facts.base_classes:
             continue
@@ -107,13 +108,8 @@ def judge(q: Question) -> Iterator[Judgement]:
             )
 
 
-def _reaching_members(q: Question, names: set[str]) -> set[str]:
-    """Functions of this module (methods and properties included) whose text names one of `names`
-    (`self._prepare_dcp(...)`, `self.fresh_lens`): a preselection by reading, one level deep."""
-    pattern, lines = words(names), getattr(q.module, "lines", [])
-    found: set[str] = set()
-    for node in ast.walk(q.module.tree):
-        is_function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in names
-        if is_function and pattern.search("\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])):
-            found.add(node.name)  # type: ignore[union-attr]
-    return found
+def _reaching_functions(q: Question, names: set[str]) -> set[str]:
+    """Module-level functions of this module whose text names one of `names` (methods are
+    `judging.reaching_methods`'): a preselection by reading, one level deep."""
+    pattern = words(names)
+    return {name for name, node in q.module.functions.items() if pattern.search(definition_text(q.module, node))}

@@ -79,14 +79,14 @@ class _Handed(Hooks):
     """A speculator's method run with the instance as state: the DCP-local lengths it hands each shared helper
     (which trusts what its caller hands it, so the verdict is the caller's)."""
 
-    def __init__(self, q: Question) -> None:
+    def __init__(self, q: Question, bound: set[str]) -> None:
         self.q = q
         self.helpers, self.prepare = set(q.pack.speculators.shared_helpers), set(q.pack.dcp.prepare)
         self.sites: list[tuple[ast.AST, Any, ast.AST | None, str]] = []
         self.builds: set[tuple[str, int]] = set()  # (file, line) of each call of a shared helper evaluated
         # attributes the module assigns something built from a helper (a partial of it): the only ones whose
-        # writers are worth running (a preselection by reading)
-        self.bound = aliases(q, self.helpers) - self.helpers
+        # writers are worth running (a preselection by reading, `judge`'s)
+        self.bound = bound
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
         """A callable another method stored on the instance (a partial of a shared helper) is followed, what it
@@ -105,7 +105,7 @@ class _Handed(Hooks):
         )
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
-        return writes_of(self.q, _Handed(self.q), function, me, _caller_parameter(self.q), writes)
+        return writes_of(self.q, _Handed(self.q, self.bound), function, me, _caller_parameter(self.q), writes)
 
     def round_ends(self, ev: Any, loop: ast.stmt, frame: Frame, state: Any) -> None:
         """A loop whose body builds through a shared helper is a loop of draft steps, each of which advances the
@@ -185,7 +185,7 @@ def judge(q: Question) -> Iterator[Judgement]:
             if q.facts.sink_accepts_dcp:
                 yield from _judge_helper(q, scope)
         elif scope.class_name in q.facts.speculator_classes and _may_hand_lengths(scope, set(helpers), names, dcp):
-            yield from _judge_caller(q, scope)
+            yield from _judge_caller(q, scope, names - set(helpers))
 
 
 def _may_hand_lengths(scope: Scope, helpers: set[str], names: set[str], dcp: str) -> bool:
@@ -197,11 +197,11 @@ def _may_hand_lengths(scope: Scope, helpers: set[str], names: set[str], dcp: str
     return scope.mentions({dcp, "partial"} | (names - helpers)) or "**" in scope.text
 
 
-def _judge_caller(q: Question, scope: Scope) -> Iterator[Judgement]:
+def _judge_caller(q: Question, scope: Scope, bound: set[str]) -> Iterator[Judgement]:
     """The lengths a speculator hands a shared helper: the instance's state (prepared before this call, by the
     target or an earlier step) is stale for a draft step; lengths it prepares here, or gets from its own caller,
     are the draft's own."""
-    hooks = _Handed(q)
+    hooks = _Handed(q, bound)
     if not _ran(q, scope, hooks):
         yield q.out_of_budget("SG105", scope)
         return
