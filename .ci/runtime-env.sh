@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Builds (idempotently) the environment the runtime-guard tests run in, and prints the path of its python
 # on the last line of stdout. Everything lives under ~/.cache/specguard so reruns are fast:
-#   venv-runtime/        CPU torch + vLLM 0.33.0 + flashinfer-python 0.7.2.post1 (both --no-deps) + the light
-#                        packages their attention-backend and speculator modules import, + specguard's test deps
+#   venv-runtime/        torch 2.13.0 (the CPU build where it can be had) + vLLM 0.33.0 + flashinfer-python
+#                        0.7.2.post1 (both --no-deps) + the light packages their attention-backend and speculator
+#                        modules import, + specguard's test deps
 #   vllm-0.28.0/         vLLM 0.28.0's code (--no-deps, --target), put first on PYTHONPATH by the tests that
 #                        reproduce the first seed against the old draft-metadata helper
 #   wheels/              the vLLM / FlashInfer wheels (downloaded once when missing)
 # Usage:  PY=$(bash .ci/runtime-env.sh | tail -n1); "$PY" -m pip install -e ".[test]"; "$PY" -m pytest
 # (tests find vLLM 0.28.0 at $SPECGUARD_CACHE/vllm-0.28.0 or $SPECGUARD_VLLM_OLD_PATH; all logs go to stderr)
+# Where torch comes from: a CPU wheel in PIP_FIND_LINKS, else the CPU index (SPECGUARD_TORCH_INDEX_URL, by default
+# PyTorch's own) where it answers, else whatever build pip's own indexes serve: .ci/torch_choice.py decides.
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
 
 SG_CACHE="${SPECGUARD_CACHE:-$HOME/.cache/specguard}"
 VENV="$SG_CACHE/venv-runtime"
@@ -66,15 +70,10 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want_stamp" ]]; then
   log "building $VENV"
   rm -rf "$VENV"
   "$PYTHON_BIN" -m venv "$VENV"
-  # torch first and alone: the pinned CPU build. Refuse a CUDA build rather than silently pulling gigabytes.
-  # The constraint keeps every later resolution on the CPU torch installed here.
+  # torch first and alone, at the pinned version: the CPU build where it can be had (smaller, and all the tests
+  # need), else the build the indexes serve. The constraint keeps every later resolution on that torch.
   echo "torch==$TORCH_VERSION" > "$VENV/torch-constraint.txt"
-  pipq "torch==$TORCH_VERSION"
-  "$VENV/bin/python" -W ignore - <<'PY'
-import torch, sys
-if torch.version.cuda is not None:
-    sys.exit(f"runtime-env: pip installed a CUDA torch ({torch.__version__}); a CPU build of torch is required")
-PY
+  PYTHON="$PYTHON_BIN" bash "$HERE/install-torch.sh" "$VENV" "$TORCH_VERSION" >/dev/null
   pipq "${TEST_PACKAGES[@]}" "${LIGHT_WITH_DEPS[@]}"
   pipq --no-deps "${LIGHT_NO_DEPS[@]}"
   vllm_whl=$(fetch_wheel vllm "$VLLM_NEW")
