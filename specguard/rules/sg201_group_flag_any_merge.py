@@ -141,12 +141,12 @@ def _finding(q: Question, scope: Scope, flag: str, group: tuple[bool, ...], merg
     meaning = _UNION if result is True else _MEET if result is False else _OTHER
     shown = repr(result) if isinstance(result, bool) else "a value it computes"
     reduction = _reduction(value, q)
-    how = ""
+    how = "that is "  # the first clause says what is wrong on its own (the concise line shows only it)
     if reduction is not None:
-        how = f", merged with `{reduction.source}()`" + (f" ({reduction.how})" if reduction.how else "")
+        how = f"merged with `{reduction.source}()`" + (f" ({reduction.how})" if reduction.how else "") + ", "
     message = (
         f"`{scope.qualname}` merges a KV-cache group whose layers disagree on `{flag}` ({list(group)}) into one "
-        f"spec with `{flag}={shown}`{how}, {meaning}; the merge must require the specs to agree (fail for a "
+        f"spec with `{flag}={shown}`; {how}{meaning}; the merge must require the specs to agree (fail for a "
         f"mixed group, as the method's other agreement checks do), or every consumer of the merged flag must "
         f"recompute it per layer. The runtime guard's G3 (`VLLM_SPECGUARD=1`) reports a deployment's groups whose "
         f"layers disagree"
