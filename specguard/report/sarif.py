@@ -1,7 +1,12 @@
 """SARIF 2.1.0 for code scanning: one run, the rules as reportingDescriptors, one result per finding.
 
 Paths are relative to the repository's root (`uriBaseId` `%SRCROOT%`, whose absolute URI `originalUriBaseIds`
-gives), so the log says the same whichever folder specguard ran in and GitHub places each result on its file."""
+gives), so the log says the same whichever folder specguard ran in and GitHub places each result on its file.
+
+Each result has `partialFingerprints` (`specguard/v1`: report/fingerprint.py says what it hashes), so code scanning
+keeps an alert when the code around it moves; GitHub still adds its own `primaryLocationLineHash`. A fix says
+whether it is safe: the result's `properties.applicability` (`safe` or `unsafe`, ruff's word) and, for an unsafe
+one, its description ("Unsafe fix (applied only with --unsafe-fixes): ...")."""
 
 from __future__ import annotations
 
@@ -11,12 +16,16 @@ from pathlib import Path
 from specguard import __version__
 from specguard.findings import Finding
 from specguard.report.docs_url import DOCS, rule_url
+from specguard.report.fingerprint import fingerprints
 from specguard.report.names import decodable, uri_path
+from specguard.report.sources import Sources
 from specguard.rules import ALL_CODES, SOURCE_ERROR_DOCS, SOURCE_ERROR_TITLE, load_rule
 from specguard.settings import path_from
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "%SRCROOT%"
+FINGERPRINT = "specguard/v1"
+UNSAFE = "Unsafe fix (applied only with --unsafe-fixes): "
 
 
 def _sentence(title: str) -> str:
@@ -63,13 +72,19 @@ def _fixes(f: Finding, root: Path) -> dict:
         for e in f.fix.edits
     ]
     change = {"artifactLocation": _artifact(f.path, root), "replacements": replacements}
-    return {"fixes": [{"description": {"text": decodable(f.fix.message)}, "artifactChanges": [change]}]}
+    safe = f.fix.applies(None)
+    description = decodable(f.fix.message if safe else UNSAFE + f.fix.message)
+    return {
+        "fixes": [{"description": {"text": description}, "artifactChanges": [change]}],
+        "properties": {"applicability": f.fix.applicability},
+    }
 
 
-def render(findings: list[Finding], root: Path) -> str:
+def render(findings: list[Finding], root: Path, sources: Sources | None = None) -> str:
     """The log; `root` is the repository's root (see specguard/report/paths.py)."""
     rules = _rules()
     index = {r["id"]: i for i, r in enumerate(rules)}
+    prints = fingerprints(findings, lambda path: path_from(root, path), sources or Sources())
     results = [
         {
             "ruleId": f.code,
@@ -90,9 +105,10 @@ def render(findings: list[Finding], root: Path) -> str:
                     **({"logicalLocations": [{"fullyQualifiedName": f.symbol}]} if f.symbol else {}),
                 }
             ],
+            "partialFingerprints": {FINGERPRINT: fingerprint},
             **_fixes(f, root),
         }
-        for f in findings
+        for f, fingerprint in zip(findings, prints, strict=True)
     ]
     log = {
         "$schema": SCHEMA,
