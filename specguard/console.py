@@ -23,6 +23,20 @@ def emit(text: str) -> None:
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not raise again
 
 
+def colour_wanted() -> bool:
+    """Whether a report printed to stdout may be coloured, as ruff decides it: never with `NO_COLOR` set (non-empty),
+    always with `FORCE_COLOR` set (non-empty; NO_COLOR wins over it, as ruff's), otherwise only on a terminal. A
+    report written with `--output-file` never is (the caller's part)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without one, or closed
+        return False
+
+
 def tell(line: str) -> None:
     """One line on stderr (`specguard: note: ...`): a file name or value in it that holds a newline, a terminal
     escape or bytes that are not UTF-8 is escaped (report/names.py), so it stays one line."""

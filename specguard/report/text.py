@@ -1,4 +1,5 @@
-"""`path:line:col: CODE message`, like ruff's concise output, with `[*]` on findings `--fix` would fix."""
+"""`path:line:col: CODE message`, like ruff's concise output, with `[*]` on findings `--fix` would fix: one line per
+finding, with the message's first clause (report/clause.py; the other formats keep the whole message)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ from collections import Counter
 from dataclasses import dataclass
 
 from specguard.findings import Finding
+from specguard.report.clause import first_clause
 from specguard.report.names import shown
+from specguard.report.style import BOLD, Style
+
+PLAIN = Style(False)
 
 
 def _plural(n: int, word: str, suffix: str = "s") -> str:
@@ -20,21 +25,36 @@ def _hidden(findings: list[Finding], unsafe_fixes: bool | None) -> int:
     return sum(1 for f in findings if f.fix is not None and not f.fix.applies(None))
 
 
-def _applies(f: Finding, unsafe_fixes: bool | None) -> bool:
+def applies(f: Finding, unsafe_fixes: bool | None) -> bool:
     return f.fix is not None and f.fix.applies(unsafe_fixes)
 
 
-def render(findings: list[Finding], unsafe_fixes: bool | None = None, fixed: int = 0, quiet: bool = False) -> str:
+def render(
+    findings: list[Finding],
+    unsafe_fixes: bool | None = None,
+    fixed: int = 0,
+    quiet: bool = False,
+    style: Style = PLAIN,
+) -> str:
     """The findings (those left after `--fix`, which fixed `fixed` others), then ruff's summary lines
     (not with `quiet`: ruff's `-q` prints the findings and nothing else)."""
-    lines = [
-        shown(f"{f.path}:{f.line}:{f.col}: {f.code} {'[*] ' if _applies(f, unsafe_fixes) else ''}{f.message}")
-        for f in findings
-    ]
-    return "\n".join(lines if quiet else [*lines, *summary(findings, unsafe_fixes, fixed)])
+    lines = [line(f, unsafe_fixes, style) for f in findings]
+    return "\n".join(lines if quiet else [*lines, *summary(findings, unsafe_fixes, fixed, style)])
 
 
-def summary(findings: list[Finding], unsafe_fixes: bool | None, fixed: int = 0) -> list[str]:
+def line(f: Finding, unsafe_fixes: bool | None, style: Style = PLAIN) -> str:
+    """One finding's concise line: path bold, `:` cyan, the code bold red, as ruff colours it."""
+    sep = style.separator()
+    where = sep.join([style(shown(f.path), BOLD), str(f.line), str(f.col)])
+    return f"{where}{sep} {message_line(f, unsafe_fixes, style)}"
+
+
+def message_line(f: Finding, unsafe_fixes: bool | None, style: Style = PLAIN) -> str:
+    """`CODE [*] first clause`, the part of the concise line after the position (the grouped format's too)."""
+    return f"{style.code(f.code)} {style.fix_mark(applies(f, unsafe_fixes))}{shown(first_clause(f.message))}"
+
+
+def summary(findings: list[Finding], unsafe_fixes: bool | None, fixed: int = 0, style: Style = PLAIN) -> list[str]:
     """ruff's lines after the findings: how many, or that all checks passed; how many `--fix` would fix."""
     lines = []
     if fixed:
@@ -44,13 +64,13 @@ def summary(findings: list[Finding], unsafe_fixes: bool | None, fixed: int = 0) 
         lines.append(f"Found {_plural(len(findings), 'finding')}.")
     else:
         lines.append("All checks passed!")
-    applicable = sum(1 for f in findings if _applies(f, unsafe_fixes))
+    applicable = sum(1 for f in findings if applies(f, unsafe_fixes))
     hidden = _hidden(findings, unsafe_fixes)
     unsafe = f"{_plural(hidden, 'unsafe fix', 'es')} available with `--fix --unsafe-fixes`"
     if applicable and hidden:
-        lines.append(f"[*] {applicable} fixable with `--fix` ({unsafe}).")
+        lines.append(f"{style.fix_mark(True)}{applicable} fixable with `--fix` ({unsafe}).")
     elif applicable:
-        lines.append(f"[*] {applicable} fixable with `--fix`.")
+        lines.append(f"{style.fix_mark(True)}{applicable} fixable with `--fix`.")
     elif hidden:
         lines.append(f"{unsafe}.")
     return lines
@@ -81,7 +101,7 @@ class RuleCount:
 def rule_counts(findings: list[Finding], names: dict[str, str], unsafe_fixes: bool | None) -> list[RuleCount]:
     """Counts per rule, most frequent first; ties in rule order."""
     counts = Counter(f.code for f in findings)
-    fixable = Counter(f.code for f in findings if _applies(f, unsafe_fixes))
+    fixable = Counter(f.code for f in findings if applies(f, unsafe_fixes))
     rows = [RuleCount(c, names.get(c, ""), n, fixable[c] == n, fixable[c]) for c, n in sorted(counts.items())]
     return sorted(rows, key=lambda r: -r.count)
 
