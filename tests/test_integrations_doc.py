@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -31,7 +32,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-REPOSITORY, VERSION = PROJECT["urls"]["Repository"], PROJECT["version"]
+REPOSITORY = PROJECT["urls"]["Repository"]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", flags=re.MULTILINE | re.DOTALL)
 
 
@@ -108,12 +109,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fresh:
     cloned = shell(clone_command.replace(REPOSITORY, str(origin)), home, env)
     assert cloned.returncode == 0, cloned.stderr
     clone = home / origin.name
-    # The repository carries the release tag the docs pin (`rev: v0.1.0`), but CI runs on a clean clone that may
-    # not have fetched tags: only where this clone lacks the tag is it created here, at HEAD.
-    tag = f"v{VERSION}"
-    has_tag = subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], cwd=clone, capture_output=True)
-    if has_tag.returncode != 0:
-        git(clone, "tag", "-a", tag, "-m", f"specguard {VERSION}")
+    # No tag is made here: the docs install from `main` or a commit, which every clone has.
 
     # Exactly two commands: the first makes and enters a venv, installs, checks; the second is the whole CI.
     first, second = snippets(README, "## Quickstart")["bash"]
@@ -148,29 +144,86 @@ PAGES_NAMING_INSTALLS = [
 ]
 
 
-def test_every_install_the_docs_name_is_from_a_clone_or_the_tagged_repository() -> None:
-    """specguard is not on a package index: every `pip install` of it the docs name installs from a clone (`.`,
-    `'.[extras]'`) or from the repository's git URL at the release tag, with extras the project defines."""
-    from packaging.requirements import Requirement
-
-    tagged = f"git+{REPOSITORY}@v{VERSION}"
+def _installs() -> list[tuple[Path, str]]:
+    """Every `pip install` of specguard the pages name, as (page, what is installed)."""
     seen = []
     for page in PAGES_NAMING_INSTALLS:
         for args in re.findall(r"pip install ([^`#&\n]*)", page.read_text(encoding="utf-8")):
             specs = [a for a in shlex.split(args) if not a.startswith("-")]
-            if not specs or not (specs[0].startswith(".") or "specguard" in specs[0]):
-                continue  # prose about pip, or another package (pre-commit)
-            spec = specs[0]
-            seen.append(spec)
-            where = f"{page.relative_to(REPO)}: pip install {spec}"
-            if spec.startswith("."):
-                extras = re.fullmatch(r"\.(?:\[([\w,]+)\])?", spec)
-                assert extras is not None, where
-                assert set(filter(None, (extras.group(1) or "").split(","))) <= EXTRAS, where
-            elif spec != tagged:
-                req = Requirement(spec)
-                assert (req.name, req.url) == ("specguard", tagged) and req.extras <= EXTRAS, where
-    assert {"runtime", "config"} <= {e for s in seen if " @ " in s for e in Requirement(s).extras}
+            if specs and (specs[0].startswith(".") or "specguard" in specs[0]):  # not prose, nor pre-commit
+                seen.append((page, specs[0]))
+    return seen
+
+
+def _ref(url: str) -> str:
+    """The ref of `git+REPOSITORY@REF`."""
+    assert url.startswith(f"git+{REPOSITORY}@"), url
+    return url.rsplit("@", 1)[1]
+
+
+def test_every_install_the_docs_name_is_from_a_clone_or_a_branch_or_commit_the_repository_has() -> None:
+    """specguard is not on a package index and has no release tag: every `pip install` of it the docs name installs
+    from a clone (`.`, `'.[extras]'`) or from the repository's git URL at `main` or a commit (never a tag that a
+    clone lacks), with extras the project defines."""
+    from packaging.requirements import Requirement
+
+    seen = _installs()
+    for page, spec in seen:
+        where = f"{page.relative_to(REPO)}: pip install {spec}"
+        if spec.startswith("."):
+            extras = re.fullmatch(r"\.(?:\[([\w,]+)\])?", spec)
+            assert extras is not None, where
+            assert set(filter(None, (extras.group(1) or "").split(","))) <= EXTRAS, where
+            continue
+        req = Requirement(spec) if " @ " in spec else None
+        url = req.url if req is not None else spec
+        assert req is None or (req.name == "specguard" and req.extras <= EXTRAS), where
+        ref = _ref(url or "")
+        assert ref == "main" or re.fullmatch(r"[0-9a-f]{40}", ref), where  # a branch that moves, or a pinned commit
+        exists = subprocess.run(
+            ["git", "rev-parse", "-q", "--verify", f"{ref}^{{commit}}"], cwd=REPO, capture_output=True
+        )
+        assert exists.returncode == 0, f"{where}: the repository has no {ref}"
+    assert {"runtime", "config"} <= {e for _, s in seen if " @ " in s for e in Requirement(s).extras}
+    assert not [s for _, s in seen if "@v" in s]  # no tag
+
+
+def _pinned(fresh: Fresh) -> str:
+    """The commit the README says to pin: what its `git ls-remote` command prints for main, run on the clone."""
+    (command,) = re.findall(r"`(git ls-remote [^`]+)`", section(README, "## Install"))
+    listed = fresh.bash(command, fresh.home)
+    assert listed.returncode == 0, listed.stderr
+    # the branch (a clone, standing in for the repository here, also lists its remote-tracking refs)
+    (sha,) = [sha for sha, ref in map(str.split, listed.stdout.splitlines()) if ref == "refs/heads/main"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=fresh.clone, capture_output=True, text=True, check=True)
+    assert sha == head.stdout.strip()
+    return sha
+
+
+def _installed_commit(python: Path) -> str:
+    """The commit pip recorded for the specguard installed in a venv (PEP 610's direct_url.json)."""
+    read = "from importlib.metadata import distribution as d; print(d('specguard').read_text('direct_url.json'))"
+    # run outside the checkout, whose specguard.egg-info would be found first from the current folder
+    done = subprocess.run([str(python), "-c", read], cwd=python.parent, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)["vcs_info"]["commit_id"]
+
+
+# What the tests of this file and CI install, by what the docs write after `pip install`: a page that names another
+# install fails the next test until a test here runs it.
+RUN_HERE = {
+    ".": "the Quickstart's first command; the Install block (test_the_install_sections_clone_lines_...)",
+    ".[config]": "test_the_install_sections_clone_lines_install_in_the_quickstarts_venv",
+    ".[runtime]": "test_the_runtime_extra_installs_the_vllm_plugin_from_main_a_pinned_commit_and_a_clone",
+    f"specguard[config] @ git+{REPOSITORY}@main": "test_the_install_sections_git_url_installs_specguard_and_its_extra",
+    f"specguard[runtime] @ git+{REPOSITORY}@main": "test_the_runtime_extra_installs_the_vllm_plugin_from_main_...",
+    f"git+{REPOSITORY}@main": "test_the_actions_workflow_writes_sarif_... (the workflow's install step)",
+    ".[test,config]": ".ci/run itself (CONTRIBUTING's test command)",
+    ".[test]": "the same test venv (CONTRIBUTING's runtime tier), a subset of .[test,config]",
+}
+
+
+def test_every_install_line_of_the_docs_is_run_by_a_test() -> None:
+    assert {spec for _, spec in _installs()} == set(RUN_HERE)
 
 
 def test_the_install_sections_git_url_installs_specguard_and_its_extra(fresh: Fresh) -> None:
@@ -185,6 +238,83 @@ def test_the_install_sections_git_url_installs_specguard_and_its_extra(fresh: Fr
     judged = subprocess.run([str(venv / "bin" / "specguard"), "config", str(clean)], env=env, capture_output=True)
     # it reads the YAML (the extra brought PyYAML); with no vLLM there, it says nothing could be judged
     assert judged.returncode == 0 and b"no hazard judged: no vLLM source" in judged.stdout, judged.stderr
+    # `@main` installed the commit main is at, the one the README's `git ls-remote` names for pinning
+    assert _installed_commit(venv / "bin" / "python") == _pinned(fresh)
+
+
+def test_the_install_sections_clone_lines_install_in_the_quickstarts_venv(fresh: Fresh) -> None:
+    (block,) = snippets(README, "## Install")["bash"]
+    lines = [x.split("#")[0].strip() for x in block.splitlines() if re.match(r"pip install '?\.", x)]
+    assert [shlex.split(x)[2] for x in lines] == [".", ".[config]"]
+    for line in lines:
+        done = fresh.bash(line, fresh.clone)  # in the clone, in the venv the Quickstart left
+        assert done.returncode == 0, done.stdout + done.stderr
+    clean = fresh.clone / "examples" / "configs" / "clean.yaml"
+    judged = fresh.specguard("config", str(clean), cwd=fresh.home)
+    assert judged.returncode == 0 and "no hazard judged: no vLLM source" in judged.stdout, judged.stderr
+
+
+def _stub_vllm(folder: Path) -> Path:
+    """A vLLM distribution of a few bytes, as a wheel: what the `runtime` extra needs to resolve without gigabytes.
+    The guard's entry point and its `register()` with VLLM_SPECGUARD unset import nothing of vLLM."""
+    folder.mkdir()
+    wheel = folder / "vllm-0.33.0+stub-py3-none-any.whl"
+    info = "vllm-0.33.0+stub.dist-info"
+    files = {
+        "vllm/__init__.py": "__version__ = '0.33.0'\n",
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0+stub\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return folder
+
+
+def test_the_runtime_extra_installs_the_vllm_plugin_from_main_a_pinned_commit_and_a_clone(
+    fresh: Fresh, tmp_path: Path
+) -> None:
+    """The README's and docs/runtime-guard.md's runtime installs, in one venv where vLLM is installed (a stub of it,
+    which pip's configuration points `vllm` at: the lines run as written)."""
+    (block,) = snippets(README, "## Install")["bash"]
+    (line,) = [x.split("#")[0].strip() for x in block.splitlines() if "git+" in x and "[runtime]" in x]
+    (guard_block,) = snippets(REPO / "docs" / "runtime-guard.md", "## Enable it in `vllm serve`")["bash"]
+    assert line in guard_block.splitlines()  # the operator's page gives the README's line
+    (from_clone,) = re.findall(
+        r"`(pip install '\.\[runtime\]')`", section(REPO / "docs" / "runtime-guard.md", "## Enable it in `vllm serve`")
+    )
+    sha = _pinned(fresh)
+    pinned = line.replace("@main'", f"@{sha}'")
+    assert pinned != line
+
+    stubs = _stub_vllm(tmp_path / "stubs")
+    (tmp_path / "constraints.txt").write_text("vllm==0.33.0+stub\n")
+    venv = tmp_path / "serving-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    links = " ".join(filter(None, [os.environ.get("PIP_FIND_LINKS", ""), str(stubs)]))
+    env = {
+        **fresh.env,
+        "PATH": f"{venv / 'bin'}:{fresh.env['PATH']}",
+        "VIRTUAL_ENV": str(venv),
+        "PIP_FIND_LINKS": links,
+        "PIP_CONSTRAINT": str(tmp_path / "constraints.txt"),
+    }
+    python = venv / "bin" / "python"
+    for command, cwd in ((line, fresh.home), (pinned, fresh.home), (from_clone, fresh.clone)):
+        done = fresh.bash(command, cwd, env)
+        assert done.returncode == 0, command + done.stdout + done.stderr
+        if command == line:
+            assert _installed_commit(python) == sha  # main's commit, the one the pinned line names
+    plugin = (
+        "from importlib.metadata import entry_points, version\n"
+        "(ep,) = entry_points(group='vllm.general_plugins', name='specguard')\n"
+        "ep.load()()\n"  # register() with VLLM_SPECGUARD unset: installs nothing
+        "import sys; print(ep.value, version('vllm'), 'torch' in sys.modules)\n"
+    )
+    loaded = subprocess.run([str(python), "-c", plugin], cwd=fresh.home, env=env, capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["specguard.runtime:register", "0.33.0+stub", "False"]
 
 
 def test_the_installed_package_writes_the_committed_docs_without_the_repository(fresh: Fresh) -> None:
@@ -201,12 +331,12 @@ def test_the_installed_package_writes_the_committed_docs_without_the_repository(
     assert checked.returncode == 0, checked.stderr
 
 
-def test_pre_commit_as_the_page_configures_it_runs_the_tagged_hook(fresh: Fresh) -> None:
+def test_pre_commit_as_the_page_configures_it_pins_main_to_its_commit_and_runs_the_hook(fresh: Fresh) -> None:
     blocks = snippets(INTEGRATIONS, "## pre-commit")
     (config,) = blocks["yaml"]
     (commands,) = blocks["bash"]
     (repo,) = yaml.safe_load(config)["repos"]
-    assert repo["repo"] == REPOSITORY and repo["rev"] == f"v{VERSION}"
+    assert repo["repo"] == REPOSITORY and repo["rev"] == "main"  # no release tag: a branch, pinned below
     hooks = {h["id"] for h in yaml.safe_load((fresh.clone / ".pre-commit-hooks.yaml").read_text())}
     assert {h["id"] for h in repo["hooks"]} <= hooks
 
@@ -219,6 +349,10 @@ def test_pre_commit_as_the_page_configures_it_runs_the_tagged_hook(fresh: Fresh)
     failed = fresh.bash(commands, project)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "spec.py:8:67: SG103" in failed.stdout and "Failed" in failed.stdout
+    # `pre-commit autoupdate --freeze` pinned `main` to the commit it is at
+    (pinned,) = yaml.safe_load((project / ".pre-commit-config.yaml").read_text())["repos"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=fresh.clone, capture_output=True, text=True, check=True)
+    assert pinned["rev"] == head.stdout.strip()
 
     (project / "spec.py").write_text(FIXED)
     git(project, "add", ".")
