@@ -482,3 +482,21 @@ def test_colour_on_a_terminal_unless_no_color(pair) -> None:  # type: ignore[no-
     assert "\x1b[1m\x1b[31mSG101\x1b[0m" in coloured
     plain = _on_a_terminal(["check", "--no-cache", "spec.py"], pair[0], {**env, "NO_COLOR": "1"})
     assert "SG101" in plain and "\x1b" not in plain
+
+
+# --- the list of formats --------------------------------------------------------------------------------------------
+
+
+def test_every_format_the_command_line_takes_has_a_writer_and_is_in_the_help(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from specguard.check_cli import OUTPUT_FORMATS
+    from specguard.report import formats
+
+    assert {"full", "grouped", "pylint", "junit", "gitlab"} <= set(OUTPUT_FORMATS)
+    report = formats.Report(None, 0, False, False, tmp_path)
+    finding = Finding(str(tmp_path / "missing.py"), 1, 1, "SG000", "no such file or directory")
+    for fmt in OUTPUT_FORMATS:
+        assert "SG000" in formats.render(fmt, [finding], report), fmt
+    with pytest.raises(ValueError, match="unknown output format"):
+        formats.render("nonsense", [finding], report)
+    helped = " ".join(cli("check", "--help").stdout.split())
+    assert all(fmt in helped.split("--output-format", 1)[1] for fmt in OUTPUT_FORMATS)
