@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import results as results_file  # benchmarks/results.py, beside this script
+
 REPO = Path(__file__).resolve().parent.parent
 PEERS = REPO / "benchmarks" / "peers"
 # Under SPECGUARD_CACHE when set, like the CI venvs: a shared machine's engineers each install their own tree.
@@ -439,6 +441,34 @@ def peer_summary(name: str, r: Result, coverage: str) -> str:
     return f"{name}: {'ok' if r.ok else 'FAILED'}, {r.findings} findings, {coverage}{note}"
 
 
+def summary(
+    started: datetime,
+    vllm_version: str,
+    files: int,
+    size: int,
+    cores: int | None,
+    load: tuple[float, ...],
+    results: dict[str, Result],
+    ratios: dict[str, dict],
+) -> dict:
+    """A run as benchmarks/results.json keeps it: the figures the docs quote, rounded as the report prints them."""
+    return {
+        "script": "benchmarks/analyzer_vs_peers.py",
+        "date": started.isoformat(timespec="minutes"),
+        "vllm_version": vllm_version,
+        "files": files,
+        "megabytes": round(size / 1e6),
+        "cores": cores,
+        "load_average_at_start": round(load[0], 1),
+        "seconds": {k: round(r.seconds, 2) for k, r in results.items()},
+        "cpu_seconds": {k: round(r.cpu_seconds, 2) for k, r in results.items()},
+        "max_process_mb": {k: round(r.max_process_rss_mb) for k, r in results.items()},
+        "findings": {k: r.findings for k, r in results.items()},
+        "ratios": {k: v["ratio"] for k, v in ratios.items() if v["ratio"] is not None},
+        "verdicts": {k: v["verdict"] for k, v in ratios.items()},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm-version", default="0.33.0")
@@ -452,6 +482,13 @@ def main(argv: list[str] | None = None) -> int:
         help="kill fixit or semgrep after this many seconds and take that as a lower bound (1800)",
     )
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=results_file.RESULTS,
+        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
+    )
+    ap.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
     args = ap.parse_args(argv)
 
     started = datetime.now(timezone.utc)
@@ -541,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
     s = results["semgrep"]
     log(peer_summary("semgrep", s, f"{s.files_seen} of {files} files scanned"))
 
+    if not args.no_record:
+        key = f"analyzer/{started:%Y-%m-%dT%H:%M}"
+        results_file.record(
+            key, summary(started, args.vllm_version, files, size, cores, load, results, ratios), args.results
+        )
+        log(f"recorded {key} in {args.results}")
     if args.json:
         payload = {
             "date": started.isoformat(timespec="seconds"),

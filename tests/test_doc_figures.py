@@ -1,0 +1,102 @@
+"""One source for the analyzer's benchmark figures: every number the README, docs/check.md and docs/benchmarks.md
+quote about `specguard check`'s speed is a figure of a run benchmarks/results.json records (or a target the script
+judges against), at the precision the page shows; the README and check.md quote the latest run. The writer the
+script records with is exercised on a tiny fake run."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))  # the scripts import their writer as a sibling module
+
+import analyzer_vs_peers  # noqa: E402
+import results  # noqa: E402
+
+RUNS = {k: v for k, v in results.load().items() if k.startswith("analyzer/")}
+LATEST = RUNS[max(RUNS)]
+# A decimal that is not part of a version or a date (0.33.0, 2026-12-03 05:46), or a whole number given as a ratio.
+FIGURE = re.compile(r"(?<![\d.:-])(\d+\.\d+|\d+(?=x\b| times\b))(?!\d|\.\d|:)")
+
+
+def _region(page: str, start: str, end: str | None) -> str:
+    text = (REPO / page).read_text(encoding="utf-8")
+    begin = text.index(start)
+    return text[begin : text.index(end, begin) if end else None]
+
+
+REGIONS = {
+    "README.md": _region("README.md", "On vLLM 0.28.0 (before both upstream fixes)", "\n## "),
+    "docs/check.md": _region("docs/check.md", "On the full vLLM 0.33.0 tree (3,231 files)", None),
+    "docs/benchmarks.md": _region("docs/benchmarks.md", "## `specguard check` against", "\n## The runtime guard"),
+}
+
+
+def _numbers(value: object) -> list[float]:
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return []
+
+
+def _shown(value: float, figure: str) -> bool:
+    decimals = len(figure.partition(".")[2])
+    return f"{value:.{decimals}f}" == figure
+
+
+KNOWN = _numbers(RUNS) + [bound for *_, bound in analyzer_vs_peers.TARGETS.values()]
+
+
+@pytest.mark.parametrize("page", sorted(REGIONS))
+def test_every_figure_a_page_quotes_is_a_recorded_run(page: str) -> None:
+    figures = FIGURE.findall(REGIONS[page])
+    assert figures, f"{page}: no figure found where the benchmark is quoted"
+    strays = [f for f in figures if not any(_shown(v, f) for v in KNOWN)]
+    assert strays == [], f"{page} quotes figures benchmarks/results.json does not hold: {strays}"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/check.md"])
+def test_the_readme_and_check_md_quote_the_latest_run(page: str) -> None:
+    text = " ".join(REGIONS[page].split())
+    cold = f"{LATEST['ratios']['specguard cold / ruff']:.2f} times"
+    warm = f"{LATEST['ratios']['specguard warm / ruff']:.2f} times"
+    assert cold in text and warm in text, (page, cold, warm)
+    when = datetime.fromisoformat(LATEST["date"]).strftime("%Y-%m-%d %H:%M")
+    assert when in text
+
+
+def _fake_result(tool: str, seconds: float) -> analyzer_vs_peers.Result:
+    return analyzer_vs_peers.Result(tool, tool, runs=[seconds], seconds=seconds, cpu_seconds=seconds * 2, findings=1)
+
+
+def test_a_run_is_recorded_with_its_figures_and_replaces_one_of_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    results.record("analyzer/2000-01-01T00:00", {"seconds": {"ruff": 9.0}}, path)
+    fake = {"ruff": _fake_result("ruff", 0.4049), "specguard-cold": _fake_result("specguard-cold", 1.0312)}
+    ratios = {
+        "specguard cold / ruff": {"ratio": 2.547, "verdict": "MISS"},
+        "fixit / specguard cold": {"ratio": None, "verdict": "SKIPPED"},
+    }
+    started = datetime(2030, 1, 2, 3, 4, tzinfo=timezone.utc)
+    run = analyzer_vs_peers.summary(started, "0.33.0", 3231, 50_123_456, 2, (0.52, 0.4, 0.3), fake, ratios)
+    results.record("analyzer/2030-01-02T03:04", run, path)
+    results.record("analyzer/2000-01-01T00:00", {"seconds": {"ruff": 1.0}}, path)  # the same key again: replaced
+    kept = json.loads(path.read_text())
+    assert list(kept) == ["analyzer/2000-01-01T00:00", "analyzer/2030-01-02T03:04"]  # sorted, one per key
+    assert kept["analyzer/2000-01-01T00:00"] == {"seconds": {"ruff": 1.0}}
+    new = kept["analyzer/2030-01-02T03:04"]
+    assert new["seconds"] == {"ruff": 0.4, "specguard-cold": 1.03} and new["megabytes"] == 50
+    assert new["ratios"] == {"specguard cold / ruff": 2.547} and new["verdicts"]["fixit / specguard cold"] == "SKIPPED"
+    assert new["date"] == "2030-01-02T03:04+00:00" and new["script"] == "benchmarks/analyzer_vs_peers.py"
+    assert not list(tmp_path.glob("*.tmp"))
