@@ -16,6 +16,26 @@ import pytest
 CACHE = Path(os.environ.get("SPECGUARD_TEST_CACHE", Path.home() / ".cache" / "specguard"))
 REPO = Path(__file__).resolve().parent.parent
 
+# The one-minute tier (`pytest -m "not slow"`, the README's Quickstart): the analyzer's own tests, in one process,
+# with no test venv, server or fresh venv (the dataflow tests read vLLM 0.28.0's source, fetched once). Everything
+# else is marked `slow`, a new file too until it is listed here.
+FAST = {
+    "dataflow",
+    "test_rule_examples.py",
+    "test_source_text.py",
+    "test_positions.py",
+    "test_toml_nesting.py",
+    "test_doc_figures.py",
+    "test_repository_check.py",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = Path(item.path).relative_to(REPO / "tests").parts
+        if where[0] not in FAST:
+            item.add_marker(pytest.mark.slow)
+
 
 @contextlib.contextmanager
 def _alone(name: str) -> Iterator[None]:

@@ -112,7 +112,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fresh:
     # No tag is made here: the docs install from `main` or a commit, which every clone has.
 
     # Exactly two commands: the first makes and enters a venv, installs, checks; the second is the whole CI.
-    first, second = snippets(README, "## Quickstart")["bash"]
+    first, second, _tier = snippets(README, "## Quickstart")["bash"]
     assert second == "bash .ci/run\n" and (REPO / ".ci" / "run").is_file()
     quickstart = shell(first, clone, env)
     # The shell stays in the venv the first command made: later snippets run there.
@@ -218,7 +218,7 @@ RUN_HERE = {
     f"specguard[runtime] @ git+{REPOSITORY}@main": "test_the_runtime_extra_installs_the_vllm_plugin_from_main_...",
     f"git+{REPOSITORY}@main": "test_the_actions_workflow_writes_sarif_... (the workflow's install step)",
     ".[test,config]": ".ci/run itself (CONTRIBUTING's test command)",
-    ".[test]": "the same test venv (CONTRIBUTING's runtime tier), a subset of .[test,config]",
+    ".[test]": "test_the_quickstarts_one_minute_tier_runs_the_analyzers_tests_in_its_venv (and CONTRIBUTING)",
 }
 
 
@@ -315,6 +315,15 @@ def test_the_runtime_extra_installs_the_vllm_plugin_from_main_a_pinned_commit_an
     loaded = subprocess.run([str(python), "-c", plugin], cwd=fresh.home, env=env, capture_output=True, text=True)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.split() == ["specguard.runtime:register", "0.33.0+stub", "False"]
+
+
+def test_the_quickstarts_one_minute_tier_runs_the_analyzers_tests_in_its_venv(fresh: Fresh) -> None:
+    (tier,) = snippets(README, "## Quickstart")["bash"][2:]
+    assert 'pytest -m "not slow"' in tier
+    done = fresh.bash(tier, fresh.clone)  # in the clone, in the venv the Quickstart left
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = done.stdout.strip().splitlines()[-1]
+    assert re.search(r"\d+ passed, \d+ deselected", summary) and "failed" not in summary, summary
 
 
 def test_the_installed_package_writes_the_committed_docs_without_the_repository(fresh: Fresh) -> None:
