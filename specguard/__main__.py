@@ -1,3 +1,3 @@
-from specguard.cli import run
+from specguard.launch import run
 
 run()

@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Keeps vLLM speculative decoding from breaking silently.",
         epilog="Exit codes: 0 no findings, 1 findings, 2 error.",
     )
-    parser.add_argument("--version", action="version", version=f"specguard {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"specguard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     check_cli.add_options(sub.add_parser("check", help="analyze Python files for speculator metadata bugs"))
 
