@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
-# ruff's names; `text` is specguard's older name for `concise`
-OUTPUT_FORMATS = ["concise", "text", "json", "sarif", "github"]
+# ruff's names; `text` is specguard's older name for `concise` (report/formats.py writes each)
+OUTPUT_FORMATS = ["concise", "text", "full", "grouped", "json", "sarif", "github", "gitlab", "pylint", "junit"]
 
 
 def add_options(check: argparse.ArgumentParser) -> None:
@@ -35,7 +35,9 @@ def add_options(check: argparse.ArgumentParser) -> None:
         dest="output_format",
         choices=OUTPUT_FORMATS,
         default="concise",
-        help="concise (default; `text` is the same), json (ruff's), sarif, github",
+        help="concise (default; `text` is the same): a line per finding, the message's first clause; full: the "
+        "whole message, the source around it and the fix; grouped: the concise lines under each file; json (ruff's), "
+        "sarif, github (annotations), gitlab (code quality), pylint, junit (XML)",
     )
     check.add_argument(
         "-o", "--output-file", "--output", dest="output_file", type=Path, help="write the report to this file"
@@ -56,6 +58,15 @@ def add_options(check: argparse.ArgumentParser) -> None:
         help="also apply unsafe fixes (alone: show them as available)",
     )
     fix.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; write nothing")
+    fix.add_argument("--show-fixes", action="store_true", help="after --fix, list the fixes applied per file and rule")
+    fix.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="exit 1 when --fix fixed something, even if no finding is left",
+    )
+    fix.add_argument(
+        "--add-noqa", action="store_true", help="add `# noqa: CODE` to each line with a finding, and exit 0"
+    )
 
     rules = check.add_argument_group("rule selection (comma-separated codes or prefixes; the most specific wins)")
     rules.add_argument("--select", action="append", help="codes to run, instead of the configured ones (ALL: all)")
@@ -84,6 +95,10 @@ def add_options(check: argparse.ArgumentParser) -> None:
     misc.add_argument("-n", "--no-cache", action="store_true", help="neither read nor write the cache")
     misc.add_argument("--cache-dir", type=Path, help="where to keep the cache (default: .specguard_cache)")
     misc.add_argument("-e", "--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    misc.add_argument(
+        "--stdin-filename",
+        help="the name of the file standard input holds (with `-` or no path): its settings and per-file ignores",
+    )
 
     levels = check.add_mutually_exclusive_group()
     levels.add_argument("-q", "--quiet", action="store_true", help="print the findings and nothing else")
@@ -134,7 +149,7 @@ def _installed_vllm() -> Path:
 _CODE_OPTIONS = ("select", "ignore", "extend_select", "fixable", "unfixable")
 
 
-def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
+def settings_for(args: argparse.Namespace, paths: list[Path]) -> Settings:
     """The configuration's settings with the command line's on top, as ruff layers them."""
     from specguard.settings import Selection, load_settings
 
@@ -161,8 +176,11 @@ def _settings(args: argparse.Namespace, paths: list[Path]) -> Settings:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from specguard import check_stdin
     from specguard._files import holding
 
+    if check_stdin.reads_stdin(args):
+        return check_stdin.run_stdin(args)
     if args.statistics and args.output_format not in ("concise", "text", "json"):
         raise UserError(f"--statistics prints counts as concise or json, not {args.output_format}; drop one of the two")
     paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
@@ -170,47 +188,96 @@ def run_check(args: argparse.Namespace) -> int:
         paths.append(_installed_vllm())
     # each folder named, then the project's root, held from before the walk to the last write
     with holding(paths):
-        settings = _settings(args, paths)
+        settings = settings_for(args, paths)
         with holding([settings.root]):
             return _check(args, paths, settings)
 
 
 def _check(args: argparse.Namespace, paths: list[Path], settings: Settings) -> int:
-    from specguard.analysis.baseline import filter_baseline, read_baseline, write_baseline
+    from specguard.analysis.baseline import write_baseline
     from specguard.composition import check_paths
     from specguard.settings import require_cache_inside_project
 
     if args.show_files or args.show_settings:
         return _show(args, paths, settings)  # they check nothing and write nothing: they show what would be
-    _reject_empty_selection(settings)
+    reject_empty_selection(settings)
     if args.cache_dir is None and not args.no_cache:
         require_cache_inside_project(settings)  # --cache-dir is the user's choice, anywhere; the project's is not
 
     result = check_paths(paths, settings, use_cache=not args.no_cache)
-    fixed = 0
+    if args.add_noqa:
+        return _add_noqa(args, paths, settings, result)
+    applied: list[Finding] = []
     if args.diff or settings.fix:
-        result, fixed = _run_fixes(args, paths, settings, result)
+        result, applied = _run_fixes(args, paths, settings, result)
         if args.diff:
-            return EXIT_ERROR if result.errors else EXIT_FINDINGS if fixed and not args.exit_zero else EXIT_CLEAN
-    findings = result.findings
+            return EXIT_ERROR if result.errors else EXIT_FINDINGS if applied and not args.exit_zero else EXIT_CLEAN
     if args.write_baseline:
-        write_baseline(args.write_baseline, findings, settings, result.line)
-    if args.baseline:
-        findings = filter_baseline(findings, read_baseline(args.baseline), settings, result.line)
+        write_baseline(args.write_baseline, result.findings, settings, result.line)
+    findings = offered_fixes(reported(args, result, settings), settings)
+    emit_report(report_text(args, findings, settings, applied), args, settings.root)
+    tell_run(args, result, settings)
+    return exit_code(args, result, findings, len(applied))
 
-    findings = _offered_fixes(findings, settings)
-    _emit(_report(args, findings, settings, fixed), args, settings.root)
-    _tell(args, result, settings)
+
+def reported(args: argparse.Namespace, result: CheckResult, settings: Settings) -> list[Finding]:
+    """The findings a run reports: those `--baseline` does not record."""
+    from specguard.analysis.baseline import filter_baseline, read_baseline
+
+    if not args.baseline:
+        return result.findings
+    return filter_baseline(result.findings, read_baseline(args.baseline), settings, result.line)
+
+
+def exit_code(args: argparse.Namespace, result: CheckResult, findings: list[Finding], fixed: int) -> int:
+    """2 for an error; 0 where asked (--exit-zero) or for a baseline recorded (a success, as ruff's --add-noqa
+    is); else 1 for findings left, or for fixes made under --exit-non-zero-on-fix."""
     if result.errors:
         return EXIT_ERROR
     if args.write_baseline or args.exit_zero:
-        return EXIT_CLEAN  # recorded as asked (a success, as ruff's --add-noqa is), or asked for outright
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
+        return EXIT_CLEAN
+    return EXIT_FINDINGS if findings or (fixed and args.exit_non_zero_on_fix) else EXIT_CLEAN
 
 
-def _report(args: argparse.Namespace, findings: list[Finding], settings: Settings, fixed: int) -> str:
-    from specguard.report import github, json_format, sarif, text
-    from specguard.report.paths import report_root
+def _add_noqa(args: argparse.Namespace, paths: list[Path], settings: Settings, result: CheckResult) -> int:
+    """`--add-noqa`: the reported findings' codes into noqa comments on their lines, written as fixes are (only
+    beneath the paths checked, never through a link out); ruff's count on stderr, exit 0 (2 for an error)."""
+    from specguard.analysis.suppress import line_codes
+    from specguard.fixes.apply import FixReport, edit_files
+    from specguard.fixes.noqa import add_noqa
+
+    by_path: dict[str, list[Finding]] = {}
+    for finding in reported(args, result, settings):
+        if finding.code != "SG000":
+            by_path.setdefault(finding.path, []).append(finding)
+
+    def edit(path: str, text: str):  # type: ignore[no-untyped-def]
+        return add_noqa(path, text, by_path[path], line_codes)
+
+    assert result.project is not None
+    report = edit_files(
+        result.project, sorted(by_path), edit, FixReport(), write=True, inside=paths, undone="no noqa added"
+    )
+    for note in [] if args.quiet or args.silent else report.notes:
+        tell(f"specguard: warning: {note}")
+    tell_run(args, result, settings)
+    added = len({(f.path, f.line) for f in report.applied})
+    if not args.silent:
+        tell(f"Added {added} noqa directive{'' if added == 1 else 's'}.")
+    return EXIT_ERROR if result.errors else EXIT_CLEAN
+
+
+def report_text(
+    args: argparse.Namespace,
+    findings: list[Finding],
+    settings: Settings,
+    applied: list[Finding],
+    given: dict[str, str] | None = None,
+) -> str:
+    """The report in the format asked for; `applied` are the findings `--fix` fixed, `given` the sources that are
+    not on disk (standard input's)."""
+    from specguard.console import colour_wanted
+    from specguard.report import formats, json_format, text
     from specguard.rules import rule_names
 
     concise = args.output_format in ("concise", "text")
@@ -218,15 +285,13 @@ def _report(args: argparse.Namespace, findings: list[Finding], settings: Setting
         return text.statistics(findings, rule_names(), settings.unsafe_fixes, quiet=args.quiet)
     if args.statistics:
         return json_format.statistics(text.rule_counts(findings, rule_names(), settings.unsafe_fixes))
-    if concise:
-        return text.render(findings, settings.unsafe_fixes, fixed, quiet=args.quiet)
-    if args.output_format == "json":
-        return json_format.render(findings)
-    renderer = sarif.render if args.output_format == "sarif" else github.render
-    return renderer(findings, report_root(settings.root))
+    colour = args.output_file is None and colour_wanted()
+    made = text.fixes_made(applied, rule_names()) if args.show_fixes else []
+    report = formats.Report(settings.unsafe_fixes, len(applied), args.quiet, colour, settings.root, made, given or {})
+    return formats.render(args.output_format, findings, report)
 
 
-def _tell(args: argparse.Namespace, result: CheckResult, settings: Settings) -> None:
+def tell_run(args: argparse.Namespace, result: CheckResult, settings: Settings) -> None:
     """What the run says besides the report, on stderr: notes, the sites not decided and warnings (not with -q or
     -s), errors (always)."""
     if not (args.quiet or args.silent):
@@ -280,58 +345,55 @@ def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> in
         tell(f"specguard: note: {note}")
     for warning in [] if args.quiet or args.silent else found.warnings:
         tell(f"specguard: warning: {warning}")
-    for error in found.errors:
+    for error in [*found.errors, *(f"{path}: {why}" for path, why in found.unreadable)]:
         tell(f"specguard: error: {error}")
     files = sorted(os.path.abspath(f) for f in found.files)
     if args.show_settings:
         if not files:
             raise UserError("no Python files found under the given paths; --show-settings shows a file's settings")
         source = args.config if args.config is not None else find_pyproject(paths[0])
-        _emit(render_settings(settings, Path(files[0]), source, args), args, settings.root)
+        emit_report(render_settings(settings, Path(files[0]), source, args), args, settings.root)
     else:
         if not files and not (args.quiet or args.silent):
             tell("specguard: warning: no Python files found under the given paths")
-        _emit("\n".join(shown(f) for f in files), args, settings.root)
-    return EXIT_ERROR if found.errors else EXIT_CLEAN
+        emit_report("\n".join(shown(f) for f in files), args, settings.root)
+    return EXIT_ERROR if found.errors or found.unreadable else EXIT_CLEAN
 
 
-def _fix_policy(settings):  # type: ignore[no-untyped-def]
+def fix_policy(settings):  # type: ignore[no-untyped-def]
     from specguard.fixes.apply import FixPolicy
 
     return FixPolicy(settings.unsafe_fixes, settings.is_fixable)
 
 
-def _offered_fixes(findings: list, settings) -> list:  # type: ignore[no-untyped-def]
+def offered_fixes(findings: list, settings) -> list:  # type: ignore[no-untyped-def]
     """The findings as reported: an unfixable code's finding shows no fix, as in ruff."""
-    policy = _fix_policy(settings)
+    policy = fix_policy(settings)
     return [dataclasses.replace(f, fix=policy.offered(f)) if f.fix else f for f in findings]
 
 
 def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  # type: ignore[no-untyped-def]
     """`--fix` or `--diff` on the reported findings. `--diff` prints the diffs and the count it would fix;
     `--fix` writes the files and checks again, so the report shows what remains, where it now is."""
-    from specguard.analysis.baseline import filter_baseline, read_baseline
     from specguard.composition import check_paths
     from specguard.fixes.apply import fix_files, unified_diff
     from specguard.report.text import diff_summary
 
-    reported = result.findings
-    if args.baseline:
-        reported = filter_baseline(reported, read_baseline(args.baseline), settings, result.line)
-    outcome = fix_files(result.project, reported, _fix_policy(settings), write=not args.diff, inside=paths)
+    shown_now = reported(args, result, settings)
+    outcome = fix_files(result.project, shown_now, fix_policy(settings), write=not args.diff, inside=paths)
     for note in [] if args.quiet or args.silent else outcome.notes:
         tell(f"specguard: warning: {note}")
     if args.diff:
         diffs = [unified_diff(shown(path), *texts) for path, texts in sorted(outcome.changed.items())]
         summary = (
-            "" if args.quiet else diff_summary(outcome.fixed, _offered_fixes(reported, settings), settings.unsafe_fixes)
+            "" if args.quiet else diff_summary(outcome.fixed, offered_fixes(shown_now, settings), settings.unsafe_fixes)
         )
-        _emit("\n".join([*diffs, summary]).strip("\n"), args, settings.root)
-        _tell(args, result, settings)
-        return result, outcome.fixed
+        emit_report("\n".join([*diffs, summary]).strip("\n"), args, settings.root)
+        tell_run(args, result, settings)
+        return result, outcome.applied
     if outcome.changed:
         result = check_paths(paths, settings, use_cache=not args.no_cache)
-    return result, outcome.fixed
+    return result, outcome.applied
 
 
 def _reject_unknown_codes(settings: Settings) -> None:
@@ -344,7 +406,7 @@ def _reject_unknown_codes(settings: Settings) -> None:
             raise UserError(f"unknown rule selector '{selector}'; see `specguard rules`")
 
 
-def _reject_empty_selection(settings: Settings) -> None:
+def reject_empty_selection(settings: Settings) -> None:
     """Some rule must run: a check of nothing would pass any CI gate. (--show-settings may show an empty selection:
     that is how one finds out why it is empty.)"""
     from specguard.rules import ALL_CODES
@@ -356,7 +418,7 @@ def _reject_empty_selection(settings: Settings) -> None:
         )
 
 
-def _emit(report: str, args: argparse.Namespace, root: Path) -> None:
+def emit_report(report: str, args: argparse.Namespace, root: Path) -> None:
     """The report to stdout or `--output-file`; nothing with `--silent` (whose output file is left empty, as ruff's).
     An output file inside the project (`root`) is opened beneath a handle on its root (no link leads it out, nor a
     folder swapped for one meanwhile); one elsewhere (`/dev/stdout`, a CI folder) as named."""

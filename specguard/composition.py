@@ -32,6 +32,11 @@ def check_paths(
     return engine.check_paths(paths, settings, pack or load_pack(settings.rule_packs), RULES, use_cache=use_cache)
 
 
+def check_given(path: str, data: bytes, settings: Settings) -> engine.CheckResult:
+    """`specguard check - --stdin-filename PATH`: the bytes given as the file `path` of its project."""
+    return engine.check_given(path, data, settings, load_pack(settings.rule_packs), RULES)
+
+
 def check_source(
     text: str,
     path: str = "example.py",

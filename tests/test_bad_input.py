@@ -107,16 +107,21 @@ def test_symlink_loop_terminates(cli, tmp_path) -> None:  # type: ignore[no-unty
     assert out.returncode == 1 and out.stdout.count("good.py:7:16: SG101") == 1
 
 
-def test_broken_symlink_and_missing_path_are_errors_but_the_rest_is_checked(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_broken_symlink_and_a_missing_path_are_findings_and_the_rest_is_checked(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As ruff's E902: a path that cannot be read is a finding of its own (SG000), in every format, and the other
+    paths are still checked; exit code 1 (findings), never "All checks passed!"."""
     (tmp_path / "good.py").write_text(GOOD)
     os.symlink(tmp_path / "nowhere.py", tmp_path / "dangling.py")
     out = cli("check", "good.py", "missing.py", "dangling.py", cwd=tmp_path)
-    assert out.returncode == 2
-    assert "good.py:7:16: SG101" in out.stdout
-    assert out.stderr.splitlines() == [
-        "specguard: error: missing.py: no such file or directory",
-        "specguard: error: dangling.py: not a file or directory (a broken symlink?)",
+    assert out.returncode == 1 and out.stderr == ""
+    assert out.stdout.splitlines()[:3] == [
+        "dangling.py:1:1: SG000 not a file or directory (a broken symlink?)",
+        "good.py:7:16: SG101 " + out.stdout.splitlines()[1].partition(" SG101 ")[2],
+        "missing.py:1:1: SG000 no such file or directory",
     ]
+    for fmt in ("json", "sarif", "github"):
+        out = cli("check", "missing.py", "--output-format", fmt, cwd=tmp_path)
+        assert out.returncode == 1 and "missing.py" in out.stdout and "SG000" in out.stdout, fmt
 
 
 def test_unknown_command_and_bad_option_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
@@ -390,11 +395,12 @@ def test_a_source_that_is_not_a_regular_file_is_named_and_the_rest_is_checked(tm
         assert walked.stderr.startswith(
             f"specguard: note: 1 symlink leads out of the folders checked and was not followed: {special.name} -> /dev/"
         )
-    named = _bounded(tmp_path, "good.py", special.name)  # named: one line, the others still checked
-    assert named.returncode == 2 and "good.py:7:16: SG101" in named.stdout
-    assert named.stderr.splitlines() == [
-        f"specguard: error: {special.name}: not a regular file or directory; specguard reads regular files only"
-    ]
+    named = _bounded(tmp_path, "good.py", special.name)  # named: a finding of its own, the others still checked
+    assert (named.returncode, named.stderr) == (1, "") and "good.py:7:16: SG101" in named.stdout
+    assert (
+        f"{special.name}:1:1: SG000 not a regular file or directory (specguard reads regular files only)"
+        in named.stdout.splitlines()
+    )
 
 
 def test_a_source_over_the_size_cap_is_sg000_and_the_rest_is_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -170,7 +170,8 @@ def test_writing_a_baseline_is_a_success(cli, project: Path) -> None:  # type: i
     assert out.returncode == 0 and "SG101" in out.stdout
     assert len(json.loads((project / "base.json").read_text())["findings"]) == 1
     assert cli("check", "pkg", cwd=project).returncode == 1  # the findings are still there without the baseline
-    assert cli("check", "missing", "--write-baseline", "b.json", cwd=project).returncode == 2  # errors stay errors
+    out = cli("check", "pkg", "--select", "SG9", "--write-baseline", "b.json", cwd=project)
+    assert out.returncode == 2 and not (project / "b.json").exists()  # errors stay errors, and record nothing
 
 
 def test_noqa_with_code_and_specguard_ignore_silence_but_bare_noqa_does_not(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -463,9 +464,10 @@ def test_a_file_level_noqa_never_hides_a_file_that_does_not_parse(cli, tmp_path:
 
 
 @pytest.mark.parametrize("level", ["-q", "-s"])
-def test_quiet_and_silent_still_say_errors(cli, project: Path, level: str) -> None:  # type: ignore[no-untyped-def]
+def test_quiet_and_silent_still_count_a_missing_path(cli, project: Path, level: str) -> None:  # type: ignore[no-untyped-def]
     out = cli("check", "pkg", "missing.py", level, cwd=project)
-    assert out.returncode == 2 and out.stderr == "specguard: error: missing.py: no such file or directory\n"
+    assert out.returncode == 1 and out.stderr == ""
+    assert ("missing.py:1:1: SG000 no such file or directory" in out.stdout) == (level == "-q")
 
 
 def test_clean_removes_the_configured_cache_dir_too(cli, project: Path) -> None:  # type: ignore[no-untyped-def]

@@ -66,7 +66,7 @@ def test_a_folder_swapped_for_a_link_during_fix_gets_no_write_outside(
     from specguard.fixes import apply
 
     project, outside = _project(tmp_path)
-    hooked = "_fix_file" if when == "before-the-read" else "fix_text"
+    hooked = "_edit_file" if when == "before-the-read" else "fix_text"
     real = getattr(apply, hooked)
 
     def swap_then(*args, **kwargs):  # type: ignore[no-untyped-def]

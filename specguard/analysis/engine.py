@@ -27,7 +27,7 @@ from specguard.file_facts import FileFacts
 from specguard.findings import Finding, Judgement, source_error
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.fixes.line_length import LineLengths
-from specguard.program.discover import Discovery, discover
+from specguard.program.discover import Discovery, discover, force_excluded
 from specguard.program.modules import ModuleLocator
 from specguard.program.reading import UNSTAMPED, decode, read_stamped
 from specguard.program.sparse import sparse_lines
@@ -140,9 +140,14 @@ class _Run:
         self.notes: list[str] = [*user_cache_notes(), *self.cache.notes]
         self.line_lengths = LineLengths()
 
-    def scan(self, files: list[str], workers: Callable[[int], Workers]) -> Workers:
-        """Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change."""
+    def scan(
+        self, files: list[str], workers: Callable[[int], Workers], given: dict[str, bytes] | None = None
+    ) -> Workers:
+        """Stage one: prefilter and summarize, reusing scans whose (size, mtime) did not change. A file whose bytes
+        are `given` (standard input, named by `--stdin-filename`) is those bytes, whatever the disk holds there."""
         todo = []
+        for path, data in (given or {}).items():
+            self._keep(scan_bytes(path, data, UNSTAMPED, self.pack.needles, self.pack.needle_groups), data)
         for path in files:
             cached = self.cache.scans.get(path)
             try:
@@ -160,10 +165,16 @@ class _Run:
         for scan, data in scans:
             self._keep(scan, data)
         for scan in self.scans.values():
-            if scan.summary is not None:
-                self.index.add(scan.summary, scan.root)
-                self.locator.add(scan.summary.module, Path(scan.path), scan.root)
+            self._index(scan)
         return pool
+
+    def _index(self, scan: FileScan) -> None:
+        """A module's summary into the project's index, where other modules' imports find it. A stub (`.pyi`) is
+        checked as a file but never stands for its module: its bodies are `...`, and the module's own source (a
+        `.py` beside it, or an installed one) is what runs."""
+        if scan.summary is not None and not scan.path.endswith(".pyi"):
+            self.index.add(scan.summary, scan.root)
+            self.locator.add(scan.summary.module, Path(scan.path), scan.root)
 
     def _keep(self, scan: FileScan, data: bytes | None) -> None:
         self.scans[scan.path] = scan
@@ -246,8 +257,7 @@ class _Run:
             return scan, data
         fresh, data = scan_file(scan.path, self.pack.needles, self.pack.needle_groups)
         self._keep(fresh, data)
-        if fresh.summary is not None:
-            self.index.add(fresh.summary, fresh.root)
+        self._index(fresh)
         return fresh, data
 
     def _borrowed_tops(self) -> set[str]:
@@ -421,10 +431,30 @@ def check_paths(
 
     with run.scan(found.files, workers) as pool:
         run.evaluate(result, pool)
+    result.findings.extend(source_error(path, why) for path, why in found.unreadable)
+    return _finished(result, run, found.warnings)
+
+
+def check_given(path: str, data: bytes, settings: Settings, pack: Pack, rules: RuleSet) -> CheckResult:
+    """A check of one file's bytes given in memory (standard input) under the name `path`, against the project
+    around that name as `check_paths` sees it (the modules it imports are read from disk); never cached. A name
+    the settings exclude under `--force-exclude` is not checked, as ruff skips it."""
+    patterns = [*settings.exclude, *settings.extend_exclude]
+    excluded = settings.force_exclude and force_excluded(path, patterns, settings.root)
+    run = _Run(settings, pack, rules, use_cache=False)
+    result = CheckResult(files=0 if excluded else 1)
+    with run.scan([], lambda _: Workers(0), {} if excluded else {path: data}) as pool:
+        run.evaluate(result, pool)
+    return _finished(result, run, [])
+
+
+def _finished(result: CheckResult, run: _Run, warnings: list[str]) -> CheckResult:
+    """What every check ends with: its notes and warnings, and the findings and sites that are not suppressed."""
+    settings = run.settings
     result.notes.extend(_unresolved_note(run, settings))
     # a misplaced `# specguard: noqa` is said where it matters: in a file that has findings
     result.warnings = [
-        *found.warnings,
+        *warnings,
         *(w for path in sorted({f.path for f in result.findings}) for w in run.exemption(path).unused),
     ]
     result.notes.extend(run.line_lengths.notes())

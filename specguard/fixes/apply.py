@@ -176,8 +176,12 @@ class Project(Protocol):
 @dataclass
 class FixReport:
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (text before, text after)
-    fixed: int = 0  # findings whose fix was applied
+    applied: list[Finding] = field(default_factory=list)  # findings whose fix was applied, as found before it
     notes: list[str] = field(default_factory=list)  # one line per file or fix left as it was, saying why
+
+    @property
+    def fixed(self) -> int:
+        return len(self.applied)
 
 
 @dataclass(frozen=True)
@@ -237,27 +241,47 @@ def fix_files(
     for finding in findings:
         if finding.path not in broken and policy.applies(finding):
             by_path.setdefault(finding.path, []).append(finding)
+
+    def fix(path: str, text: str) -> FixedText:
+        return fix_source(project, path, text, by_path[path], policy)
+
+    return edit_files(project, sorted(by_path), fix, report, write=write, inside=inside)
+
+
+Edit = Callable[[str, str], FixedText]  # a file's path and checked text -> the text to write, with what it did
+
+
+def edit_files(
+    project: Project,
+    paths: Sequence[str],
+    edit: Edit,
+    report: FixReport,
+    *,
+    write: bool,
+    inside: Sequence[Path] = (),
+    undone: str = "not fixed",
+) -> FixReport:
+    """`edit` each of `paths` (checked files) where it lies under `inside`, and write the result where `write`
+    (see `fix_files`); a file left as it was is named in `report.notes`, after `undone`."""
     trees = [tree for tree in (_hold(path, report.notes) for path in inside) if tree is not None]
     try:
-        for path, chosen in sorted(by_path.items()):
+        for path in paths:
             real = os.path.realpath(path)
             place = _place_of(real, trees)
             if place is None and not inside and (own := _hold(real)) is not None:
                 trees.append(own)  # no paths given: the file's own folder
                 place = own, own.only or ""
             if place is None:
-                report.notes.append(f"{path}: not fixed: its real path {real} lies outside the paths checked")
+                report.notes.append(f"{path}: {undone}: its real path {real} lies outside the paths checked")
                 continue
             try:
-                _fix_file(project, path, place, chosen, policy, report, write)
+                _edit_file(project, path, place, edit, report, write, undone)
             except OutsideTree as exc:
-                report.notes.append(f"{path}: not fixed: {exc.how} leads outside the paths checked; left as it is")
+                report.notes.append(f"{path}: {undone}: {exc.how} leads outside the paths checked; left as it is")
             except OSError as exc:
-                report.notes.append(f"{path}: not fixed: cannot read or write it: {exc.strerror or exc}")
+                report.notes.append(f"{path}: {undone}: cannot read or write it: {exc.strerror or exc}")
             except Exception as exc:  # noqa: BLE001 - a bug of ours in one file must not stop the other files' fixes
-                report.notes.append(
-                    f"{path}: not fixed: internal error: {type(exc).__name__}: {exc} (please report it)"
-                )
+                report.notes.append(f"{path}: {undone}: internal error: {type(exc).__name__}: {exc} (please report it)")
     finally:
         for tree in trees:
             os.close(tree.fd)
@@ -273,52 +297,52 @@ def _place_of(real: str, trees: list[_Tree]) -> tuple[_Tree, str] | None:
     return None
 
 
-def _fix_file(
-    project: Project,
-    path: str,
-    place: tuple[_Tree, str],
-    chosen: list[Finding],
-    policy: FixPolicy,
-    report: FixReport,
-    write: bool,
+def _edit_file(
+    project: Project, path: str, place: tuple[_Tree, str], edit: Edit, report: FixReport, write: bool, undone: str
 ) -> None:
     tree, relative = place
     data = project.source(path)  # the bytes the findings came from
     try:
         now = read_regular_stat(relative, SOURCE_CAP, follow=False, dir_fd=tree.fd)[0]
     except UnreadableFile as exc:
-        report.notes.append(f"{path}: not fixed: {exc.reason}")
+        report.notes.append(f"{path}: {undone}: {exc.reason}")
         return
     if data is None or now != data:
-        report.notes.append(f"{path}: not fixed: it changed after it was checked; run specguard again")
+        report.notes.append(f"{path}: {undone}: it changed after it was checked; run specguard again")
         return
-    encoding = _encoding(data)
+    encoding = encoding_of(data)
     text = data.decode(encoding)
-
-    def recheck(new_text: str) -> list[Finding]:
-        return project.recheck(path, new_text)
-
-    fixed = fix_text(text, recheck(text), recheck, policy.applies, chosen)
-    report.notes.extend(fixed.refused)
-    if fixed.text == text:
+    edited = edit(path, text)
+    report.notes.extend(edited.refused)
+    if edited.text == text:
         return
     if write:
         try:
-            new_data = fixed.text.encode(encoding)
+            new_data = edited.text.encode(encoding)
         except UnicodeEncodeError:
-            report.notes.append(f"{path}: not fixed: the fixed text cannot be written in its encoding ({encoding})")
+            report.notes.append(f"{path}: {undone}: the new text cannot be written in its encoding ({encoding})")
             return
         try:
             # the real path, beneath the checked path held open: a symlink inside the tree keeps its link
             rewrite_in_place(relative, data, new_data, root_fd=tree.fd)
         except UnwritableFile as exc:
-            report.notes.append(f"{path}: not fixed: {exc.reason}")
+            report.notes.append(f"{path}: {undone}: {exc.reason}")
             return
-    report.changed[path] = (text, fixed.text)
-    report.fixed += len(fixed.applied)
+    report.changed[path] = (text, edited.text)
+    report.applied.extend(edited.applied)
 
 
-def _encoding(data: bytes) -> str:
+def fix_source(project: Project, path: str, text: str, chosen: Sequence[Finding], policy: FixPolicy) -> FixedText:
+    """`text`, the checked content of `path`, with the fixes of `chosen` that `policy` applies, each proven by
+    checking the fixed text again against the same project (a file's fix, or standard input's)."""
+
+    def recheck(new_text: str) -> list[Finding]:
+        return project.recheck(path, new_text)
+
+    return fix_text(text, recheck(text), recheck, policy.applies, chosen)
+
+
+def encoding_of(data: bytes) -> str:
     """The encoding the file was read in (program/reading.py's `decode`), to write it back the same way."""
     if data.startswith(b"\xef\xbb\xbf") or b"coding" in data[:400]:
         return tokenize.detect_encoding(io.BytesIO(data).readline)[0]

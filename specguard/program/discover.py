@@ -72,6 +72,8 @@ class Excludes:
 # SGLang fewer), far below what costs the machine. Links out of the tree are not followed, so only a tree that
 # really is this large reaches it (or a folder named on the command line that holds a whole file system). Read at
 # each discovery so that a test can lower them in its own process; not a setting.
+# What a folder's walk reads, as ruff: modules and their stubs (a stub is checked as a file; see engine.py).
+PYTHON_SUFFIXES = (".py", ".pyi")
 MAX_FILES = 100_000
 MAX_BYTES = 1 << 30
 # Folders below a folder named on the command line: far deeper than any project, far shallower than a tree built
@@ -84,6 +86,9 @@ _SHOWN_LINKS = 5
 class Discovery:
     files: list[str] = field(default_factory=list)  # strings: a Path per file costs more than the scan of it
     errors: list[str] = field(default_factory=list)
+    # Paths named on the command line that cannot be read (missing, a broken link, a FIFO), and why: each is a
+    # finding of its own (SG000, as ruff's E902), and the other paths are still checked.
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # links out of the tree, not followed
     warnings: list[str] = field(default_factory=list)  # ignore files someone else may have written, not used
     # When the budget ended the walk: which part of it was spent, and the first file left (files past it were not
@@ -181,7 +186,7 @@ class _Walker:
                 link = entry.is_symlink()
                 real = os.path.realpath(entry.path) if link else f"{here.real}/{entry.name}"
                 if link and not self.inside(real):
-                    if is_dir or entry.name.endswith(".py"):  # what would have been read
+                    if is_dir or entry.name.endswith(PYTHON_SUFFIXES):  # what would have been read
                         self.links_out.append(f"{_as_printed(entry.path)} -> {real}")
                     continue
                 if is_dir:
@@ -193,10 +198,10 @@ class _Walker:
                     )
                     if below is not None:
                         stack.append(below)
-                elif entry.name.endswith(".py") and entry.is_file():  # a regular file: never a FIFO or a device
+                elif entry.name.endswith(PYTHON_SUFFIXES) and entry.is_file():  # regular: never a FIFO or a device
                     if self.first_visit(self.seen_files, real) and self.take(entry.path, entry.stat().st_size):
                         yield entry.path
-                elif entry.name.endswith(".py"):
+                elif entry.name.endswith(PYTHON_SUFFIXES):
                     self.special.append(f"{_as_printed(entry.path)} ({_kind(entry.stat(follow_symlinks=False))})")
             except OSError:
                 continue
@@ -260,6 +265,12 @@ def _links_note(links: list[str]) -> str:
     )
 
 
+def force_excluded(path: str, exclude: Iterable[str], root: Path) -> bool:
+    """Whether `--force-exclude` skips a path named on the command line (standard input's `--stdin-filename`
+    too, which need not exist)."""
+    return _Walker(exclude, root, [], (MAX_FILES, MAX_BYTES)).excluded_path(path)
+
+
 def discover(
     paths: Iterable[Path],
     exclude: Iterable[str] = DEFAULT_EXCLUDE,
@@ -268,7 +279,7 @@ def discover(
     respect_gitignore: bool = True,
     limits: tuple[int, int] | None = None,
 ) -> Discovery:
-    """Every .py file under `paths`, each once however often and however it was named. A path named
+    """Every .py and .pyi file under `paths`, each once however often and however it was named. A path named
     explicitly is analyzed even if excluded, unless `force_exclude`; ignore files prune only what a folder holds
     (a file named explicitly is analyzed whatever they say, as in ruff). A folder's walk never leaves the trees
     through a link, and all of it stops past `limits` (files, bytes; by default MAX_FILES and MAX_BYTES)."""
@@ -280,7 +291,7 @@ def discover(
         if walker.stopped_at is not None:
             break
         if not os.path.lexists(path):
-            result.errors.append(f"{path}: no such file or directory")
+            result.unreadable.append((str(path), "no such file or directory"))
         elif force_exclude and walker.excluded_path(str(path)):
             continue
         elif path.is_dir():
@@ -297,9 +308,10 @@ def discover(
             ):
                 result.files.append(str(path))
         elif path.exists():  # a FIFO, a device, a socket: reading one would block or never end
-            result.errors.append(f"{path}: not a regular file or directory; specguard reads regular files only")
+            why = "not a regular file or directory (specguard reads regular files only)"
+            result.unreadable.append((str(path), why))
         else:
-            result.errors.append(f"{path}: not a file or directory (a broken symlink?)")
+            result.unreadable.append((str(path), "not a file or directory (a broken symlink?)"))
     if walker.links_out:
         result.notes.append(_links_note(walker.links_out))
     if walker.special:

@@ -135,7 +135,7 @@ def _newer_syntax(line: str, message: str) -> str:
         if (on_line is not None and on_line.match(line)) or (on_message is not None and on_message.match(message)):
             needed, running = ".".join(map(str, version)), ".".join(map(str, sys.version_info[:3]))
             return (
-                f"; the file needs Python {needed} or newer ({what}) but specguard runs on Python {running}: "
+                f" (the file needs Python {needed} or newer ({what}) but specguard runs on Python {running}); "
                 f"run specguard with Python {needed}+ (pre-commit: `language_version: python{needed}`)"
             )
     return ""

@@ -4,7 +4,7 @@ the others never are."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specguard.findings import Finding
@@ -23,16 +23,23 @@ class Report:
     quiet: bool  # the findings and nothing else, as ruff's -q
     colour: bool  # the caller's decision: a terminal, NO_COLOR/FORCE_COLOR, no --output-file
     root: Path  # the configuration root; the CI formats' paths start at the repository's root above it
+    fixes_made: list[str] = field(default_factory=list)  # `--show-fixes`' lines (text.fixes_made), if asked
+    given: dict[str, str] = field(default_factory=dict)  # sources not on disk (standard input), by their path
+
+
+TERMINAL_FORMATS = ("concise", "text", "full", "grouped")
 
 
 def render(output_format: str, findings: list[Finding], report: Report) -> str:
     style = Style(report.colour)
-    if output_format in ("concise", "text"):
-        return text.render(findings, report.unsafe_fixes, report.fixed, quiet=report.quiet, style=style)
-    if output_format == "full":
-        return full.render(findings, report.unsafe_fixes, report.fixed, report.quiet, style, Sources())
-    if output_format == "grouped":
-        return grouped.render(findings, report.unsafe_fixes, report.fixed, report.quiet, style)
+    sources = Sources(report.given)
+    if output_format in TERMINAL_FORMATS:
+        if not report.fixes_made:
+            return _terminal(output_format, findings, report, style, sources, report.quiet)
+        # as ruff: the findings left, the fixes made, then the summary
+        shown = _terminal(output_format, findings, report, style, sources, quiet=True)
+        after = [] if report.quiet else text.summary(findings, report.unsafe_fixes, report.fixed, style)
+        return "\n".join([*([shown] if shown else []), *report.fixes_made, *after])
     if output_format == "json":
         return json_format.render(findings)
     if output_format == "pylint":
@@ -41,9 +48,19 @@ def render(output_format: str, findings: list[Finding], report: Report) -> str:
         return junit.render(findings)
     repository = report_root(report.root)
     if output_format == "sarif":
-        return sarif.render(findings, repository, Sources())
+        return sarif.render(findings, repository, sources)
     if output_format == "gitlab":
-        return gitlab.render(findings, repository, Sources())
+        return gitlab.render(findings, repository, sources)
     if output_format == "github":
         return github.render(findings, repository)
     raise ValueError(f"unknown output format {output_format!r}")
+
+
+def _terminal(
+    output_format: str, findings: list[Finding], report: Report, style: Style, sources: Sources, quiet: bool
+) -> str:
+    if output_format == "full":
+        return full.render(findings, report.unsafe_fixes, report.fixed, quiet, style, sources)
+    if output_format == "grouped":
+        return grouped.render(findings, report.unsafe_fixes, report.fixed, quiet, style)
+    return text.render(findings, report.unsafe_fixes, report.fixed, quiet=quiet, style=style)

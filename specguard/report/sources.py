@@ -11,8 +11,11 @@ from specguard.lines import source_lines
 class Sources:
     """Each file read at most once per report."""
 
-    def __init__(self) -> None:
-        self._read: dict[str, list[str] | None] = {}
+    def __init__(self, given: dict[str, str] | None = None) -> None:
+        # a source given in memory (standard input, under its --stdin-filename) is that text, not the disk's
+        self._read: dict[str, list[str] | None] = {
+            path: [line.rstrip("\r\n") for line in source_lines(text)] for path, text in (given or {}).items()
+        }
 
     def lines(self, path: str) -> list[str] | None:
         """The file's lines without their endings (numbered as `ast` numbers them), or None when unreadable."""

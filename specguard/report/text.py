@@ -121,3 +121,18 @@ def statistics(findings: list[Finding], names: dict[str, str], unsafe_fixes: boo
 
     lines = [f"{r.count:>{width}}\t{r.code:<{code_width}}\t{mark(r)}{r.name}" for r in rows]
     return "\n".join(lines if quiet else [*lines, *summary(findings, unsafe_fixes)])
+
+
+def fixes_made(applied: list[Finding], names: dict[str, str]) -> list[str]:
+    """ruff's `--show-fixes` lines: `Fixed N findings:`, then each file and, per rule, how many of its findings
+    were fixed; a blank line before and after. Nothing when nothing was fixed."""
+    if not applied:
+        return []
+    lines = ["", f"Fixed {_plural(len(applied), 'finding')}:"]
+    by_path: dict[str, Counter[str]] = {}
+    for f in applied:
+        by_path.setdefault(f.path, Counter())[f.code] += 1
+    for path, codes in sorted(by_path.items()):
+        lines.append(f"- {shown(path)}:")
+        lines.extend(f"    {n} \u00d7 {code} ({names.get(code, '')})" for code, n in sorted(codes.items()))
+    return [*lines, ""]

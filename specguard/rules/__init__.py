@@ -31,7 +31,9 @@ SOURCE_ERROR_DOCS = """# source-error (SG000)
 
 ## What it does
 Reports a file that specguard could not analyze: it cannot be read, is not valid UTF-8 (or the encoding its
-coding cookie names), contains NUL bytes, does not parse, or nests expressions too deeply for the parser.
+coding cookie names), contains NUL bytes, does not parse, or nests expressions too deeply for the parser. A path
+named on the command line that does not exist, a broken link and a FIFO or device are reported the same way, at
+line 1 (as ruff's E902).
 
 ## Why is this bad?
 A file specguard cannot read is a file it cannot vouch for. The other files of the run are still analyzed;
