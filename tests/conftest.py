@@ -30,6 +30,18 @@ FAST = {
 }
 
 
+def _outside_the_tier(path: Path) -> bool:
+    parts = path.relative_to(REPO / "tests").parts if path.is_relative_to(REPO / "tests") else ()
+    return bool(parts) and parts[0] not in FAST
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The tier's venv has no torch or vLLM, which some slow modules import as they load: not even collected there.
+    if "not slow" in (config.getoption("markexpr", "") or "") and _outside_the_tier(collection_path):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         where = Path(item.path).relative_to(REPO / "tests").parts
