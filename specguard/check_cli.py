@@ -34,7 +34,7 @@ def add_options(check: argparse.ArgumentParser) -> None:
         "--format",
         dest="output_format",
         choices=OUTPUT_FORMATS,
-        default="concise",
+        default=None,
         help="concise (default; `text` is the same): a line per finding, the message's first clause; full: the "
         "whole message, the source around it and the fix; grouped: the concise lines under each file; json (ruff's), "
         "sarif, github (annotations), gitlab (code quality), pylint, junit (XML)",
@@ -43,7 +43,7 @@ def add_options(check: argparse.ArgumentParser) -> None:
         "-o", "--output-file", "--output", dest="output_file", type=Path, help="write the report to this file"
     )
     check.add_argument(
-        "--statistics", action="store_true", help="print the number of findings per rule (concise or json)"
+        "--statistics", action="store_true", help="print the number of findings per rule (concise, full or json)"
     )
     check.add_argument("--show-files", action="store_true", help="list the files that would be checked, and stop")
     check.add_argument("--show-settings", action="store_true", help="print the settings that would be used, and stop")
@@ -172,7 +172,28 @@ def settings_for(args: argparse.Namespace, paths: list[Path]) -> Settings:
         updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
     settings = dataclasses.replace(settings, **updates)
     _reject_unknown_codes(settings)
+    args.output_format = _output_format(args, settings)
     return settings
+
+
+# The formats `--statistics` can print its table in (ruff's: its table in the terminal formats but grouped, or JSON).
+STATISTICS_FORMATS = ("concise", "text", "full", "json")
+
+
+def _output_format(args: argparse.Namespace, settings: Settings) -> str:
+    """As ruff decides it: `--output-format`, else SPECGUARD_OUTPUT_FORMAT (ruff's RUFF_OUTPUT_FORMAT), else the
+    configuration's `output-format`, else concise."""
+    chosen, origin = args.output_format, "--output-format"
+    if chosen is None and os.environ.get("SPECGUARD_OUTPUT_FORMAT"):
+        chosen, origin = os.environ["SPECGUARD_OUTPUT_FORMAT"], "SPECGUARD_OUTPUT_FORMAT"
+    if chosen is None and settings.output_format is not None:
+        chosen, origin = settings.output_format, "[tool.specguard] output-format"
+    chosen = chosen or "concise"
+    if chosen not in OUTPUT_FORMATS:
+        raise UserError(f"{origin} '{chosen}': not an output format; choose one of {', '.join(OUTPUT_FORMATS)}")
+    if args.statistics and chosen not in STATISTICS_FORMATS:
+        raise UserError(f"--statistics prints counts as concise, full or json, not {chosen}; drop one of the two")
+    return chosen
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -181,8 +202,6 @@ def run_check(args: argparse.Namespace) -> int:
 
     if check_stdin.reads_stdin(args):
         return check_stdin.run_stdin(args)
-    if args.statistics and args.output_format not in ("concise", "text", "json"):
-        raise UserError(f"--statistics prints counts as concise or json, not {args.output_format}; drop one of the two")
     paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
     if args.vllm:
         paths.append(_installed_vllm())
@@ -204,7 +223,9 @@ def _check(args: argparse.Namespace, paths: list[Path], settings: Settings) -> i
     if args.cache_dir is None and not args.no_cache:
         require_cache_inside_project(settings)  # --cache-dir is the user's choice, anywhere; the project's is not
 
-    result = check_paths(paths, settings, use_cache=not args.no_cache)
+    result = unselected_source_errors(check_paths(paths, settings, use_cache=not args.no_cache), settings)
+    if not result.files and not result.findings:
+        result.warnings.append("no Python files found under the given paths")
     if args.add_noqa:
         return _add_noqa(args, paths, settings, result)
     applied: list[Finding] = []
@@ -218,6 +239,18 @@ def _check(args: argparse.Namespace, paths: list[Path], settings: Settings) -> i
     emit_report(report_text(args, findings, settings, applied), args, settings.root)
     tell_run(args, result, settings)
     return exit_code(args, result, findings, len(applied))
+
+
+def unselected_source_errors(result: CheckResult, settings: Settings) -> CheckResult:
+    """A file that cannot be read is an SG000 finding where the selection enables SG000 (it does unless told
+    otherwise); where it does not, a warning naming it, as ruff's `Failed to lint` when E902 is not selected."""
+    if "SG000" in settings.enabled(["SG000"]):
+        return result
+    for f in result.findings:
+        if f.code == "SG000":
+            result.warnings.append(f"{f.path}: not checked: {f.message} (SG000 is not selected)")
+    result.findings = [f for f in result.findings if f.code != "SG000"]
+    return result
 
 
 def reported(args: argparse.Namespace, result: CheckResult, settings: Settings) -> list[Finding]:
@@ -280,8 +313,8 @@ def report_text(
     from specguard.report import formats, json_format, text
     from specguard.rules import rule_names
 
-    concise = args.output_format in ("concise", "text")
-    if args.statistics and concise:
+    table = args.output_format != "json"
+    if args.statistics and table:
         return text.statistics(findings, rule_names(), settings.unsafe_fixes, quiet=args.quiet)
     if args.statistics:
         return json_format.statistics(text.rule_counts(findings, rule_names(), settings.unsafe_fixes))
@@ -345,8 +378,10 @@ def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> in
         tell(f"specguard: note: {note}")
     for warning in [] if args.quiet or args.silent else found.warnings:
         tell(f"specguard: warning: {warning}")
-    for error in [*found.errors, *(f"{path}: {why}" for path, why in found.unreadable)]:
+    for error in found.errors:
         tell(f"specguard: error: {error}")
+    for path, why in found.unreadable:  # as ruff: the path is left out, and said
+        tell(f"specguard: warning: {shown(path)}: {why}")
     files = sorted(os.path.abspath(f) for f in found.files)
     if args.show_settings:
         if not files:
@@ -357,7 +392,7 @@ def _show(args: argparse.Namespace, paths: list[Path], settings: Settings) -> in
         if not files and not (args.quiet or args.silent):
             tell("specguard: warning: no Python files found under the given paths")
         emit_report("\n".join(shown(f) for f in files), args, settings.root)
-    return EXIT_ERROR if found.errors or found.unreadable else EXIT_CLEAN
+    return EXIT_ERROR if found.errors else EXIT_CLEAN
 
 
 def fix_policy(settings):  # type: ignore[no-untyped-def]
@@ -385,14 +420,12 @@ def _run_fixes(args: argparse.Namespace, paths: list[Path], settings, result):  
         tell(f"specguard: warning: {note}")
     if args.diff:
         diffs = [unified_diff(shown(path), *texts) for path, texts in sorted(outcome.changed.items())]
-        summary = (
-            "" if args.quiet else diff_summary(outcome.fixed, offered_fixes(shown_now, settings), settings.unsafe_fixes)
-        )
-        emit_report("\n".join([*diffs, summary]).strip("\n"), args, settings.root)
+        summary = diff_summary(outcome.fixed, offered_fixes(shown_now, settings), settings.unsafe_fixes)
+        emit_diff(diffs, "" if args.quiet or args.silent else summary, args, settings.root)
         tell_run(args, result, settings)
         return result, outcome.applied
     if outcome.changed:
-        result = check_paths(paths, settings, use_cache=not args.no_cache)
+        result = unselected_source_errors(check_paths(paths, settings, use_cache=not args.no_cache), settings)
     return result, outcome.applied
 
 
@@ -411,20 +444,37 @@ def reject_empty_selection(settings: Settings) -> None:
     that is how one finds out why it is empty.)"""
     from specguard.rules import ALL_CODES
 
-    if not settings.enabled(ALL_CODES):
+    if not settings.enabled(ALL_CODES) and not _selects_source_errors(settings):
         raise UserError(
             "the selection enables no rule (select, extend-select and ignore leave none): the check would check "
             "nothing; see `specguard rules`"
         )
 
 
-def emit_report(report: str, args: argparse.Namespace, root: Path) -> None:
-    """The report to stdout or `--output-file`; nothing with `--silent` (whose output file is left empty, as ruff's).
+def _selects_source_errors(settings: Settings) -> bool:
+    """Whether SG000 runs because a selector names it (`--select SG000`), not only because `ALL` takes it along: a
+    check of nothing but unreadable files is one the user asked for."""
+    cli = settings.cli_rules
+    layers = [settings.select or [], settings.extend_select, cli.select or [], cli.extend_select]
+    named = any(s != "ALL" and "SG000".startswith(s) for layer in layers for s in layer)
+    return named and "SG000" in settings.enabled(["SG000"])
+
+
+def emit_diff(diffs: list[str], summary: str, args: argparse.Namespace, root: Path) -> None:
+    """`--diff`'s diffs, each with a blank line after it, then `summary` (if any), as ruff lays them out; printed
+    under `-s` too, as ruff's."""
+    text = "".join(diff + "\n" for diff in diffs) + (summary + "\n" if summary else "")
+    emit_report(text.removesuffix("\n"), args, root, silenced=False)
+
+
+def emit_report(report: str, args: argparse.Namespace, root: Path, *, silenced: bool = True) -> None:
+    """The report to stdout or `--output-file`; nothing with `--silent` (whose output file is left empty, as ruff's)
+    unless it is not `silenced` (`--diff`'s diffs, which ruff prints under `-s` too).
     An output file inside the project (`root`) is opened beneath a handle on its root (no link leads it out, nor a
     folder swapped for one meanwhile); one elsewhere (`/dev/stdout`, a CI folder) as named."""
     from specguard._files import OutsideTree, open_beneath, open_folder, relative_inside
 
-    if args.silent:
+    if args.silent and silenced:
         report = ""
     output: Path | None = args.output_file
     if output is None:

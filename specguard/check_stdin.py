@@ -27,8 +27,8 @@ _FILE_OPTIONS = {"show_files": "--show-files", "show_settings": "--show-settings
 
 
 def reads_stdin(args: argparse.Namespace) -> bool:
-    """`-` as the only path, or `--stdin-filename` and no path (ruff's two spellings)."""
-    return args.paths == [STDIN] or (not args.paths and args.stdin_filename is not None and not args.vllm)
+    """`-` as the only path, or `--stdin-filename` (then, as ruff, any path given is left out, and said)."""
+    return args.paths == [STDIN] or args.stdin_filename is not None
 
 
 def run_stdin(args: argparse.Namespace) -> int:
@@ -39,11 +39,13 @@ def run_stdin(args: argparse.Namespace) -> int:
             raise UserError(f"{flag} works on files; it does not read standard input (drop `-` or {flag})")
     if args.vllm:
         raise UserError("--vllm checks the installed vLLM's files; it does not read standard input")
+    for path in [] if args.quiet or args.silent else [p for p in args.paths if p != STDIN]:
+        tell(f"specguard: warning: ignoring {shown(str(path))} in favor of standard input")
     name = args.stdin_filename or "-"
     data = _read_stdin()
     settings = check_cli.settings_for(args, [Path(name)])
     check_cli.reject_empty_selection(settings)
-    result = check_given(name, data, settings)
+    result = check_cli.unselected_source_errors(check_given(name, data, settings), settings)
     fixing = settings.fix and not args.diff
     applied: list[Finding] = []
     if args.diff or fixing:
@@ -53,7 +55,7 @@ def run_stdin(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(text)  # the editor's buffer, written whatever the report says
         sys.stdout.flush()
         if applied:
-            result = check_given(name, text, settings)
+            result = check_cli.unselected_source_errors(check_given(name, text, settings), settings)
             data = text
     findings = check_cli.offered_fixes(check_cli.reported(args, result, settings), settings)
     given = {name: _text_of(data)}
@@ -116,8 +118,10 @@ def _print_diff(
     before, after = (t.decode(encoding) for t in texts)
     diff = unified_diff(shown(name), before, after) if fixed else ""
     offered = check_cli.offered_fixes(check_cli.reported(args, result, settings), settings)
-    summary = "" if args.quiet else diff_summary(fixed, offered, settings.unsafe_fixes)
-    check_cli.emit_report("\n".join([diff, summary]).strip("\n"), args, settings.root)
+    check_cli.emit_diff([diff] if diff else [], "", args, settings.root)
+    summary = diff_summary(fixed, offered, settings.unsafe_fixes)
+    if summary and not (args.quiet or args.silent):
+        tell(summary)  # on stderr, as ruff's for standard input
     check_cli.tell_run(args, result, settings)
     if result.errors:
         return check_cli.EXIT_ERROR

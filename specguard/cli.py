@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     check_cli.add_options(sub.add_parser("check", help="analyze Python files for speculator metadata bugs"))
 
     sub.add_parser("rules", help="list the rules")
-    explain = sub.add_parser("explain", help="print a rule's documentation")
+    sub.add_parser("version", help="print specguard's version (as --version)")
+    explain = sub.add_parser("explain", aliases=["rule"], help="print a rule's documentation (`rule` as ruff's)")
     explain.add_argument("code", help="a rule's code or name, e.g. SG103 or padded-token-count")
     clean = sub.add_parser("clean", help="remove the cache folders specguard wrote here and below")
     clean.add_argument("-q", "--quiet", action="store_true", help="do not name the folders removed")
@@ -115,8 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return check_cli.run_check(args)
         if args.command == "rules":
             return run_rules()
-        if args.command == "explain":
+        if args.command in ("explain", "rule"):
             return run_explain(args.code)
+        if args.command == "version":
+            emit(f"specguard {__version__}")
+            return EXIT_CLEAN
         if args.command == "clean":
             return run_clean(args.quiet)
         _parser().print_help()

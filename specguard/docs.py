@@ -195,6 +195,7 @@ def _hazard_pages(catalogue: Any) -> dict[str, str]:
 # ---- settings ------------------------------------------------------------------------------------------------
 
 _TYPES = {
+    "str": "string",
     "list[str]": "list of strings",
     "list[Path]": "list of paths",
     "Path": "path",

@@ -55,17 +55,17 @@ def _specificity(selector: str) -> int:
     return 0 if selector == "ALL" else len(selector)
 
 
-def _matches(code: str, selector: str) -> bool:
-    """The same in every key (select, ignore, fixable, per-file-ignores...). `ALL` means every rule, not SG000,
-    which only a per-file-ignores entry naming it hides."""
-    return code.startswith(selector) or (selector == "ALL" and code != "SG000")
+def _matches(code: str, selector: str, choosing: bool = False) -> bool:
+    """The same in every key (select, ignore, fixable, per-file-ignores...). `ALL` means every rule; it chooses
+    SG000 too (`--select ALL` reports unreadable files), but never hides it: only a selector naming it does."""
+    return code.startswith(selector) or (selector == "ALL" and (code != "SG000" or choosing))
 
 
 def _chosen(code: str, layers: list[Selection]) -> bool:
     """Whether the layers, applied in order, leave `code` chosen (everything is, before the first layer)."""
     chosen, carried = True, []
     for layer in layers:
-        on = [s for s in [*(layer.select or []), *layer.extend_select] if _matches(code, s)]
+        on = [s for s in [*(layer.select or []), *layer.extend_select] if _matches(code, s, choosing=True)]
         off = [s for s in [*layer.ignore, *carried] if _matches(code, s)]
         # the decisive selector: the most specific; at equal specificity an ignore (True sorts after False)
         decisive = max([(_specificity(s), False) for s in on] + [(_specificity(s), True) for s in off], default=None)
@@ -153,6 +153,14 @@ class Settings:
         default=None, metadata=_doc("Codes or prefixes whose findings `--fix` may fix; unset, every rule's.")
     )
     unfixable: list[str] = field(default_factory=list, metadata=_doc("Codes or prefixes never to fix."))
+    output_format: str | None = field(
+        default=None,
+        metadata=_doc(
+            "The report's format when `--output-format` and `SPECGUARD_OUTPUT_FORMAT` do not name one (as ruff's "
+            "`output-format`): `concise`, `full`, `grouped`, `json`, `sarif`, `github`, `gitlab`, `pylint` or "
+            "`junit`; unset, `concise`."
+        ),
+    )
     # Not keys. The folder relative paths in the settings are resolved against (the pyproject's folder), and the
     # command line's layers of selection (--select/--ignore/--extend-select, --fixable/--unfixable).
     root: Path = field(default_factory=Path.cwd)

@@ -161,7 +161,7 @@ def test_statistics_with_a_format_that_cannot_carry_counts_is_refused(cli, fmt: 
     out = cli("check", str(EXAMPLES), "--statistics", "--output-format", fmt, "--no-cache")
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr.splitlines() == [
-        f"specguard: error: --statistics prints counts as concise or json, not {fmt}; drop one of the two"
+        f"specguard: error: --statistics prints counts as concise, full or json, not {fmt}; drop one of the two"
     ]
 
 

@@ -183,3 +183,86 @@ def test_show_fixes_on_standard_input_goes_with_the_report_to_stderr(tmp_path: P
     ours, theirs = both_piped(tmp_path, env, "--fix", "--show-fixes", name="module.py")
     assert "Fixed 1 finding:\n- module.py:\n    1 \u00d7 SG102" in ours.stderr
     assert "Fixed 1 error:\n- module.py:\n    1 \u00d7 F401" in theirs.stderr
+
+
+def test_a_stdin_filename_with_paths_reads_standard_input_and_says_so(tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path, "disk.py")
+    ours = piped("specguard", "check", "disk.py", "--stdin-filename", "a.py", data=TWO_FINDINGS, cwd=tmp_path, env=env)
+    theirs = piped("ruff", "check", "--output-format", "concise", *RUFF_TWO_RULES, "disk.py", "--stdin-filename",
+                   "a.py", data=RUFF_TWO_FINDINGS, cwd=tmp_path, env=env)  # fmt: skip
+    assert ours.returncode == theirs.returncode == 1
+    assert _shape(ours.stdout) == _shape(theirs.stdout) and ours.stdout.startswith("a.py:7:")
+    assert "ignoring disk.py in favor of standard input" in ours.stderr
+    assert "Ignoring file disk.py in favor of standard input" in theirs.stderr
+
+
+def test_an_unselected_source_error_is_a_warning_as_ruffs_unselected_e902(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path, "ok.py")
+    ours = cli("check", "--no-cache", "--select", "SG101", "ok.py", "missing.py", cwd=tmp_path, env=env)
+    theirs = ruff("check", "--no-cache", "--output-format", "concise", "--select", "F401", "ok.py", "missing.py",
+                  cwd=tmp_path, env=env)  # fmt: skip
+    assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (0, "All checks passed!\n")
+    assert "missing.py: not checked: no such file or directory (SG000 is not selected)" in ours.stderr
+    assert "Failed to lint missing.py" in theirs.stderr
+    ours = cli("check", "--no-cache", "--select", "SG000", "ok.py", "missing.py", cwd=tmp_path, env=env)
+    assert ours.returncode == 1 and "missing.py:1:1: SG000 " in ours.stdout  # SG000 alone is a selection
+
+
+def test_a_broken_link_met_in_a_folder_is_a_finding_as_ruffs_e902(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path, "pkg/ok.py")
+    os.symlink("nowhere.py", tmp_path / "pkg" / "dangling.py")
+    ours = cli("check", "--no-cache", "pkg", cwd=tmp_path, env=env)
+    theirs = ruff("check", "--no-cache", "--output-format", "concise", "pkg", cwd=tmp_path, env=env)
+    assert ours.returncode == theirs.returncode == 1
+    assert _shape(ours.stdout) == _shape(theirs.stdout)
+    assert ours.stdout.startswith("pkg/dangling.py:1:1: SG000 not a file or directory")
+
+
+def test_no_python_files_is_said_and_show_files_leaves_a_missing_path_out(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "empty").mkdir()
+    ours = cli("check", "--no-cache", "empty", cwd=tmp_path, env=env)
+    theirs = ruff("check", "--no-cache", "--output-format", "concise", "empty", cwd=tmp_path, env=env)
+    assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (0, "All checks passed!\n")
+    assert "no Python files found under the given paths" in ours.stderr
+    assert "No Python files found under the given path(s)" in theirs.stderr
+    write(tmp_path, "ok.py")
+    ours = cli("check", "--show-files", "ok.py", "missing.py", cwd=tmp_path, env=env)
+    theirs = ruff("check", "--show-files", "ok.py", "missing.py", cwd=tmp_path, env=env)
+    assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (0, f"{tmp_path / 'ok.py'}\n")
+
+
+def test_diff_prints_the_patch_under_silent_too_and_its_count_as_ruff(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path / "ours", "spec.py", text=ONLY_FIXABLE)
+    write(tmp_path / "theirs", "lint.py", text="import os\n")
+    for flag in ([], ["-s"], ["-q"]):
+        ours = cli("check", "--no-cache", "spec.py", "--diff", *flag, cwd=tmp_path / "ours", env=env)
+        theirs = ruff("check", "--no-cache", "--select", "F401", "lint.py", "--diff", *flag, cwd=tmp_path / "theirs",
+                      env=env)  # fmt: skip
+        assert ours.returncode == theirs.returncode == 1
+        assert ours.stdout.startswith("--- spec.py\n+++ spec.py\n") and theirs.stdout.startswith("--- lint.py\n")
+        assert ours.stdout.endswith("\n\nWould fix 1 finding.\n") == theirs.stdout.endswith("\n\nWould fix 1 error.\n")
+        assert ours.stdout.endswith("\n\n") == theirs.stdout.endswith("\n\n") == bool(flag)
+    ours, theirs = both_piped(tmp_path, env, "--diff", name="module.py")  # standard input: the count on stderr
+    assert "Would fix 1 finding." in ours.stderr and "Would fix 1 error." in theirs.stderr
+
+
+def test_the_output_format_comes_from_the_environment_or_the_settings_as_ruffs(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path / "ours", "spec.py", text=TWO_FINDINGS)
+    write(tmp_path / "theirs", "lint.py", text=RUFF_TWO_FINDINGS)
+    pylint = {**env, "SPECGUARD_OUTPUT_FORMAT": "pylint", "RUFF_OUTPUT_FORMAT": "pylint"}
+    ours = cli("check", "--no-cache", "spec.py", cwd=tmp_path / "ours", env=pylint)
+    theirs = ruff("check", "--no-cache", *RUFF_TWO_RULES, "lint.py", cwd=tmp_path / "theirs", env=pylint)
+    heads = [line.split(" ")[:2] for line in ours.stdout.splitlines()]
+    assert heads == [["spec.py:7:", "[SG101]"], ["spec.py:9:", "[SG102]"]]
+    heads = [line.split(" ")[:2] for line in theirs.stdout.splitlines()]
+    assert heads == [["lint.py:1:", "[E741]"], ["lint.py:2:", "[F401]"]]
+    (tmp_path / "ours" / "pyproject.toml").write_text('[tool.specguard]\noutput-format = "grouped"\n')
+    assert cli("check", "--no-cache", "spec.py", cwd=tmp_path / "ours", env=env).stdout.startswith("spec.py:\n")
+    out = cli("check", "--no-cache", "spec.py", cwd=tmp_path / "ours", env={**env, "SPECGUARD_OUTPUT_FORMAT": "xml"})
+    assert out.returncode == 2 and "SPECGUARD_OUTPUT_FORMAT 'xml': not an output format" in out.stderr
+
+
+def test_version_and_rule_subcommands_as_ruffs(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    assert cli("version", cwd=tmp_path, env=env).stdout == cli("--version", cwd=tmp_path, env=env).stdout
+    assert cli("rule", "SG102", cwd=tmp_path, env=env).stdout == cli("explain", "SG102", cwd=tmp_path, env=env).stdout
+    assert ruff("version", cwd=tmp_path, env=env).returncode == ruff("rule", "F401", cwd=tmp_path, env=env).returncode

@@ -386,10 +386,16 @@ def test_every_format_reports_a_source_error(cli, tmp_path: Path, fmt: str) -> N
         assert " --> broken.py:2:" in out.stdout and "2 | def f(:" in out.stdout
 
 
-def test_statistics_with_another_format_is_refused_as_before(cli, pair) -> None:  # type: ignore[no-untyped-def]
+def test_statistics_prints_its_table_in_full_as_ruff_and_is_refused_in_grouped(cli, pair) -> None:  # type: ignore[no-untyped-def]
+    table = cli("check", "--no-cache", "--statistics", "spec.py", cwd=pair[0])
     out = cli("check", "--no-cache", "--statistics", "--output-format", "full", "spec.py", cwd=pair[0])
+    assert (out.returncode, out.stdout) == (table.returncode, table.stdout) == (1, table.stdout)
+    theirs = ruff("--statistics", "--output-format", "full", "--select", "F401", "lint.py",
+                  cwd=pair[1])  # fmt: skip
+    assert theirs.returncode == 1 and theirs.stdout.startswith("1\tF401\t")  # ruff's table too
+    out = cli("check", "--no-cache", "--statistics", "--output-format", "grouped", "spec.py", cwd=pair[0])
     assert out.returncode == 2
-    assert "--statistics prints counts as concise or json, not full; drop one of the two" in out.stderr
+    assert "--statistics prints counts as concise, full or json, not grouped; drop one of the two" in out.stderr
 
 
 # --- the frame's source, read again ---------------------------------------------------------------------------------

@@ -236,11 +236,15 @@ def fix_files(
     """
     report = FixReport()
     broken = {f.path for f in findings if f.code == "SG000"}
-    report.notes.extend(f"{path}: not fixed: it has a source error (SG000)" for path in sorted(broken))
     by_path: dict[str, list[Finding]] = {}
     for finding in findings:
-        if finding.path not in broken and policy.applies(finding):
+        if policy.applies(finding):
             by_path.setdefault(finding.path, []).append(finding)
+    # said of a file that is there to fix (a path that does not exist or is a FIFO has no fix to lose)
+    report.notes.extend(
+        f"{path}: not fixed: it has a source error (SG000)" for path in sorted(broken) if os.path.isfile(path)
+    )
+    by_path = {path: chosen for path, chosen in by_path.items() if path not in broken}
 
     def fix(path: str, text: str) -> FixedText:
         return fix_source(project, path, text, by_path[path], policy)

@@ -111,6 +111,7 @@ class _Walker:
         self.trees = [tree if tree.endswith(os.sep) else tree + os.sep for tree in trees]
         self.links_out: list[str] = []
         self.special: list[str] = []  # `.py` names that are FIFOs, devices or sockets: never read
+        self.broken: list[str] = []  # `.py` names that are links to nothing
         self.not_walked: list[str] = []  # folders past MAX_DEPTH, or with a path too long to open
         self.max_depth = MAX_DEPTH
         self.limits = limits
@@ -184,6 +185,9 @@ class _Walker:
                 if here.ignores is not None and here.ignores.ignored(f"{here.absolute}/{entry.name}", is_dir):
                     continue
                 link = entry.is_symlink()
+                if link and not is_dir and entry.name.endswith(PYTHON_SUFFIXES) and not os.path.exists(entry.path):
+                    self.broken.append(entry.path)  # a source that cannot be read, wherever it pointed: SG000
+                    continue
                 real = os.path.realpath(entry.path) if link else f"{here.real}/{entry.name}"
                 if link and not self.inside(real):
                     if is_dir or entry.name.endswith(PYTHON_SUFFIXES):  # what would have been read
@@ -312,6 +316,7 @@ def discover(
             result.unreadable.append((str(path), why))
         else:
             result.unreadable.append((str(path), "not a file or directory (a broken symlink?)"))
+    result.unreadable.extend((_as_printed(p), "not a file or directory (a broken symlink?)") for p in walker.broken)
     if walker.links_out:
         result.notes.append(_links_note(walker.links_out))
     if walker.special:
