@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long the moment lasts in which another program's append could still be lost by `--fix` (issue 26 item 10).
 
-    python benchmarks/fix_write_window.py [--runs N]
+    python benchmarks/fix_write_window.py [--runs N] [--no-record]
 
 `rewrite_in_place` never writes over bytes another program appended: the part of a fix past the old end is
 appended (O_APPEND), the rest written over the old content's own bytes. Only a fix that shortens the file has to
@@ -18,7 +18,8 @@ to take a perf_counter_ns stamp right after the one returns and right before the
 include one Python call of each wrapper: an upper bound). It also times the whole rewrite with and without the
 lease, for what the lease (and its break handler) costs.
 
-Wall clock on a machine that may be shared: read the median; nothing here belongs in a unit test.
+Wall clock on a machine that may be shared: read the median; nothing here belongs in a unit test. Each run is
+recorded in benchmarks/results.json (`fix_write_window/DATE`), where the docs' figures come from.
 """
 
 from __future__ import annotations
@@ -26,11 +27,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from specguard import _files
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results as results_file  # noqa: E402 - benchmarks/results.py, beside this script
 
 OLD = b"x = 1  # a line of the file as it was\n" * 800  # about 30 KB
 NEW = OLD[: len(OLD) // 2]  # a fix that shortens it
@@ -112,17 +118,47 @@ def _whole(runs: int, folder: Path, leases: bool) -> list[int]:
     return took
 
 
-def _summary(values: list[int]) -> str:
+def _stats(values: list[int]) -> dict[str, float]:
+    """Median, p99 and max of ns values, in us, rounded as the script prints them."""
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
     median = statistics.median(ordered)
-    return f"median {median / 1000:.2f} us, p99 {p99 / 1000:.2f} us, max {ordered[-1] / 1000:.2f} us"
+    return {
+        "median_us": round(median / 1000, 2),
+        "p99_us": round(p99 / 1000, 2),
+        "max_us": round(ordered[-1] / 1000, 2),
+    }
+
+
+def _summary(values: list[int]) -> str:
+    s = _stats(values)
+    return f"median {s['median_us']:.2f} us, p99 {s['p99_us']:.2f} us, max {s['max_us']:.2f} us"
+
+
+def summary(started: datetime, runs: int, machine: dict, measured: dict[str, list[int]]) -> dict:
+    """A run as benchmarks/results.json keeps it: each measure's median, p99 and max, as the script prints them."""
+    return {
+        "script": "benchmarks/fix_write_window.py",
+        "date": started.isoformat(timespec="minutes"),
+        **machine,
+        "runs": runs,
+        **{name: _stats(values) for name, values in measured.items()},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20000)
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=results_file.RESULTS,
+        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
+    )
+    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
     args = parser.parse_args()
+    started = datetime.now(timezone.utc)
+    machine = results_file.machine()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         gaps = _window(args.runs, folder)
@@ -130,8 +166,20 @@ def main() -> None:
         print(f"window left without a lease (fstat -> ftruncate), {args.runs} fixes: {_summary(gaps)}")
         compared = _compare_window(args.runs, folder)
         print(f"window left without a lease (compare -> first write), {args.runs} fixes: {_summary(compared)}")
-        print(f"whole rewrite without a lease: {_summary(_whole(args.runs // 4, folder, False))}")
-        print(f"whole rewrite with the lease (no window): {_summary(_whole(args.runs // 4, folder, True))}")
+        without = _whole(args.runs // 4, folder, False)
+        print(f"whole rewrite without a lease: {_summary(without)}")
+        leased = _whole(args.runs // 4, folder, True)
+        print(f"whole rewrite with the lease (no window): {_summary(leased)}")
+    if not args.no_record:
+        key = results_file.key("fix_write_window", started)
+        measured = {
+            "fstat_to_ftruncate": gaps,
+            "compare_to_first_write": compared,
+            "whole_rewrite_without_lease": without,
+            "whole_rewrite_with_lease": leased,
+        }
+        results_file.record(key, summary(started, args.runs, machine, measured), args.results)
+        print(f"recorded {key} in {args.results}")
 
 
 if __name__ == "__main__":

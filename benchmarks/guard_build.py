@@ -8,10 +8,11 @@ method: each block is compared with its neighbour, so the machine's speed drifti
 reads the guard's own timing of the same builds (its counters' `guard_ns`, what `/metrics` exposes as
 `specguard_guard_seconds_total`), which includes no builder work.
 
-    python benchmarks/guard_build.py [--pairs 2000] [--builds 20] [--json out.json]
+    python benchmarks/guard_build.py [--pairs 2000] [--builds 20] [--json out.json] [--no-record]
 
 Target (issue 18): a healthy build's check costs at most 3 us. Exit status 0 when met (by the interleaved
-measurement), 1 when not.
+measurement), 1 when not. Each run is recorded in benchmarks/results.json (`guard_build/DATE`), where the docs'
+figures come from, with the paper estimate of what the checks cost a GPU server's step.
 """
 
 from __future__ import annotations
@@ -20,16 +21,21 @@ import argparse
 import json
 import sys
 import types
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import results as results_file  # noqa: E402 - benchmarks/results.py, beside this script
 from guard_overhead import guard_states, interleaved  # noqa: E402
 
+# torch is imported where a build needs it, so that the tests import summary() without it.
 TARGET_US = 3.0
+# The paper estimate for a GPU server: a step of GPU_STEP_MS builds metadata once per KV-cache group for the target
+# and once per group per draft step (k = 3): BUILDS_PER_STEP with one group and with two.
+GPU_STEP_MS = 30.0
+BUILDS_PER_STEP = (4, 8)
 # name: (query tokens per request, where the runner's device copy of query_start_loc lives)
 CASES = {
     "decode b=8": ([1] * 8, "cpu"),
@@ -42,6 +48,7 @@ CASES = {
 
 def builder() -> Any:
     """vLLM's CPU attention builder, its scheduling op a stand-in (it is a C++ kernel of vLLM's CPU build)."""
+    import torch
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.attention.backends import cpu_attn
     from vllm.v1.kv_cache_interface import FullAttentionSpec
@@ -72,6 +79,7 @@ def builder() -> Any:
 def metadata(q_lens: list[int], device: str) -> Any:
     """The CommonAttentionMetadata vLLM's V1 runner hands the builder for this batch (host copies are slices
     of larger buffers, as the runner's are)."""
+    import torch
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     n, tokens = len(q_lens), sum(q_lens)
@@ -95,8 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=2000, help="rounds of interleaved blocks per case")
     parser.add_argument("--builds", type=int, default=20, help="builds per timed block")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=results_file.RESULTS,
+        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
+    )
+    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
     opts = parser.parse_args(argv)
 
+    import torch
+
+    started = datetime.now(timezone.utc)
+    machine = results_file.machine()
     torch.set_num_threads(1)
     import vllm
 
@@ -152,7 +171,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     if opts.json:
         Path(opts.json).write_text(json.dumps({"rows": rows, "worst_added_us": worst, "met": met}, indent=2))
+    if not opts.no_record:
+        key = results_file.key("guard_build", started)
+        results_file.record(key, summary(started, vllm.__version__, opts, machine, rows), opts.results)
+        print(f"recorded {key} in {opts.results}")
     return 0 if met else 1
+
+
+def summary(started: datetime, vllm_version: str, opts: Any, machine: dict, rows: list[dict]) -> dict:
+    """A run as benchmarks/results.json keeps it: the figures the table prints, rounded as it prints them, and the
+    paper estimate for a GPU server's step from the least and the most a build added."""
+    added = [r["added_us"] for r in rows]
+    per_step = [BUILDS_PER_STEP[0] * min(added), BUILDS_PER_STEP[-1] * max(added)]
+    return {
+        "script": "benchmarks/guard_build.py",
+        "date": started.isoformat(timespec="minutes"),
+        "vllm_version": vllm_version,
+        **machine,
+        "pairs": opts.pairs,
+        "builds": opts.builds,
+        "rows": {
+            r["case"]: {k: round(r[k], 2) for k in ("unguarded_us", "added_us", "added_pct", "self_timed_us")}
+            for r in rows
+        },
+        "worst_added_us": round(max(added), 2),
+        "target_us": TARGET_US,
+        "verdict": "met" if max(added) <= TARGET_US else "NOT met",
+        "paper_estimate": {
+            "step_ms": GPU_STEP_MS,
+            "builds_per_step": list(BUILDS_PER_STEP),
+            "us_per_step": [round(us, 1) for us in per_step],
+            "share_of_step_pct": [round(100 * us / (GPU_STEP_MS * 1000), 2) for us in per_step],
+        },
+    }
 
 
 if __name__ == "__main__":

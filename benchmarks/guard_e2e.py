@@ -19,7 +19,9 @@ bound on what a real model would see.
 
 Needs `openai` in the python that runs it and the e2e venv's python for the servers (--python, default
 $SPECGUARD_E2E_PYTHON; build it with `bash .ci/e2e-env.sh`). Target (issue 9): the guard costs at most 2 % of
-tokens/s (median on/off ratio >= 0.98). Exit status 0 when met, 1 when not, 2 when it cannot run.
+tokens/s (median on/off ratio >= 0.98). Exit status 0 when met, 1 when not, 2 when it cannot run. Each run is
+recorded in benchmarks/results.json (`guard_e2e/DATE`, `--no-record` for a trial run), where the docs' figures
+come from.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))  # the e2e tier's server harness and model maker
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+import results as results_file  # noqa: E402 - benchmarks/results.py, beside this script
 from e2e_server import Server, guard_lines, server_env  # noqa: E402
 
 TARGET_RATIO = 0.98
@@ -107,10 +112,19 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="rounds per server before timing")
     parser.add_argument("--settle", type=float, default=SETTLE_S, help="seconds of quiet before each half")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=results_file.RESULTS,
+        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
+    )
+    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
     opts = parser.parse_args()
     if not opts.python or not Path(opts.python).is_file():
         print("guard_e2e: no e2e venv python: pass --python or set SPECGUARD_E2E_PYTHON (bash .ci/e2e-env.sh)")
         return 2
+    started = datetime.now(timezone.utc)
+    machine = results_file.machine()
 
     with tempfile.TemporaryDirectory(prefix="guard_e2e-") as tmp:
         work = Path(tmp)
@@ -154,7 +168,46 @@ def main() -> int:
     if opts.json:
         result = {"rows": rows, "ratios": ratios, "median_ratio": median, "ci95": [low, high], "met": met}
         opts.json.write_text(json.dumps({**result, "g0_checks": checks}))
+    if not opts.no_record:
+        key = results_file.key("guard_e2e", started)
+        results_file.record(key, summary(started, opts, machine, rows, checks, unguarded_lines), opts.results)
+        print(f"recorded {key} in {opts.results}")
     return 0 if met else 1
+
+
+def summary(
+    started: datetime, opts: argparse.Namespace, machine: dict, rows: list[dict], checks: dict, unguarded_lines: int
+) -> dict:
+    """A run as benchmarks/results.json keeps it: the figures the closing lines print, rounded as they print them,
+    the cost at each end of the ratio's interval and the range of single rounds' ratios."""
+    ratios = [r["on_tps"] / r["off_tps"] for r in rows]
+    median = statistics.median(ratios)
+    low, high = median_ci95(ratios)
+    return {
+        "script": "benchmarks/guard_e2e.py",
+        "date": started.isoformat(timespec="minutes"),
+        **machine,
+        "rounds": len(rows),
+        "requests": opts.requests,
+        "max_tokens": opts.max_tokens,
+        "concurrency": opts.concurrency,
+        "settle_s": opts.settle,
+        "median_tokens_per_s": {
+            "off": round(statistics.median(r["off_tps"] for r in rows), 1),
+            "on": round(statistics.median(r["on_tps"] for r in rows), 1),
+        },
+        "median_ratio": round(median, 4),
+        "ci95": [round(low, 4), round(high, 4)],
+        "cost_pct": round(100 * (1 - median), 2),
+        # the interval in costs: the least (a negative cost is a gain) and the most it allows
+        "cost_pct_least": round(100 * (1 - high), 2),
+        "cost_pct_most": round(100 * (1 - low), 2),
+        "round_ratio_range": [round(min(ratios), 2), round(max(ratios), 2)],
+        "g0_checks": {"target": checks.get("(target)", 0), "draft": checks.get("(draft)", 0)},
+        "unguarded_specguard_lines": unguarded_lines,
+        "target_ratio": TARGET_RATIO,
+        "verdict": "met" if median >= TARGET_RATIO else "NOT met",
+    }
 
 
 if __name__ == "__main__":

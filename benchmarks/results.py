@@ -8,6 +8,8 @@ recorded before the scripts wrote here (seeded from docs/benchmarks.md) says so 
 from __future__ import annotations
 
 import json
+import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,3 +27,15 @@ def record(key: str, run: dict[str, Any], path: Path = RESULTS) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(dict(sorted(runs.items())), indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)  # whole or not at all: a run killed mid-write leaves the old file
+
+
+def key(kind: str, started: datetime) -> str:
+    """A run's key: the script's kind and the UTC minute it started (`guard_build/2026-12-03T05:46`)."""
+    return f"{kind}/{started:%Y-%m-%dT%H:%M}"
+
+
+def machine() -> dict[str, Any]:
+    """What a run says about the machine it ran on: its cores and the load average when it started."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"cores": cores, "load_average_at_start": None if load is None else round(load, 1)}

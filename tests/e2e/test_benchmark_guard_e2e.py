@@ -15,7 +15,7 @@ def test_the_e2e_overhead_benchmark_runs(e2e_python: str, tmp_path: Path) -> Non
     out = tmp_path / "guard_e2e.json"
     proc = subprocess.run(
         [sys.executable, "benchmarks/guard_e2e.py", "--python", e2e_python, "--rounds", "2", "--warmup", "0"]
-        + ["--requests", "1", "--max-tokens", "8", "--json", str(out)],
+        + ["--requests", "1", "--max-tokens", "8", "--json", str(out), "--results", str(tmp_path / "results.json")],
         cwd=REPO,
         env=os.environ,
         capture_output=True,
@@ -30,6 +30,9 @@ def test_the_e2e_overhead_benchmark_runs(e2e_python: str, tmp_path: Path) -> Non
     assert result["g0_checks"]["(target)"] > 0 and result["g0_checks"]["(draft)"] > 0
     assert "specguard lines in the unguarded server's log: 0;" in proc.stdout
     assert "exit codes {'off': 0, 'on': 0}" in proc.stdout
+    # recorded where --results says (never in benchmarks/results.json, which holds the runs the docs quote)
+    (run,) = json.loads((tmp_path / "results.json").read_text()).values()
+    assert run["script"] == "benchmarks/guard_e2e.py" and run["rounds"] == 2
 
 
 def test_the_toggling_benchmark_runs(e2e_python: str, tmp_path: Path) -> None:
@@ -38,7 +41,8 @@ def test_the_toggling_benchmark_runs(e2e_python: str, tmp_path: Path) -> None:
     out = tmp_path / "guard_toggle.json"
     proc = subprocess.run(
         [sys.executable, "benchmarks/guard_toggle.py", "--python", e2e_python, "--blocks", "1", "--warmup", "0"]
-        + ["--requests", "1", "--max-tokens", "8", "--settle", "0.2", "--json", str(out)],
+        + ["--requests", "1", "--max-tokens", "8", "--settle", "0.2", "--json", str(out)]
+        + ["--results", str(tmp_path / "results.json")],
         cwd=REPO,
         env=os.environ,
         capture_output=True,
@@ -53,3 +57,6 @@ def test_the_toggling_benchmark_runs(e2e_python: str, tmp_path: Path) -> None:
     assert result["g0_checks"] > 0 and result["guard_ns"] > 0 and result["g0_target_builds"] > 0
     assert result["exit_code"] == 0
     assert "A/A control: median" in proc.stdout and "us per build" in proc.stdout
+    (run,) = json.loads((tmp_path / "results.json").read_text()).values()
+    assert run["script"] == "benchmarks/guard_toggle.py" and run["g0_checks"] == result["g0_checks"]
+    assert run["steps_per_guarded_round"] > 0 and run["guard_share_of_step_pct"] > 0

@@ -18,7 +18,9 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
 
 def test_cpu_benchmark_measures_every_case(tmp_path) -> None:
     out = tmp_path / "overhead.json"
-    proc = _run(["benchmarks/guard_overhead.py", "--pairs", "3", "--launches", "2", "--json", str(out)])
+    recorded = tmp_path / "results.json"  # never benchmarks/results.json, which holds the runs the docs quote
+    args = ["--pairs", "3", "--launches", "2", "--json", str(out), "--results", str(recorded)]
+    proc = _run(["benchmarks/guard_overhead.py", *args])
     # 0 or 1 is the verdict on the targets; anything else (an assertion, a traceback) is a broken benchmark
     assert proc.returncode in (0, 1), proc.stderr[-4000:]
     result = json.loads(out.read_text())
@@ -32,19 +34,26 @@ def test_cpu_benchmark_measures_every_case(tmp_path) -> None:
     assert all(r["unguarded_us"] > 0 for r in result["rows"])
     assert result["met"] is (proc.returncode == 0)
     assert "worst added:" in proc.stdout
+    (run,) = json.loads(recorded.read_text()).values()
+    assert list(run["rows"]) == [r["case"] for r in result["rows"]] and run["pairs"] == 3
 
 
 def test_gpu_variant_says_plainly_when_there_is_no_gpu() -> None:
-    proc = _run(["benchmarks/guard_overhead_gpu.py", "--pairs", "1"])
+    proc = _run(["benchmarks/guard_overhead_gpu.py", "--pairs", "1", "--no-record"])
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "no CUDA device" in proc.stdout
 
 
 def test_build_benchmark_measures_every_case(tmp_path) -> None:
     out = tmp_path / "build.json"
-    proc = _run(["benchmarks/guard_build.py", "--pairs", "3", "--builds", "2", "--json", str(out)])
+    recorded = tmp_path / "results.json"
+    proc = _run(
+        ["benchmarks/guard_build.py", "--pairs", "3", "--builds", "2", "--json", str(out), "--results", str(recorded)]
+    )
     assert proc.returncode in (0, 1), proc.stderr[-4000:]
     result = json.loads(out.read_text())
     assert [r["case"] for r in result["rows"]][0] == "decode b=8" and len(result["rows"]) == 5
     assert all(r["unguarded_us"] > 0 and r["self_timed_us"] > 0 for r in result["rows"])
     assert result["met"] is (proc.returncode == 0) and "worst added:" in proc.stdout
+    (run,) = json.loads(recorded.read_text()).values()
+    assert run["verdict"] == ("met" if result["met"] else "NOT met") and len(run["paper_estimate"]["us_per_step"]) == 2
