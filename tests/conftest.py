@@ -26,6 +26,7 @@ FAST = {
     "test_positions.py",
     "test_toml_nesting.py",
     "test_doc_figures.py",
+    "test_bench_figures.py",
     "test_repository_check.py",
 }
 
