@@ -1,7 +1,8 @@
 """One source for the analyzer's benchmark figures: every number the README, docs/check.md and docs/benchmarks.md
 quote about `specguard check`'s speed is a figure of a run benchmarks/results.json records (or a target the script
-judges against), at the precision the page shows; the README and check.md quote the latest run. The writer the
-script records with is exercised on a tiny fake run."""
+judges against), at the precision the page shows; benchmarks.md's tables are the run they name, cell by cell (the
+whole-number MB and findings too); the README and check.md quote the latest run. The writer the script records with
+is exercised on a tiny fake run. tests/test_bench_figures.py does the same for the other benchmarks."""
 
 from __future__ import annotations
 
@@ -74,6 +75,48 @@ def test_the_readme_and_check_md_quote_the_latest_run(page: str) -> None:
     assert cold in text and warm in text, (page, cold, warm)
     when = datetime.fromisoformat(LATEST["date"]).strftime("%Y-%m-%d %H:%M")
     assert when in text
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header row starts with `header`, each a list of its cells."""
+    lines = text[text.index(header) :].splitlines()[2:]  # past the header and the separator row
+    return [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in lines[: next(i for i, x in enumerate(lines) if not x.startswith("|"))]
+    ]
+
+
+# The rows of benchmarks.md's table, by how their first cell starts, and the tool each is in the run.
+TOOLS = {
+    "ruff": "ruff",
+    "specguard cold": "specguard-cold",
+    "specguard warm": "specguard-warm",
+    "fixit": "fixit",
+    "semgrep": "semgrep",
+}
+
+
+def test_benchmarks_md_tables_are_the_run_they_name_cell_by_cell() -> None:
+    """Every cell, whole numbers (MB, findings) too, is that run's figure as the page shows it."""
+    text = REGIONS["docs/benchmarks.md"]
+    m = re.search(r"One run, (\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}) UTC, ([\d,]+) files \((\d+) MB\)", text)
+    assert m, "benchmarks.md's table names no run"
+    run = RUNS[f"analyzer/{m[1]}T{m[2]}"]
+    assert (int(m[3].replace(",", "")), int(m[4])) == (run["files"], run["megabytes"])
+    rows = _table(text, "| tool | seconds |")
+    assert len(rows) == len(run["seconds"]), rows
+    for name, seconds, cpu, mb, findings in rows:
+        tool = next(t for prefix, t in TOOLS.items() if name.startswith(prefix))
+        shown = [f"{run['seconds'][tool]:.2f}", f"{run['cpu_seconds'][tool]:.2f}"]
+        shown += [str(run["max_process_mb"][tool]), str(run["findings"][tool])]
+        assert [seconds, cpu, mb, findings] == shown, (name, run["tools"].get(tool))
+        assert tool not in run["tools"] or run["tools"][tool] in name, (name, run["tools"][tool])
+    ratios = _table(text, "| ratio | measured |")
+    assert [r[0] for r in ratios] == list(analyzer_vs_peers.TARGETS)
+    for name, measured, target in ratios:
+        _, _, op, bound = analyzer_vs_peers.TARGETS[name]
+        assert _shown(run["ratios"][name], measured), (name, measured)
+        assert target == f"{op} {bound:g} ({run['verdicts'][name]})", (name, target)
 
 
 def _fake_result(tool: str, seconds: float) -> analyzer_vs_peers.Result:
