@@ -154,6 +154,8 @@ def settings_for(args: argparse.Namespace, paths: list[Path]) -> Settings:
     from specguard.settings import Selection, load_settings
 
     warnings: list[str] = []
+    if args.config is None:
+        _one_configuration(paths)
     settings = load_settings(args.config, paths[0], warnings)
     for warning in [] if args.quiet or args.silent else warnings:
         tell(f"specguard: warning: {warning}")
@@ -174,6 +176,27 @@ def settings_for(args: argparse.Namespace, paths: list[Path]) -> Settings:
     _reject_unknown_codes(settings)
     args.output_format = _output_format(args, settings)
     return settings
+
+
+def _one_configuration(paths: list[Path]) -> None:
+    """One run checks with one project's settings, so paths whose nearest [tool.specguard] differs are refused:
+    checked with the first one's, the result would depend on their order (ruff gives each file its own)."""
+    from specguard.settings import discover_settings
+
+    by_folder: dict[Path, tuple[Path | None, Path | None]] = {}
+    first: tuple[Path | None, Path | None] | None = None
+    for path in paths:
+        folder = path.parent if path.suffix in (".py", ".pyi") else path
+        if folder not in by_folder:
+            found = discover_settings(path)
+            by_folder[folder] = (found.root, found.config)
+        if first is None:
+            first = by_folder[folder]
+        elif by_folder[folder][1] != first[1]:
+            raise UserError(
+                f"{paths[0]} and {path} are checked with different settings ({first[1] or 'the defaults'}, "
+                f"{by_folder[folder][1] or 'the defaults'}): check each project on its own, or pass --config"
+            )
 
 
 # The formats `--statistics` can print its table in (ruff's: its table in the terminal formats but grouped, or JSON).
@@ -294,8 +317,13 @@ def _add_noqa(args: argparse.Namespace, paths: list[Path], settings: Settings, r
     for note in [] if args.quiet or args.silent else report.notes:
         tell(f"specguard: warning: {note}")
     tell_run(args, result, settings)
-    added = len({(f.path, f.line) for f in report.applied})
-    if not args.silent:
+    # a directive per line changed (a noqa comment only ever changes its own line)
+    added = sum(
+        a != b
+        for before, after in report.changed.values()
+        for a, b in zip(before.splitlines(), after.splitlines(), strict=True)
+    )
+    if added and not args.silent:  # as ruff: nothing said when nothing was added
         tell(f"Added {added} noqa directive{'' if added == 1 else 's'}.")
     return EXIT_ERROR if result.errors else EXIT_CLEAN
 
@@ -445,9 +473,12 @@ def reject_empty_selection(settings: Settings) -> None:
     from specguard.rules import ALL_CODES
 
     if not settings.enabled(ALL_CODES) and not _selects_source_errors(settings):
+        but = (
+            " but SG000 (select it by name to check only that files can be read)" if settings.enabled(["SG000"]) else ""
+        )
         raise UserError(
-            "the selection enables no rule (select, extend-select and ignore leave none): the check would check "
-            "nothing; see `specguard rules`"
+            f"the selection enables no rule{but} (select, extend-select and ignore leave none): the check would "
+            "check nothing; see `specguard rules`"
         )
 
 
@@ -471,8 +502,9 @@ def emit_report(report: str, args: argparse.Namespace, root: Path, *, silenced: 
     """The report to stdout or `--output-file`; nothing with `--silent` (whose output file is left empty, as ruff's)
     unless it is not `silenced` (`--diff`'s diffs, which ruff prints under `-s` too).
     An output file inside the project (`root`) is opened beneath a handle on its root (no link leads it out, nor a
-    folder swapped for one meanwhile); one elsewhere (`/dev/stdout`, a CI folder) as named."""
-    from specguard._files import OutsideTree, open_beneath, open_folder, relative_inside
+    folder swapped for one meanwhile); one elsewhere (`/dev/stdout`, a CI folder) as named. Missing folders on
+    the way are made, as ruff makes them (`-o reports/specguard.sarif`)."""
+    from specguard._files import OutsideTree, locate_beneath, open_folder, relative_inside
 
     if args.silent and silenced:
         report = ""
@@ -486,11 +518,13 @@ def emit_report(report: str, args: argparse.Namespace, root: Path, *, silenced: 
     try:
         # The formats write valid Unicode; backslashreplace only keeps a slip of ours from costing the report.
         if relative is None:
+            output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(text, encoding="utf-8", errors="backslashreplace")
             return
         base = open_folder(root)
         try:
-            fd = open_beneath(base, relative, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            folder, _, fd = locate_beneath(base, relative, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_folders=True)
+            os.close(folder)
         finally:
             os.close(base)
         with open(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:

@@ -5,6 +5,7 @@ modules it imports are read from disk. `--fix` writes the fixed source to stdout
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from specguard import check_cli
 from specguard._files import SOURCE_CAP
 from specguard.console import tell
 from specguard.errors import UserError
+from specguard.findings import source_error
 from specguard.fixes.apply import encoding_of
 from specguard.report.names import shown
 
@@ -32,6 +34,7 @@ def reads_stdin(args: argparse.Namespace) -> bool:
 
 
 def run_stdin(args: argparse.Namespace) -> int:
+    from specguard.analysis.engine import CheckResult
     from specguard.composition import check_given
 
     for key, flag in _FILE_OPTIONS.items():
@@ -45,7 +48,11 @@ def run_stdin(args: argparse.Namespace) -> int:
     data = _read_stdin()
     settings = check_cli.settings_for(args, [Path(name)])
     check_cli.reject_empty_selection(settings)
-    result = check_cli.unselected_source_errors(check_given(name, data, settings), settings)
+    if len(data) > SOURCE_CAP:  # as a file over the cap: SG000, and under --fix the input goes back whole
+        result = CheckResult(findings=[source_error(name, _TOO_LARGE)], files=1)
+    else:
+        result = check_given(name, data, settings)
+    result = check_cli.unselected_source_errors(result, settings)
     fixing = settings.fix and not args.diff
     applied: list[Finding] = []
     if args.diff or fixing:
@@ -53,6 +60,7 @@ def run_stdin(args: argparse.Namespace) -> int:
         if args.diff:
             return _print_diff(args, name, (data, text), len(applied), result, settings)
         sys.stdout.buffer.write(text)  # the editor's buffer, written whatever the report says
+        shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)  # the rest of an input over the cap, unread
         sys.stdout.flush()
         if applied:
             result = check_cli.unselected_source_errors(check_given(name, text, settings), settings)
@@ -77,11 +85,12 @@ def _text_of(data: bytes) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+_TOO_LARGE = f"standard input holds more than {SOURCE_CAP} bytes, the limit for a source file; not read further"
+
+
 def _read_stdin() -> bytes:
-    data = sys.stdin.buffer.read(SOURCE_CAP + 1)
-    if len(data) > SOURCE_CAP:
-        raise UserError(f"standard input holds more than {SOURCE_CAP} bytes, the limit for a source file")
-    return data
+    """Up to one byte past the cap: more than the cap is an SG000, and the rest is never held in memory."""
+    return sys.stdin.buffer.read(SOURCE_CAP + 1)
 
 
 def _fixed(

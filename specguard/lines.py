@@ -38,3 +38,22 @@ def position(text: str, offset: int, first_line: int = 1) -> tuple[int, int]:
 def after_line_end(text: str, offset: int) -> bool:
     """Whether `offset` starts a line of `text`."""
     return offset == 0 or text[offset - 1] == "\n" or (text[offset - 1] == "\r" and text[offset : offset + 1] != "\n")
+
+
+def comment_lines(text: str) -> dict[int, int]:
+    """For each line that cannot end in a comment (its end lies inside a string, or it continues with a
+    backslash), the line where a comment for it goes: the next line that ends a token stream's line (ruff's
+    `noqa_row`). Lines not in the map take their comment themselves; text that does not tokenize maps nothing."""
+    import io
+    import tokenize
+
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+        ends = sorted({t.start[0] for t in tokens if t.type in (tokenize.NEWLINE, tokenize.NL)})
+    except (tokenize.TokenError, SyntaxError):
+        return {}
+    moved, previous = {}, 0
+    for end in ends:
+        moved.update((line, end) for line in range(previous + 1, end))
+        previous = end
+    return moved

@@ -22,7 +22,7 @@ from specguard._toml import load_toml, toml_text
 from specguard.errors import UserError
 from specguard.ownership import untrusted_found
 from specguard.program.discover import DEFAULT_EXCLUDE
-from specguard.project import project_top
+from specguard.project import REPOSITORY_MARKERS, project_top
 
 
 @dataclass(frozen=True)
@@ -329,18 +329,34 @@ class FoundSettings:
 
 
 def discover_settings(start: Path) -> FoundSettings:
-    """The [tool.specguard] of the project `start` lies in: only its root's pyproject.toml is looked at (never a
-    folder above the root), and only when the user (or root) owns it and no one else may write it."""
+    """The [tool.specguard] that applies to `start`: the nearest pyproject.toml holding that table, walking up from
+    it (one without the table is passed, as ruff passes one without [tool.ruff]), never above the checkout's top
+    (the nearest folder holding `.git`) or, outside a checkout, the nearest folder holding a pyproject.toml. The
+    root is that table's folder; without one, the nearest folder holding either. A pyproject.toml that someone
+    else may have written is not read (the warning says so)."""
     here = start.resolve()
     if not here.is_dir():
         here = here.parent
-    top = project_top(str(here))
-    if top is None:
+    nearest = project_top(str(here))
+    if nearest is None:
         return FoundSettings(None)
-    root = Path(top)
-    candidate = root / "pyproject.toml"
-    if not candidate.is_file():  # a folder, a FIFO, a broken link: it marks the root and holds no settings
-        return FoundSettings(root)
+    top = project_top(str(here), REPOSITORY_MARKERS) or nearest
+    folder = str(here)
+    while True:
+        found = _settings_in(Path(folder))
+        if found is not None:
+            return found
+        if folder == top or os.path.dirname(folder) == folder:
+            return FoundSettings(Path(nearest))  # no settings: the root is the nearest project folder
+        folder = os.path.dirname(folder)
+
+
+def _settings_in(folder: Path) -> FoundSettings | None:
+    """`folder`'s pyproject.toml when it holds [tool.specguard] (or a warning where it may not be read); None
+    when it has none, or no such table."""
+    candidate = folder / "pyproject.toml"
+    if not candidate.is_file():  # none, a folder, a FIFO, a broken link: no settings here
+        return None
     try:
         text, st = read_regular_stat(candidate, DATA_CAP)
     except UnreadableFile as exc:  # a huge one, or one that stopped being a regular file meanwhile
@@ -350,17 +366,17 @@ def discover_settings(start: Path) -> FoundSettings:
     except UserError:
         decoded = None  # refused below, unless no one may use it anyway
     if decoded is not None and "[tool.specguard" not in decoded:
-        return FoundSettings(root)
+        return None
     why = untrusted_found(candidate, st)
     if why is not None:
         warning = (
             f"{candidate} was not read ({why}): someone else may have written its [tool.specguard]; pass "
             f"`--config {candidate}` to use it anyway"
         )
-        return FoundSettings(root, warning=warning)
+        return FoundSettings(folder, warning=warning)
     if decoded is None:  # whether it holds [tool.specguard] cannot be told: never a silent run without it
         toml_text(text, origin=str(candidate), what="configuration")
-    return FoundSettings(root, candidate)
+    return FoundSettings(folder, candidate)
 
 
 def find_pyproject(start: Path) -> Path | None:

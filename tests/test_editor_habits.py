@@ -5,6 +5,7 @@ SG102 ~ F401, a safe fix)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,7 +39,8 @@ def both_piped(tmp_path: Path, env: dict[str, str], *args: str, name: str | None
     theirs_dir.mkdir(exist_ok=True)
     named = ["-", "--stdin-filename", name] if name else ["-"]
     ours = piped("specguard", "check", "--no-cache", *named, *args, data=TWO_FINDINGS, cwd=ours_dir, env=env)
-    theirs_args = ["check", "--no-cache", "--output-format", "concise", *RUFF_TWO_RULES, *named, *args]
+    fmt = [] if "--output-format" in args else ["--output-format", "concise"]
+    theirs_args = ["check", "--no-cache", *fmt, *RUFF_TWO_RULES, *named, *args]
     theirs = piped("ruff", *theirs_args, data=RUFF_TWO_FINDINGS, cwd=theirs_dir, env=env)
     return ours, theirs
 
@@ -129,13 +131,91 @@ def test_add_noqa_writes_ruffs_comments(cli, tmp_path: Path, env) -> None:  # ty
     assert cli("check", "--no-cache", "spec.py", cwd=tmp_path / "ours", env=env).stdout == "All checks passed!\n"
 
 
-def test_add_noqa_leaves_a_line_that_ends_inside_a_string(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
-    text = TWO_FINDINGS.replace(CALL, CALL[:-1] + ', note="""\n""")')
-    write(tmp_path, "spec.py", text=text)
-    out = cli("check", "--no-cache", "spec.py", "--add-noqa", cwd=tmp_path, env=env)
-    assert out.returncode == 0 and "spec.py:7: no noqa added: the line ends inside a string" in out.stderr
-    assert "Added 1 noqa directive." in out.stderr
-    assert (tmp_path / "spec.py").read_text() == text.replace("**kwargs):", "**kwargs):  # noqa: SG102")
+def test_a_finding_on_a_line_that_ends_in_a_string_is_silenced_where_ruff_reads_it(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    """ruff's noqa_row: where the finding's line ends inside a string (or continues), the comment goes on the line
+    that ends it; JSON says so, --add-noqa writes it there, and the comment there silences the finding."""
+    ours_text = TWO_FINDINGS.replace(CALL, CALL[:-1] + ', note="""\n""")')
+    write(tmp_path / "ours", "spec.py", text=ours_text)
+    write(tmp_path / "theirs", "lint.py", text='l = f("""\n""")\nimport os; x = \\\n  1\n')
+    ours = cli("check", "--no-cache", "spec.py", "--output-format", "json", cwd=tmp_path / "ours", env=env)
+    theirs = ruff("check", "--no-cache", *RUFF_TWO_RULES, "lint.py", "--output-format", "json",
+                  cwd=tmp_path / "theirs", env=env)  # fmt: skip
+    rows = [(f["location"]["row"], f["noqa_row"]) for f in json.loads(ours.stdout)]
+    assert rows == [(7, 8), (10, 10)]  # SG101 on the call whose string ends on line 8; SG102 on its own line
+    assert [(f["location"]["row"], f["noqa_row"]) for f in json.loads(theirs.stdout)] == [(1, 2), (3, 4)]
+    ours = cli("check", "--no-cache", "spec.py", "--add-noqa", cwd=tmp_path / "ours", env=env)
+    theirs = ruff("check", "--no-cache", *RUFF_TWO_RULES, "lint.py", "--add-noqa", cwd=tmp_path / "theirs", env=env)
+    assert ours.stderr == theirs.stderr == "Added 2 noqa directives.\n"
+    assert (
+        tmp_path / "theirs" / "lint.py"
+    ).read_text() == 'l = f("""\n""")  # noqa: E741\nimport os; x = \\\n  1  # noqa: F401\n'
+    written = (tmp_path / "ours" / "spec.py").read_text().splitlines()
+    assert written[7] == '""")  # noqa: SG101' and written[9].endswith("**kwargs):  # noqa: SG102")
+    assert cli("check", "--no-cache", "spec.py", cwd=tmp_path / "ours", env=env).stdout == "All checks passed!\n"
+    # nothing left to add: nothing said, as ruff
+    ours = cli("check", "--no-cache", "spec.py", "--add-noqa", cwd=tmp_path / "ours", env=env)
+    theirs = ruff("check", "--no-cache", *RUFF_TWO_RULES, "lint.py", "--add-noqa", cwd=tmp_path / "theirs", env=env)
+    assert (ours.returncode, ours.stderr) == (theirs.returncode, theirs.stderr) == (0, "")
+
+
+def test_add_noqa_rewrites_a_noqa_comment_as_ruff_does_and_a_spaced_colon_silences(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path / "ours", "spec.py", text=TWO_FINDINGS.replace(CALL, CALL + "  # noqa:W291,E501"))
+    write(tmp_path / "theirs", "lint.py", text="l = 1  # noqa:W291,E501\n")
+    cli("check", "--no-cache", "spec.py", "--select", "SG101", "--add-noqa", cwd=tmp_path / "ours", env=env)
+    ruff("check", "--no-cache", "--select", "E741", "lint.py", "--add-noqa", cwd=tmp_path / "theirs", env=env)
+    assert (tmp_path / "theirs" / "lint.py").read_text() == "l = 1  # noqa: E501, E741, W291\n"
+    assert (tmp_path / "ours" / "spec.py").read_text().splitlines()[6].endswith(CALL + "  # noqa: E501, SG101, W291")
+    write(tmp_path / "ours", "spaced.py", text=TWO_FINDINGS.replace(CALL, CALL + "  # noqa : SG101"))
+    write(tmp_path / "theirs", "spaced.py", text="l = 1  # noqa : E741\n")
+    ours = cli("check", "--no-cache", "spaced.py", "--select", "SG101", cwd=tmp_path / "ours", env=env)
+    theirs = ruff("check", "--no-cache", "--select", "E741", "spaced.py", cwd=tmp_path / "theirs", env=env)
+    assert ours.stdout == theirs.stdout == "All checks passed!\n"
+
+
+def test_unnamed_standard_input_is_named_dash_in_json_as_ruff(tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    ours, theirs = both_piped(tmp_path, env, "--output-format", "json", name=None)
+    assert (
+        {f["filename"] for f in json.loads(ours.stdout)} == {f["filename"] for f in json.loads(theirs.stdout)} == {"-"}
+    )
+
+
+def test_standard_input_over_the_cap_is_a_finding_and_fix_gives_it_back_whole(tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    huge = "x = 1\n" * 3_000_000  # 18 MB, past the 16 MiB source cap
+    out = piped("specguard", "check", "-", data=huge, cwd=tmp_path, env=env)
+    assert out.returncode == 1 and out.stdout.startswith("-:1:1: SG000 standard input holds more than")
+    out = piped("specguard", "check", "-", "--fix", data=huge, cwd=tmp_path, env=env)
+    assert out.returncode == 1 and out.stdout == huge and "SG000" in out.stderr
+
+
+def test_the_report_file_gets_its_missing_folders_as_ruffs(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    write(tmp_path / "ours", "spec.py", text=TWO_FINDINGS)
+    write(tmp_path / "theirs", "lint.py", text=RUFF_TWO_FINDINGS)
+    for where in ("reports/ci/out.txt", str(tmp_path / "outside" / "deep" / "out.txt")):
+        ours = cli("check", "--no-cache", "spec.py", "-o", where, cwd=tmp_path / "ours", env=env)
+        theirs = ruff("check", "--no-cache", *RUFF_TWO_RULES, "lint.py", "-o", where.replace("out", "ruff"),
+                      cwd=tmp_path / "theirs", env=env)  # fmt: skip
+        assert ours.returncode == theirs.returncode == 1
+        assert "SG101" in (tmp_path / "ours" / where).read_text()
+
+
+def test_a_pyproject_without_the_table_is_passed_and_paths_of_two_settings_are_refused(
+    cli, tmp_path: Path, env
+) -> None:  # type: ignore[no-untyped-def]
+    """As ruff passes a pyproject.toml without [tool.ruff], one without [tool.specguard] does not end the search; a
+    run is checked with one project's settings, so paths whose nearest settings differ are refused, whatever their
+    order, where checking them with the first one's would make the result depend on it."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.specguard]\nextend-exclude = ["legacy"]\n')
+    write(tmp_path, "aaa/pyproject.toml", text='[project]\nname = "a"\n')
+    write(tmp_path, "aaa/spec.py", "legacy/spec.py", text=TWO_FINDINGS)
+    for order in (["aaa/spec.py", "legacy/spec.py"], ["legacy/spec.py", "aaa/spec.py"]):
+        out = cli("check", "--no-cache", "--force-exclude", *order, cwd=tmp_path, env=env)
+        assert out.returncode == 1 and "aaa/spec.py:7:16: SG101" in out.stdout and "legacy/" not in out.stdout
+    write(tmp_path, "sub/pyproject.toml", text='[tool.specguard]\nignore = ["SG1"]\n')
+    write(tmp_path, "sub/spec.py", text=TWO_FINDINGS)
+    for order in (["sub/spec.py", "aaa/spec.py"], ["aaa/spec.py", "sub/spec.py"]):
+        out = cli("check", "--no-cache", *order, cwd=tmp_path, env=env)
+        assert out.returncode == 2 and "are checked with different settings" in out.stderr
 
 
 def test_stub_files_in_folders_are_checked_as_ruff_checks_them(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]

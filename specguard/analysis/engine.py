@@ -27,6 +27,7 @@ from specguard.file_facts import FileFacts
 from specguard.findings import Finding, Judgement, source_error
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.fixes.line_length import LineLengths
+from specguard.lines import comment_lines
 from specguard.program.discover import Discovery, discover, force_excluded
 from specguard.program.modules import ModuleLocator
 from specguard.program.reading import UNSTAMPED, decode, read_stamped
@@ -137,6 +138,7 @@ class _Run:
         self._spellings: dict[str, str] = {}  # absolute path -> the path the run knows its bytes by
         self._texts: dict[str, list[str]] = {}
         self._exemptions: dict[str, FileExemption] = {}
+        self._comment_lines: dict[str, dict[int, int]] = {}
         self.notes: list[str] = [*user_cache_notes(), *self.cache.notes]
         self.line_lengths = LineLengths()
 
@@ -397,6 +399,13 @@ class _Run:
         """Line `number` of the file as it was checked (for suppressions and baselines); "" where unknown."""
         lines = self._lines(path)
         return lines[number - 1] if 0 < number <= len(lines) else ""
+
+    def comment_line(self, path: str, number: int) -> int:
+        """The line a suppression comment for line `number` goes on (lines.comment_lines), in the file as checked."""
+        moved = self._comment_lines.get(path)
+        if moved is None:
+            moved = self._comment_lines[path] = comment_lines("".join(self._lines(path)))
+        return moved.get(number, number)
 
     def exemption(self, path: str) -> FileExemption:
         """What the file's `# specguard: noqa` comments exempt, in the file as it was checked."""

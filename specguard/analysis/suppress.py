@@ -1,4 +1,5 @@
-"""Suppressions: `# specguard: ignore[SG101]` or `# noqa: SG101` on the reported line, `# specguard: noqa` (all
+"""Suppressions: `# specguard: ignore[SG101]` or `# noqa: SG101` on the reported line (or the line ending its string
+or continuation, ruff's noqa_row), `# specguard: noqa` (all
 codes) or `# specguard: noqa: SG101` on a line of its own anywhere in the file (as ruff's `# ruff: noqa`), and
 per-file-ignores."""
 
@@ -15,7 +16,7 @@ from specguard.findings import Finding
 from specguard.settings import Settings, selects
 
 # A bare noqa comment belongs to other linters and does not silence specguard; a bare ignore does not either.
-_NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
+_NOQA = re.compile(r"#\s*noqa\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
 _IGNORE = re.compile(r"#\s*specguard:\s*ignore\[(?P<codes>[^\]]*)\]", re.IGNORECASE)
 
 
@@ -94,6 +95,8 @@ class CheckedFiles(Protocol):
 
     def line(self, path: str, number: int) -> str: ...
 
+    def comment_line(self, path: str, number: int) -> int: ...
+
     def exemption(self, path: str) -> FileExemption: ...
 
 
@@ -102,6 +105,7 @@ def is_suppressed(finding: Finding, settings: Settings, files: CheckedFiles) -> 
         return True
     if finding.code == "SG000":
         return False
-    if finding.code in line_codes(files.line(finding.path, finding.line)):
+    # on the line a comment for it can go on (ruff's noqa_row): a string's or a continuation's last line
+    if finding.code in line_codes(files.line(finding.path, files.comment_line(finding.path, finding.line))):
         return True
     return files.exemption(finding.path).covers(finding.code)

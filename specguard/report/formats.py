@@ -41,7 +41,7 @@ def render(output_format: str, findings: list[Finding], report: Report) -> str:
         after = [] if report.quiet else text.summary(findings, report.unsafe_fixes, report.fixed, style)
         return "\n".join([*([shown] if shown else []), *report.fixes_made, *after])
     if output_format == "json":
-        return json_format.render(findings)
+        return json_format.render(findings, sources)
     if output_format == "pylint":
         return pylint.render(findings)
     if output_format == "junit":

@@ -9,6 +9,7 @@ from pathlib import Path
 from specguard.findings import Finding
 from specguard.fix_model import Fix
 from specguard.report.docs_url import rule_url
+from specguard.report.sources import Sources
 from specguard.report.text import RuleCount
 from specguard.rules import rule_name
 
@@ -35,19 +36,21 @@ def fix_object(fix: Fix | None) -> dict | None:
     }
 
 
-def render(findings: list[Finding]) -> str:
+def render(findings: list[Finding], sources: Sources | None = None) -> str:
+    """ruff's JSON; `noqa_row` is the line a `# noqa` comment for the finding goes on, read from `sources`."""
+    sources = sources or Sources()
     return json.dumps(
         [
             {
                 "cell": None,  # ruff's notebook cell; specguard reads .py files only
                 "code": f.code,
                 "end_location": _location(f.end_line or f.line, f.end_col or f.col),
-                "filename": str(Path(f.path).resolve()),
+                "filename": f.path if f.path == "-" else str(Path(f.path).resolve()),  # stdin unnamed: ruff's `-`
                 "fix": fix_object(f.fix),
                 "location": _location(f.line, f.col),
                 "message": f.message,
                 "name": rule_name(f.code),
-                "noqa_row": f.line,
+                "noqa_row": sources.comment_line(f.path, f.line),
                 "severity": "error",
                 "url": rule_url(f.code),
             }

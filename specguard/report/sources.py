@@ -5,7 +5,7 @@ names: a regular file only, within the project's size cap for sources (specguard
 from __future__ import annotations
 
 from specguard._files import SOURCE_CAP, read_regular_text
-from specguard.lines import source_lines
+from specguard.lines import comment_lines, source_lines
 
 
 class Sources:
@@ -27,6 +27,11 @@ class Sources:
             else:
                 self._read[path] = [line.rstrip("\r\n") for line in source_lines(text)]
         return self._read[path]
+
+    def comment_line(self, path: str, number: int) -> int:
+        """The line a suppression comment for line `number` goes on (ruff's `noqa_row`); `number` where unknown."""
+        lines = self.lines(path)
+        return number if lines is None else comment_lines("\n".join(lines)).get(number, number)
 
     def line(self, path: str, number: int) -> str | None:
         lines = self.lines(path)
