@@ -71,8 +71,11 @@ def main() -> int:
         begin = time.perf_counter()
         run = subprocess.run(["bash", ".ci/run"], cwd=clone, capture_output=True, text=True)
         minutes = (time.perf_counter() - begin) / 60
+    log = Path(tempfile.gettempdir()) / f"specguard-ci-{started:%Y%m%dT%H%M}.log"
+    log.write_text(run.stdout + "\n" + run.stderr, encoding="utf-8")  # the whole run, for a failure's detail
     sys.stdout.write(run.stdout[-3000:])
     sys.stderr.write(run.stderr[-3000:])
+    print(f"the whole output: {log}")
     sizes = {p.name: folder_gb(p) for p in sorted(cache_root().iterdir()) if p.is_dir()}
     run_figures = summary(started, machine, commit.stdout.strip(), cold, minutes, run.returncode, run.stdout, sizes)
     print(

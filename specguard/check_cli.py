@@ -220,11 +220,9 @@ def _output_format(args: argparse.Namespace, settings: Settings) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from specguard import check_stdin
+    """`specguard check PATH...` (cli.py sends `-` and `--stdin-filename` to check_stdin.py instead)."""
     from specguard._files import holding
 
-    if check_stdin.reads_stdin(args):
-        return check_stdin.run_stdin(args)
     paths: list[Path] = list(args.paths) or ([] if args.vllm else [Path(".")])
     if args.vllm:
         paths.append(_installed_vllm())

@@ -113,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "check":
-            return check_cli.run_check(args)
+            from specguard import check_stdin
+
+            return check_stdin.run_stdin(args) if check_stdin.reads_stdin(args) else check_cli.run_check(args)
         if args.command == "rules":
             return run_rules()
         if args.command in ("explain", "rule"):
