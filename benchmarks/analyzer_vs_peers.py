@@ -482,13 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         help="kill fixit or semgrep after this many seconds and take that as a lower bound (1800)",
     )
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
-    ap.add_argument(
-        "--results",
-        type=Path,
-        default=results_file.RESULTS,
-        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
-    )
-    ap.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
+    results_file.add_record_options(ap)
     args = ap.parse_args(argv)
 
     started = datetime.now(timezone.utc)

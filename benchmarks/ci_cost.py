@@ -58,8 +58,7 @@ def passed_tests(output: str) -> int | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=results_file.RESULTS, help="record the run here")
-    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
+    results_file.add_record_options(parser)
     args = parser.parse_args()
     started = datetime.now(timezone.utc)
     machine = results_file.machine()

@@ -149,13 +149,7 @@ def summary(started: datetime, runs: int, machine: dict, measured: dict[str, lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20000)
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=results_file.RESULTS,
-        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
+    results_file.add_record_options(parser)
     args = parser.parse_args()
     started = datetime.now(timezone.utc)
     machine = results_file.machine()

@@ -103,13 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=2000, help="rounds of interleaved blocks per case")
     parser.add_argument("--builds", type=int, default=20, help="builds per timed block")
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=results_file.RESULTS,
-        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
+    results_file.add_record_options(parser)
     opts = parser.parse_args(argv)
 
     import torch

@@ -112,13 +112,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="rounds per server before timing")
     parser.add_argument("--settle", type=float, default=SETTLE_S, help="seconds of quiet before each half")
     parser.add_argument("--json", type=Path)
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=results_file.RESULTS,
-        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
+    results_file.add_record_options(parser)
     opts = parser.parse_args()
     if not opts.python or not Path(opts.python).is_file():
         print("guard_e2e: no e2e venv python: pass --python or set SPECGUARD_E2E_PYTHON (bash .ci/e2e-env.sh)")

@@ -26,7 +26,6 @@ import sys
 import time
 import types
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import results as results_file  # benchmarks/results.py, beside this script
@@ -229,13 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=1500, help="rounds of interleaved blocks per case")
     parser.add_argument("--launches", type=int, default=20, help="launches per timed block")
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=results_file.RESULTS,
-        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
+    results_file.add_record_options(parser)
     opts = parser.parse_args(argv)
 
     import torch

@@ -7,6 +7,7 @@ recorded before the scripts wrote here (seeded from docs/benchmarks.md) says so 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from datetime import datetime
@@ -39,3 +40,33 @@ def machine() -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {"cores": cores, "load_average_at_start": None if load is None else round(load, 1)}
+
+
+def add_record_options(parser: argparse.ArgumentParser) -> None:
+    """`--results FILE` and `--no-record`, as every benchmark script takes them."""
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="record the run here, where the docs' figures come from (benchmarks/results.json)",
+    )
+    parser.add_argument("--no-record", action="store_true", help="record nothing (a trial run)")
+
+
+def numbers_in(value: object) -> list[float]:
+    """Every number a recorded run holds, however deep (what a page may quote of it)."""
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in numbers_in(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in numbers_in(v)]
+    return []
+
+
+def shown_as(value: float, figure: str) -> bool:
+    """Whether a page's `figure` (`2.57`, `31,722`) is `value` at the precision the page gives."""
+    decimals = len(figure.partition(".")[2])
+    return f"{value:.{decimals}f}" == figure.replace(",", "")

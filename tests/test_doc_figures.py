@@ -39,31 +39,14 @@ REGIONS = {
 }
 
 
-def _numbers(value: object) -> list[float]:
-    if isinstance(value, bool) or value is None:
-        return []
-    if isinstance(value, int | float):
-        return [float(value)]
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in _numbers(v)]
-    if isinstance(value, list):
-        return [n for v in value for n in _numbers(v)]
-    return []
-
-
-def _shown(value: float, figure: str) -> bool:
-    decimals = len(figure.partition(".")[2])
-    return f"{value:.{decimals}f}" == figure
-
-
-KNOWN = _numbers(RUNS) + [bound for *_, bound in analyzer_vs_peers.TARGETS.values()]
+KNOWN = results.numbers_in(RUNS) + [bound for *_, bound in analyzer_vs_peers.TARGETS.values()]
 
 
 @pytest.mark.parametrize("page", sorted(REGIONS))
 def test_every_figure_a_page_quotes_is_a_recorded_run(page: str) -> None:
     figures = FIGURE.findall(REGIONS[page])
     assert figures, f"{page}: no figure found where the benchmark is quoted"
-    strays = [f for f in figures if not any(_shown(v, f) for v in KNOWN)]
+    strays = [f for f in figures if not any(results.shown_as(v, f) for v in KNOWN)]
     assert strays == [], f"{page} quotes figures benchmarks/results.json does not hold: {strays}"
 
 
@@ -115,7 +98,7 @@ def test_benchmarks_md_tables_are_the_run_they_name_cell_by_cell() -> None:
     assert [r[0] for r in ratios] == list(analyzer_vs_peers.TARGETS)
     for name, measured, target in ratios:
         _, _, op, bound = analyzer_vs_peers.TARGETS[name]
-        assert _shown(run["ratios"][name], measured), (name, measured)
+        assert results.shown_as(run["ratios"][name], measured), (name, measured)
         assert target == f"{op} {bound:g} ({run['verdicts'][name]})", (name, target)
 
 
