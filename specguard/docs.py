@@ -230,11 +230,10 @@ def _settings_page() -> str:
         "specguard/settings.py (the settings model)",
         "Settings",
         _fill(
-            "`specguard check` reads the nearest `pyproject.toml` holding `[tool.specguard]`, walking up from the "
-            "paths checked (one without the table is passed, as ruff passes one without `[tool.ruff]`), and nothing "
-            "above the checkout's top (the nearest folder holding `.git`) or, outside a checkout, above the nearest "
-            "folder holding a `pyproject.toml`. Paths whose nearest settings differ are refused in one run (check each "
-            "project on its own). A `pyproject.toml` another user owns, or that others may write, is not read (a "
+            "`specguard check` reads `[tool.specguard]` in the project's `pyproject.toml`: the first folder, walking "
+            "up from a path checked, that holds `.git` or a `pyproject.toml` is the project's root, and nothing above "
+            "it is read. Paths of projects whose settings differ are refused in one run (check each project on its "
+            "own). A `pyproject.toml` another user owns, or that others may write, is not read (a "
             "warning says so); `--config FILE` names a file to read whatever its owner. Keys are written with "
             "dashes; an unknown key is an error that suggests the closest valid one."
         ),

@@ -22,7 +22,7 @@ from specguard._toml import load_toml, toml_text
 from specguard.errors import UserError
 from specguard.ownership import untrusted_found
 from specguard.program.discover import DEFAULT_EXCLUDE
-from specguard.project import REPOSITORY_MARKERS, project_top
+from specguard.project import project_top
 
 
 @dataclass(frozen=True)
@@ -329,26 +329,16 @@ class FoundSettings:
 
 
 def discover_settings(start: Path) -> FoundSettings:
-    """The [tool.specguard] that applies to `start`: the nearest pyproject.toml holding that table, walking up from
-    it (one without the table is passed, as ruff passes one without [tool.ruff]), never above the checkout's top
-    (the nearest folder holding `.git`) or, outside a checkout, the nearest folder holding a pyproject.toml. The
-    root is that table's folder; without one, the nearest folder holding either. A pyproject.toml that someone
-    else may have written is not read (the warning says so)."""
+    """The [tool.specguard] of the project `start` lies in: only its root's pyproject.toml is looked at (never a
+    folder above the root: the nearest holding `.git` or a pyproject.toml, with or without the table), and only when
+    the user (or root) owns it and no one else may write it."""
     here = start.resolve()
     if not here.is_dir():
         here = here.parent
-    nearest = project_top(str(here))
-    if nearest is None:
+    top = project_top(str(here))
+    if top is None:
         return FoundSettings(None)
-    top = project_top(str(here), REPOSITORY_MARKERS) or nearest
-    folder = str(here)
-    while True:
-        found = _settings_in(Path(folder))
-        if found is not None:
-            return found
-        if folder == top or os.path.dirname(folder) == folder:
-            return FoundSettings(Path(nearest))  # no settings: the root is the nearest project folder
-        folder = os.path.dirname(folder)
+    return _settings_in(Path(top)) or FoundSettings(Path(top))
 
 
 def _settings_in(folder: Path) -> FoundSettings | None:

@@ -198,24 +198,20 @@ def test_the_report_file_gets_its_missing_folders_as_ruffs(cli, tmp_path: Path, 
         assert "SG101" in (tmp_path / "ours" / where).read_text()
 
 
-def test_a_pyproject_without_the_table_is_passed_and_paths_of_two_settings_are_refused(
-    cli, tmp_path: Path, env
-) -> None:  # type: ignore[no-untyped-def]
-    """As ruff passes a pyproject.toml without [tool.ruff], one without [tool.specguard] does not end the search; a
-    run is checked with one project's settings, so paths whose nearest settings differ are refused, whatever their
-    order, where checking them with the first one's would make the result depend on it."""
+def test_paths_of_projects_with_different_settings_are_refused_whatever_their_order(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]
+    """One run checks with one project's settings, so paths whose projects' settings differ are refused, in either
+    order, where checking them with the first one's made the result depend on it. A pyproject.toml without
+    [tool.specguard] is a project of its own (the security contract: a monorepo's outer settings never reach it)."""
     (tmp_path / ".git").mkdir()
     (tmp_path / "pyproject.toml").write_text('[tool.specguard]\nextend-exclude = ["legacy"]\n')
     write(tmp_path, "aaa/pyproject.toml", text='[project]\nname = "a"\n')
-    write(tmp_path, "aaa/spec.py", "legacy/spec.py", text=TWO_FINDINGS)
+    write(tmp_path, "aaa/spec.py", "legacy/spec.py", "other/spec.py", text=TWO_FINDINGS)
     for order in (["aaa/spec.py", "legacy/spec.py"], ["legacy/spec.py", "aaa/spec.py"]):
         out = cli("check", "--no-cache", "--force-exclude", *order, cwd=tmp_path, env=env)
-        assert out.returncode == 1 and "aaa/spec.py:7:16: SG101" in out.stdout and "legacy/" not in out.stdout
-    write(tmp_path, "sub/pyproject.toml", text='[tool.specguard]\nignore = ["SG1"]\n')
-    write(tmp_path, "sub/spec.py", text=TWO_FINDINGS)
-    for order in (["sub/spec.py", "aaa/spec.py"], ["aaa/spec.py", "sub/spec.py"]):
-        out = cli("check", "--no-cache", *order, cwd=tmp_path, env=env)
         assert out.returncode == 2 and "are checked with different settings" in out.stderr
+    for order in (["other/spec.py", "legacy/spec.py"], ["legacy/spec.py", "other/spec.py"]):  # one project
+        out = cli("check", "--no-cache", "--force-exclude", *order, cwd=tmp_path, env=env)
+        assert out.returncode == 1 and "other/spec.py:7:16: SG101" in out.stdout and "legacy/" not in out.stdout
 
 
 def test_stub_files_in_folders_are_checked_as_ruff_checks_them(cli, tmp_path: Path, env) -> None:  # type: ignore[no-untyped-def]

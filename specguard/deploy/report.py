@@ -20,13 +20,8 @@ def to_text(judgement: Judgement, origin: str) -> str:
         lines.append(f"{origin}: judged against {judgement.source}")
     for f in judgement.findings:
         lines.append(f"{origin}: {f.code} {f.severity} [{f.key}]")
-        # Paths contain hyphens; breaking there would make them uncopyable.
-        lines.extend(textwrap.wrap(f.message, 108, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False))
-        lines.extend(
-            textwrap.wrap(
-                f"fix: {f.fix}", 108, initial_indent="  ", subsequent_indent="       ", break_on_hyphens=False
-            )
-        )
+        lines.extend(_wrapped(f.message, "  "))
+        lines.extend(_wrapped(f"fix: {f.fix}", "       "))
     for note in judgement.notes:
         lines.append(f"{origin}: note: {note}")
     if judgement.not_judged:
@@ -64,3 +59,11 @@ def not_judged_lines(judgement: Judgement) -> list[str]:
 
 def not_judged_line(judgement: Judgement) -> str:
     return "; ".join(not_judged_lines(judgement))
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    """`text` in lines of 108 columns, broken only between words: a path holds hyphens, and one longer than a line
+    (a source under a deep cache folder) stays whole, so it can be copied."""
+    return textwrap.wrap(
+        text, 108, initial_indent="  ", subsequent_indent=indent, break_on_hyphens=False, break_long_words=False
+    )

@@ -21,7 +21,7 @@ def _with_codes(line: str, codes: list[str]) -> str:
     body = line.rstrip("\r\n")
     ending = line[len(body) :]
     coded = _CODED_NOQA.search(body)
-    if coded is not None:  # rewritten as ruff rewrites it: `# noqa: ` and every code, sorted
+    if coded is not None:  # rewritten as ruff rewrites it: every code, sorted, after one space
         merged = sorted({*re.split(r"[\s,]+", coded.group("codes").upper()), *codes})
         return f"{body[: coded.start()]}# noqa: {', '.join(merged)}{body[coded.end() :]}{ending}"
     return f"{body.rstrip()}  # noqa: {', '.join(codes)}{ending}"

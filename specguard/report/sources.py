@@ -16,6 +16,7 @@ class Sources:
         self._read: dict[str, list[str] | None] = {
             path: [line.rstrip("\r\n") for line in source_lines(text)] for path, text in (given or {}).items()
         }
+        self._moved: dict[str, dict[int, int]] = {}
 
     def lines(self, path: str) -> list[str] | None:
         """The file's lines without their endings (numbered as `ast` numbers them), or None when unreadable."""
@@ -30,8 +31,10 @@ class Sources:
 
     def comment_line(self, path: str, number: int) -> int:
         """The line a suppression comment for line `number` goes on (ruff's `noqa_row`); `number` where unknown."""
-        lines = self.lines(path)
-        return number if lines is None else comment_lines("\n".join(lines)).get(number, number)
+        if path not in self._moved:  # once per file: a file may hold thousands of findings
+            lines = self.lines(path)
+            self._moved[path] = {} if lines is None else comment_lines("\n".join(lines))
+        return self._moved[path].get(number, number)
 
     def line(self, path: str, number: int) -> str | None:
         lines = self.lines(path)
