@@ -1,14 +1,15 @@
 """One source for every benchmark figure beside the analyzer's (tests/test_doc_figures.py holds those): the runtime
 guard's (docs/benchmarks.md from "## The runtime guard" on, docs/runtime-guard.md's Overhead), the `--fix` write
-window's (docs/security.md) and the startup's (docs/benchmarks.md). Every figure those passages quote is a figure of
-a run benchmarks/results.json records for the script the passage quotes, at the precision the page shows, or a
-target or setting the script judges with; runtime-guard.md quotes the latest run of each script. Each script's
-writer is exercised on a tiny fake run, its module imported without running its main (nor torch, vLLM or a server).
+window's (docs/security.md), the startup's (docs/benchmarks.md) and CI's (the README's Quickstart, CONTRIBUTING.md).
+Every figure those passages quote is a figure of a run benchmarks/results.json records for the script the passage
+quotes, at the precision the page shows, or a target or setting the script judges with; runtime-guard.md quotes the
+latest run of each script. Each script's writer is exercised on a tiny fake run, its module imported without
+running its main (nor torch, vLLM or a server).
 
 A figure is a number with a decimal point, one with thousands separators or of four digits and more, or a whole
-number with a unit (µs, us, ms, s, %, x, times, MB); versions, dates and times, "95 %" of a confidence interval
-and the numbers in a name (b=8, x4, sm90, G0) are not figures. Counts without a unit ("4 requests", "k = 3") are
-the scripts' settings and are not checked."""
+number with a unit (µs, us, ms, s, min, minutes, %, x, times, MB, GB); versions, dates and times, "95 %" of a
+confidence interval and the numbers in a name (b=8, x4, sm90, G0) are not figures. Counts without a unit
+("4 requests", "k = 3") are the scripts' settings and are not checked."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))  # the scripts import their writer as a sibling module
 
+import ci_cost  # noqa: E402
 import fix_write_window  # noqa: E402
 import guard_build  # noqa: E402
 import guard_e2e  # noqa: E402
@@ -47,6 +49,7 @@ CONSTANTS: dict[str, list[float]] = {
     "guard_toggle": [100 * guard_toggle.TARGET, guard_toggle.GPU_STEP_MS, guard_toggle.SETTLE_S],
     "fix_write_window": [],
     "startup": [startup.TARGET_MS],
+    "ci_cost": [],
 }
 
 NOT_FIGURES = re.compile(
@@ -56,7 +59,8 @@ NOT_FIGURES = re.compile(
     r"|95 % (?:CI|confidence|interval)"  # the confidence level, not a measurement
 )
 NUMBER = re.compile(
-    r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?![\d.,]\d)(?=(\s?(?:µs|us|ms|s|x|times|MB)\b|\s?%)?)"
+    r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?![\d.,]\d)"
+    r"(?=(\s?(?:µs|us|ms|s|min|minutes|x|times|MB|GB)\b|\s?%)?)"
 )
 
 
@@ -67,23 +71,6 @@ def figures(text: str) -> list[str]:
         if "." in number or "," in number or len(number) >= 4 or unit:
             out.append(number)
     return out
-
-
-def _numbers(value: object) -> list[float]:
-    if isinstance(value, bool) or value is None:
-        return []
-    if isinstance(value, int | float):
-        return [float(value)]
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in _numbers(v)]
-    if isinstance(value, list):
-        return [n for v in value for n in _numbers(v)]
-    return []
-
-
-def _shown(value: float, figure: str) -> bool:
-    decimals = len(figure.partition(".")[2])
-    return f"{value:.{decimals}f}" == figure.replace(",", "")
 
 
 def runs_of(kind: str) -> dict[str, dict[str, Any]]:
@@ -110,6 +97,8 @@ PASSAGES = {
     "benchmarks.md, in a real server": (BENCH, "### In a real server", "### One server toggling", ["guard_e2e"]),
     "benchmarks.md, one server toggling": (BENCH, "### One server toggling", "\n## ", ["guard_toggle"]),
     "benchmarks.md, startup": (BENCH, "## Startup: `specguard --version`", None, ["startup"]),
+    "README.md, the Quickstart's second command": ("README.md", "It needs:", "For the analyzer", ["ci_cost"]),
+    "CONTRIBUTING.md, CI time": ("CONTRIBUTING.md", "CI time", "## Where torch comes from", ["ci_cost"]),
     "security.md, the write window": (
         "docs/security.md",
         "measured by `benchmarks/fix_write_window.py`",
@@ -125,7 +114,7 @@ def _known(kinds: list[str], only_latest: bool) -> list[float]:
     known: list[float] = []
     for kind in kinds:
         runs = [latest(kind)] if only_latest else list(runs_of(kind).values())
-        known += _numbers([r for r in runs if r is not None]) + CONSTANTS[kind]
+        known += results.numbers_in([r for r in runs if r is not None]) + CONSTANTS[kind]
     return known
 
 
@@ -136,7 +125,7 @@ def test_every_figure_a_passage_quotes_is_a_recorded_run(passage: str) -> None:
     if kinds != ["guard_overhead_gpu"] or runs_of("guard_overhead_gpu"):
         assert found, f"{passage}: no figure found where the benchmark is quoted"
     known = _known(kinds, only_latest=False)
-    strays = [f for f in found if not any(_shown(v, f) for v in known)]
+    strays = [f for f in found if not any(results.shown_as(v, f) for v in known)]
     assert strays == [], f"{passage} quotes figures no recorded run of {kinds} holds: {strays}"
 
 
@@ -145,7 +134,7 @@ def test_runtime_guard_md_quotes_the_latest_run_of_each_script() -> None:
     found = figures(_region(page, start, end))
     assert len(found) >= 10, found
     known = _known(kinds, only_latest=True)
-    strays = [f for f in found if not any(_shown(v, f) for v in known)]
+    strays = [f for f in found if not any(results.shown_as(v, f) for v in known)]
     assert strays == [], f"{page}'s Overhead quotes figures the latest runs of {kinds} do not hold: {strays}"
 
 
@@ -309,3 +298,12 @@ def test_startup_records_its_times_and_ratios(tmp_path: Path) -> None:
     assert new["ms"] == {"python -c pass": 23.6, "ruff --version": 2.3, "specguard --version": 22.4}
     assert new["ratios"] == {"specguard / ruff": 9.8, "specguard / interpreter": 0.95}
     assert new["verdict"] == "PASS" and new["repeat"] == 20
+
+
+def test_ci_cost_records_minutes_tests_and_disk(tmp_path: Path) -> None:
+    output = "....\n2000 passed in 1180.00s (0:19:40)\n"
+    run = ci_cost.summary(STARTED, MACHINE, "abc123", False, 19.66, 0, output, {"venv-e2e": 3.54, "vllm-src": 0.44})
+    new = _kept(tmp_path, "ci_cost", run)
+    assert (new["minutes"], new["tests_passed"], new["cold"], new["exit_code"]) == (19.7, 2000, False, 0)
+    assert new["cache_gb"] == {"venv-e2e": 3.5, "vllm-src": 0.4, "total": 4.0}
+    assert ci_cost.passed_tests("1 failed, 3 passed in 2s") == 3 and ci_cost.passed_tests("error") is None
