@@ -336,13 +336,14 @@ def report_text(
     """The report in the format asked for; `applied` are the findings `--fix` fixed, `given` the sources that are
     not on disk (standard input's)."""
     from specguard.console import colour_wanted
-    from specguard.report import formats, json_format, text
+    from specguard.report import formats, text
     from specguard.rules import rule_names
 
-    table = args.output_format != "json"
-    if args.statistics and table:
+    if args.statistics and args.output_format != "json":
         return text.statistics(findings, rule_names(), settings.unsafe_fixes, quiet=args.quiet)
     if args.statistics:
+        from specguard.report import json_format
+
         return json_format.statistics(text.rule_counts(findings, rule_names(), settings.unsafe_fixes))
     colour = args.output_file is None and colour_wanted()
     made = text.fixes_made(applied, rule_names()) if args.show_fixes else []

@@ -15,7 +15,6 @@ from specguard._files import SOURCE_CAP
 from specguard.console import tell
 from specguard.errors import UserError
 from specguard.findings import source_error
-from specguard.fixes.apply import encoding_of
 from specguard.report.names import shown
 
 if TYPE_CHECKING:
@@ -79,6 +78,8 @@ def run_stdin(args: argparse.Namespace) -> int:
 
 def _text_of(data: bytes) -> str:
     """The source as the report's frames and fingerprints show it (a bad coding cookie is an SG000 already)."""
+    from specguard.fixes.apply import encoding_of
+
     try:
         return data.decode(encoding_of(data), errors="replace")
     except (SyntaxError, LookupError):
@@ -98,7 +99,7 @@ def _fixed(
 ) -> tuple[bytes, list[Finding]]:
     """The source with the fixes that apply, and how many; the source as given where none applies, where it
     cannot be analyzed (SG000) or where the name is excluded."""
-    from specguard.fixes.apply import fix_source
+    from specguard.fixes.apply import encoding_of, fix_source
 
     policy = check_cli.fix_policy(settings)
     reported = check_cli.reported(args, result, settings)
@@ -120,7 +121,7 @@ def _print_diff(
     args: argparse.Namespace, name: str, texts: tuple[bytes, bytes], fixed: int, result: CheckResult, settings: Settings
 ) -> int:
     """`--diff`: as for a file, the diff and the count on stdout; exit 1 where something would be fixed."""
-    from specguard.fixes.apply import unified_diff
+    from specguard.fixes.apply import encoding_of, unified_diff
     from specguard.report.text import diff_summary
 
     encoding = encoding_of(texts[0])

@@ -139,6 +139,7 @@ class _Run:
         self._texts: dict[str, list[str]] = {}
         self._exemptions: dict[str, FileExemption] = {}
         self._comment_lines: dict[str, dict[int, int]] = {}
+        self._names_code: dict[tuple[str, str], bool] = {}
         self.notes: list[str] = [*user_cache_notes(), *self.cache.notes]
         self.line_lengths = LineLengths()
 
@@ -400,8 +401,14 @@ class _Run:
         lines = self._lines(path)
         return lines[number - 1] if 0 < number <= len(lines) else ""
 
-    def comment_line(self, path: str, number: int) -> int:
-        """The line a suppression comment for line `number` goes on (lines.comment_lines), in the file as checked."""
+    def comment_line(self, path: str, number: int, code: str) -> int:
+        """The line a suppression of `code` for line `number` is read on (lines.comment_lines), in the file as
+        checked. A file whose text never names the code cannot suppress it on a line, so it is not tokenized."""
+        named = self._names_code.get((path, code))
+        if named is None:  # once per file and code: a file may hold thousands of findings
+            named = self._names_code[(path, code)] = code.lower() in "".join(self._lines(path)).lower()
+        if not named:
+            return number
         moved = self._comment_lines.get(path)
         if moved is None:
             moved = self._comment_lines[path] = comment_lines("".join(self._lines(path)))

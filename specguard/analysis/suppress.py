@@ -95,7 +95,7 @@ class CheckedFiles(Protocol):
 
     def line(self, path: str, number: int) -> str: ...
 
-    def comment_line(self, path: str, number: int) -> int: ...
+    def comment_line(self, path: str, number: int, code: str) -> int: ...
 
     def exemption(self, path: str) -> FileExemption: ...
 
@@ -106,6 +106,7 @@ def is_suppressed(finding: Finding, settings: Settings, files: CheckedFiles) -> 
     if finding.code == "SG000":
         return False
     # on the line a comment for it can go on (ruff's noqa_row): a string's or a continuation's last line
-    if finding.code in line_codes(files.line(finding.path, files.comment_line(finding.path, finding.line))):
+    comment_line = files.comment_line(finding.path, finding.line, finding.code)
+    if finding.code in line_codes(files.line(finding.path, comment_line)):
         return True
     return files.exemption(finding.path).covers(finding.code)

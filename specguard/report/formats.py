@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specguard.findings import Finding
-from specguard.report import full, github, gitlab, grouped, json_format, junit, pylint, sarif, text
-from specguard.report.paths import report_root
-from specguard.report.sources import Sources
-from specguard.report.style import Style
+
+if TYPE_CHECKING:
+    from specguard.report.sources import Sources
+    from specguard.report.style import Style
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,12 @@ TERMINAL_FORMATS = ("concise", "text", "full", "grouped")
 
 
 def render(output_format: str, findings: list[Finding], report: Report) -> str:
+    """The report in `output_format`. Each writer is imported when asked for: a warm run prints in one format, and
+    importing all of them (junit's XML, SARIF's rule documentation) cost it a third of its time."""
+    from specguard.report import text
+    from specguard.report.sources import Sources
+    from specguard.report.style import Style
+
     style = Style(report.colour)
     sources = Sources(report.given)
     if output_format in TERMINAL_FORMATS:
@@ -41,17 +48,31 @@ def render(output_format: str, findings: list[Finding], report: Report) -> str:
         after = [] if report.quiet else text.summary(findings, report.unsafe_fixes, report.fixed, style)
         return "\n".join([*([shown] if shown else []), *report.fixes_made, *after])
     if output_format == "json":
+        from specguard.report import json_format
+
         return json_format.render(findings, sources)
     if output_format == "pylint":
+        from specguard.report import pylint
+
         return pylint.render(findings)
     if output_format == "junit":
+        from specguard.report import junit
+
         return junit.render(findings)
+    from specguard.report.paths import report_root
+
     repository = report_root(report.root)
     if output_format == "sarif":
+        from specguard.report import sarif
+
         return sarif.render(findings, repository, sources)
     if output_format == "gitlab":
+        from specguard.report import gitlab
+
         return gitlab.render(findings, repository, sources)
     if output_format == "github":
+        from specguard.report import github
+
         return github.render(findings, repository)
     raise ValueError(f"unknown output format {output_format!r}")
 
@@ -60,7 +81,13 @@ def _terminal(
     output_format: str, findings: list[Finding], report: Report, style: Style, sources: Sources, quiet: bool
 ) -> str:
     if output_format == "full":
+        from specguard.report import full
+
         return full.render(findings, report.unsafe_fixes, report.fixed, quiet, style, sources)
     if output_format == "grouped":
+        from specguard.report import grouped
+
         return grouped.render(findings, report.unsafe_fixes, report.fixed, quiet, style)
+    from specguard.report import text
+
     return text.render(findings, report.unsafe_fixes, report.fixed, quiet=quiet, style=style)
