@@ -27,7 +27,7 @@ BUILTIN_PACK = "vllm.toml"
 _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
-    | {"target_batch_types", "target_batch_params", "padded_fields"}
+    | {"target_batch_types", "target_batch_params", "padded_fields", "capacities"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -75,6 +75,9 @@ class Padding(_Section):
     padded_producers: list[str] = field(default_factory=list)
     padded_names: list[str] = field(default_factory=list)
     dp_rank_counts: list[str] = field(default_factory=list)
+    # attributes holding a capacity, which bounds every real count (optional): the smallest of a padded count and
+    # one of them is still padded, where the smallest of it and another count may be that count
+    capacities: list[str] = field(default_factory=list)
     mode_attribute: str | None = None
     full_mode: str | None = None
     # the members of the mode enum a batch runs with: SG103 evaluates each metadata build once per member but FULL

@@ -17,9 +17,9 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 
 # set folder, package, (bugs, labelled functions) as LABELS.md totals them, found at least, false positives at most
 SETS = {
-    "first": ("blind_objects_r1", "blindobj", (52, 92), 38, 2),
-    "second": ("blind_objects_r2", "blindobj2", (44, 87), 36, 6),
-    "third": ("blind_objects_r3", "blindobj3", (55, 96), 48, 0),
+    "first": ("blind_objects_r1", "blindobj", (52, 92), 42, 2),
+    "second": ("blind_objects_r2", "blindobj2", (44, 87), 41, 7),
+    "third": ("blind_objects_r3", "blindobj3", (55, 96), 55, 0),
 }
 
 

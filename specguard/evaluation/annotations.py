@@ -1,6 +1,7 @@
 """What an annotation says a value is, where the evaluation knows nothing better: a container of unknown size of
-what its element stands for, a tuple of what each item stands for, and for a name what `leaf` makes of it (the
-evaluator: an instance of a class the tree defines; a client: a descriptor, a mode). An annotation is a promise,
+what its element stands for, a dict of unknown keys of what its keys and values stand for, a tuple of what each
+item stands for, and for a name what `leaf` makes of it (the evaluator: an instance of a class the tree defines;
+a client: a descriptor, a mode). An annotation is a promise,
 not a proof: what it yields is still unknown in value, only its kind is known."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Many
+from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Many, Mapping
 from specguard.program.ast_tools import dotted
 
 # Generic containers whose first parameter is the type of every element they hold (or yield).
@@ -31,6 +32,8 @@ _SEQUENCES = frozenset(
         "Tuple",
     }
 )
+# Generic mappings: the first parameter is the type of every key, the second of every value.
+_MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping", "defaultdict", "DefaultDict", "OrderedDict"})
 _WRAPPERS = frozenset({"Optional", "Annotated", "Final"})  # the first parameter is the type
 
 
@@ -57,6 +60,11 @@ def annotated(annotation: ast.expr, leaf: Callable[[ast.expr], Any]) -> Any:
         if outer in _SEQUENCES:
             element = annotated(inner[0], leaf)
             return Many(element) if element is not NOT_HANDLED else NOT_HANDLED
+        if outer in _MAPPINGS and len(inner) == 2:
+            key, value = (annotated(x, leaf) for x in inner)
+            if key is NOT_HANDLED and value is NOT_HANDLED:
+                return NOT_HANDLED
+            return Mapping(UNKNOWN if key is NOT_HANDLED else key, UNKNOWN if value is NOT_HANDLED else value)
         if outer in _WRAPPERS:
             return annotated(inner[0], leaf)
         return NOT_HANDLED

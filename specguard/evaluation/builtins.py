@@ -412,7 +412,9 @@ class Builtins(ObjectModel):
         why: tuple[str, ...] = ()
         if kind in ("min", "amin"):
             # what only some inputs are derived from may be the smallest: said, never dropped
-            dropped = frozenset().union(*(labels_of(v) for v in inputs)) - labels
+            dropped = frozenset(
+                x for v in inputs for x in labels_of(v) if x not in labels and x.kind not in self.hooks.bound_kinds
+            )
             if dropped:
                 maybe = maybe | dropped
                 why = (f"`{kind}` of a derived value and one that is not (the real count, or a cap): {_SMALLER}",)
@@ -422,7 +424,12 @@ class Builtins(ObjectModel):
         sets = [labels_of(v) for v in inputs] or [NO_LABELS]
         if kind in ("min", "amin"):
             # the smallest keeps what every unknown input is derived from: a known bound only caps it
-            unknown = [s for v, s in zip(inputs, sets, strict=True) if not known(plain(v))] or sets
+            bounds = self.hooks.bound_kinds
+            unknown = [
+                s
+                for v, s in zip(inputs, sets, strict=True)
+                if not known(plain(v)) and not (s and bounds and all(x.kind in bounds for x in s))
+            ] or sets
             kinds = set.intersection(*({x.kind for x in s} for s in unknown))
             labels = frozenset(x for s in sets for x in s if x.kind in kinds)
         else:
@@ -441,6 +448,11 @@ class Builtins(ObjectModel):
             return receiver  # a copy of an evenly spaced array is one
         if isinstance(inner, Mapping) and method.name in _MAPPING_VIEWS:
             return self._mapping_view(inner, method.name, args)
+        if isinstance(inner, Abstract) and inner.kind is None and method.name in _MAPPING_VIEWS and labels_of(inner):
+            # a dict the evaluation cannot see into (the target's metadata by layer): what it holds comes from
+            # where it does
+            item = with_labels(UNKNOWN, self.provenance(receiver))
+            return self._mapping_view(Mapping(item, item), method.name, args)
         if method.name in VALUE_METHODS:
             return self._value_preserving(method.name, receiver, args, node)
         result = unknown_from(receiver, *args, *kwargs.values(), why=f"cannot resolve `{_call_text(node)}`")

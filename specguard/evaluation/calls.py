@@ -27,6 +27,7 @@ from specguard.evaluation.values import (
     Many,
     Method,
     Obj,
+    OneOf,
     Opaque,
     Partial,
     PyMethod,
@@ -120,6 +121,11 @@ class Calls(Builtins):
         self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
         func = plain(func)
+        if isinstance(func, OneOf) and any(_callable(x) for x in func.options):
+            # one of a few callables (a builder picked from a dict, a method of an optional object): each is called,
+            # what they return is joined (None, which cannot be called, is a path that raises)
+            called = [self.call(x, args, kwargs, node, frame, state) for x in func.options if _callable(x)]
+            return join_values([(value, frozenset()) for value in called])
         if isinstance(func, Partial):
             return self.call(func.func, [*func.args, *args], {**func.kwargs, **kwargs}, node, frame, state)
         if isinstance(func, Bound):
@@ -395,3 +401,7 @@ def _pure(expr: ast.expr) -> bool:
     return not any(
         isinstance(node, (ast.Call, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)) for node in ast.walk(expr)
     )
+
+
+def _callable(value: Any) -> bool:
+    return isinstance(value, (Function, Bound, Partial, ClassRef, Method, PyMethod))

@@ -100,6 +100,7 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         self.lazy_owner: Obj | None = None
         self.outcomes: list[Outcome] = []
         self.calls: list[ast.AST] = []  # the call nodes being inlined, outermost first
+        self._reading: ast.AST | None = None  # the attribute being read (a property it runs is called there)
         self.yields: list[list[tuple[Any, frozenset]]] = []  # per generator being run: (what it yields, on which path)
         self._conds: dict[tuple[int, str], Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}

@@ -173,6 +173,15 @@ class Expressions(Builtins):
             if value is _RAISED:  # reached only past an undecided operand: the result is one of those
                 return self._either(undecided)
             truth = self.truth(value, frame, state)
+            if truth is UNKNOWN and isinstance(value, OneOf) and operand is not e.values[-1]:
+                # one of a few values: only those that stop the chain can be its result (`x is not None and ...`)
+                stopping = [x for x in value.options if self.truth(x, frame, state) is not (not stop)]
+                value = join_values([(with_labels(x, value.labels), frozenset()) for x in stopping])
+                truth = self.truth(value, frame, state)
+                if truth is stop and not undecided:
+                    return value
+                undecided.append(value)
+                continue
             if truth is UNKNOWN:
                 undecided.append(value)
             elif truth is stop:
@@ -257,6 +266,8 @@ class Expressions(Builtins):
                 element = join_values([(v, frozenset()) for v in seq]) if seq else UNKNOWN
                 return Many(element, labels_of(count))
         fn = _BINOPS.get(type(op))
+        if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)) and _zero(b) and a is UNKNOWN:
+            return self.fails("ZeroDivisionError")  # whatever number it divides (an array is not a bare unknown)
         if fn is None or not known(a) or not known(b):
             kinds = frozenset(x.kind for x in labels)
             return unknown_from(left, right, keep=kinds)
@@ -588,3 +599,7 @@ def _divisor_key(value: Any, node: ast.expr) -> str | None:
         node = node.operand
     text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
     return text or None
+
+
+def _zero(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value == 0

@@ -24,6 +24,9 @@ class Hooks:
     # Label kinds that name a value rather than where it came from (a padded count): a comparison or a truth test of
     # the value does not carry them.
     value_kinds: frozenset[str] = frozenset()
+    # Label kinds that mark a capacity, a value no count it bounds exceeds: the smallest of a count and one of them
+    # keeps what the count carries, as the smallest of a count and a known number does.
+    bound_kinds: frozenset[str] = frozenset()
     # Label kinds whose path (the locals and helpers' returns a value passes through) a message shows.
     traced: frozenset[str] = frozenset()
     # Whether a call the evaluator cannot follow, given a subject, may end the path by raising (the question is

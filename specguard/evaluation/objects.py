@@ -187,6 +187,7 @@ class ObjectModel:
     def getattr(
         self, base: Any, attr: str, state: State, depth: int, missing: Any = UNKNOWN, node: ast.AST | None = None
     ) -> Any:
+        self._reading = node  # a property this read runs is a call written as this attribute
         value = self._getattr(base, attr, state, depth, missing)
         if value is MISSING:
             return value
@@ -195,7 +196,10 @@ class ObjectModel:
 
     def _getattr(self, base: Any, attr: str, state: State, depth: int, missing: Any) -> Any:
         if isinstance(base, OneOf):
-            values = [self._getattr(with_labels(x, base.labels), attr, state, depth, UNKNOWN) for x in base.options]
+            options = base.options
+            if not _dunder(attr) and any(x is not None for x in options):
+                options = tuple(x for x in options if x is not None)  # None has no such attribute: that path raises
+            values = [self._getattr(with_labels(x, base.labels), attr, state, depth, UNKNOWN) for x in options]
             return join_values([(v, frozenset()) for v in values])
         if isinstance(base, Tagged):
             inner = self._getattr(base.value, attr, state, depth, missing)
@@ -213,7 +217,7 @@ class ObjectModel:
                 if found is not MISSING and found is not _DECLARED:
                     return found
             answered = self.hooks.instance_attribute(self, base, attr)  # type: ignore[arg-type]
-            if answered is not NOT_HANDLED:
+            if answered is not NOT_HANDLED and (answered is not UNKNOWN or not base.label):
                 return answered
             if base.label:  # an object the client named: what is read from it has an identity
                 return Sym(f"{base.label}.{attr}", self.provenance(base))
@@ -404,7 +408,7 @@ class ObjectModel:
         if names & {"property", "cached_property"}:
             if isinstance(owner_value, ClassRef):
                 return UNKNOWN
-            return self._invoke(func, owner_value, [], {}, state, depth + 1)
+            return self._invoke(func, owner_value, [], {}, state, depth + 1, self._reading)
         if "staticmethod" in names:
             return func
         if names & {"classmethod", "field_validator", "model_validator"}:
@@ -795,3 +799,7 @@ def _is_dataclass(cls: ClassInfo) -> bool:
         if (dotted(target) or "").rpartition(".")[2] == "dataclass":
             return True
     return False
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")

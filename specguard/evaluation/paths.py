@@ -14,6 +14,7 @@ from typing import Any
 
 from specguard.evaluation.budget import Budget
 from specguard.evaluation.values import (
+    MAX_OPTIONS,
     NO_LABELS,
     UNKNOWN,
     Abstract,
@@ -21,6 +22,7 @@ from specguard.evaluation.values import (
     Label,
     Many,
     Obj,
+    OneOf,
     bounded,
     labels_of,
     maybe_of,
@@ -179,6 +181,12 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
         return Deferred(lambda: join_values([(settled(value), extra) for value, extra in options]))
     if all(isinstance(value, Obj) for value, _ in options) and _same_class(options):
         return _join_objects(options)
+    union = _union_of_objects(options)
+    if union is not None:
+        return union
+    containers = _join_containers(options)
+    if containers is not None:
+        return containers
     if all(isinstance(value, Many) for value, _ in options):
         return Many(join_values([(value.element, extra) for value, extra in options]))
     if not any(extra for _, extra in options):
@@ -206,6 +214,44 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
     if not (labels or maybe) and length is None and kind is None:
         return UNKNOWN
     return Abstract(bounded(labels), bounded(maybe - labels), why[:4], length, kind)
+
+
+def _join_containers(options: list[tuple[Any, frozenset]]) -> Any:
+    """Dicts, lists or tuples that paths filled differently (each path holds its own): joined item by item, where
+    they have the same keys or length; a dict with keys only some paths set holds each joined with what the others
+    left there (unknown)."""
+    values = [value for value, _ in options]
+    paths = [extra for _, extra in options]
+    if all(isinstance(v, dict) for v in values):
+        keys = list(dict.fromkeys(k for v in values for k in v))
+        return {k: join_values([(v.get(k, UNKNOWN), p) for v, p in zip(values, paths, strict=True)]) for k in keys}
+    for kind in (list, tuple):
+        if all(type(v) is kind for v in values) and len({len(v) for v in values}) == 1:
+            columns = zip(*values, strict=True)
+            return kind(join_values(list(zip(column, paths, strict=True))) for column in columns)
+    return None
+
+
+def _union_of_objects(options: list[tuple[Any, frozenset]]) -> OneOf | None:
+    """Objects of a few classes, perhaps None (`self.desc = None` in `__init__`, set by another method; a builder
+    picked from a dict by a key): one of them, each kept with its fields (those of one class joined), not an
+    unknown that forgets them. Where one is None, what is read from it or called on it is the others' (reading
+    an attribute of None raises)."""
+    objects: dict[Any, list[tuple[Any, frozenset]]] = {}
+    has_none = False
+    for value, extra in options:
+        if plain(value) is None:
+            has_none = True
+        elif isinstance(value, Obj):
+            objects.setdefault(value.cls, []).append((value, extra))
+        else:
+            return None
+    if not objects or len(objects) + has_none > MAX_OPTIONS:
+        return None
+    joined = [group[0][0] if len(group) == 1 else join_values(group) for group in objects.values()]
+    if not all(isinstance(x, Obj) for x in joined):
+        return None
+    return OneOf(((None,) if has_none else ()) + tuple(joined))
 
 
 def _same_class(options: list[tuple[Any, frozenset]]) -> bool:

@@ -28,6 +28,7 @@ from specguard.evaluation.values import (
     Deferred,
     Function,
     Many,
+    Mapping,
     ModuleRef,
     Obj,
     OneOf,
@@ -109,12 +110,33 @@ class Statements(Builtins):
     def _s_annassign(self, stmt: ast.AnnAssign, frame: Frame, state: State) -> Flow:
         if stmt.value is not None:
             mark = len(self.env.log)
-            value = self._deferred([stmt.target], stmt.value, frame, state) or self.eval(stmt.value, frame, state)
+            declared = self._declared_contents(stmt, frame, state)
+            value = (
+                declared
+                or self._deferred([stmt.target], stmt.value, frame, state)
+                or self.eval(stmt.value, frame, state)
+            )
             if is_unknown(plain(value)):  # unknown in value, of the kind its annotation says
                 value = self.kind_from(value, self.reading(stmt.annotation, frame.module, frame.owner))
             self.assign(stmt.target, value, frame, state, stmt)
             self._carry_env(stmt.target, stmt.value, state, mark)
         return Flow(normal=state)
+
+    def _declared_contents(self, stmt: ast.AnnAssign, frame: Frame, state: State) -> Mapping | Many | None:
+        """`self.cache: dict[int, X] = {}`: an object's container that starts empty is filled by other methods,
+        so it holds what its annotation says (a dict of unknown keys of X), not nothing."""
+        empty = isinstance(stmt.value, (ast.Dict, ast.List, ast.Set)) and not getattr(stmt.value, "keys", None)
+        empty = empty and not getattr(stmt.value, "elts", None)
+        if not empty or not self._object_attribute(stmt.target, state):
+            return None
+        declared = self.reading(stmt.annotation, frame.module, frame.owner)
+        return declared if isinstance(declared, (Mapping, Many)) else None
+
+    def _object_attribute(self, target: ast.expr, state: State) -> bool:
+        """`obj.<attr>` of an object the evaluation holds (the instance a method runs on)."""
+        if not isinstance(target, ast.Attribute) or not isinstance(target.value, ast.Name):
+            return False
+        return isinstance(plain(state.locals.get(target.value.id)), Obj)
 
     def _deferred(self, targets: list[ast.expr], value: ast.expr, frame: Frame, state: State) -> Deferred | None:
         """In a writer run (see `lazy_owner`), an assignment to locals or to the instance's attributes whose value
@@ -204,8 +226,9 @@ class Statements(Builtins):
         )
 
     def fork(self, state: State, path: frozenset | None = None) -> State:
-        """A state for one path of an undecided test; where work is counted, holding its own containers."""
-        return state.copy(path, self.work)
+        """A state for one path of an undecided test, holding its own containers (what one path writes into a
+        dict the other does not see), their copies charged to the meter."""
+        return state.copy(path, self.meter)
 
     def merge_states(self, states: list[State]) -> State | None:
         """One state where paths meet again (see `Semantics.join`)."""

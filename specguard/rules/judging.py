@@ -293,13 +293,19 @@ def annotated_parameter(ev: Evaluator) -> Parameter:
     return bind
 
 
-def leading_call(q: Question, scope: Scope, ev: Any, node: ast.Call, frame: Frame) -> tuple[ast.Call, bool] | None:
+def leading_call(q: Question, scope: Scope, ev: Any, node: ast.Call, frame: Frame) -> tuple[ast.expr, bool] | None:
     """The call written in `scope` that is the call at `node`, or that leads to it through the functions the
-    evaluation followed: (that call, whether it is `node` itself); None where the scope's own code does not."""
+    evaluation followed (a property's read is a call written as an attribute): (that call, whether it is `node`
+    itself); None where the scope's own code does not."""
     if frame.module is q.module and inside(scope.node, node):
         return node, True
     outer = ev.calls[0] if ev.calls else None
-    return (outer, False) if isinstance(outer, ast.Call) and inside(scope.node, outer) else None
+    return (outer, False) if isinstance(outer, (ast.Call, ast.Attribute)) and inside(scope.node, outer) else None
+
+
+def called_text(call: ast.expr) -> str:
+    """What a call written in the code calls, as written (a property read: the attribute)."""
+    return ast.unparse(call.func if isinstance(call, ast.Call) else call)[:60]
 
 
 def inside(outer: ast.AST, node: ast.AST) -> bool:
@@ -314,12 +320,19 @@ def definition_text(module: ParsedModule | None, node: ast.AST) -> str:
 
 
 def reaching_imports(q: Question, names: set[str]) -> set[str]:
-    """Functions this module imports from the tree whose text names one of `names`: a function calling one may
-    reach them through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
+    """Functions this module imports from the tree whose text names one of `names`, and modules of the tree it
+    imports whole that define one: a function calling one may reach them through it (a preselection by reading,
+    as `Scope.mentions` is; the evaluation decides)."""
     found = set()
     pattern = words(names)
     for local, target in q.facts.imports:
         resolved = q.program.resolve(q.module.name, local)
+        if isinstance(resolved, str):  # `from pkg import module`, `import pkg.module as m`
+            module = q.program.module(resolved)
+            functions = module.functions.values() if module is not None else ()
+            if any(pattern.search(definition_text(module, node)) for node in functions):
+                found.add(local)
+            continue
         function = isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef))
         if function and pattern.search(definition_text(*resolved)) and target.rpartition(".")[2] not in names:
             found.add(local)
@@ -328,11 +341,11 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
 
 def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
     """Methods the classes of this module have or inherit (from any module of the tree, the speculator bases and
-    the shared helpers aside) whose text `pattern` finds: a method calling one may reach what they call (a
-    preselection by reading, one level deep; the evaluation decides)."""
+    the shared helpers aside) whose text `pattern` finds, or names such a method: a method calling one may reach
+    what they call, however many of them lie between (a preselection by reading; the evaluation decides)."""
     skip = set(q.pack.speculators.bases)
     helpers = set(q.pack.speculators.shared_helpers)
-    found: set[str] = set()
+    texts: dict[str, str] = {}
     classes = {id(s.cls): s.cls for s in q.scopes if s.cls is not None}
     seen: set[tuple[str, str]] = set()
     for cls in classes.values():
@@ -342,8 +355,15 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
             seen.add(klass.key)
             module = q.program.module(klass.module)
             for name, node in klass.methods.items():
-                if name not in helpers and pattern.search(definition_text(module, node)):
-                    found.add(name)
+                if name not in helpers:
+                    texts[name] = texts.get(name, "") + "\n" + definition_text(module, node)
+    found = {name for name, text in texts.items() if pattern.search(text)}
+    while found:  # a method calling one that reaches reaches too
+        more = words(found)
+        grown = found | {name for name, text in texts.items() if name not in found and more.search(text)}
+        if grown == found:
+            break
+        found = grown
     return found
 
 

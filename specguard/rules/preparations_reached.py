@@ -20,6 +20,7 @@ from specguard.rules.judging import (
     Scope,
     aliases,
     bind_parameters,
+    called_text,
     callee,
     definition_text,
     leading_call,
@@ -57,7 +58,7 @@ class _Preparations(Hooks):
         found = leading_call(self.q, self.scope, ev, node, frame)
         if found is not None and not (found[1] and _written(self.q, node, self.prepare)):  # written so: the check's
             call, where = found[0], "" if found[1] else ev.place(frame, node)
-            self.found.setdefault(id(call), (call, ast.unparse(call.func)[:60], where))
+            self.found.setdefault(id(call), (call, called_text(call), where))
         return UNKNOWN
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:

@@ -18,6 +18,7 @@ from specguard.rules.judging import (
     aliases,
     annotated_parameter,
     bind_parameters,
+    called_text,
     callee,
     leading_call,
     reaching_imports,
@@ -66,7 +67,7 @@ class _Builds(Hooks):
             self.builds.setdefault(id(node), (node, name, None))
         elif found is not None:
             call, where = found[0], f"{name}` ({ev.place(frame, node)})"
-            self.builds.setdefault(id(call), (call, ast.unparse(call.func)[:60], where))
+            self.builds.setdefault(id(call), (call, called_text(call), where))
 
     def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
         target = callee(func)

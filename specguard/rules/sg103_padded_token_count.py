@@ -14,6 +14,7 @@ from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
     Abstract,
+    Bound,
     EnumMember,
     Function,
     Label,
@@ -52,7 +53,8 @@ from specguard.rules.judging import (
     writes_of,
 )
 
-PADDED, MODE, DP_COUNT = "padded", "mode", "dp-count"  # label kinds: a padded count, the batch's mode, a rank's count
+# label kinds: a padded count, the batch's mode, a rank's count, a capacity (which bounds every real count)
+PADDED, MODE, DP_COUNT, CAPACITY = "padded", "mode", "dp-count", "capacity"
 
 
 class Passed(NamedTuple):
@@ -70,6 +72,7 @@ class _Counts(Hooks):
     subjects = frozenset({MODE})
     value_kinds = frozenset({PADDED, DP_COUNT})
     traced = frozenset({PADDED})
+    bound_kinds = frozenset({CAPACITY})
 
     def __init__(
         self,
@@ -90,10 +93,13 @@ class _Counts(Hooks):
         self.count_params = frozenset(meta.token_count_params)
         self.producers, self.padded_producers = set(pad.descriptor_producers), set(pad.padded_producers)
         self.descriptor_types, self.padded_names = set(pad.descriptor_types), set(pad.padded_names)
-        self.dp_counts = set(pad.dp_rank_counts)
+        self.descriptor_params = frozenset(pad.descriptor_params)
+        self.dp_counts, self.capacities = set(pad.dp_rank_counts), set(pad.capacities)
         # (call in the function, callee, parameter, argument, its value, the path's undecided tests, where the build
-        # itself is: (file, span), in a helper the call reached or the call itself, what the call reaches)
-        self.sites: list[tuple[ast.AST, str, str, Passed | None, Any, frozenset, Any, Callee]] = []
+        # itself is: (file, span), in a helper the call reached or the call itself, what the call reaches, the
+        # descriptors the build is handed, by origin, there or at the call into the helper that reaches it)
+        self.sites: list[tuple[ast.AST, str, str, Passed | None, Any, frozenset, Any, Callee, frozenset[str]]] = []
+        self.handed: dict[int, frozenset[str]] = {}  # a build call's node -> the descriptors it is handed
 
     # ---- the pack's sources ----------------------------------------------------------------------------------
 
@@ -163,6 +169,7 @@ class _Counts(Hooks):
         if target is None:
             return NOT_HANDLED
         if self._build(target):
+            self.handed[id(node)] = _descriptors_in([*args, *kwargs.values()])
             if self.record:
                 self._site(ev, target, args, kwargs, node, frame, state)
             # a shared helper the project defines decides the count from what it is handed (the descriptor's mode,
@@ -171,10 +178,42 @@ class _Counts(Hooks):
         if not target.method and target.name in self.producers:
             function = target.function
             value = ev.promised(function.module, function.owner, function.node) if function is not None else UNKNOWN
-            return value if value is not UNKNOWN else Many(self.descriptor(f"{target.name}(...)", node))
+            return self._this_batch(value, f"{target.name}(...)", node)
         if target.name in self.padded_producers:
             return self.padded(f"{target.name}(...)", node, ev=ev)
+        if self._dispatcher(func):
+            return self.descriptor(f"{_call_text(node)}", node)
         return NOT_HANDLED
+
+    def _this_batch(self, promised: Any, text: str, node: ast.Call) -> Any:
+        """What a producer returns at this call: the shape its annotation promises (a collection of descriptors
+        where it says nothing), with a descriptor of this call's own batch where it promises one (two dispatches
+        in one function are two batches)."""
+        if promised is UNKNOWN:
+            return Many(self.descriptor(text, node))
+
+        def fresh(value: Any) -> Any:
+            if isinstance(value, tuple):
+                return tuple(fresh(item) for item in value)
+            if isinstance(value, Obj) and value.label == "descriptor":
+                self.origins.difference_update(x.origin for x in value.labels if x.kind == MODE)  # not a batch
+                return self.descriptor(text, node)
+            return value
+
+        return fresh(promised)
+
+    def _dispatcher(self, func: Any) -> bool:
+        """A method of another object (a CUDA-graph manager's `dispatch`) that promises a descriptor: what it
+        returns is the decision for this call's batch, not something to follow into."""
+        func = plain(func)
+        if not isinstance(func, Bound) or isinstance(func.func.node, ast.Lambda):
+            return False
+        receiver = plain(func.self_value)
+        returns = func.func.node.returns
+        if returns is None or (isinstance(receiver, Obj) and receiver.label == "self"):
+            return False
+        names = annotation_names(returns) - {"None", "Optional"}
+        return bool(names) and names <= self.descriptor_types
 
     def _followed(self, target: Callee) -> bool:
         """A shared helper the project defines that takes no token count of its own: it decides the count from what
@@ -187,7 +226,9 @@ class _Counts(Hooks):
 
     def reads(self, ev: Any, func: Any) -> frozenset[str] | None:
         target = callee(func)
-        return self.count_params if target is not None and self._build(target) and not self._followed(target) else None
+        if target is None or not self._build(target) or self._followed(target):
+            return None
+        return self.count_params | self.descriptor_params  # the count, and the batch it is for
 
     def _site(
         self, ev: Any, target: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
@@ -201,7 +242,8 @@ class _Counts(Hooks):
                 keyword = passed.arg if isinstance(passed, ast.keyword) else None
                 arg = Passed(passed, keyword, how)
             build = (str(frame.module.path), span(node))
-            self.sites.append((outer, target.name, param, arg, value, state.path, build, target))
+            handed = self.handed.get(id(node), frozenset()) | self.handed.get(id(outer), frozenset())
+            self.sites.append((outer, target.name, param, arg, value, state.path, build, target, handed))
 
     def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
         inner = plain(base)
@@ -209,9 +251,14 @@ class _Counts(Hooks):
             # a member of the mode enum: a test of something against it is a test of a mode, which the verdict
             # must name when the evaluation cannot decide it (a mode it does not know, not the batch's)
             return Tagged(value, frozenset({Label(MODE)}))
+        for option in inner.options if isinstance(inner, OneOf) else (inner,):
+            if isinstance(option, Obj) and option.label == "descriptor":  # a descriptor stored by another method
+                self.origins.update(x.origin for x in option.labels if x.kind == MODE)
         element = plain(inner.element) if isinstance(inner, Many) else None
         if isinstance(element, Obj) and element.label == "descriptor":
             return ev.getattr(element, attr, state, 0, node=node)  # a producer we cannot read: its result
+        if attr in self.capacities:
+            return with_labels(value, frozenset({Label(CAPACITY, attr)}))
         if attr in self.padded_names:
             return self.padded(ast.unparse(node) if node is not None else attr, node, value, ev=ev)
         if attr in self.dp_counts:
@@ -242,16 +289,19 @@ class _Counts(Hooks):
         attributes = self.q.instance_attributes("SG103")
         mode = plain(self.mode)
         key = mode.name if isinstance(mode, EnumMember) else "|".join(m.name for m in mode.options)
-        return attributes.value(obj.cls, attr, key, self._writes, self.traced)
+        return attributes.value(obj.cls, attr, (key, self.subject), self._writes, self.traced)
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
-        hooks = _Counts(self.q, self.mode, self.enum, record=False)
+        # a descriptor another method stores is a batch of its own: in this run's mode where it is the subject
+        modes = self.any_mode.options if isinstance(self.any_mode, OneOf) else ()
+        hooks = _Counts(self.q, self.mode, self.enum, record=False, subject=self.subject, modes=modes)
         return writes_of(self.q, hooks, function, me, hooks.parameter, writes)
 
-    def counts(self, value: Any) -> tuple[list[Label], list[Label]]:
-        """The padded labels of a value that this run judges (of its subject descriptor, or of no descriptor):
-        (derived on a path followed in full, perhaps derived)."""
-        mine = ("", self.subject) if self.subject is not None else None
+    def counts(self, value: Any, handed: frozenset[str] = frozenset()) -> tuple[list[Label], list[Label]]:
+        """The padded labels of a value that this run judges: of its subject descriptor, or of no descriptor; of
+        any descriptor where the build is handed the subject (a count padded for another batch is padded for this
+        one too): (derived on a path followed in full, perhaps derived)."""
+        mine = ("", self.subject) if self.subject is not None and self.subject not in handed else None
 
         def judged(labels: frozenset[Label]) -> list[Label]:
             return [x for x in labels if x.kind == PADDED and (mine is None or x.origin in mine)]
@@ -259,6 +309,17 @@ class _Counts(Hooks):
         return judged(labels_of(value)), judged(maybe_of(value))
 
     scope_node: ast.AST | None = None
+
+
+def _descriptors_in(values: list[Any]) -> frozenset[str]:
+    """The origins of the descriptors among a call's arguments (one of a few values too)."""
+    found: set[str] = set()
+    for value in values:
+        inner = plain(value)
+        for option in inner.options if isinstance(inner, OneOf) else (inner,):
+            if isinstance(option, Obj) and option.label == "descriptor":
+                found.update(x.origin for x in option.labels if x.kind == MODE)
+    return frozenset(found)
 
 
 def _inside(outer: ast.AST | None, node: ast.AST) -> bool:
@@ -357,17 +418,19 @@ def _judge_scope(
             # several descriptors: several batches, each with its own mode; judge each with the others free
             origins = set(hooks.origins)
             runs += [(m, origin) for origin in sorted(origins) for m in modes]
-        for outer, name, param, arg, value, path, build, target in hooks.sites:
+        for outer, name, param, arg, value, path, build, target, handed in hooks.sites:
             where = arg.node if arg is not None else outer
             site = sites.setdefault(
                 span(where), {"node": where, "callee": name, "param": param, "arg": arg, "call": outer, "to": target}
             )
             site.setdefault("builds", set()).add(build)
             site["through"] = site.get("through", False) or build != (str(q.module.path), span(outer))
-            padded, maybe = hooks.counts(value)
+            padded, maybe = hooks.counts(value, handed)
             if padded and not path:
                 site.setdefault("modes", []).append(member.name)
                 site.setdefault("sources", []).extend(padded)
+                if subject is not None and any(x.origin not in ("", subject) for x in padded):
+                    site["another_batch"] = True  # padded for one batch, handed to the build of another
             elif padded or maybe:
                 site.setdefault("why", []).extend(
                     [*(f"depends on {d}" for d in doubts(path)), *why_of(value)] or ["a value it could not evaluate"]
@@ -393,7 +456,7 @@ def _may_find(q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember
         return True
     if len(hooks.origins) > 1:
         return True  # several batches, each in its own mode: judged one against the others in any mode
-    return any(any(hooks.counts(value)) for _, _, _, _, value, _, _, _ in hooks.sites)
+    return any(any(hooks.counts(value)) for _, _, _, _, value, _, _, _, _ in hooks.sites)
 
 
 def _ran(q: Question, scope: Scope, hooks: _Counts) -> bool:
@@ -422,7 +485,12 @@ def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
     modes = " and ".join(dict.fromkeys(site["modes"]))
     message = (
         f"`{scope.qualname}` passes `{source.text}`{where}, a padded token count, as {passed} to `{site['callee']}` "
-        f"when the batch's CUDA-graph mode is {modes}; outside `{pad.mode_attribute} == {pad.full_mode}` it must be "
+        + (
+            f"when the batch it builds for runs in {modes} mode (the count was padded for another batch)"
+            if site.get("another_batch")
+            else f"when the batch's CUDA-graph mode is {modes}"
+        )
+        + f"; outside `{pad.mode_attribute} == {pad.full_mode}` it must be "
         f"the real query token count (`query_start_loc[-1]`)"
         + (f"; it gets there {source.how()}" if source.steps else "")
     )
@@ -435,6 +503,9 @@ def _finding(q: Question, scope: Scope, site: dict[str, Any]) -> Judgement:
         details.update(no_real=real.reason) if isinstance(real, NoFix) else details.update(real=real)
     if source.span is not None and source.path == q.path:
         details["source_span"] = ",".join(map(str, source.span))
+    if site.get("another_batch"):
+        details["no_real"] = "the count was padded for another batch than the one the build is handed"
+        details.pop("real", None)
     return q.judgement("SG103", scope, site["node"], message, **details)
 
 
@@ -606,22 +677,29 @@ RULE = Rule(
         "evaluated: `==`/`is`/`in`, a local bool, `if`/`elif`/`else`, `match`, an early `return`/`raise`, "
         "`assert`, and the enum's own methods (`has_full_cudagraphs()`, `__bool__`, `.value`), read from the "
         "analyzed source (where the enum's module cannot be found, an enum of the pack's runtime modes stands in, "
-        "without methods). A finding is a path where the token-count argument is a padded count.",
-        "Padded values stay padded through assignments, tuple unpacking, the walrus, arithmetic, `max`/`sum` (and "
-        "a tensor's `.max()`/`.item()`), slicing and the length of a buffer sliced by them, containers, "
+        "without methods). A finding is a path where the token-count argument is a padded count. The mode belongs "
+        "to a descriptor, not to the process: where a function holds several (a prefill's and a decode's, one "
+        "another method stored on `self`, one a CUDA-graph manager's `dispatch` returned), each is a batch of its "
+        "own, judged in each mode but FULL while the others run in any mode, and a count padded for any of them "
+        "that reaches a build handed that batch is a finding (a guard that tests another batch's mode does not "
+        "protect it).",
+        "Padded values stay padded through assignments, tuple unpacking, the walrus, arithmetic, `max`/`sum` (and"
+        " a tensor's `.max()`/`.item()`), slicing and the length of a buffer sliced by them, containers, "
         "comprehensions, dicts and `**kwargs`, `functools.partial`, dataclass fields and `dataclasses.replace`, "
-        "and instance attributes (what any method of the class writes into `self.<attr>`). `min` with an unpadded "
-        "count gives an unpadded one. Calls of the project's functions are followed into the callee with the "
-        f"caller's values, {MAX_DEPTH} calls deep: methods of the class and its bases, `super()`, explicit base "
-        "calls (`Base.helper(self, ...)`), static and class methods, methods of objects the class builds, "
-        "bound-method aliases and module functions of any module; a padded count passed to a helper that builds "
-        "metadata is reported at the call into the helper.",
+        "and instance attributes (what any method of the class writes into `self.<attr>`). `min` with another "
+        "count may give that count, so it is not decided; `min` with a capacity (`[padding] capacities`, such as "
+        "`self.max_num_tokens`) or a number is still padded. Calls of the project's functions are followed into "
+        f"the callee with the caller's values, {MAX_DEPTH} calls deep: methods of the class and its bases, "
+        "`super()`, explicit base calls (`Base.helper(self, ...)`), static and class methods, methods of objects "
+        "the class builds, bound-method aliases and module functions of any module; a padded count passed to a "
+        "helper that builds metadata is reported at the call into the helper.",
         "Unknown stays unknown: a padded count that reaches the build only through a call the evaluation cannot "
         "read, or a test on the mode it cannot decide (a method of an object it cannot see, an evaluation "
         "budget), is not a finding; such sites are counted (`--statistics`) and listed with the reason (`-v`).",
     ),
     bad="""
         from vllm.config.compilation import CUDAGraphMode
+        from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -656,9 +734,27 @@ RULE = Rule(
                     num_tokens_padded=d.num_tokens,  # SG103
                     query_start_loc_np=batch.query_start_loc_np,
                 )
+
+            def propose_decode(self, num_reqs, prefill: BatchExecutionDescriptor, decode: BatchExecutionDescriptor):
+                # the prefill's mode guards a count handed to the decode's build
+                n = prefill.num_tokens if prefill.cg_mode == CUDAGraphMode.FULL else num_reqs
+                return self._build_draft_attn_metadata(
+                    batch_desc=decode,
+                    num_reqs=num_reqs,
+                    num_tokens_padded=n,  # SG103
+                )
+
+            def propose_capped(self, num_reqs, batch_desc, batch):
+                n = min(batch_desc.num_tokens, self.max_num_tokens)  # a capacity is not the real count
+                return self._build_draft_attn_metadata(
+                    num_reqs=num_reqs,
+                    num_tokens_padded=n,  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
+                )
     """,
     good="""
         from vllm.config.compilation import CUDAGraphMode
+        from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -696,6 +792,14 @@ RULE = Rule(
             def replay(self, num_reqs, batch_desc):
                 assert batch_desc.cg_mode == CUDAGraphMode.FULL, "replay needs a FULL CUDA graph"
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=batch_desc.num_tokens)
+
+            def propose_decode(self, num_reqs, prefill: BatchExecutionDescriptor, decode: BatchExecutionDescriptor):
+                n = decode.num_tokens if decode.cg_mode == CUDAGraphMode.FULL else num_reqs  # the decode's own mode
+                return self._build_draft_attn_metadata(batch_desc=decode, num_reqs=num_reqs, num_tokens_padded=n)
+
+            def propose_capped(self, num_reqs, num_query_tokens):
+                n = min(num_query_tokens, self.max_num_tokens)  # the real count, capped
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
     """,
     check=check,
     applies=speculator_module,
@@ -803,6 +907,7 @@ RULE = Rule(
     ),
     fixed="""
         from vllm.config.compilation import CUDAGraphMode
+        from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
         from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
         from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
@@ -841,6 +946,27 @@ RULE = Rule(
                     num_tokens_padded=(
                         d.num_tokens
                         if d.cg_mode == CUDAGraphMode.FULL
+                        else int(batch.query_start_loc_np[num_reqs])
+                    ),  # SG103
+                    query_start_loc_np=batch.query_start_loc_np,
+                )
+
+            def propose_decode(self, num_reqs, prefill: BatchExecutionDescriptor, decode: BatchExecutionDescriptor):
+                # the prefill's mode guards a count handed to the decode's build
+                n = prefill.num_tokens if prefill.cg_mode == CUDAGraphMode.FULL else num_reqs
+                return self._build_draft_attn_metadata(
+                    batch_desc=decode,
+                    num_reqs=num_reqs,
+                    num_tokens_padded=n,  # SG103
+                )
+
+            def propose_capped(self, num_reqs, batch_desc, batch):
+                n = min(batch_desc.num_tokens, self.max_num_tokens)  # a capacity is not the real count
+                return self._build_draft_attn_metadata(
+                    num_reqs=num_reqs,
+                    num_tokens_padded=(
+                        n
+                        if batch_desc.cg_mode == CUDAGraphMode.FULL
                         else int(batch.query_start_loc_np[num_reqs])
                     ),  # SG103
                     query_start_loc_np=batch.query_start_loc_np,

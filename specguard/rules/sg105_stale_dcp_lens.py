@@ -40,6 +40,8 @@ from specguard.rules.judging import (
 
 STATE, FRESH, PARAM = "state", "fresh", "param"  # the instance's state, lengths recomputed here, the caller's
 ABSENT: Any = object()  # the build got no DCP-local lengths at all
+# Annotations that say nothing of whose batch a parameter is (`attn_metadata: dict[str, Any]`): its name does.
+_CONTAINERS = frozenset({"dict", "Dict", "Mapping", "Any", "str", "None", "Optional"})
 
 
 class _Lengths(Hooks):
@@ -169,7 +171,7 @@ def _caller_parameter(q: Question) -> Parameter:
 
     def bind(param: ast.arg, frame: Frame) -> Any:
         annotated = annotation_names(param.annotation)
-        if annotated & types or (param.annotation is None and param.arg in names):
+        if annotated & types or (param.arg in names and annotated <= _CONTAINERS):
             return Abstract(frozenset({Label(STATE, f"`{param.arg}`, the target model's batch")}))
         return Abstract(frozenset({Label(PARAM, param.arg)}))
 
@@ -320,7 +322,8 @@ RULE = Rule(
         "evaluated too, with the instance as state: lengths it hands the helper (by keyword, position, `**kwargs` "
         "or a `functools.partial`, also one another method stored on the instance) that are the instance's state, "
         "not recomputed in that method, are a finding at the call; so are lengths read from the target model's "
-        "batch (`[dcp] target_batch_types`, an unannotated parameter by `target_batch_params`). Freshness is per "
+        "batch (`[dcp] target_batch_types`, or by name, `target_batch_params`, where its annotation is at most a "
+        "dict of anything). Freshness is per "
         "draft step: a loop whose body calls a shared helper is a loop of draft steps, each of which advances the "
         "global lengths, so lengths prepared (or handed in) before a step are stale on the next one (prepared once "
         "before the loop, on the first step only, or yielded by a generator that prepared them once).",
