@@ -151,9 +151,10 @@ class Pack:
     def needle_groups(self) -> tuple[tuple[bytes, ...], ...]:
         """The prefilter proper: a file can match only if it holds every needle of some group.
 
-        A speculator rule needs one of its names; SG201 needs a flag and a merge method; SG202 the MLA entry and
-        the global bound. Names that contain another (`_build_attn_metadata` holds `build_attn_metadata`) are
-        left out, since the shorter one already admits the file.
+        A speculator rule needs one of its names; SG201 needs a flag and a merge method; SG202 the global bound
+        (the MLA entry it reaches may be called in another module). Names that contain another
+        (`_build_attn_metadata` holds `build_attn_metadata`) are left out, since the shorter one already admits
+        the file.
         """
         singles = [
             *self.metadata.sink,
@@ -163,7 +164,8 @@ class Pack:
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}
         groups |= {(f, m) for f in self.kv_groups.flags for m in self.kv_groups.merge_methods}
-        groups |= {(e, self.mla.global_bound_param or "") for e in self.mla.decode_entry}
+        if self.mla.global_bound_param:  # the launch may be a base class's, in another module
+            groups.add((self.mla.global_bound_param,))
         return tuple(sorted(tuple(n.encode() for n in g) for g in groups))
 
 

@@ -40,7 +40,8 @@ def evaluate_source(
     rules = _reporting(handed, codes, facts, pack, mentions)
     if not rules:
         return []  # no rule can match here: the file is never parsed with libcst
-    parsed = sparse_source(text, definitions, _names_to_keep(facts, pack))
+    judged = frozenset(j.span[0] for j in facts.judgements)
+    parsed = sparse_source(text, definitions, _names_to_keep(facts, pack), judged)
     if any(j.decided for j in facts.judgements):  # what the evaluation decided, fixed by text edits on `ast`
         ctx = handed.context(None, facts, pack, mentions, parsed, source=text)
         found = [(rule.code, d) for rule in rules for d in rule.check(ctx)]

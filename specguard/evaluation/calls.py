@@ -57,7 +57,7 @@ class Calls(Builtins):
         if isinstance(e.func, ast.Attribute):
             receiver = self.eval(e.func.value, frame, state)
             func = self.getattr(receiver, e.func.attr, state, frame.depth, node=e.func)
-            if is_unknown(plain(func)):  # a method of something the evaluator cannot see into
+            if is_unknown(plain(func)) and not _any_callable(func):  # a method of something it cannot see into
                 func = Method(receiver, e.func.attr)
         else:
             func = self.eval(e.func, frame, state)
@@ -89,6 +89,17 @@ class Calls(Builtins):
                     kwargs[STAR_KWARGS] = value
             else:
                 kwargs[kw.arg] = value
+        inner = plain(func)
+        if _any_callable(inner):
+            # one of a few callables: each is called as written here (a client sees each call), results joined
+            called = [self._dispatch(x, args, kwargs, e, frame, state) for x in inner.options if _callable(x)]
+            return join_values([(value, frozenset()) for value in called])
+        return self._dispatch(func, args, kwargs, e, frame, state)
+
+    def _dispatch(
+        self, func: Any, args: list[Any], kwargs: dict[str, Any], e: ast.Call, frame: Frame, state: State
+    ) -> Any:
+        """A call written in the code, its callee and arguments evaluated: the client's answer, or the call."""
         answered = self.hooks.call(self, func, args, kwargs, e, frame, state)
         if answered is not NOT_HANDLED:
             return answered
@@ -121,7 +132,7 @@ class Calls(Builtins):
         self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
         func = plain(func)
-        if isinstance(func, OneOf) and any(_callable(x) for x in func.options):
+        if _any_callable(func):
             # one of a few callables (a builder picked from a dict, a method of an optional object): each is called,
             # what they return is joined (None, which cannot be called, is a path that raises)
             called = [self.call(x, args, kwargs, node, frame, state) for x in func.options if _callable(x)]
@@ -405,3 +416,9 @@ def _pure(expr: ast.expr) -> bool:
 
 def _callable(value: Any) -> bool:
     return isinstance(value, (Function, Bound, Partial, ClassRef, Method, PyMethod))
+
+
+def _any_callable(value: Any) -> bool:
+    """One of a few values, some of which can be called (the others, None, are paths that raise)."""
+    inner = plain(value)
+    return isinstance(inner, OneOf) and any(_callable(x) for x in inner.options)

@@ -176,11 +176,7 @@ class Expressions(Builtins):
             if truth is UNKNOWN and isinstance(value, OneOf) and operand is not e.values[-1]:
                 # one of a few values: only those that stop the chain can be its result (`x is not None and ...`)
                 stopping = [x for x in value.options if self.truth(x, frame, state) is not (not stop)]
-                value = join_values([(with_labels(x, value.labels), frozenset()) for x in stopping])
-                truth = self.truth(value, frame, state)
-                if truth is stop and not undecided:
-                    return value
-                undecided.append(value)
+                undecided.append(join_values([(with_labels(x, value.labels), frozenset()) for x in stopping]))
                 continue
             if truth is UNKNOWN:
                 undecided.append(value)

@@ -316,6 +316,8 @@ class ObjectModel:
             return value
         if inner is UNKNOWN:
             return promise
+        if isinstance(inner, Sym):  # an attribute known by its name only: what the annotation says it is
+            return with_labels(promise, inner.labels)
         if isinstance(inner, Abstract) and inner.kind is None and isinstance(promise, Abstract):
             return Abstract(inner.labels, inner.maybe, inner.why, inner.length, promise.kind)
         if isinstance(inner, Many) and isinstance(promise, Many):

@@ -18,11 +18,15 @@ from specguard.evaluation.values import (
     NO_LABELS,
     UNKNOWN,
     Abstract,
+    Bound,
     Deferred,
+    Function,
     Label,
     Many,
+    Mapping,
     Obj,
     OneOf,
+    Partial,
     bounded,
     labels_of,
     maybe_of,
@@ -222,6 +226,17 @@ def _join_containers(options: list[tuple[Any, frozenset]]) -> Any:
     left there (unknown)."""
     values = [value for value, _ in options]
     paths = [extra for _, extra in options]
+    if all(isinstance(v, (dict, Mapping)) for v in values) and any(isinstance(v, Mapping) for v in values):
+        # dicts of unknown keys, or known dicts: one of unknown keys holding what any of them holds
+        keys = [(k, p) for v, p in zip(values, paths, strict=True) for k in ([v.key] if isinstance(v, Mapping) else v)]
+        items = [
+            (x, p)
+            for v, p in zip(values, paths, strict=True)
+            for x in ([v.value] if isinstance(v, Mapping) else v.values())
+        ]
+        if not items:
+            return None
+        return Mapping(join_values(keys) if keys else UNKNOWN, join_values(items))
     if all(isinstance(v, dict) for v in values):
         keys = list(dict.fromkeys(k for v in values for k in v))
         return {k: join_values([(v.get(k, UNKNOWN), p) for v, p in zip(values, paths, strict=True)]) for k in keys}
@@ -233,10 +248,10 @@ def _join_containers(options: list[tuple[Any, frozenset]]) -> Any:
 
 
 def _union_of_objects(options: list[tuple[Any, frozenset]]) -> OneOf | None:
-    """Objects of a few classes, perhaps None (`self.desc = None` in `__init__`, set by another method; a builder
-    picked from a dict by a key): one of them, each kept with its fields (those of one class joined), not an
-    unknown that forgets them. Where one is None, what is read from it or called on it is the others' (reading
-    an attribute of None raises)."""
+    """Objects of a few classes or callables (a function, a bound method, a partial), perhaps None (`self.desc =
+    None` in `__init__`, set by another method; a builder picked from a dict by a key): one of them, each kept
+    with its fields (those of one class joined), not an unknown that forgets them. Where one is None, what is
+    read from it or called on it is the others' (reading an attribute of None, or calling it, raises)."""
     objects: dict[Any, list[tuple[Any, frozenset]]] = {}
     has_none = False
     for value, extra in options:
@@ -244,12 +259,14 @@ def _union_of_objects(options: list[tuple[Any, frozenset]]) -> OneOf | None:
             has_none = True
         elif isinstance(value, Obj):
             objects.setdefault(value.cls, []).append((value, extra))
+        elif isinstance(value, (Function, Bound, Partial)):
+            objects.setdefault(id(value), []).append((value, extra))
         else:
             return None
     if not objects or len(objects) + has_none > MAX_OPTIONS:
         return None
     joined = [group[0][0] if len(group) == 1 else join_values(group) for group in objects.values()]
-    if not all(isinstance(x, Obj) for x in joined):
+    if not all(isinstance(x, (Obj, Function, Bound, Partial)) for x in joined):
         return None
     return OneOf(((None,) if has_none else ()) + tuple(joined))
 

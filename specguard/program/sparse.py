@@ -18,12 +18,16 @@ def sparse_lines(text: str) -> list[str]:
     return [*source_lines(text), ""]
 
 
-def sparse_source(text: str, definitions: list[tuple[int, int]], names: tuple[str, ...]) -> str:
+def sparse_source(
+    text: str, definitions: list[tuple[int, int]], names: tuple[str, ...], lines_judged: frozenset[int] = frozenset()
+) -> str:
+    """`text` with the definitions that name one of `names`, or hold a line an evaluation judged (a function that
+    reaches what the packs name through other code), kept, and every other line blanked."""
     lines = sparse_lines(text)
     keep = [False] * len(lines)
     for first, last in definitions:
         held = names_as_python_reads("".join(lines[first - 1 : last]))  # names as Python compares them
-        if any(name in held for name in names):
+        if any(name in held for name in names) or any(first <= line <= last for line in lines_judged):
             keep[first - 1 : last] = [True] * (last - first + 1)
     out: list[str] = []
     for line, kept in zip(lines, keep, strict=True):

@@ -320,23 +320,36 @@ def definition_text(module: ParsedModule | None, node: ast.AST) -> str:
 
 
 def reaching_imports(q: Question, names: set[str]) -> set[str]:
-    """Functions this module imports from the tree whose text names one of `names`, and modules of the tree it
-    imports whole that define one: a function calling one may reach them through it (a preselection by reading,
-    as `Scope.mentions` is; the evaluation decides)."""
+    """Functions this module imports from the tree that name one of `names`, or call a function of their module
+    that does (however deep), and modules of the tree it imports whole that define one: a function calling one
+    may reach them through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
     found = set()
     pattern = words(names)
     for local, target in q.facts.imports:
         resolved = q.program.resolve(q.module.name, local)
         if isinstance(resolved, str):  # `from pkg import module`, `import pkg.module as m`
             module = q.program.module(resolved)
-            functions = module.functions.values() if module is not None else ()
-            if any(pattern.search(definition_text(module, node)) for node in functions):
+            if module is not None and _reaching_functions_of(module, pattern):
                 found.add(local)
             continue
         function = isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef))
-        if function and pattern.search(definition_text(*resolved)) and target.rpartition(".")[2] not in names:
-            found.add(local)
+        if function and target.rpartition(".")[2] not in names:
+            module, node = resolved  # type: ignore[misc]
+            if node.name in _reaching_functions_of(module, pattern):
+                found.add(local)
     return found
+
+
+def _reaching_functions_of(module: ParsedModule, pattern: re.Pattern[str]) -> frozenset[str]:
+    """The module-level functions of `module` whose text `pattern` finds, or that name one that does."""
+    texts = {name: definition_text(module, node) for name, node in module.functions.items()}
+    found = {name for name, text in texts.items() if pattern.search(text)}
+    grew = bool(found)
+    while grew:
+        more = words(found)
+        grown = found | {name for name, text in texts.items() if more.search(text)}
+        grew, found = grown != found, grown
+    return frozenset(found)
 
 
 def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:

@@ -181,8 +181,8 @@ class _Counts(Hooks):
             return self._this_batch(value, f"{target.name}(...)", node)
         if target.name in self.padded_producers:
             return self.padded(f"{target.name}(...)", node, ev=ev)
-        if self._dispatcher(func):
-            return self.descriptor(f"{_call_text(node)}", node)
+        if self._dispatcher(func) and not _descriptors_in([*args, *kwargs.values()]):
+            return self.descriptor(f"{_call_text(node)}", node)  # (one handed a descriptor rebuilds that batch's)
         return NOT_HANDLED
 
     def _this_batch(self, promised: Any, text: str, node: ast.Call) -> Any:

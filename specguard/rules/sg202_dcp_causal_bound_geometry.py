@@ -25,7 +25,17 @@ from specguard.evaluation.values import (
 from specguard.findings import Judgement
 from specguard.program.ast_tools import span
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
-from specguard.rules.judging import OutOfBudget, Question, Scope, bind_arguments, bind_parameters, callee
+from specguard.rules.judging import (
+    OutOfBudget,
+    Question,
+    Scope,
+    bind_arguments,
+    bind_parameters,
+    callee,
+    reaching_imports,
+    reaching_methods,
+    words,
+)
 
 # Label kinds: a tensor of row indices (which call made it), and a tensor expanded to one row per query token (by
 # which map: the map's maker, or the repeat count).
@@ -80,8 +90,8 @@ class _Rows(Hooks):
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
         if known(plain(key)) or isinstance(plain(key), (tuple, slice)):
             return NOT_HANDLED
-        if not any(x.kind == ROW_MAP for x in labels_of(key)) and not isinstance(plain(key), Sym):
-            return NOT_HANDLED  # an index that is not a tensor of rows the evaluation saw made
+        if not any(x.kind in (ROW_MAP, ROWS) for x in labels_of(key)) and not isinstance(plain(key), Sym):
+            return NOT_HANDLED  # an index that is not a tensor of rows the evaluation saw made (or expanded)
         text = ast.unparse(node.slice) if isinstance(node, ast.Subscript) else "?"  # type: ignore[attr-defined]
         return _expanded(base, _map_of(key, text, str(ev.home)))
 
@@ -127,8 +137,12 @@ def judge(q: Question) -> Iterator[Judgement]:
     mla = q.pack.mla
     if not mla.global_bound_param:
         return
+    # the functions that name the bound or the entry, or a method or function of the tree that reaches them (a
+    # base class's launch, a helper that builds the kernel's keyword arguments): a preselection by reading
+    names = {mla.global_bound_param, *mla.decode_entry}
+    names |= reaching_methods(q, words(names)) | reaching_imports(q, names)
     for scope in q.scopes:
-        if scope.mentions({mla.global_bound_param}):
+        if scope.mentions(names):
             yield from _judge_scope(q, scope)
 
 
