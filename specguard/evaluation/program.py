@@ -40,6 +40,7 @@ class Parsed:
     def __init__(self, reader: Reader = read_file) -> None:
         self.by_path: dict[Path, tuple[ParsedModule | None, Stamp]] = {}
         self.texts: dict[Path, str] = {}
+        self._raw: dict[Path, tuple[str, Stamp] | None] = {}
         self.reader = reader
 
     def module(self, name: str, path: Path, is_package: bool) -> tuple[ParsedModule | None, Stamp]:
@@ -65,6 +66,19 @@ class Parsed:
                 parsed.lines = [line.rstrip("\r\n") for line in sparse_lines(names)]  # type: ignore[attr-defined]
                 self.by_path[absolute] = (parsed, stamp)
         return self.by_path[absolute]
+
+    def raw(self, path: Path) -> tuple[str, Stamp] | None:
+        """A module's text and stamp, read once, unparsed (a preselection by reading needs no more)."""
+        absolute = path.absolute()
+        if absolute in self.texts:
+            return self.texts[absolute], UNSTAMPED
+        if absolute not in self._raw:
+            found = self.reader(path)
+            try:
+                self._raw[absolute] = (decode(found[0]), found[1]) if found is not None else None
+            except SourceError:
+                self._raw[absolute] = None
+        return self._raw[absolute]
 
     def add_text(self, path: Path, text: str) -> None:
         """A module whose text is known already (an in-memory example, a fix being re-checked)."""
@@ -132,6 +146,15 @@ class Program(SourceTree):
         self._stamps[name] = (path, stamp)
         self.read[path] = stamp
         return parsed
+
+    def module_text(self, name: str) -> str | None:
+        """A module's text, unparsed, its read noted for the cache as a parse's is."""
+        found = self.file_of(name)
+        raw = self.parsed.raw(found[0]) if found is not None else None
+        if found is None or raw is None:
+            return None
+        self.read[found[0]] = raw[1]
+        return raw[0]
 
     def relpath(self, path: Path) -> str:
         try:

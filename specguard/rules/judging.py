@@ -328,7 +328,8 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
     for local, target in q.facts.imports:
         resolved = q.program.resolve(q.module.name, local)
         if isinstance(resolved, str):  # `from pkg import module`, `import pkg.module as m`
-            module = q.program.module(resolved)
+            text = q.program.module_text(resolved)  # parsed only where its text could reach
+            module = q.program.module(resolved) if text is not None and pattern.search(text) else None
             if module is not None and _reaching_functions_of(module, pattern):
                 found.add(local)
             continue

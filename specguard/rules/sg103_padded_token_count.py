@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from specguard.evaluation.annotations import annotated
 from specguard.evaluation.hooks import Hooks
-from specguard.evaluation.paths import Frame, doubts
+from specguard.evaluation.paths import Frame, doubts, join_values
 from specguard.evaluation.values import (
     NOT_HANDLED,
     UNKNOWN,
@@ -251,9 +251,14 @@ class _Counts(Hooks):
             # a member of the mode enum: a test of something against it is a test of a mode, which the verdict
             # must name when the evaluation cannot decide it (a mode it does not know, not the batch's)
             return Tagged(value, frozenset({Label(MODE)}))
-        for option in inner.options if isinstance(inner, OneOf) else (inner,):
-            if isinstance(option, Obj) and option.label == "descriptor":  # a descriptor stored by another method
-                self.origins.update(x.origin for x in option.labels if x.kind == MODE)
+        stored = [o for o in (inner.options if isinstance(inner, OneOf) else (inner,)) if _descriptor(o)]
+        for option in stored:  # a descriptor another method stored, perhaps: a batch of its own
+            self.origins.update(x.origin for x in option.labels if x.kind == MODE)
+        if stored and attr == self.q.pack.padding.mode_attribute and self.subject is not None:
+            # each batch's mode as this run fixes it: the subject's, or any other
+            origins = {x.origin for o in stored for x in o.labels if x.kind == MODE}
+            modes = [self.mode if origin == self.subject else self.any_mode for origin in sorted(origins)]
+            return modes[0] if len(modes) == 1 else join_values([(m, frozenset()) for m in modes])
         element = plain(inner.element) if isinstance(inner, Many) else None
         if isinstance(element, Obj) and element.label == "descriptor":
             return ev.getattr(element, attr, state, 0, node=node)  # a producer we cannot read: its result
@@ -289,12 +294,12 @@ class _Counts(Hooks):
         attributes = self.q.instance_attributes("SG103")
         mode = plain(self.mode)
         key = mode.name if isinstance(mode, EnumMember) else "|".join(m.name for m in mode.options)
-        return attributes.value(obj.cls, attr, (key, self.subject), self._writes, self.traced)
+        return attributes.value(obj.cls, attr, key, self._writes, self.traced)
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
-        # a descriptor another method stores is a batch of its own: in this run's mode where it is the subject
-        modes = self.any_mode.options if isinstance(self.any_mode, OneOf) else ()
-        hooks = _Counts(self.q, self.mode, self.enum, record=False, subject=self.subject, modes=modes)
+        # run once per mode: a descriptor another method stores is a batch of its own, whose mode the reading
+        # run decides where it reads it (`attribute`)
+        hooks = _Counts(self.q, self.mode, self.enum, record=False)
         return writes_of(self.q, hooks, function, me, hooks.parameter, writes)
 
     def counts(self, value: Any, handed: frozenset[str] = frozenset()) -> tuple[list[Label], list[Label]]:
@@ -309,6 +314,10 @@ class _Counts(Hooks):
         return judged(labels_of(value)), judged(maybe_of(value))
 
     scope_node: ast.AST | None = None
+
+
+def _descriptor(value: Any) -> bool:
+    return isinstance(value, Obj) and value.label == "descriptor"
 
 
 def _descriptors_in(values: list[Any]) -> frozenset[str]:
@@ -403,21 +412,14 @@ def _judge_scope(
 ) -> Iterator[tuple[Judgement, Any, bool]]:
     """(judgement, the builds it is about (file, span), whether one is reached through a helper) for each site the
     function hands a build a count at."""
-    if len(modes) > 1 and not _may_find(q, scope, enum, modes, all_modes):
-        return
     sites: dict[tuple[int, int, int, int], dict[str, Any]] = {}
     budget = False
-    origins: set[str] = set()
-    runs: list[tuple[EnumMember, str | None]] = [(member, None) for member in modes]
+    runs = _runs_that_may_find(q, scope, enum, modes, all_modes)
     while runs:
         member, subject = runs.pop(0)
         mode = Tagged(member, frozenset({Label(MODE, member.name)}))
         hooks = _Counts(q, mode, enum, subject=subject, modes=tuple(all_modes))
         budget = not _ran(q, scope, hooks) or budget
-        if subject is None and len(hooks.origins) > 1 and not origins:
-            # several descriptors: several batches, each with its own mode; judge each with the others free
-            origins = set(hooks.origins)
-            runs += [(m, origin) for origin in sorted(origins) for m in modes]
         for outer, name, param, arg, value, path, build, target, handed in hooks.sites:
             where = arg.node if arg is not None else outer
             site = sites.setdefault(
@@ -446,17 +448,42 @@ def _judge_scope(
         yield q.out_of_budget("SG103", scope), frozenset(), False
 
 
-def _may_find(q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember], all_modes: list[EnumMember]) -> bool:
-    """One run with the batch in any of `modes` at once: each test of its mode that one of them decides otherwise
-    is forked freely, so a padded count that reaches a build in any one mode reaches it here too. Where none does
-    (most functions) and there is one batch, the runs per mode that would name the modes are not needed."""
+def _runs_that_may_find(
+    q: Question, scope: Scope, enum: ClassInfo, modes: list[EnumMember], all_modes: list[EnumMember]
+) -> list[tuple[EnumMember, str | None]]:
+    """The runs, one per mode and judged batch, that name the modes a padded count reaches a build in.
+
+    A first run has every batch in any of `modes` at once: each test of a mode that one of them decides otherwise
+    is forked freely, so a padded count that reaches a build in any one mode reaches it there too. Where none does
+    (most functions) and there is one batch, nothing more is run. With several batches (several descriptors),
+    each is judged in a run of its own with the others in any mode, and only a batch whose run finds a padded
+    count is run again once per mode."""
+    if len(modes) < 2:
+        return [(member, None) for member in modes]
+    first, ran = _in_any_of(q, scope, enum, modes, all_modes, None)
+    subjects: list[str | None] = sorted(first.origins) if len(first.origins) > 1 else [None]
+    runs: list[tuple[EnumMember, str | None]] = []
+    for subject in subjects:
+        hooks, ran = (first, ran) if subject is None else _in_any_of(q, scope, enum, modes, all_modes, subject)
+        found = any(any(hooks.counts(site[4], site[8])) for site in hooks.sites)
+        if found or not ran:
+            runs += [(member, subject) for member in modes]
+    return runs
+
+
+def _in_any_of(
+    q: Question,
+    scope: Scope,
+    enum: ClassInfo,
+    modes: list[EnumMember],
+    all_modes: list[EnumMember],
+    subject: str | None,
+) -> tuple[_Counts, bool]:
+    """One run with the judged batch (every batch, for None) in any of `modes`: its hooks, and whether it ended
+    within its budget."""
     mode = OneOf(tuple(modes), frozenset({Label(MODE, "|".join(m.name for m in modes))}))
-    hooks = _Counts(q, mode, enum, modes=tuple(all_modes))
-    if not _ran(q, scope, hooks):
-        return True
-    if len(hooks.origins) > 1:
-        return True  # several batches, each in its own mode: judged one against the others in any mode
-    return any(any(hooks.counts(value)) for _, _, _, _, value, _, _, _, _ in hooks.sites)
+    hooks = _Counts(q, mode, enum, subject=subject, modes=tuple(all_modes))
+    return hooks, _ran(q, scope, hooks)
 
 
 def _ran(q: Question, scope: Scope, hooks: _Counts) -> bool:
