@@ -4,6 +4,7 @@ depth and budget limits (or left unknown, said why), classes instantiated. A mix
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from typing import Any
 
 from specguard.evaluation.builtins import Builtins
@@ -89,11 +90,8 @@ class Calls(Builtins):
                     kwargs[STAR_KWARGS] = value
             else:
                 kwargs[kw.arg] = value
-        inner = plain(func)
-        if _any_callable(inner):
-            # one of a few callables: each is called as written here (a client sees each call), results joined
-            called = [self._dispatch(x, args, kwargs, e, frame, state) for x in inner.options if _callable(x)]
-            return join_values([(value, frozenset()) for value in called])
+        if _any_callable(func):  # each is called as written here: a client sees each call
+            return _joined_calls(func, lambda option: self._dispatch(option, args, kwargs, e, frame, state))
         return self._dispatch(func, args, kwargs, e, frame, state)
 
     def _dispatch(
@@ -132,11 +130,8 @@ class Calls(Builtins):
         self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
         func = plain(func)
-        if _any_callable(func):
-            # one of a few callables (a builder picked from a dict, a method of an optional object): each is called,
-            # what they return is joined (None, which cannot be called, is a path that raises)
-            called = [self.call(x, args, kwargs, node, frame, state) for x in func.options if _callable(x)]
-            return join_values([(value, frozenset()) for value in called])
+        if _any_callable(func):  # a builder picked from a dict, a method of an optional object
+            return _joined_calls(func, lambda option: self.call(option, args, kwargs, node, frame, state))
         if isinstance(func, Partial):
             return self.call(func.func, [*func.args, *args], {**func.kwargs, **kwargs}, node, frame, state)
         if isinstance(func, Bound):
@@ -416,6 +411,12 @@ def _pure(expr: ast.expr) -> bool:
 
 def _callable(value: Any) -> bool:
     return isinstance(value, (Function, Bound, Partial, ClassRef, Method, PyMethod))
+
+
+def _joined_calls(func: Any, call: Callable[[Any], Any]) -> Any:
+    """One of a few callables: each called, what they return joined (None, which cannot be called, is a path
+    that raises)."""
+    return join_values([(call(option), frozenset()) for option in plain(func).options if _callable(option)])
 
 
 def _any_callable(value: Any) -> bool:

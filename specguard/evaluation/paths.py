@@ -234,9 +234,7 @@ def _join_containers(options: list[tuple[Any, frozenset]]) -> Any:
             for v, p in zip(values, paths, strict=True)
             for x in ([v.value] if isinstance(v, Mapping) else v.values())
         ]
-        if not items:
-            return None
-        return Mapping(join_values(keys) if keys else UNKNOWN, join_values(items))
+        return Mapping(join_values(keys), join_values(items))  # a Mapping among them: neither list is empty
     if all(isinstance(v, dict) for v in values):
         keys = list(dict.fromkeys(k for v in values for k in v))
         return {k: join_values([(v.get(k, UNKNOWN), p) for v, p in zip(values, paths, strict=True)]) for k in keys}

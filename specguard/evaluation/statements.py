@@ -125,8 +125,10 @@ class Statements(Builtins):
     def _declared_contents(self, stmt: ast.AnnAssign, frame: Frame, state: State) -> Mapping | Many | None:
         """`self.cache: dict[int, X] = {}`: an object's container that starts empty is filled by other methods,
         so it holds what its annotation says (a dict of unknown keys of X), not nothing."""
-        empty = isinstance(stmt.value, (ast.Dict, ast.List, ast.Set)) and not getattr(stmt.value, "keys", None)
-        empty = empty and not getattr(stmt.value, "elts", None)
+        value = stmt.value
+        empty = (
+            isinstance(value, ast.Dict) and not value.keys or isinstance(value, (ast.List, ast.Set)) and not value.elts
+        )
         if not empty or not self._object_attribute(stmt.target, state):
             return None
         declared = self.reading(stmt.annotation, frame.module, frame.owner)

@@ -196,7 +196,7 @@ class _Counts(Hooks):
             if isinstance(value, tuple):
                 return tuple(fresh(item) for item in value)
             if isinstance(value, Obj) and value.label == "descriptor":
-                self.origins.difference_update(x.origin for x in value.labels if x.kind == MODE)  # not a batch
+                self.origins -= _descriptors_in([value])  # the annotation's, not a batch
                 return self.descriptor(text, node)
             return value
 
@@ -251,13 +251,11 @@ class _Counts(Hooks):
             # a member of the mode enum: a test of something against it is a test of a mode, which the verdict
             # must name when the evaluation cannot decide it (a mode it does not know, not the batch's)
             return Tagged(value, frozenset({Label(MODE)}))
-        stored = [o for o in (inner.options if isinstance(inner, OneOf) else (inner,)) if _descriptor(o)]
-        for option in stored:  # a descriptor another method stored, perhaps: a batch of its own
-            self.origins.update(x.origin for x in option.labels if x.kind == MODE)
-        if stored and attr == self.q.pack.padding.mode_attribute and self.subject is not None:
+        batches = _descriptors_in([base])  # a descriptor another method stored, perhaps: a batch of its own
+        self.origins |= batches
+        if batches and attr == self.q.pack.padding.mode_attribute and self.subject is not None:
             # each batch's mode as this run fixes it: the subject's, or any other
-            origins = {x.origin for o in stored for x in o.labels if x.kind == MODE}
-            modes = [self.mode if origin == self.subject else self.any_mode for origin in sorted(origins)]
+            modes = [self.mode if origin == self.subject else self.any_mode for origin in sorted(batches)]
             return modes[0] if len(modes) == 1 else join_values([(m, frozenset()) for m in modes])
         element = plain(inner.element) if isinstance(inner, Many) else None
         if isinstance(element, Obj) and element.label == "descriptor":
@@ -314,10 +312,6 @@ class _Counts(Hooks):
         return judged(labels_of(value)), judged(maybe_of(value))
 
     scope_node: ast.AST | None = None
-
-
-def _descriptor(value: Any) -> bool:
-    return isinstance(value, Obj) and value.label == "descriptor"
 
 
 def _descriptors_in(values: list[Any]) -> frozenset[str]:
