@@ -325,32 +325,40 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
     may reach them through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
     found = set()
     pattern = words(names)
+    reaching: dict[str, set[str]] = {}  # a module's functions that reach, once per module however many it exports
+
+    def reaching_in(module: ParsedModule) -> set[str]:
+        if module.name not in reaching:
+            texts = {name: definition_text(module, node) for name, node in module.functions.items()}
+            reaching[module.name] = _reaching(texts, pattern)
+        return reaching[module.name]
+
     for local, target in q.facts.imports:
         resolved = q.program.resolve(q.module.name, local)
         if isinstance(resolved, str):  # `from pkg import module`, `import pkg.module as m`
             text = q.program.module_text(resolved)  # parsed only where its text could reach
             module = q.program.module(resolved) if text is not None and pattern.search(text) else None
-            if module is not None and _reaching_functions_of(module, pattern):
+            if module is not None and reaching_in(module):
                 found.add(local)
             continue
         function = isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef))
         if function and target.rpartition(".")[2] not in names:
             module, node = resolved  # type: ignore[misc]
-            if node.name in _reaching_functions_of(module, pattern):
+            if node.name in reaching_in(module):
                 found.add(local)
     return found
 
 
-def _reaching_functions_of(module: ParsedModule, pattern: re.Pattern[str]) -> frozenset[str]:
-    """The module-level functions of `module` whose text `pattern` finds, or that name one that does."""
-    texts = {name: definition_text(module, node) for name, node in module.functions.items()}
+def _reaching(texts: dict[str, str], pattern: re.Pattern[str]) -> set[str]:
+    """The names whose text `pattern` finds, or that name one that does, however many lie between."""
     found = {name for name, text in texts.items() if pattern.search(text)}
-    grew = bool(found)
-    while grew:
-        more = words(found)
-        grown = found | {name for name, text in texts.items() if more.search(text)}
-        grew, found = grown != found, grown
-    return frozenset(found)
+    while found:
+        calls_one = words(found)
+        grown = found | {name for name, text in texts.items() if name not in found and calls_one.search(text)}
+        if grown == found:
+            break
+        found = grown
+    return found
 
 
 def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
@@ -371,14 +379,7 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
             for name, node in klass.methods.items():
                 if name not in helpers:
                     texts[name] = texts.get(name, "") + "\n" + definition_text(module, node)
-    found = {name for name, text in texts.items() if pattern.search(text)}
-    while found:  # a method calling one that reaches reaches too
-        more = words(found)
-        grown = found | {name for name, text in texts.items() if name not in found and more.search(text)}
-        if grown == found:
-            break
-        found = grown
-    return found
+    return _reaching(texts, pattern)
 
 
 def aliases(q: Question, names: set[str]) -> set[str]:
