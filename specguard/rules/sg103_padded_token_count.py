@@ -182,7 +182,7 @@ class _Counts(Hooks):
         if target.name in self.padded_producers:
             return self.padded(f"{target.name}(...)", node, ev=ev)
         if self._dispatcher(func) and not _descriptors_in([*args, *kwargs.values()]):
-            return self.descriptor(f"{_call_text(node)}", node)  # (one handed a descriptor rebuilds that batch's)
+            return self.descriptor(_call_text(node), node)  # (one handed a descriptor rebuilds that batch's)
         return NOT_HANDLED
 
     def _this_batch(self, promised: Any, text: str, node: ast.Call) -> Any:
@@ -315,7 +315,7 @@ class _Counts(Hooks):
 
 
 def _descriptors_in(values: list[Any]) -> frozenset[str]:
-    """The origins of the descriptors among a call's arguments (one of a few values too)."""
+    """The batches (origins) of the descriptors among `values` (a call's arguments; one of a few values too)."""
     found: set[str] = set()
     for value in values:
         inner = plain(value)
