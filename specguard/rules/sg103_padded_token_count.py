@@ -87,6 +87,8 @@ class _Counts(Hooks):
         # With several descriptors, each is its own batch: the one named `subject` runs in `mode`, the others in
         # any mode (None: every descriptor in `mode`).
         self.subject, self.any_mode = subject, OneOf(modes) if len(modes) > 1 else UNKNOWN
+        members = tuple(EnumMember(enum, m) for m in q.program.enum_members(enum))
+        self.setting = OneOf(members, frozenset({Label(MODE)})) if len(members) > 1 else UNKNOWN
         self.origins: set[str] = set()
         pad, meta = q.pack.padding, q.pack.metadata
         self.sinks, self.helpers = set(meta.sink), set(q.pack.speculators.shared_helpers)
@@ -125,8 +127,15 @@ class _Counts(Hooks):
         return Obj(None, fields, label="descriptor", labels=frozenset({Label(MODE, origin=origin)}))
 
     def parameter(self, param: ast.arg, frame: Frame) -> Any:
+        return self._parameter(param, frame, batch=False)
+
+    def entry_parameter(self, param: ast.arg, frame: Frame) -> Any:
+        """A parameter of the judged function itself: one of the mode enum is the mode of the batch it builds for."""
+        return self._parameter(param, frame, batch=True)
+
+    def _parameter(self, param: ast.arg, frame: Frame, batch: bool) -> Any:
         if param.annotation is not None:
-            value = annotated(param.annotation, lambda leaf: self.annotation(None, leaf, frame))
+            value = annotated(param.annotation, lambda leaf: self.annotation(None, leaf, frame, batch))
             if value is not NOT_HANDLED:
                 return value
         if param.arg in self.q.pack.padding.descriptor_params:
@@ -137,15 +146,16 @@ class _Counts(Hooks):
             return Many(Abstract(frozenset({Label(DP_COUNT, param.arg)})))
         return UNKNOWN
 
-    def annotation(self, ev: Any, annotation: ast.expr, frame: Frame) -> Any:
+    def annotation(self, ev: Any, annotation: ast.expr, frame: Frame, batch: bool = False) -> Any:
         """A name in an annotation: the descriptor types and the mode enum (the evaluator reads the containers
-        around them)."""
+        around them). A mode is the batch's only where the judged function is handed it (`batch`); elsewhere (a
+        CUDA-graph manager's configured mode, a method storing one) it is a setting of the process, any member."""
         names = annotation_names(annotation)
         if names & self.descriptor_types:
             return self.descriptor(ast.unparse(annotation), annotation)
         text = dotted(annotation)
         if text is not None and self._is_mode_enum(text, frame):
-            return self.mode
+            return self.mode if batch else self.setting
         return NOT_HANDLED
 
     def _is_mode_enum(self, text: str, frame: Frame) -> bool:
@@ -484,7 +494,9 @@ def _ran(q: Question, scope: Scope, hooks: _Counts) -> bool:
     """Run the function with its parameters as the pack says they are; False: out of budget."""
     hooks.scope_node = scope.node
     try:
-        q.evaluator(hooks).run(scope.function, bind_parameters(scope.function, q.self_value(scope), hooks.parameter))
+        q.evaluator(hooks).run(
+            scope.function, bind_parameters(scope.function, q.self_value(scope), hooks.entry_parameter)
+        )
     except (OutOfBudget, RecursionError):
         return False
     return True
