@@ -569,7 +569,7 @@ def _copy_of(source: Obj, state: State) -> Obj:
     for (owner, attr), value in state.writes.items():
         if owner == id(source):
             fields[attr] = settled(value)
-    return Obj(source.cls, fields, source.defaults, "", source.pinned, source.labels, dict(source.nodes))
+    return Obj(source.cls, fields, source.defaults, "", source.pinned, source.labels, dict(source.nodes), source.held)
 
 
 def _fields(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:

@@ -179,7 +179,9 @@ class Expressions(Builtins):
                 undecided.append(join_values([(with_labels(x, value.labels), frozenset()) for x in stopping]))
                 continue
             if truth is UNKNOWN:
-                undecided.append(value)
+                # an operand that is a bool (`x is not None`, `not y`, `isinstance(...)`) is the result only as the
+                # bool that stops the chain
+                undecided.append(with_labels(stop, labels_of(value)) if _a_bool(operand) else value)
             elif truth is stop:
                 if not undecided:
                     return value
@@ -192,6 +194,9 @@ class Expressions(Builtins):
     def _either(self, values: list[Any]) -> Any:
         if self.semantics.join == "unknown":
             return self.join([(v, frozenset()) for v in values])
+        inner = [plain(v) for v in values]
+        if all(isinstance(v, bool) for v in inner) and len(set(inner)) == 1:
+            return with_labels(inner[0], frozenset().union(*map(labels_of, values)))
         if all(isinstance(plain(v), bool) or is_unknown(plain(v)) for v in values) and not any(
             labels_of(v) or maybe_of(v) for v in values
         ):
@@ -599,3 +604,15 @@ def _divisor_key(value: Any, node: ast.expr) -> str | None:
 
 def _zero(value: Any) -> bool:
     return isinstance(value, (int, float)) and value == 0
+
+
+_BOOL_CALLS = frozenset({"isinstance", "issubclass", "hasattr", "callable", "bool"})
+
+
+def _a_bool(e: ast.expr) -> bool:
+    """An expression whose value is a bool whatever its operands are (`==` is not: a tensor's is a tensor)."""
+    if isinstance(e, ast.Compare):
+        return all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in e.ops)
+    if isinstance(e, ast.UnaryOp):
+        return isinstance(e.op, ast.Not)
+    return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _BOOL_CALLS

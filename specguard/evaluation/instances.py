@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specguard.evaluation.paths import join_values
-from specguard.evaluation.values import UNKNOWN, Function, Obj, settled, traced
+from specguard.evaluation.values import UNKNOWN, Function, Obj, OneOf, plain, settled, traced
 from specguard.program.ast_tools import cached_on
 from specguard.program.tree import ClassInfo, SourceTree
 
@@ -91,6 +91,7 @@ class InstanceAttributes:
                         hop = f"`self.{attr}`, set in `{klass.name}.{method.name}` (line {line.get(attr, 0)})"
                         options.append((traced(settled(written[attr]), hop, traced_kinds), frozenset()))
             value = join_values(options) if options else UNKNOWN
+            _hold(value)
         finally:
             self._computing.discard(ident)
         self._values[ident] = value
@@ -134,3 +135,11 @@ class InstanceAttributes:
 def join_writes(ends: list[dict[tuple[Any, str], Any]]) -> dict[tuple[Any, str], Any]:
     keys = set().union(*ends) if ends else set()
     return {key: join_values([(writes.get(key, UNKNOWN), frozenset()) for writes in ends]) for key in keys}
+
+
+def _hold(value: Any) -> None:
+    """Objects of the tree's classes that an attribute holds: their fields may change through their own methods."""
+    for option in value.options if isinstance(value, OneOf) else (value,):
+        option = plain(option)
+        if isinstance(option, Obj) and option.cls is not None and option.label != "self":
+            option.held = True

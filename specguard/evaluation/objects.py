@@ -13,6 +13,7 @@ from specguard.evaluation import environment
 from specguard.evaluation.annotations import annotated
 from specguard.evaluation.budget import size
 from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
+from specguard.evaluation.instances import writers
 from specguard.evaluation.values import (
     NO_LABELS,
     NOT_HANDLED,
@@ -209,7 +210,7 @@ class ObjectModel:
             if key in state.writes:
                 return settled(state.writes[key])
             if attr in base.fields:
-                return base.fields[attr]
+                return self._held_field(base, attr) if base.held else base.fields[attr]
             if base.cls is not None:
                 found = self._class_member(
                     base.cls, attr, base, state, depth, instance=True, missing=MISSING, defaults=base.defaults
@@ -269,6 +270,17 @@ class ObjectModel:
         if isinstance(base, set) and attr in SET_METHODS:
             return PyMethod(base, attr)
         return missing if missing is not UNKNOWN and base is None else UNKNOWN
+
+    def _held_field(self, base: Obj, attr: str) -> Any:
+        """A field of an object an instance attribute holds: its value joined with what the methods of its class
+        write into it (as the client reads an instance's attribute), where some method does."""
+        value = base.fields[attr]
+        if base.cls is None or not writers(base.cls, self.tree, attr):
+            return value
+        written = self.hooks.instance_attribute(self, Obj(base.cls, label="self"), attr)  # type: ignore[arg-type]
+        if written is NOT_HANDLED:
+            return value
+        return join_values([(value, frozenset()), (written, frozenset())])
 
     # ---- instances known only by their class (an annotation) -------------------------------------------------
 

@@ -283,7 +283,8 @@ def _join_objects(options: list[tuple[Any, frozenset]]) -> Obj:
     for name in names:
         fields[name] = join_values([(value.fields.get(name, UNKNOWN), extra) for value, extra in options])
     labels = frozenset().union(*(value.labels for value, _ in options))
-    return Obj(first.cls, fields, first.defaults, first.label, first.pinned, labels, dict(first.nodes))
+    held = any(value.held for value, _ in options)
+    return Obj(first.cls, fields, first.defaults, first.label, first.pinned, labels, dict(first.nodes), held)
 
 
 def merge(states: list[State]) -> State | None:

@@ -214,6 +214,9 @@ class Obj:
     pinned: frozenset[str] = frozenset()
     labels: frozenset[Label] = NO_LABELS
     nodes: dict[str, ast.AST] = field(default_factory=dict)  # where each field was written, for messages and fixes
+    # Held by an instance attribute that other methods set: its own methods, called from anywhere, may have
+    # written its fields since it was built, so a field reads as the join of its value and what they write.
+    held: bool = False
 
     def __repr__(self) -> str:
         return f"<{self.label or (self.cls.name if self.cls else 'object')}>"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 class Checked:
     findings: list[Finding]
     text: str  # the drafter module as written
+    undecided: list = field(default_factory=list)  # (path, judgement) of the sites the check could not decide
 
     def line(self, marker: str) -> int:
         """The line of the drafter module holding `marker` (a comment such as `# flagged`)."""
@@ -58,6 +59,6 @@ def check_speculator(tmp_path: Path, vllm_source) -> Callable[..., Checked]:  # 
             (root / "myspec" / f"{name}.py").write_text(textwrap.dedent(source))
         result = check_paths([root / "myspec"], use_cache=False)
         assert result.errors == []
-        return Checked(sorted(result.findings), text)
+        return Checked(sorted(result.findings), text, result.undecided)
 
     return check

@@ -1,0 +1,76 @@
+"""Issue 28, blind set 4: a mode that is a setting of the process is not the batch's, and an object held on
+`self` may have been written by its own methods since it was built."""
+
+from __future__ import annotations
+
+
+def test_a_managers_configured_mode_does_not_guard_the_batch(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        from vllm.config.compilation import CUDAGraphMode
+
+        class Manager:
+            def __init__(self, cudagraph_mode: CUDAGraphMode):
+                self.cudagraph_mode = cudagraph_mode
+
+        class ManagerModeSpeculator(DraftModelSpeculator):
+            def init_cudagraph_manager(self, cudagraph_mode: CUDAGraphMode):
+                self.manager = Manager(cudagraph_mode)
+
+            def propose(self, num_reqs, batch_desc: BatchExecutionDescriptor):
+                graphs = self.manager.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+                tokens = batch_desc.num_tokens if graphs else num_reqs
+                return self._build_draft_attn_metadata(num_reqs, num_tokens_padded=tokens)  # flagged
+
+            def propose_by_batch(self, num_reqs, batch_desc: BatchExecutionDescriptor):
+                full = batch_desc.cg_mode == CUDAGraphMode.FULL
+                tokens = batch_desc.num_tokens if full else num_reqs
+                return self._build_draft_attn_metadata(num_reqs, num_tokens_padded=tokens)
+        """
+    )
+    assert [(f.code, f.line) for f in checked.findings] == [("SG103", checked.line("# flagged"))]
+    assert not checked.undecided
+
+
+def test_a_held_objects_field_written_by_its_own_method(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        class GraphState:
+            def __init__(self):
+                self.tokens = 0
+                self.real = 0
+
+            def record(self, desc: BatchExecutionDescriptor, num_reqs):
+                self.tokens = desc.num_tokens
+                self.real = num_reqs
+
+        class HolderSpeculator(DraftModelSpeculator):
+            def __init__(self):
+                self.state = GraphState()
+
+            def dispatch(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                self.state.record(batch_desc, num_reqs)
+
+            def propose(self, num_reqs):
+                return self._build_draft_attn_metadata(num_reqs, num_tokens_padded=self.state.tokens)  # flagged
+
+            def propose_real(self, num_reqs):
+                return self._build_draft_attn_metadata(num_reqs, num_tokens_padded=self.state.real)
+        """
+    )
+    assert [(f.code, f.line) for f in checked.findings] == [("SG103", checked.line("# flagged"))]
+
+
+def test_a_bool_operand_decides_an_and_with_a_false_one(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        from vllm.config.compilation import CUDAGraphMode
+
+        class SyncSpeculator(DraftModelSpeculator):
+            def propose(self, num_reqs, batch_desc: BatchExecutionDescriptor, sync):
+                full = batch_desc.cg_mode == CUDAGraphMode.FULL
+                tokens = batch_desc.num_tokens if sync is not None and full else num_reqs
+                return self._build_draft_attn_metadata(num_reqs, num_tokens_padded=tokens)
+        """
+    )
+    assert not checked.findings and not checked.undecided
