@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from specguard.evaluation import environment
 from specguard.evaluation.annotations import annotated
 from specguard.evaluation.budget import size
-from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
 from specguard.evaluation.instances import writers
+from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
 from specguard.evaluation.values import (
     NO_LABELS,
     NOT_HANDLED,
