@@ -62,6 +62,14 @@ OBSERVES = {
                 finally:
                     self._building = False
     """,
+    # the fourth blind set's false positive: the arguments gathered in a dict and spread into the call
+    "passes its arguments through a dict": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, causal=True):
+                call_kwargs = dict(num_reqs=num_reqs, batch_desc=batch_desc, causal=causal)
+                assert num_reqs <= self.max_num_reqs
+                return super()._build_attn_metadata(query_start_loc_np=query_start_loc_np, **call_kwargs)
+    """,
 }
 
 CHANGES = {
@@ -113,6 +121,20 @@ CHANGES = {
         class Drafter(DraftModelSpeculator):
             def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, causal=True):
                 return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np, causal=causal)
+    """,
+    "changes the dict its arguments are spread from": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                call_kwargs = {"num_reqs": num_reqs, "batch_desc": batch_desc}
+                call_kwargs["batch_desc"] = self.pinned_desc
+                return super()._build_attn_metadata(query_start_loc_np=query_start_loc_np, **call_kwargs)
+    """,
+    "spreads a dict that drops an argument": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                call_kwargs = dict(num_reqs=num_reqs, query_start_loc_np=query_start_loc_np)
+                assert batch_desc is not None
+                return super()._build_attn_metadata(**call_kwargs)
     """,
     "raises for a caller to catch": """
         class Drafter(DraftModelSpeculator):

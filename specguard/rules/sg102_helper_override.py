@@ -105,12 +105,45 @@ def _observes_only(function: cst.FunctionDef, base: Signature | None) -> bool:
 
     def forwards(value: cst.BaseExpression | None) -> bool:
         if isinstance(value, cst.Call) and _is_super_call(value) and _called_method(value) == function.name.value:
-            return not _argument_problems(function, value)
+            return not _argument_problems(function, _spread_locals(value, stored, statements))
         if isinstance(value, cst.Name) and len(stored.get(value.value, [])) == 1:
             return forwards(stored[value.value][0])
         return False
 
     return all(forwards(value) for value in returns)
+
+
+def _spread_locals(
+    call: cst.Call, stored: dict[str, list[cst.BaseExpression]], statements: list[cst.BaseStatement]
+) -> cst.Call:
+    """`call` with each `**name` of a local assigned once, to `dict(k=v, ...)` or `{"k": v, ...}`, and never changed
+    in place, written as the keywords it holds: what the call passes, however the dict was spelled."""
+    args: list[cst.Arg] = []
+    for arg in call.args:
+        name = arg.value.value if arg.star == "**" and isinstance(arg.value, cst.Name) else None
+        items = _dict_items(stored[name][0]) if name in stored and len(stored[name]) == 1 else None
+        if items is None or any(_mutates(node, {name}) for node in _nodes(statements)):  # type: ignore[arg-type]
+            args.append(arg)
+        else:
+            args += [cst.Arg(value, keyword=cst.Name(key)) for key, value in items]
+    return call.with_changes(args=args)
+
+
+def _dict_items(value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]] | None:
+    """The (key, value) pairs of `dict(k=v, ...)` or of a dict display with string keys; None for anything else."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+        if all(arg.keyword is not None and not arg.star for arg in value.args):
+            return [(arg.keyword.value, arg.value) for arg in value.args]  # type: ignore[union-attr]
+        return None
+    if isinstance(value, cst.Dict):
+        items = []
+        for element in value.elements:
+            key = element.key if isinstance(element, cst.DictElement) else None
+            if not isinstance(key, cst.SimpleString) or not key.evaluated_value.isidentifier():  # type: ignore[union-attr]
+                return None
+            items.append((str(key.evaluated_value), element.value))
+        return items
+    return None
 
 
 def _defaults_agree(function: cst.FunctionDef, base: Signature | None) -> bool:
