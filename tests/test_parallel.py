@@ -69,3 +69,35 @@ def test_the_main_process_uses_its_wait_for_the_workers() -> None:
     with Workers(0) as pool:  # no worker to wait for
         pool.run(_slow_in_a_worker, jobs, on_crash=_never, main_share=0.5, while_waiting=lambda: waited.append(False))
     assert waited == [True]
+
+
+def test_shared_work_runs_here_and_in_a_forked_sibling_in_order() -> None:
+    parent = os.getpid()
+
+    def slow_square(n: int) -> tuple[int, int]:
+        time.sleep(0.01)  # long enough that the sibling, once forked, takes some
+        return n * n, os.getpid()
+
+    with Workers(1) as pool:
+        results = pool.shared(slow_square, 30)
+    assert [value for value, _ in results] == [n * n for n in range(30)]
+    pids = {pid for _, pid in results}
+    assert parent in pids and pids - {parent}, "both processes take work"
+
+
+def test_shared_work_a_dead_sibling_took_reruns_here() -> None:
+    parent = os.getpid()
+
+    def dies_in_the_sibling(n: int) -> int:
+        if os.getpid() != parent:
+            os._exit(3)  # a native fault, as far as the parent can tell
+        time.sleep(0.01)
+        return n + 1
+
+    with Workers(1) as pool:
+        assert pool.shared(dies_in_the_sibling, 20) == [n + 1 for n in range(20)]
+
+
+def test_shared_work_without_workers_runs_here() -> None:
+    with Workers(0) as pool:
+        assert pool.shared(lambda n: (n, os.getpid()), 3) == [(n, os.getpid()) for n in range(3)]

@@ -17,7 +17,7 @@ from specguard._snapshots import user_cache_notes
 from specguard.analysis.cache import Cache
 from specguard.analysis.handed import RuleSet
 from specguard.analysis.index import ProjectIndex, Unresolved
-from specguard.analysis.judge import Judge
+from specguard.analysis.judge import Judge, Judged
 from specguard.analysis.parallel import Job, Workers, cores
 from specguard.analysis.scan import FileScan, digest_of, scan_bytes, scan_file, stamp_of
 from specguard.analysis.summary import ModuleSummary
@@ -288,9 +288,9 @@ class _Run:
 
     def evaluate(self, result: CheckResult, pool: Workers) -> None:
         """Stage two: the files some enabled rule can match, evaluated (or taken from the cache). A file goes to
-        the workers for the rules on libcst as soon as its facts are known, and this process judges it meanwhile
-        (the rules on the evaluator need the whole project in view); its judgements then go to the workers too,
-        to be reported with their fixes. Every job carries the bytes stage one read."""
+        the workers for the rules on libcst as soon as its facts are known; meanwhile this process judges the
+        files (the rules on the evaluator need the whole project in view: see `_judge_all`), and their judgements
+        then go to the workers too, to be reported with their fixes. Every job carries the bytes stage one read."""
         jobs: list[Job] = []
         keys: dict[str, str] = {}
         live_results: set[str] = set()
@@ -304,6 +304,7 @@ class _Run:
             return keys[scan.path]
 
         def produce() -> Iterator[Job]:
+            staged = []
             for scan in list(self.scans.values()):
                 if scan.not_judged is not None:  # over the per-file budget: named and counted, never parsed
                     result.not_judged.append((scan.path, scan.not_judged))
@@ -311,14 +312,18 @@ class _Run:
                 todo = self._stage_two(scan, result.findings, settle)
                 if todo is None:
                     continue
-                scan, data, facts, known = todo
-                path, definitions = scan.path, scan.summary.definitions if scan.summary is not None else []
-                jobs.append((path, data, facts, self.pack, self.rules, cst_codes, scan.mentions, definitions))
+                scan, data, facts, _ = todo
+                definitions = scan.summary.definitions if scan.summary is not None else []
+                jobs.append((scan.path, data, facts, self.pack, self.rules, cst_codes, scan.mentions, definitions))
                 yield jobs[-1]
+                staged.append((*todo, definitions))
+            judged = self._judge_all([(scan, facts) for scan, _, facts, known, _ in staged if known is None], pool)
+            for scan, data, _, known, definitions in staged:
                 if known is None:
-                    known = self.judge.facts(path, scan.root, facts, scan.mentions, scan.digest)
+                    known = judged[scan.path]
                     settle(scan, known)
                 if any(j.decided for j in known.judgements):
+                    path = scan.path
                     jobs.append((path, data, known, self.pack, self.rules, judged_codes, scan.mentions, definitions))
                     yield jobs[-1]
 
@@ -344,6 +349,21 @@ class _Run:
             result.findings.extend(findings)
         unsaved = self.cache.save(set(self.scans) | set(self.borrowed), live_results)
         result.notes.extend(dict.fromkeys([*self.notes, *([unsaved] if unsaved else [])]))
+
+    def _judge_all(self, pending: list[tuple[FileScan, FileFacts]], pool: Workers) -> dict[str, FileFacts]:
+        """Each pending file's facts with its judgements. On a run with workers, this process and one forked from
+        it judge them side by side, largest file first (each evaluation is independent of the others; the
+        modules both read are parsed in each); what the other computed is recorded here."""
+        if not self.judge.codes:
+            return {scan.path: facts for scan, facts in pending}
+        pending = sorted(pending, key=lambda item: -item[0].stamp[0])
+
+        def judged(i: int) -> Judged:
+            scan, facts = pending[i]
+            return self.judge.judged(scan.path, scan.root, facts, scan.mentions, scan.digest)
+
+        outcomes = pool.shared(judged, len(pending))
+        return {scan.path: self.judge.keep(scan.path, got) for (scan, _), got in zip(pending, outcomes, strict=True)}
 
     def _stage_two(
         self, scan: FileScan, findings: list[Finding], settle: Callable[[FileScan, FileFacts], str]

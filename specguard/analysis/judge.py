@@ -1,5 +1,6 @@
-"""Stage two's first half, in the main process: the rules on the evaluator (a `judge` in their `Rule`) judge each
-candidate file with the whole project in view, and their judgements join the file's facts for its worker.
+"""Stage two's first half, in the main process (and, on a cold run with workers, in one forked beside it): the
+rules on the evaluator (a `judge` in their `Rule`) judge each candidate file with the whole project in view, and
+their judgements join the file's facts for its worker.
 
 Evaluation is lazy (only the functions a rule asks about, and what they reach) and cached per file: a file's
 judgements are reused while its content, its facts and every file the evaluation read are unchanged.
@@ -39,6 +40,16 @@ def mode_enum_stub(pack: Pack) -> dict[str, str]:
     return {module: f"import enum\n\n\nclass {name}(enum.Enum):\n{members}"}
 
 
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """A file's facts with its judgements, the cache entry to keep for them (none for a failed rule or an unsaved
+    text), and the internal errors judging it met."""
+
+    facts: FileFacts
+    entry: JudgedFile | None
+    errors: list[str]
+
+
 class Judge:
     """Judges candidate files. A warm run takes every judgement from the cache: it imports neither the rules on the
     evaluator nor the evaluator, which load the first time a file must be judged."""
@@ -68,11 +79,25 @@ class Judge:
             return facts
         if text is None and (known := self.cached(path, facts, digest)) is not None:
             return known
+        return self.keep(path, self.judged(path, root, facts, mentions, digest, text))
+
+    def judged(
+        self, path: str, root: Path, facts: FileFacts, mentions: frozenset[str], digest: str, text: str | None = None
+    ) -> Judged:
+        """The file judged, with nothing recorded in this process (so that another process may compute it)."""
+        before = len(self.errors)
         found, deps, failed = self._judge(path, root, facts, mentions, text)
-        key = _key(digest, facts, self.codes)
-        if text is None and not failed:
-            self.cache.put_judged(path, JudgedFile(key, deps, found))
-        return dataclasses.replace(facts, judgements=found)
+        errors = self.errors[before:]
+        del self.errors[before:]  # kept by `keep`, in the process that records
+        entry = JudgedFile(_key(digest, facts, self.codes), deps, found) if text is None and not failed else None
+        return Judged(dataclasses.replace(facts, judgements=found), entry, errors)
+
+    def keep(self, path: str, judged: Judged) -> FileFacts:
+        """Record what `judged` computed (in this process or another): its cache entry and its errors."""
+        if judged.entry is not None:
+            self.cache.put_judged(path, judged.entry)
+        self.errors.extend(judged.errors)
+        return judged.facts
 
     def cached(self, path: str, facts: FileFacts, digest: str) -> FileFacts | None:
         """The file's facts with its judgements when the cache has them (for every file the evaluation read

@@ -10,6 +10,7 @@ job that kills its process gets on_crash(job) instead of a result.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
@@ -117,6 +118,37 @@ class Workers:
                 results.append(self._isolated(fn, job, on_crash))
         return results
 
+    def shared(self, fn: Callable[[int], R], count: int) -> list[R]:
+        """fn(i) for i in range(count), in this process and in one forked from it now (so it holds all this one
+        has computed: the project's index, the bytes read), each taking the next i from a shared counter: the
+        caller orders the work largest first. fn must leave nothing in its process that the run needs: the
+        sibling's results come back by pipe, and what the sibling took but did not send (it died) runs here."""
+        if self.pool is None or count < 2:
+            return [fn(i) for i in range(count)]
+        counter = self.ctx.Value("i", 0)
+
+        def take() -> int:
+            with counter.get_lock():
+                counter.value += 1
+                return counter.value - 1
+
+        reader, writer = self.ctx.Pipe(duplex=False)
+
+        def sibling() -> None:
+            try:
+                writer.send(_taken(fn, take, count))
+            finally:
+                os._exit(0)  # nothing of the parent's (its pool, its atexit handlers) may run here
+
+        process = self.ctx.Process(target=sibling, daemon=True)
+        process.start()
+        writer.close()
+        results = dict(_taken(fn, take, count))
+        with contextlib.suppress(EOFError, OSError):  # the sibling died: what it took runs below
+            results.update(reader.recv())
+        process.join()
+        return [results[i] if i in results else fn(i) for i in range(count)]
+
     def _isolated(self, fn: Callable[..., R], job: Job, on_crash: Callable[[Job], R]) -> R:
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -126,3 +158,11 @@ class Workers:
                 return pool.submit(fn, *job).result()
         except BrokenProcessPool:
             return on_crash(job)
+
+
+def _taken(fn: Callable[[int], R], take: Callable[[], int], count: int) -> list[tuple[int, R]]:
+    """(i, fn(i)) for each i this process takes until the counter passes `count`."""
+    done = []
+    while (i := take()) < count:
+        done.append((i, fn(i)))
+    return done
