@@ -74,3 +74,4 @@ def test_a_bool_operand_decides_an_and_with_a_false_one(check_speculator) -> Non
         """
     )
     assert not checked.findings and not checked.undecided
+
