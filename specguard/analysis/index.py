@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specguard.analysis.summary import ModuleSummary
+from specguard.analysis.summary import ClassSummary, ModuleSummary
 from specguard.file_facts import FileFacts
 from specguard.program.modules import ModuleLocator, is_stdlib
 from specguard.program.signatures import Signature
@@ -128,11 +128,16 @@ class ProjectIndex:
         return self.lineage(summary, root, class_name)[0]
 
     def overridden(self, summary: ModuleSummary, root: Path, class_name: str, method: str) -> Signature | None:
-        """The signature of the `method` that `super()` reaches from a class: the first definition among its
-        ancestors, each class's bases in order, depth first (Python's order for simple hierarchies)."""
+        """The signature of the `method` that `super()` reaches from a class."""
+        found = self._defined_above(summary, root, class_name, method)
+        return found.signatures.get(method) if found is not None else None
+
+    def _defined_above(self, summary: ModuleSummary, root: Path, class_name: str, method: str) -> ClassSummary | None:
+        """The ancestor whose `method` `super()` reaches from a class: the first definition among its ancestors,
+        each class's bases in order, depth first (Python's order for simple hierarchies)."""
         seen: set[tuple[Path, str, str]] = set()
 
-        def above(mod: ModuleSummary, name: str, where: Path, depth: int) -> Signature | None:
+        def above(mod: ModuleSummary, name: str, where: Path, depth: int) -> ClassSummary | None:
             if (where, mod.module, name) in seen or name not in mod.classes or depth > 50:
                 return None
             seen.add((where, mod.module, name))
@@ -143,13 +148,20 @@ class ProjectIndex:
                 base_summary, base_name, base_root = found
                 cls = base_summary.classes[base_name]
                 if method in cls.methods:
-                    return cls.signatures.get(method)
+                    return cls
                 inherited = above(base_summary, base_name, base_root, depth + 1)
                 if inherited is not None:
                     return inherited
             return None
 
         return above(summary, class_name, root, 0)
+
+    def _introduces(self, summary: ModuleSummary, root: Path, class_name: str, helpers: set[str]) -> bool:
+        """A speculator that defines shared helpers where none of its ancestors defines any is where the helpers
+        are defined (a fork's port of the base onto the abstract speculator): a base, whatever it is called. One
+        below a base that has them (a legacy helper name kept by a subclass) is not."""
+        own = summary.classes[class_name].methods & helpers
+        return bool(own) and all(self._defined_above(summary, root, class_name, method) is None for method in helpers)
 
     def function_params(self, summary: ModuleSummary, root: Path, names: list[str]) -> list[tuple[str, ...]]:
         """Parameter lists of the functions with these names that the module imports or defines."""
@@ -192,22 +204,23 @@ class ProjectIndex:
         def last(q: str) -> str:
             return q.rpartition(".")[2]
 
-        speculators, spec_classes = set(), set()
+        helpers = set(pack.speculators.shared_helpers)
+        speculators, spec_classes, base_classes = set(), set(), set()
         for name in summary.classes:
             ancestors, missing = self.lineage(summary, root, name)
             lineage = [last(a) for a in ancestors]
             if any(a in bases for a in lineage) or last(name) in bases:
                 speculators.add(name)
+                if last(name) in bases or (not missing and self._introduces(summary, root, name, helpers)):
+                    base_classes.add(name)
             else:  # an ancestor we cannot read might have made it one
                 for base in missing:
                     self._record_unresolved(base, summary, root, name)
             if any(n.endswith(spec_suffixes) for n in [last(name), *lineage]):
                 spec_classes.add(name)
-        helpers = set(pack.speculators.shared_helpers)
         overrides = [
             (cls, method)
-            for cls in sorted(speculators)
-            if last(cls) not in bases
+            for cls in sorted(speculators - base_classes)
             for method in sorted(summary.classes[cls].methods & helpers)
         ]
         return FileFacts(
@@ -215,7 +228,7 @@ class ProjectIndex:
             imports=tuple(sorted(summary.imports.items())),
             local_names=frozenset([*(c for c in summary.classes if "." not in c), *summary.functions]),
             speculator_classes=frozenset(speculators),
-            base_classes=frozenset(n for n in summary.classes if last(n) in bases),
+            base_classes=frozenset(base_classes),
             spec_classes=frozenset(spec_classes),
             sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, root, sink)),
             object_imports=self._object_imports(summary, root, call_owners),
