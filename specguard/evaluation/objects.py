@@ -216,7 +216,7 @@ class ObjectModel:
                     base.cls, attr, base, state, depth, instance=True, missing=MISSING, defaults=base.defaults
                 )
                 if found is not MISSING and found is not _DECLARED:
-                    return found
+                    return self._shadowed(base, attr, found, state, depth)
             answered = self.hooks.instance_attribute(self, base, attr)  # type: ignore[arg-type]
             if answered is not NOT_HANDLED and (answered is not UNKNOWN or not base.label):
                 return answered
@@ -270,6 +270,23 @@ class ObjectModel:
         if isinstance(base, set) and attr in SET_METHODS:
             return PyMethod(base, attr)
         return missing if missing is not UNKNOWN and base is None else UNKNOWN
+
+    def _shadowed(self, base: Obj, attr: str, found: Any, state: State, depth: int) -> Any:
+        """A class-level value read through the instance the evaluation runs on: the class's value (the default
+        until a method runs) joined with what methods assign to the instance's own attribute of that name
+        (`_fn = None` on the class, a partial set in `set_attn`), which shadows it once they run. A method of
+        the class is what it is."""
+        if base.label != "self" or base.cls is None or not writers(base.cls, self.tree, attr):
+            return found
+        owner = next((k for k in self.tree.ancestors(base.cls) if attr in k.methods or attr in k.attributes), None)
+        if owner is not None and attr in owner.methods:
+            return found
+        written = self.hooks.instance_attribute(self, base, attr)  # type: ignore[arg-type]
+        if written is NOT_HANDLED:
+            return found
+        default = self._class_member(base.cls, attr, base, state, depth, instance=True, missing=MISSING, defaults=True)
+        default = found if default is MISSING or default is _DECLARED else default
+        return join_values([(default, frozenset()), (written, frozenset())])
 
     def _held_field(self, base: Obj, attr: str) -> Any:
         """A field of an object an instance attribute holds: its value joined with what the methods of its class

@@ -75,3 +75,24 @@ def test_a_bool_operand_decides_an_and_with_a_false_one(check_speculator) -> Non
     )
     assert not checked.findings and not checked.undecided
 
+
+def test_a_partial_set_in_one_method_shadows_the_class_default(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        import functools
+
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+        class RefreshingSpeculator(DraftModelSpeculator):
+            _refresh = None
+
+            def set_attn(self, buffers):
+                self._refresh = functools.partial(prepare_dcp_local_seq_lens, buffers)
+
+            def propose(self, num_reqs):
+                if self._refresh is not None:
+                    self._refresh(num_reqs)  # flagged
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_reqs)
+        """
+    )
+    assert [(f.code, f.line) for f in checked.findings] == [("SG104", checked.line("# flagged"))]
