@@ -321,8 +321,9 @@ def definition_text(module: ParsedModule | None, node: ast.AST) -> str:
 
 def reaching_imports(q: Question, names: set[str]) -> set[str]:
     """Functions this module imports from the tree that name one of `names`, or call a function of their module
-    that does (however deep), and modules of the tree it imports whole that define one: a function calling one
-    may reach them through it (a preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
+    that does (however deep), modules of the tree it imports whole that define one, and the methods of classes it
+    imports that do (a holder object's `refresh`): a function calling one may reach them through it (a
+    preselection by reading, as `Scope.mentions` is; the evaluation decides)."""
     found = set()
     pattern = words(names)
     reaching: dict[str, set[str]] = {}  # a module's functions that reach, once per module however many it exports
@@ -340,6 +341,12 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
             module = q.program.module(resolved) if text is not None and pattern.search(text) else None
             if module is not None and reaching_in(module):
                 found.add(local)
+            continue
+        if isinstance(resolved, ClassInfo) and target.rpartition(".")[2] not in names:
+            owner = q.program.module(resolved.module)
+            if owner is not None:
+                texts = {name: definition_text(owner, node) for name, node in resolved.methods.items()}
+                found |= _reaching(texts, pattern)
             continue
         function = isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef))
         if function and target.rpartition(".")[2] not in names:

@@ -96,3 +96,32 @@ def test_a_partial_set_in_one_method_shadows_the_class_default(check_speculator)
         """
     )
     assert [(f.code, f.line) for f in checked.findings] == [("SG104", checked.line("# flagged"))]
+
+
+def test_a_holder_from_another_module_whose_method_prepares(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        from myspec.dcp import Preparer
+
+        class HolderSpeculator(DraftModelSpeculator):
+            def set_attn(self, buffers):
+                self._preparer = Preparer(buffers)
+
+            def propose(self, num_reqs):
+                self._preparer.refresh(num_reqs)  # flagged
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_reqs)
+        """,
+        dcp="""
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+        class Preparer:
+            def __init__(self, buffers):
+                self.buffers = buffers
+
+            def refresh(self, num_reqs):
+                return prepare_dcp_local_seq_lens(self.buffers.dcp_local_seq_lens, self.buffers.seq_lens, num_reqs)
+        """,
+    )
+    assert [(f.code, f.line) for f in checked.findings if f.path.endswith("drafter.py")] == [
+        ("SG104", checked.line("# flagged"))
+    ]
