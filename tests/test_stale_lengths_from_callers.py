@@ -53,6 +53,20 @@ FLAGGED = {
                 extra.update(dcp_local_seq_lens=self.input_batch.dcp_local_seq_lens)
                 return self._build_uniform_attn_metadata(num_reqs, **extra)  # flagged
     """,
+    # blind set 5: a partial stored by another method, binding the instance's buffer under a condition
+    "bound in a partial another method stored": """
+        class Drafter(DraftModelSpeculator):
+            _decode = None
+
+            def set_attn(self):
+                self._decode = partial(
+                    self._build_uniform_attn_metadata,
+                    dcp_local_seq_lens=self.input_buffers.dcp_local_seq_lens if self.dcp_size > 1 else None,
+                )
+
+            def propose(self, num_reqs, step):
+                return self._decode(num_reqs, step)  # flagged
+    """,
     "bound in a partial": """
         class Drafter(DraftModelSpeculator):
             def propose(self, num_reqs, step):

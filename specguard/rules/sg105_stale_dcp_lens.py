@@ -107,6 +107,8 @@ class _Handed(Hooks):
         )
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
+        # what the writer reads from the instance is its state there, as in the method judged
+        me.labels = me.labels | {Label(STATE, "self")}
         return writes_of(self.q, _Handed(self.q, self.bound), function, me, _caller_parameter(self.q), writes)
 
     def round_ends(self, ev: Any, loop: ast.stmt, frame: Frame, state: Any) -> None:
