@@ -50,6 +50,9 @@ class Speculators(_Section):
     shared_helpers: list[str] = field(default_factory=list)
     # text a file defining a speculator holds (optional): the prefilter reads such a file whatever else it names
     file_marks: list[str] = field(default_factory=list)
+    # methods of the speculator interface that capture CUDA graphs on dummy batches (optional; SG104): what they
+    # prepare is the dummy batch's, not a copy of the shared helper's preparation
+    capture_methods: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,8 @@ def judge(q: Question) -> Iterator[Judgement]:
     for scope in q.scopes:
         if scope.class_name not in q.facts.speculator_classes or scope.class_name in q.facts.base_classes:
             continue
+        if scope.node.name in q.pack.speculators.capture_methods:  # a dummy batch's lengths, prepared to capture
+            continue
         if not scope.mentions(names - prepare - {scope.node.name}):  # one called by its name is the check's
             continue
         hooks = _Preparations(q, scope)

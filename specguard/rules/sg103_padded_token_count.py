@@ -30,12 +30,14 @@ from specguard.evaluation.values import (
     why_of,
     with_labels,
 )
+from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.fix_model import Edit, NodeFix, NoFix
 from specguard.fixes.ast_edits import enclosing_statement, indent_unit, place
 from specguard.fixes.import_edits import add_import
 from specguard.fixes.layout import Layout, flat
 from specguard.fixes.query_count import QueryNames, Reached, real_count
+from specguard.packs import Pack
 from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span
 from specguard.program.signatures import signature
 from specguard.program.tree import ClassInfo
@@ -362,7 +364,7 @@ def _candidates(q: Question) -> list[Scope]:
     module. A preselection by reading, so that only these are evaluated: the verdict is the evaluation's."""
     sinks = aliases(q, set(q.pack.metadata.sink) | set(q.pack.speculators.shared_helpers))
     counts = set(q.pack.metadata.token_count_params)
-    scopes = [s for s in q.scopes if _speculator_scope(q, s)]
+    scopes = [s for s in q.scopes if _speculator_scope(q, s) or _handed_the_mode(q, s)]
     found = {s for s in scopes if s.mentions(sinks) or s.mentions(counts)}
     found = {s for s in found if _passes_a_count(s.node, sinks, counts)}
     grew = True
@@ -389,6 +391,20 @@ def _passes_a_count(node: ast.AST, sinks: set[str], counts: set[str]) -> bool:
         elif isinstance(sub, ast.Constant) and sub.value in counts:
             return True
     return False
+
+
+def _handed_the_mode(q: Question, scope: Scope) -> bool:
+    """A function of any class that calls the sink and is handed its batch's mode (a parameter annotated with the
+    mode enum: a model state's `prepare_attn(input_batch, cudagraph_mode, ...)`): the count it builds with is
+    judged against that mode, as a speculator's is against its descriptor's."""
+    enum = (q.pack.padding.mode_enum or "").rpartition(".")[2]
+    a = scope.node.args  # type: ignore[attr-defined]
+    handed = any(enum in annotation_names(p.annotation) for p in [*a.posonlyargs, *a.args, *a.kwonlyargs])
+    return bool(enum) and handed and scope.mentions(set(q.pack.metadata.sink))
+
+
+def _calls_the_sink(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
+    return speculator_module(facts, pack, mentions) or bool(mentions & set(pack.metadata.sink))
 
 
 def _speculator_scope(q: Question, scope: Scope) -> bool:
@@ -694,7 +710,10 @@ RULE = Rule(
         "helper) whose token-count argument (`num_tokens`, `num_tokens_padded`) is a padded count on a path where "
         "the batch's CUDA-graph mode is NONE or PIECEWISE. Padded counts are the pack's sources: a "
         "batch-execution descriptor's `num_tokens`, an input batch's `num_tokens_after_padding`, the DP-synced "
-        "per-rank counts and their maximum, CUDA-graph capture sizes, and what is derived from them."
+        "per-rank counts and their maximum, CUDA-graph capture sizes, and what is derived from them. Builds in "
+        "speculators are judged against their descriptor's mode; a function of any other class that is handed "
+        "its batch's mode (a parameter annotated `CUDAGraphMode`, as a model state's `prepare_attn` is) is "
+        "judged against that mode."
     ),
     why=(
         "With data parallelism the descriptor's token count includes DP padding that no request owns, while "
@@ -835,7 +854,7 @@ RULE = Rule(
                 return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=n)
     """,
     check=check,
-    applies=speculator_module,
+    applies=_calls_the_sink,
     judge=judge,
     limits=(
         Limit(

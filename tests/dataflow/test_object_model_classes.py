@@ -125,3 +125,55 @@ def test_a_holder_from_another_module_whose_method_prepares(check_speculator) ->
     assert [(f.code, f.line) for f in checked.findings if f.path.endswith("drafter.py")] == [
         ("SG104", checked.line("# flagged"))
     ]
+
+
+def test_a_model_state_handed_its_batchs_mode_is_judged_against_it(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        class PaddedModelState:
+            def prepare_attn(self, input_batch, cudagraph_mode: CUDAGraphMode):
+                return build_attn_metadata(num_tokens=input_batch.num_tokens_after_padding)  # flagged
+
+            def prepare_attn_guarded(self, input_batch, cudagraph_mode: CUDAGraphMode):
+                if cudagraph_mode == CUDAGraphMode.FULL:
+                    num_tokens = input_batch.num_tokens_after_padding
+                else:
+                    num_tokens = input_batch.num_tokens
+                return build_attn_metadata(num_tokens=num_tokens)
+
+            def rebuild(self, input_batch):  # no mode in scope: not judged
+                return build_attn_metadata(num_tokens=input_batch.num_tokens_after_padding)
+        """
+    )
+    assert [(f.code, f.line) for f in checked.findings] == [("SG103", checked.line("# flagged"))]
+
+
+def test_a_capture_method_prepares_its_dummy_batchs_lengths(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        from myspec.graphs import GraphManager
+
+        class CapturingSpeculator(DraftModelSpeculator):
+            def init_cudagraph_manager(self, buffers):
+                self.manager = GraphManager(buffers)
+
+            def capture(self):
+                self.manager.capture(4)
+
+            def warm(self):
+                self.manager.capture(4)  # flagged
+        """,
+        graphs="""
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+        class GraphManager:
+            def __init__(self, buffers):
+                self.buffers = buffers
+
+            def capture(self, num_reqs):
+                return prepare_dcp_local_seq_lens(self.buffers.dcp_local_seq_lens, self.buffers.seq_lens, num_reqs)
+        """,
+    )
+    assert [(f.code, f.line) for f in checked.findings if f.path.endswith("drafter.py")] == [
+        ("SG104", checked.line("# flagged"))
+    ]
