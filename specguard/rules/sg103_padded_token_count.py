@@ -395,12 +395,14 @@ def _passes_a_count(node: ast.AST, sinks: set[str], counts: set[str]) -> bool:
 
 def _handed_the_mode(q: Question, scope: Scope) -> bool:
     """A function of any class that calls the sink and is handed its batch's mode (a parameter annotated with the
-    mode enum: a model state's `prepare_attn(input_batch, cudagraph_mode, ...)`): the count it builds with is
-    judged against that mode, as a speculator's is against its descriptor's."""
-    enum = (q.pack.padding.mode_enum or "").rpartition(".")[2]
+    mode enum, as a model state's `prepare_attn(input_batch, cudagraph_mode, ...)` is, or a batch-execution
+    descriptor): the count it builds with is judged against that mode, as a speculator's is."""
+    pad = q.pack.padding
+    marks = {(pad.mode_enum or "").rpartition(".")[2], *pad.descriptor_types} - {""}
     a = scope.node.args  # type: ignore[attr-defined]
-    handed = any(enum in annotation_names(p.annotation) for p in [*a.posonlyargs, *a.args, *a.kwonlyargs])
-    return bool(enum) and handed and scope.mentions(set(q.pack.metadata.sink))
+    params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    handed = any(marks & annotation_names(p.annotation) or p.arg in pad.descriptor_params for p in params)
+    return handed and scope.mentions(set(q.pack.metadata.sink))
 
 
 def _calls_the_sink(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
@@ -713,7 +715,7 @@ RULE = Rule(
         "per-rank counts and their maximum, CUDA-graph capture sizes, and what is derived from them. Builds in "
         "speculators are judged against their descriptor's mode; a function of any other class that is handed "
         "its batch's mode (a parameter annotated `CUDAGraphMode`, as a model state's `prepare_attn` is) is "
-        "judged against that mode."
+        "judged against that mode, as one handed a batch-execution descriptor is against the descriptor's."
     ),
     why=(
         "With data parallelism the descriptor's token count includes DP padding that no request owns, while "

@@ -132,7 +132,7 @@ def test_a_model_state_handed_its_batchs_mode_is_judged_against_it(check_specula
         """
         class PaddedModelState:
             def prepare_attn(self, input_batch, cudagraph_mode: CUDAGraphMode):
-                return build_attn_metadata(num_tokens=input_batch.num_tokens_after_padding)  # flagged
+                return build_attn_metadata(num_tokens=input_batch.num_tokens_after_padding)  # by its mode
 
             def prepare_attn_guarded(self, input_batch, cudagraph_mode: CUDAGraphMode):
                 if cudagraph_mode == CUDAGraphMode.FULL:
@@ -143,9 +143,13 @@ def test_a_model_state_handed_its_batchs_mode_is_judged_against_it(check_specula
 
             def rebuild(self, input_batch):  # no mode in scope: not judged
                 return build_attn_metadata(num_tokens=input_batch.num_tokens_after_padding)
+
+            def rebuild_for(self, input_batch, batch_desc: BatchExecutionDescriptor):
+                return build_attn_metadata(num_tokens=batch_desc.num_tokens)  # by its descriptor
         """
     )
-    assert [(f.code, f.line) for f in checked.findings] == [("SG103", checked.line("# flagged"))]
+    flagged = [checked.line("# by its mode"), checked.line("# by its descriptor")]
+    assert [(f.code, f.line) for f in checked.findings] == [("SG103", line) for line in flagged]
 
 
 def test_a_capture_method_prepares_its_dummy_batchs_lengths(check_speculator) -> None:  # type: ignore[no-untyped-def]
