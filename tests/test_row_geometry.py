@@ -53,6 +53,20 @@ FLAGGED = {
                 extra.update(causal_seqlens_kv_global=decode.dcp_tot_seq_lens)  # flagged
                 return self._launch(q, kv_cache, block_table, seq_lens, extra)
     """,
+    # blind set 5: a module function handed the implementation (annotated), launching a partial a helper bound
+    "a partial with the bound, made by a module helper, launched with the impl's rows": """
+        import functools
+
+        def _launcher(decode):
+            return functools.partial(
+                trtllm_batch_decode_with_kv_cache_mla, causal_seqlens_kv_global=decode.dcp_tot_seq_lens
+            )
+
+        def decode_rows(impl: Launcher, q, kv_cache, decode):
+            launch = _launcher(decode)
+            block_table, seq_lens, _ = impl._rows(decode, q.shape[0])
+            return launch(query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens)  # flagged
+    """,
 }
 
 CLEAN = {
@@ -77,6 +91,20 @@ CLEAN = {
                 seq_lens = decode.seq_lens.repeat_interleave(n)
                 bound = torch.repeat_interleave(decode.dcp_tot_seq_lens, n)
                 return self._launch(q, kv_cache, block_table, seq_lens, {"causal_seqlens_kv_global": bound})
+    """,
+    "a partial without the bound, which the launch indexes by the impl's map": """
+        import functools
+
+        def _launcher(decode):
+            return functools.partial(trtllm_batch_decode_with_kv_cache_mla, enable_dcp=True)
+
+        def decode_rows(impl: Launcher, q, kv_cache, decode):
+            launch = _launcher(decode)
+            block_table, seq_lens, row_req = impl._rows(decode, q.shape[0])
+            bound = decode.dcp_tot_seq_lens[row_req]
+            return launch(
+                query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens, causal_seqlens_kv_global=bound
+            )
     """,
     "nothing expanded": """
         class Impl(Launcher):

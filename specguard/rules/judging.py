@@ -356,6 +356,12 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
     return found
 
 
+def reaching_functions(q: Question, pattern: re.Pattern[str]) -> set[str]:
+    """Module-level functions of this module whose text `pattern` finds, or that name such a function, however
+    many lie between (a preselection by reading; the evaluation decides)."""
+    return _reaching({name: definition_text(q.module, node) for name, node in q.module.functions.items()}, pattern)
+
+
 def _reaching(texts: dict[str, str], pattern: re.Pattern[str]) -> set[str]:
     """The names whose text `pattern` finds, or that name one that does, however many lie between."""
     found = {name for name, text in texts.items() if pattern.search(text)}

@@ -22,8 +22,8 @@ from specguard.rules.judging import (
     bind_parameters,
     called_text,
     callee,
-    definition_text,
     leading_call,
+    reaching_functions,
     reaching_imports,
     reaching_methods,
     unknown_parameter,
@@ -84,7 +84,7 @@ def _written(q: Question, node: ast.Call, names: set[str]) -> bool:
 def judge(q: Question) -> Iterator[Judgement]:
     prepare = set(q.pack.dcp.prepare)
     names = aliases(q, prepare) | reaching_imports(q, prepare)
-    names |= _reaching_functions(q, names) | reaching_methods(q, words(names))
+    names |= reaching_functions(q, words(names)) | reaching_methods(q, words(names))
     for scope in q.scopes:
         if scope.class_name not in q.facts.speculator_classes or scope.class_name in q.facts.base_classes:
             continue
@@ -109,10 +109,3 @@ def judge(q: Question) -> Iterator[Judgement]:
                 f"`{scope.qualname}` calls `{through}`, {runs} itself; the speculator base's shared helper "
                 f"already recomputes DCP rank-local lengths, so this duplicates (and can diverge from) it",
             )
-
-
-def _reaching_functions(q: Question, names: set[str]) -> set[str]:
-    """Module-level functions of this module whose text names one of `names` (methods are
-    `judging.reaching_methods`'): a preselection by reading, one level deep."""
-    pattern = words(names)
-    return {name for name, node in q.module.functions.items() if pattern.search(definition_text(q.module, node))}

@@ -14,6 +14,7 @@ from specguard.evaluation.values import (
     Abstract,
     Label,
     Method,
+    Obj,
     Opaque,
     Sym,
     known,
@@ -24,6 +25,7 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.program.ast_tools import span
+from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
     OutOfBudget,
@@ -32,6 +34,7 @@ from specguard.rules.judging import (
     bind_arguments,
     bind_parameters,
     callee,
+    reaching_functions,
     reaching_imports,
     reaching_methods,
     words,
@@ -140,7 +143,7 @@ def judge(q: Question) -> Iterator[Judgement]:
     # the functions that name the bound or the entry, or a method or function of the tree that reaches them (a
     # base class's launch, a helper that builds the kernel's keyword arguments): a preselection by reading
     names = {mla.global_bound_param, *mla.decode_entry}
-    names |= reaching_methods(q, words(names)) | reaching_imports(q, names)
+    names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names)) | reaching_imports(q, names)
     for scope in q.scopes:
         if scope.mentions(names):
             yield from _judge_scope(q, scope)
@@ -150,9 +153,18 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     hooks = _Rows(q)
     ev = q.evaluator(hooks)
     me = q.self_value(scope)
+
+    def parameter(param: ast.arg, frame: Frame) -> Any:
+        """Each parameter an object of its own, so what a helper stores on it (a cached row map) is read back; of
+        the class its annotation names, where the tree defines it, so that its methods run (`impl.<helper>`)."""
+        promised = ev.reading(param.annotation, frame.module, frame.owner) if param.annotation else UNKNOWN
+        inner = plain(promised)
+        if isinstance(inner, Abstract) and isinstance(inner.kind, ClassInfo):
+            return Obj(inner.kind, label=param.arg)
+        return Sym(param.arg)
+
     try:
-        # each parameter an object of its own, so what a helper stores on it (a cached row map) is read back
-        ev.run(scope.function, bind_parameters(scope.function, me, lambda param, frame: Sym(param.arg)))
+        ev.run(scope.function, bind_parameters(scope.function, me, parameter))
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG202", scope)
         return
