@@ -1,4 +1,4 @@
-"""Issue 28's blind sets (tests/corpus/blind_objects_r1 to _r4, each written by someone who never read
+"""Issue 28's blind sets (tests/corpus/blind_objects_r1 to _r5, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside vLLM 0.33.0's real tree, JSON output, scored per function
 like the adversarial corpus. Today's numbers are floors no change may fall below (and false positives a ceiling);
 issue 28 raises them to its goal. Each set's first run is in its RUNS.md."""
@@ -20,7 +20,8 @@ SETS = {
     "first": ("blind_objects_r1", "blindobj", (52, 92), 42, 2),
     "second": ("blind_objects_r2", "blindobj2", (44, 87), 41, 7),
     "third": ("blind_objects_r3", "blindobj3", (55, 96), 55, 0),
-    "fourth": ("blind_objects_r4", "blindobj4", (64, 120), 55, 1),
+    "fourth": ("blind_objects_r4", "blindobj4", (64, 120), 58, 0),
+    "fifth": ("blind_objects_r5", "blindobj5", (64, 103), 61, 0),
 }
 
 
