@@ -246,7 +246,7 @@ class Calls(Builtins):
                 state.writes.clear()
                 state.writes.update(end_writes.writes)
             return self.join([(value, frozenset()) for _, value in ends])
-        end = merge([State({}, s.writes, s.path) for s, _ in ends])
+        end = merge([State({}, s.writes, s.path) for s, _ in ends], self.kept)
         assert end is not None
         if end.writes is not state.writes:  # one way out shares the caller's writes: clearing would lose them
             state.writes.clear()

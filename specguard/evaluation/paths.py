@@ -287,8 +287,10 @@ def _join_objects(options: list[tuple[Any, frozenset]]) -> Obj:
     return Obj(first.cls, fields, first.defaults, first.label, first.pinned, labels, dict(first.nodes), held)
 
 
-def merge(states: list[State]) -> State | None:
-    """One state for paths that join again: values they disagree on are joined (see join_values)."""
+def merge(states: list[State], kept: int | None = None) -> State | None:
+    """One state for paths that join again: values they disagree on are joined (see join_values). `kept`: the id
+    of an object (a writer run's instance) whose attributes written on only some of the paths keep the values
+    written: the other paths leave them as they were, which whoever reads the attribute joins in anyway."""
     if not states:
         return None
     if len(states) == 1:
@@ -299,8 +301,10 @@ def merge(states: list[State]) -> State | None:
         target = getattr(out, attr)
         keys = set().union(*(getattr(s, attr).keys() for s in states))
         for key in keys:
-            options = [(getattr(s, attr).get(key, UNKNOWN), s.path - common) for s in states]
-            target[key] = join_values(options)
+            tables = [(getattr(s, attr), s.path - common) for s in states]
+            if attr == "writes" and kept is not None and key[0] == kept:
+                tables = [(table, path) for table, path in tables if key in table]
+            target[key] = join_values([(table.get(key, UNKNOWN), path) for table, path in tables])
     return out
 
 

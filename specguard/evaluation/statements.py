@@ -236,7 +236,12 @@ class Statements(Builtins):
         """One state where paths meet again (see `Semantics.join`)."""
         if self.semantics.join == "unknown":
             return merge_agreed(states, self.work)
-        return merge(states)
+        return merge(states, self.kept)
+
+    @property
+    def kept(self) -> int | None:
+        """In a writer run, the instance whose attributes keep what some paths write (see `merge`)."""
+        return id(self.lazy_owner) if self.lazy_owner is not None else None
 
     def join(self, options: list[tuple[Any, frozenset]]) -> Any:
         """One value for what paths give differently (see `Semantics.join`)."""
@@ -362,13 +367,13 @@ class Statements(Builtins):
             flow.returns += res.returns
             flow.raises += res.raises
             exits += res.breaks
-            again = merge([s for s in [current, res.normal, *res.continues] if s is not None])
+            again = merge([s for s in [current, res.normal, *res.continues] if s is not None], self.kept)
             unsettled = _changed(current, again) if again is not None else set()
             if again is None or (not unsettled and current.writes.keys() == again.writes.keys()):
                 break  # its locals (and the objects' attributes it writes) settled
             exits.append(again)
             current = again
-        after = merge(exits)
+        after = merge(exits, self.kept)
         if after is not None:
             _loosen(after, containers)
             for name in unsettled & after.locals.keys():  # still growing after the last round: any value
@@ -380,7 +385,9 @@ class Statements(Builtins):
                 res = self.exec_block(orelse, frame, after)
                 flow.returns += res.returns
                 flow.raises += res.raises
-                after = merge([s for s in [res.normal, *[e for e in exits if e is not state]] if s is not None])
+                after = merge(
+                    [s for s in [res.normal, *[e for e in exits if e is not state]] if s is not None], self.kept
+                )
         flow.normal = after
         return flow
 

@@ -181,3 +181,27 @@ def test_a_capture_method_prepares_its_dummy_batchs_lengths(check_speculator) ->
     assert [(f.code, f.line) for f in checked.findings if f.path.endswith("drafter.py")] == [
         ("SG104", checked.line("# flagged"))
     ]
+
+
+def test_a_partial_stored_on_one_path_of_a_setup_method(check_speculator) -> None:  # type: ignore[no-untyped-def]
+    checked = check_speculator(
+        """
+        import functools
+
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+        class RefreshingSpeculator(DraftModelSpeculator):
+            def __init__(self):
+                self._refresh = None
+
+            def set_attn(self, buffers):
+                if self.dcp_size > 1:  # the other path leaves the attribute as __init__ set it
+                    self._refresh = functools.partial(prepare_dcp_local_seq_lens, buffers)
+
+            def propose(self, num_reqs):
+                if self._refresh is not None:
+                    self._refresh(num_reqs)  # flagged
+                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_reqs)
+        """
+    )
+    assert [(f.code, f.line) for f in checked.findings] == [("SG104", checked.line("# flagged"))]
