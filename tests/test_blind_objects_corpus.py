@@ -20,8 +20,8 @@ SETS = {
     "first": ("blind_objects_r1", "blindobj", (52, 92), 42, 2),
     "second": ("blind_objects_r2", "blindobj2", (44, 87), 41, 7),
     "third": ("blind_objects_r3", "blindobj3", (55, 96), 55, 0),
-    "fourth": ("blind_objects_r4", "blindobj4", (64, 120), 58, 0),
-    "fifth": ("blind_objects_r5", "blindobj5", (64, 103), 61, 0),
+    "fourth": ("blind_objects_r4", "blindobj4", (64, 120), 59, 0),
+    "fifth": ("blind_objects_r5", "blindobj5", (64, 103), 62, 0),
 }
 
 

@@ -79,6 +79,14 @@ class Box:
 
 def bump(box, v):
     box.v = box.v + v
+
+
+class Slot:
+    v = 5
+
+    def set(self, v):
+        self.v = v
+        return self
 """
 
 NAMES = ["a", "b", "v0", "v1", "v2"]
@@ -116,6 +124,10 @@ def expression(draw: st.DrawFn, depth: int = 0, names: tuple[str, ...] = ("a", "
         st.tuples(sub, sub).map(lambda t: f"total(gen({t[0]}, {t[1]}))"),
         sub.map(lambda e: f"dict(k={e})['k']"),
         st.tuples(sub, sub, sub).map(lambda t: f"({t[0]} if {t[1]} > 0 else {t[2]})"),
+        sub.map(lambda e: f"(Slot().v + {e})"),
+        sub.map(lambda e: f"Slot().set({e}).v"),
+        st.tuples(sub, sub).map(lambda t: f"({t[0]} if (abs({t[1]}) is not None and {t[1]} > 0) else 2)"),
+        st.tuples(sub, sub).map(lambda t: f"(isinstance({t[0]}, int) or {t[1]})"),
         st.tuples(sub, sub).map(lambda t: f"({t[0]} or {t[1]})"),
         st.tuples(sub, sub).map(lambda t: f"({t[0]} and {t[1]})"),
     ]
