@@ -53,3 +53,33 @@ def test_a_port_of_the_base_is_a_base_and_its_subclasses_override(tmp_path: Path
     assert [
         f for f in result.findings if f.code == "SG102" and f.line < lines.index("class PortedEagle(PortedBase):")
     ] == []
+
+
+HANDS = """
+from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+from vllm.v1.worker.gpu.spec_decode.speculator import BaseSpeculator
+
+
+class HandingBase(BaseSpeculator):
+    def _build_attn_metadata(self, num_reqs, dcp_local_seq_lens=None):
+        if dcp_local_seq_lens is None:
+            dcp_local_seq_lens = prepare_dcp_local_seq_lens(self.buffers.dcp_local_seq_lens, self.buffers.seq_lens)
+        return build_attn_metadata(num_reqs=num_reqs, dcp_local_seq_lens=dcp_local_seq_lens)
+
+    def _build_uniform_attn_metadata(self, num_reqs, dcp_local_seq_lens=None):
+        if dcp_local_seq_lens is None:
+            dcp_local_seq_lens = self.buffers.dcp_local_seq_lens
+        return self._build_attn_metadata(num_reqs, dcp_local_seq_lens=dcp_local_seq_lens)  # flagged
+"""
+
+
+def test_a_helper_handing_the_other_helper_the_instances_lengths(tmp_path: Path, vllm_source) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "vllm").symlink_to(vllm_source("0.33.0"))
+    (tmp_path / "fork").mkdir()
+    (tmp_path / "fork" / "__init__.py").write_text("")
+    path = tmp_path / "fork" / "port.py"
+    path.write_text(textwrap.dedent(HANDS))
+    result = check_paths([tmp_path / "fork"], use_cache=False)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "# flagged" in text)
+    assert [(f.code, f.line) for f in result.findings] == [("SG105", line)]

@@ -50,7 +50,8 @@ class _Lengths(Hooks):
     def __init__(self, q: Question) -> None:
         self.q = q
         self.sinks, self.prepare = set(q.pack.metadata.sink), set(q.pack.dcp.prepare)
-        self.sites: list[tuple[ast.Call, Any, ast.AST | None]] = []
+        # (the call written in the helper that reaches the build, the build, its lengths, the argument passed)
+        self.sites: list[tuple[ast.AST, ast.Call, Any, ast.AST | None]] = []
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
@@ -64,7 +65,7 @@ class _Lengths(Hooks):
             value, passed, _ = bound.get(param, (ABSENT, None, ""))
             if value is ABSENT and any(kw.arg is None for kw in node.keywords) and "\0**" in kwargs:
                 value = UNKNOWN  # a `**` mapping the evaluation could not read may hold them
-            self.sites.append((node, value, passed))
+            self.sites.append((ev.calls[0] if ev.calls else node, node, value, passed))
             return UNKNOWN
         if target.name in self.prepare:
             return _prepared(ev, target.name, node, frame, state)
@@ -184,11 +185,20 @@ def judge(q: Question) -> Iterator[Judgement]:
     helpers = q.pack.speculators.shared_helpers
     dcp = q.pack.metadata.dcp_param or ""
     names = aliases(q, set(helpers))
+    judged = [
+        found
+        for scope in q.scopes
+        if scope.class_name in q.facts.base_classes and scope.node.name in helpers and q.facts.sink_accepts_dcp
+        for found in _judge_helper(q, scope)
+    ]
+    # a build that a helper reaches through the other helper is reported in that helper when it is stale there
+    # on its own; otherwise what this helper handed it made it so, and it is reported at this helper's call
+    direct = {build for judgement, build, through in judged if not through and judgement.decided}
+    yield from (judgement for judgement, build, through in judged if not (through and build in direct))
     for scope in q.scopes:
-        if scope.class_name in q.facts.base_classes and scope.node.name in helpers:
-            if q.facts.sink_accepts_dcp:
-                yield from _judge_helper(q, scope)
-        elif scope.class_name in q.facts.speculator_classes and _may_hand_lengths(scope, set(helpers), names, dcp):
+        is_helper = scope.class_name in q.facts.base_classes and scope.node.name in helpers
+        speculator = scope.class_name in q.facts.speculator_classes
+        if speculator and not is_helper and _may_hand_lengths(scope, set(helpers), names, dcp):
             yield from _judge_caller(q, scope, names - set(helpers))
 
 
@@ -244,43 +254,52 @@ def _ran(q: Question, scope: Scope, hooks: Hooks) -> bool:
     return True
 
 
-def _judge_helper(q: Question, scope: Scope) -> Iterator[Judgement]:
+def _judge_helper(q: Question, scope: Scope) -> Iterator[tuple[Judgement, int, bool]]:
+    """(judgement, the build it is about, whether this helper reaches it through a call) for the helper."""
     hooks = _Lengths(q)
     if not _ran(q, scope, hooks):
-        yield q.out_of_budget("SG105", scope)
+        yield q.out_of_budget("SG105", scope), 0, False
         return
     if not hooks.sites:
         return
-    stale = [(node, passed) for node, value, passed in hooks.sites if any(x.kind == STATE for x in labels_of(value))]
+    stale = [site for site in hooks.sites if any(x.kind == STATE for x in labels_of(site[2]))]
     sink, prepare, dcp = q.pack.metadata.sink[0], q.pack.dcp.prepare[0], q.pack.metadata.dcp_param
     if stale:
-        node, passed = stale[0]
+        node, build, _, passed = stale[0]
         handed = ast.unparse(passed.value if isinstance(passed, ast.keyword) else passed) if passed is not None else dcp
-        yield q.judgement(
-            "SG105",
-            scope,
-            node,
-            f"shared helper `{scope.qualname}` hands `{sink}` DCP rank-local lengths that are not the draft's own "
-            f"on some path (`{handed}`: the instance's state, which the target model prepared, not recomputed "
-            f"there by `{prepare}` and not from the caller); draft steps then attend with the target's stale "
-            f"lengths",
+        yield (
+            q.judgement(
+                "SG105",
+                scope,
+                node,
+                f"shared helper `{scope.qualname}` hands `{sink}` DCP rank-local lengths that are not the draft's own "
+                f"on some path (`{handed}`: the instance's state, which the target model prepared, not recomputed "
+                f"there by `{prepare}` and not from the caller); draft steps then attend with the target's stale "
+                f"lengths",
+            ),
+            id(build),
+            node is not build,
         )
         return
-    if all(value is ABSENT or plain(value) is None for _, value, _ in hooks.sites):
-        node = hooks.sites[0][0]
-        yield q.judgement(
-            "SG105",
-            scope,
-            node,
-            f"shared helper `{scope.qualname}` calls `{sink}` without recomputing DCP rank-local sequence "
-            f"lengths (no `{prepare}` before it and no `{dcp}` from the caller); draft steps then attend with the "
-            f"target's stale lengths",
+    if all(value is ABSENT or plain(value) is None for _, _, value, _ in hooks.sites):
+        node, build = hooks.sites[0][:2]
+        yield (
+            q.judgement(
+                "SG105",
+                scope,
+                node,
+                f"shared helper `{scope.qualname}` calls `{sink}` without recomputing DCP rank-local sequence "
+                f"lengths (no `{prepare}` before it and no `{dcp}` from the caller); draft steps then attend with the "
+                f"target's stale lengths",
+            ),
+            id(build),
+            node is not build,
         )
         return
-    for node, value, _ in hooks.sites:
+    for node, build, value, _ in hooks.sites:
         if any(x.kind == STATE for x in maybe_of(value)):
             why = "; ".join(why_of(value)) or "a value it could not evaluate"
-            yield q.undecided("SG105", scope, node, f"`{dcp}=` of `{sink}`", why)
+            yield q.undecided("SG105", scope, node, f"`{dcp}=` of `{sink}`", why), id(build), node is not build
             return
 
 
