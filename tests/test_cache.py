@@ -12,7 +12,8 @@ from pathlib import Path
 from specguard.composition import check_paths
 from specguard.settings import Settings
 
-BASE = "class DraftModelSpeculator:\n    pass\n"
+# the speculator base defines the shared helper, as vLLM's does (a speculator below one that defines none is a base)
+BASE = "class DraftModelSpeculator:\n    def _build_attn_metadata(self, n):\n        return None\n"
 LEAF = textwrap.dedent("""
     from fork.base import Mid
     from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
