@@ -26,6 +26,7 @@ from specguard.evaluation.values import (
     ClassRef,
     Function,
     Many,
+    Mapping,
     Method,
     Obj,
     OneOf,
@@ -93,6 +94,14 @@ class Calls(Builtins):
         if _any_callable(func):  # each is called as written here: a client sees each call
             return _joined_calls(func, lambda option: self._dispatch(option, args, kwargs, e, frame, state))
         return self._dispatch(func, args, kwargs, e, frame, state)
+
+    def _spread_value(self, spread: Any) -> Any:
+        """What a parameter may get from a `**` mapping the evaluation cannot list: one of its values (iterating a
+        mapping gives its keys; binding gives the value under the parameter's name)."""
+        inner = plain(spread)
+        if isinstance(inner, Mapping):
+            return with_labels(inner.value, inner.labels)
+        return self.element_of(spread)
 
     def _dispatch(
         self, func: Any, args: list[Any], kwargs: dict[str, Any], e: ast.Call, frame: Frame, state: State
@@ -291,7 +300,7 @@ class Calls(Builtins):
             elif param.arg in kwargs:
                 out[param.arg] = kwargs[param.arg]
             elif unknown_rest or STAR_KWARGS in kwargs:
-                out[param.arg] = self.element_of(spread) if STAR_KWARGS in kwargs else UNKNOWN
+                out[param.arg] = self._spread_value(spread) if STAR_KWARGS in kwargs else UNKNOWN
             elif defaults[i] is not None:
                 out[param.arg] = self._default(defaults[i], func, depth)
             else:
@@ -302,7 +311,7 @@ class Calls(Builtins):
             if param.arg in kwargs:
                 out[param.arg] = kwargs[param.arg]
             elif STAR_KWARGS in kwargs:
-                out[param.arg] = self.element_of(spread)
+                out[param.arg] = self._spread_value(spread)
             elif default is not None:
                 out[param.arg] = self._default(default, func, depth)
             else:

@@ -33,11 +33,13 @@ from specguard.evaluation.values import (
     Function,
     Label,
     Many,
+    Mapping,
     Method,
     Obj,
     Opaque,
     Partial,
     plain,
+    with_labels,
 )
 from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
@@ -224,6 +226,10 @@ def bind_arguments(
             continue
         passed = keyword_nodes.get(name) or nodes.get(name)
         out[name] = (value, passed if passed is not None else spread, "" if passed is not None else "**")
+    mapping = plain(all_kwargs.get(STAR_KWARGS))
+    key = plain(mapping.key) if isinstance(mapping, Mapping) else None
+    if isinstance(key, str) and key not in out:  # a dict of one known key, on some paths only (`if` in a dict comp)
+        out[key] = (with_labels(mapping.value, mapping.labels), spread, "**")  # type: ignore[union-attr]
     if target.function is not None and not isinstance(target.function.node, ast.Lambda):
         spec = target.function.node.args
         params = [p.arg for p in (*spec.posonlyargs, *spec.args)]

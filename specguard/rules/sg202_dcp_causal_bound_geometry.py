@@ -185,11 +185,14 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
                 f"`{scope.qualname}` expands {names} to one row per query token (by {', '.join(by)}) but hands "
                 f"`{bound_name}` to `{entry}` per request; expand it the same way (index it by the same row map)"
             )
-        elif not _maps(bound) & set(by):
+        elif set(by) - _maps(bound):
+            # on a path where the rows are expanded by a map the bound never carries, the bound is per request or
+            # expanded another way
+            other = sorted(set(by) - _maps(bound))
             message = (
-                f"`{scope.qualname}` expands {names} to one row per query token by {', '.join(by)} but "
-                f"`{bound_name}` by {', '.join(sorted(_maps(bound)))}, another row geometry; index it by the "
-                f"same row map"
+                f"`{scope.qualname}` expands {names} to one row per query token by {', '.join(other)} but "
+                f"`{bound_name}` only by {', '.join(sorted(_maps(bound)))}, another row geometry on that path; "
+                f"index it by the same row map"
             )
         else:
             continue
