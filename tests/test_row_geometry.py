@@ -67,6 +67,22 @@ FLAGGED = {
             block_table, seq_lens, _ = impl._rows(decode, q.shape[0])
             return launch(query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens)  # flagged
     """,
+    # blind set 6: a uniform fast path expands by repeat_interleave, a ragged one by a row map; the bound follows
+    # only the row map
+    "the bound follows one of two row maps": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, ragged, n):
+                block_table, seq_lens, row_req = decode.block_table, decode.seq_lens, None
+                if ragged:
+                    block_table, seq_lens, row_req = self._rows(decode, q.shape[0])
+                else:
+                    block_table, seq_lens = block_table.repeat_interleave(n, dim=0), seq_lens.repeat_interleave(n)
+                bound = decode.dcp_tot_seq_lens
+                if row_req is not None:
+                    bound = bound[row_req]
+                extra = {"causal_seqlens_kv_global": bound}  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
 }
 
 CLEAN = {
@@ -125,3 +141,24 @@ def test_a_bound_that_does_not_follow_the_rows_is_flagged(source: str) -> None:
 @pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
 def test_a_bound_expanded_by_the_same_map_is_not(source: str) -> None:
     assert check_source(HEAD + textwrap.dedent(source)) == []
+
+
+def test_a_bound_that_may_be_in_a_mapping_it_cannot_read_is_not_decided(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from specguard.composition import check_paths
+
+    source = HEAD + textwrap.dedent(
+        """
+        class Impl:
+            def forward_mqa(self, q, kv_cache, decode, launch_kwargs):
+                # launch_kwargs: the builder's, with causal_seqlens_kv_global among them
+                block_table, seq_lens, _ = Launcher()._rows(decode, q.shape[0])
+                return trtllm_batch_decode_with_kv_cache_mla(
+                    query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens, **launch_kwargs
+                )
+        """
+    )
+    (tmp_path / "impl.py").write_text(source)
+    result = check_paths([tmp_path / "impl.py"], use_cache=False)
+    assert result.findings == []
+    [(_, judgement)] = result.undecided
+    assert judgement.code == "SG202" and "`**launch_kwargs` may hold it" in judgement.why

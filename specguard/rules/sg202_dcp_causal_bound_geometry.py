@@ -10,6 +10,7 @@ from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.values import (
     NOT_HANDLED,
+    STAR_KWARGS,
     UNKNOWN,
     Abstract,
     Label,
@@ -45,6 +46,7 @@ from specguard.rules.judging import (
 ROW_MAP, ROWS = "row-map", "rows"
 GATHERS = frozenset({"index_select"})  # `x.index_select(dim, rows)`: a gather by a row map, as `x[rows]` is
 ABSENT: Any = object()
+UNREAD: Any = object()  # the bound may be in a `**` mapping the evaluation could not read
 
 
 class _Rows(Hooks):
@@ -105,7 +107,10 @@ class _Rows(Hooks):
         else:
             values = {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
         rows = {p: values[p] for p in self.row_params if p in values}
-        self.sites.append((ev.calls[0] if ev.calls else node, rows, values.get(self.bound, ABSENT), node))
+        # a `**` mapping the evaluation cannot list may hold the bound: not absent, not known
+        unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
+        bound = values.get(self.bound, UNREAD if unread else ABSENT)
+        self.sites.append((ev.calls[0] if ev.calls else node, rows, bound, node))
 
 
 def _identity(value: Any, text: str) -> str:
@@ -173,6 +178,11 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         expanded = {p: _maps(v) for p, v in rows.items() if _maps(v)}
         if not expanded or bound is ABSENT:
             continue
+        if bound is UNREAD:
+            spread = next((kw.value for kw in kernel.keywords if kw.arg is None), kernel)
+            why = f"`**{ast.unparse(spread)}` may hold it, and the evaluation cannot read that mapping"
+            yield q.undecided("SG202", scope, where, f"`{q.pack.mla.global_bound_param}=` of the launch", why)
+            return
         names = " and ".join(f"`{p}`" for p in expanded)
         by = sorted(set().union(*expanded.values()))
         node = _bound_node(scope, bound_name) or where
