@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from specguard.analysis.engine import CheckResult
 from specguard.composition import check_paths
 
 PORT = """
@@ -34,13 +35,18 @@ class LegacyDrafter(DraftModelSpeculator):
 """
 
 
+def _check(root: Path, vllm: Path, text: str) -> tuple[Path, CheckResult]:
+    """`text` as fork/port.py beside vLLM's real tree, checked as `specguard check fork`."""
+    (root / "vllm").symlink_to(vllm)
+    (root / "fork").mkdir()
+    (root / "fork" / "__init__.py").write_text("")
+    path = root / "fork" / "port.py"
+    path.write_text(textwrap.dedent(text))
+    return path, check_paths([root / "fork"], use_cache=False)
+
+
 def test_a_port_of_the_base_is_a_base_and_its_subclasses_override(tmp_path: Path, vllm_source) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "vllm").symlink_to(vllm_source("0.33.0"))
-    (tmp_path / "fork").mkdir()
-    (tmp_path / "fork" / "__init__.py").write_text("")
-    path = tmp_path / "fork" / "port.py"
-    path.write_text(textwrap.dedent(PORT))
-    result = check_paths([tmp_path / "fork"], use_cache=False)
+    path, result = _check(tmp_path, vllm_source("0.33.0"), PORT)
     lines = path.read_text().splitlines()
 
     def where(finding) -> str:  # type: ignore[no-untyped-def]
@@ -75,11 +81,6 @@ class HandingBase(BaseSpeculator):
 
 
 def test_a_helper_handing_the_other_helper_the_instances_lengths(tmp_path: Path, vllm_source) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "vllm").symlink_to(vllm_source("0.33.0"))
-    (tmp_path / "fork").mkdir()
-    (tmp_path / "fork" / "__init__.py").write_text("")
-    path = tmp_path / "fork" / "port.py"
-    path.write_text(textwrap.dedent(HANDS))
-    result = check_paths([tmp_path / "fork"], use_cache=False)
+    path, result = _check(tmp_path, vllm_source("0.33.0"), HANDS)
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "# flagged" in text)
     assert [(f.code, f.line) for f in result.findings] == [("SG105", line)]

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import textwrap
+
+import pytest
+
 
 def test_a_managers_configured_mode_does_not_guard_the_batch(check_speculator) -> None:  # type: ignore[no-untyped-def]
     checked = check_speculator(
@@ -74,28 +78,6 @@ def test_a_bool_operand_decides_an_and_with_a_false_one(check_speculator) -> Non
         """
     )
     assert not checked.findings and not checked.undecided
-
-
-def test_a_partial_set_in_one_method_shadows_the_class_default(check_speculator) -> None:  # type: ignore[no-untyped-def]
-    checked = check_speculator(
-        """
-        import functools
-
-        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
-
-        class RefreshingSpeculator(DraftModelSpeculator):
-            _refresh = None
-
-            def set_attn(self, buffers):
-                self._refresh = functools.partial(prepare_dcp_local_seq_lens, buffers)
-
-            def propose(self, num_reqs):
-                if self._refresh is not None:
-                    self._refresh(num_reqs)  # flagged
-                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_reqs)
-        """
-    )
-    assert [(f.code, f.line) for f in checked.findings] == [("SG104", checked.line("# flagged"))]
 
 
 def test_a_holder_from_another_module_whose_method_prepares(check_speculator) -> None:  # type: ignore[no-untyped-def]
@@ -183,25 +165,41 @@ def test_a_capture_method_prepares_its_dummy_batchs_lengths(check_speculator) ->
     ]
 
 
-def test_a_partial_stored_on_one_path_of_a_setup_method(check_speculator) -> None:  # type: ignore[no-untyped-def]
-    checked = check_speculator(
-        """
-        import functools
+STORED_PARTIALS = {
+    "over a class-level default": """
+        class RefreshingSpeculator(DraftModelSpeculator):
+            _refresh = None
 
-        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
-
+            def set_attn(self, buffers):
+                self._refresh = functools.partial(prepare_dcp_local_seq_lens, buffers)
+    """,
+    # the other path of set_attn leaves the attribute as __init__ set it
+    "on one path of a setup method": """
         class RefreshingSpeculator(DraftModelSpeculator):
             def __init__(self):
                 self._refresh = None
 
             def set_attn(self, buffers):
-                if self.dcp_size > 1:  # the other path leaves the attribute as __init__ set it
+                if self.dcp_size > 1:
                     self._refresh = functools.partial(prepare_dcp_local_seq_lens, buffers)
+    """,
+}
 
-            def propose(self, num_reqs):
-                if self._refresh is not None:
-                    self._refresh(num_reqs)  # flagged
-                return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_reqs)
-        """
+
+@pytest.mark.parametrize("setup", STORED_PARTIALS.values(), ids=list(STORED_PARTIALS))
+def test_a_partial_another_method_stored_is_called(check_speculator, setup: str) -> None:  # type: ignore[no-untyped-def]
+    head = "import functools\n\nfrom vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens\n"
+    checked = check_speculator(
+        head
+        + textwrap.dedent(setup)
+        + textwrap.indent(
+            textwrap.dedent("""
+                def propose(self, num_reqs):
+                    if self._refresh is not None:
+                        self._refresh(num_reqs)  # flagged
+                    return self._build_draft_attn_metadata(num_reqs=num_reqs, num_tokens_padded=num_reqs)
+            """),
+            "    ",
+        )
     )
     assert [(f.code, f.line) for f in checked.findings] == [("SG104", checked.line("# flagged"))]
