@@ -44,7 +44,7 @@ from specguard.evaluation.values import (
 from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.packs import Pack
-from specguard.program.ast_tools import FUNCTIONS, has_decorator, same_scope, span
+from specguard.program.ast_tools import FUNCTIONS, dotted, has_decorator, same_scope, span
 from specguard.program.tree import ClassInfo, ParsedModule, read_class
 
 BUDGET = 40_000  # evaluation steps per function a rule asks about; more is "not decided (budget)"
@@ -340,6 +340,7 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
             reaching[module.name] = _reaching(texts, pattern)
         return reaching[module.name]
 
+    inherited = {dotted(base) for cls in q.module.classes.values() for base in cls.bases}
     for local, target in q.facts.imports:
         resolved = q.program.resolve(q.module.name, local)
         if isinstance(resolved, str):  # `from pkg import module`, `import pkg.module as m`
@@ -350,9 +351,9 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
             continue
         if isinstance(resolved, ClassInfo) and target.rpartition(".")[2] not in names:
             owner = q.program.module(resolved.module)
-            if owner is not None:
+            if owner is not None and local not in inherited:  # a base's methods are `reaching_methods`'
                 texts = {name: definition_text(owner, node) for name, node in resolved.methods.items()}
-                found |= _reaching(texts, pattern)
+                found |= {name for name in _reaching(texts, pattern) if not _dunder(name)}
             continue
         function = isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef))
         if function and target.rpartition(".")[2] not in names:
@@ -366,6 +367,11 @@ def reaching_functions(q: Question, pattern: re.Pattern[str]) -> set[str]:
     """Module-level functions of this module whose text `pattern` finds, or that name such a function, however
     many lie between (a preselection by reading; the evaluation decides)."""
     return _reaching({name: definition_text(q.module, node) for name, node in q.module.functions.items()}, pattern)
+
+
+def _dunder(name: str) -> bool:
+    """`__init__`, `__post_init__`: named by every subclass's `super()` call, never a holder's own work."""
+    return name.startswith("__") and name.endswith("__")
 
 
 def _reaching(texts: dict[str, str], pattern: re.Pattern[str]) -> set[str]:
