@@ -101,3 +101,17 @@ def test_shared_work_a_dead_sibling_took_reruns_here() -> None:
 def test_shared_work_without_workers_runs_here() -> None:
     with Workers(0) as pool:
         assert pool.shared(lambda n: (n, os.getpid()), 3) == [(n, os.getpid()) for n in range(3)]
+
+
+def test_shared_work_a_stuck_sibling_took_reruns_here() -> None:
+    parent = os.getpid()
+
+    def stuck_in_the_sibling(n: int) -> tuple[int, int]:
+        if os.getpid() != parent:
+            time.sleep(5)  # far longer than the patience below: stuck, as far as the parent can tell
+        return n * 3, os.getpid()
+
+    with Workers(1) as pool:
+        results = pool.shared(stuck_in_the_sibling, 20, patience=0.2)
+    assert [value for value, _ in results] == [n * 3 for n in range(20)]
+    assert {pid for _, pid in results} == {parent}, "the parent waited for the stuck sibling's answer"

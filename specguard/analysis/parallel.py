@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
 R = TypeVar("R")
+# How long, at least, the main process waits for its sibling's judgements once it has none left to take.
+_PATIENCE = 30.0
 Job = tuple[Any, ...]
 
 
@@ -118,11 +121,13 @@ class Workers:
                 results.append(self._isolated(fn, job, on_crash))
         return results
 
-    def shared(self, fn: Callable[[int], R], count: int) -> list[R]:
+    def shared(self, fn: Callable[[int], R], count: int, patience: float = _PATIENCE) -> list[R]:
         """fn(i) for i in range(count), in this process and in one forked from it now (so it holds all this one
         has computed: the project's index, the bytes read), each taking the next i from a shared counter: the
         caller orders the work largest first. fn must leave nothing in its process that the run needs: the
-        sibling's results come back by pipe, and what the sibling took but did not send (it died) runs here."""
+        sibling's results come back by pipe, and what the sibling took but did not send runs here: where it
+        died, or where it has not answered within `patience` seconds (or four times what this process took)
+        after this process ran out of work, as a child forked beside threads can deadlock."""
         if self.pool is None or count < 2:
             return [fn(i) for i in range(count)]
         counter = self.ctx.Value("i", 0)
@@ -143,9 +148,13 @@ class Workers:
         process = self.ctx.Process(target=sibling, daemon=True)
         process.start()
         writer.close()
+        started = time.monotonic()
         results = dict(_taken(fn, take, count))
-        with contextlib.suppress(EOFError, OSError):  # the sibling died: what it took runs below
-            results.update(reader.recv())
+        if reader.poll(max(patience, 4 * (time.monotonic() - started))):  # its answer, or its end
+            with contextlib.suppress(EOFError, OSError):  # the sibling died: what it took runs below
+                results.update(reader.recv())
+        else:
+            process.kill()
         process.join()
         return [results[i] if i in results else fn(i) for i in range(count)]
 
