@@ -285,8 +285,7 @@ class ObjectModel:
         if written is NOT_HANDLED:
             return found
         default = self._class_member(base.cls, attr, base, state, depth, instance=True, missing=MISSING, defaults=True)
-        default = found if default is MISSING or default is _DECLARED else default
-        return join_values([(default, frozenset()), (written, frozenset())])
+        return _or_written(found if default is MISSING or default is _DECLARED else default, written)
 
     def _held_field(self, base: Obj, attr: str) -> Any:
         """A field of an object an instance attribute holds: its value joined with what the methods of its class
@@ -295,9 +294,7 @@ class ObjectModel:
         if base.cls is None or not writers(base.cls, self.tree, attr):
             return value
         written = self.hooks.instance_attribute(self, Obj(base.cls, label="self"), attr)  # type: ignore[arg-type]
-        if written is NOT_HANDLED:
-            return value
-        return join_values([(value, frozenset()), (written, frozenset())])
+        return value if written is NOT_HANDLED else _or_written(value, written)
 
     # ---- instances known only by their class (an annotation) -------------------------------------------------
 
@@ -834,3 +831,8 @@ def _is_dataclass(cls: ClassInfo) -> bool:
 
 def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
+
+
+def _or_written(value: Any, written: Any) -> Any:
+    """An attribute's value as read, or what the methods that write it wrote since (`_shadowed`, `_held_field`)."""
+    return join_values([(value, frozenset()), (written, frozenset())])

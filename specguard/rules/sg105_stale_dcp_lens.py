@@ -185,20 +185,15 @@ def judge(q: Question) -> Iterator[Judgement]:
     helpers = q.pack.speculators.shared_helpers
     dcp = q.pack.metadata.dcp_param or ""
     names = aliases(q, set(helpers))
-    judged = [
-        found
-        for scope in q.scopes
-        if scope.class_name in q.facts.base_classes and scope.node.name in helpers and q.facts.sink_accepts_dcp
-        for found in _judge_helper(q, scope)
-    ]
+    shared = [s for s in q.scopes if s.class_name in q.facts.base_classes and s.node.name in helpers]
+    judged = [found for scope in shared if q.facts.sink_accepts_dcp for found in _judge_helper(q, scope)]
     # a build that a helper reaches through the other helper is reported in that helper when it is stale there
     # on its own; otherwise what this helper handed it made it so, and it is reported at this helper's call
     direct = {build for judgement, build, through in judged if not through and judgement.decided}
     yield from (judgement for judgement, build, through in judged if not (through and build in direct))
     for scope in q.scopes:
-        is_helper = scope.class_name in q.facts.base_classes and scope.node.name in helpers
         speculator = scope.class_name in q.facts.speculator_classes
-        if speculator and not is_helper and _may_hand_lengths(scope, set(helpers), names, dcp):
+        if speculator and scope not in shared and _may_hand_lengths(scope, set(helpers), names, dcp):
             yield from _judge_caller(q, scope, names - set(helpers))
 
 
