@@ -757,7 +757,7 @@ class ObjectModel:
                     return UNKNOWN
                 if isinstance(value, (Obj, EnumMember, ClassRef, Function, Bound)):
                     continue
-                if isinstance(value, pytype) and not (pytype is int and isinstance(value, bool)):
+                if isinstance(value, pytype):  # as CPython: a bool is an int
                     return True
             elif isinstance(t, ClassRef):
                 cls = value.cls if isinstance(value, (Obj, EnumMember)) else None
