@@ -83,6 +83,45 @@ FLAGGED = {
                 extra = {"causal_seqlens_kv_global": bound}  # flagged
                 return self._launch(q, kv_cache, block_table, seq_lens, extra)
     """,
+    # path by path: what joined paths hid
+    "the rows expanded on one branch of a test, the bound on the other": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, causal, n):
+                block_table, seq_lens, bound = decode.block_table, decode.seq_lens, decode.dcp_tot_seq_lens
+                if not causal:
+                    block_table, seq_lens = block_table.repeat_interleave(n, dim=0), seq_lens.repeat_interleave(n)
+                else:
+                    bound = bound.repeat_interleave(n)
+                extra = {"causal_seqlens_kv_global": bound}  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
+    # blind set 6: the bound indexed under a narrower test than the rows (a uniform batch only)
+    "the bound indexed by the row map only for a uniform batch": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, causal, uniform):
+                block_table, seq_lens, row_req = decode.block_table, decode.seq_lens, None
+                if not causal:
+                    block_table, seq_lens, row_req = self._rows(decode, q.shape[0])
+                bound = decode.dcp_tot_seq_lens
+                if uniform and row_req is not None:
+                    bound = bound[row_req]
+                extra = {"causal_seqlens_kv_global": bound}  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
+    # blind set 6: a conditional expression under an environment flag
+    "the bound indexed only under a flag, in a conditional expression": """
+        import os
+
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, causal):
+                block_table, seq_lens, row_req = decode.block_table, decode.seq_lens, None
+                if not causal:
+                    block_table, seq_lens, row_req = self._rows(decode, q.shape[0])
+                flag = os.environ.get("EXPAND_BOUND") == "1"
+                g = decode.dcp_tot_seq_lens
+                extra = {"causal_seqlens_kv_global": g[row_req] if row_req is not None and flag else g}  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
 }
 
 CLEAN = {
@@ -121,6 +160,40 @@ CLEAN = {
             return launch(
                 query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens, causal_seqlens_kv_global=bound
             )
+    """,
+    # path by path: tests that depend on each other are taken together
+    "the bound indexed where the row map exists (vLLM 0.33)": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, causal, multi_token):
+                block_table, seq_lens, row_req = decode.block_table, decode.seq_lens, None
+                if not causal:
+                    if multi_token:
+                        block_table, seq_lens, row_req = self._rows(decode, q.shape[0])
+                bound = decode.dcp_tot_seq_lens
+                if row_req is not None:
+                    bound = bound[row_req]
+                return self._launch(q, kv_cache, block_table, seq_lens, {"causal_seqlens_kv_global": bound})
+    """,
+    "the bound repeated under the same tests as the rows": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, causal, n):
+                block_table, seq_lens, bound = decode.block_table, decode.seq_lens, decode.dcp_tot_seq_lens
+                if not causal:
+                    if n > 1:
+                        block_table, seq_lens = block_table.repeat_interleave(n, dim=0), seq_lens.repeat_interleave(n)
+                if not causal and n > 1:
+                    bound = bound.repeat_interleave(n)
+                return self._launch(q, kv_cache, block_table, seq_lens, {"causal_seqlens_kv_global": bound})
+    """,
+    "the bound expanded where it is not None": """
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, causal, n):
+                block_table, seq_lens, bound = decode.block_table, decode.seq_lens, decode.dcp_tot_seq_lens
+                if not causal:
+                    block_table, seq_lens = block_table.repeat_interleave(n, dim=0), seq_lens.repeat_interleave(n)
+                    if bound is not None:
+                        bound = bound.repeat_interleave(n)
+                return self._launch(q, kv_cache, block_table, seq_lens, {"causal_seqlens_kv_global": bound})
     """,
     "nothing expanded": """
         class Impl(Launcher):
@@ -162,3 +235,26 @@ def test_a_bound_that_may_be_in_a_mapping_it_cannot_read_is_not_decided(tmp_path
     assert result.findings == []
     [(_, judgement)] = result.undecided
     assert judgement.code == "SG202" and "`**launch_kwargs` may hold it" in judgement.why
+
+
+def test_more_paths_than_it_follows_are_not_decided(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Six tests that each expand the rows and the bound their own way (64 paths, more than it follows): listed as
+    not decided, not passed as if each path were seen."""
+    from specguard.composition import check_paths
+
+    expand = "block_table, bound = block_table.repeat_interleave(n{0}, dim=0), bound.repeat_interleave(n{0})"
+    tests = "\n".join(f"                if t{i}:\n                    {expand.format(i)}" for i in range(6))
+    source = HEAD + textwrap.dedent(
+        f"""
+        class Impl(Launcher):
+            def forward_mqa(self, q, kv_cache, decode, n0, n1, n2, n3, n4, n5, t0, t1, t2, t3, t4, t5):
+                block_table, seq_lens, bound = decode.block_table, decode.seq_lens, decode.dcp_tot_seq_lens
+{tests}
+                return self._launch(q, kv_cache, block_table, seq_lens, {{"causal_seqlens_kv_global": bound}})
+        """
+    )
+    (tmp_path / "impl.py").write_text(source)
+    result = check_paths([tmp_path / "impl.py"], use_cache=False)
+    assert result.findings == []
+    [(_, judgement)] = result.undecided
+    assert judgement.code == "SG202" and "more than 32 paths" in judgement.why

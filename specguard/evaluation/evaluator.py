@@ -32,6 +32,7 @@ from typing import Any
 from specguard.evaluation import environment
 from specguard.evaluation.budget import RULES_WORK, Budget
 from specguard.evaluation.calls import Calls
+from specguard.evaluation.choices import Choices
 from specguard.evaluation.expressions import Expressions
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.nodes import assigned_names, dropped_calls, own_nodes
@@ -99,6 +100,8 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         # when something reads the attribute (a Deferred), so the calls behind attributes no one reads cost nothing.
         self.lazy_owner: Obj | None = None
         self.outcomes: list[Outcome] = []
+        # Path by path (see `choices`): which side of each undecided test of the run function's own body to take
+        self.choices: Choices | None = None
         self.calls: list[ast.AST] = []  # the call nodes being inlined, outermost first
         self._reading: ast.AST | None = None  # the attribute being read (a property it runs is called there)
         self.yields: list[list[tuple[Any, frozenset]]] = []  # per generator being run: (what it yields, on which path)

@@ -304,7 +304,19 @@ class Expressions(Builtins):
             return self.eval(e.body, frame, state)
         if truth is False:
             return self.eval(e.orelse, frame, state)
-        a, b = self._branch_value(e.body, frame, state), self._branch_value(e.orelse, frame, state)
+        side = self.choices.take(e.test) if self.choices is not None and frame.depth == 0 else None
+        if side is not None:  # path by path (see `choices`): this run takes one side
+            return self.eval(e.body if side else e.orelse, frame, state)
+        noting = self.choices if self.choices is not None and frame.depth == 0 else None
+        if noting is not None:
+            noting.joining += 1
+        try:
+            a, b = self._branch_value(e.body, frame, state), self._branch_value(e.orelse, frame, state)
+        finally:
+            if noting is not None:
+                noting.joining -= 1
+        if noting is not None:  # where it matters path by path
+            noting.note_values(e.test, a, b)
         if a is _RAISED or b is _RAISED:  # one side raises: the value, where there is one, is the other's
             if a is b:
                 raise PathEnds

@@ -7,6 +7,7 @@ import ast
 import operator
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from specguard.evaluation import environment
@@ -345,7 +346,7 @@ class ObjectModel:
         if isinstance(inner, Sym):  # an attribute known by its name only: what the annotation says it is
             return with_labels(promise, inner.labels)
         if isinstance(inner, Abstract) and inner.kind is None and isinstance(promise, Abstract):
-            return Abstract(inner.labels, inner.maybe, inner.why, inner.length, promise.kind)
+            return replace(inner, kind=promise.kind)
         if isinstance(inner, Many) and isinstance(promise, Many):
             return Many(self.kind_from(inner.element, promise.element), inner.labels)
         if isinstance(inner, tuple) and isinstance(promise, tuple) and len(inner) == len(promise):
@@ -630,6 +631,8 @@ class ObjectModel:
     def _identical(self, a: Any, b: Any) -> Any:
         if isinstance(a, Sym) and isinstance(b, Sym) and a.name == b.name:
             return True
+        if a is None and isinstance(b, Abstract) and b.exists or b is None and isinstance(a, Abstract) and a.exists:
+            return False
         if is_unknown(a) or is_unknown(b):
             return UNKNOWN
         if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):

@@ -215,9 +215,10 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
     typed = [value for value, _ in options if plain(value) is not None]
     kinds = {value.kind for value in typed if isinstance(value, Abstract)}
     kind = kinds.pop() if len(kinds) == 1 and all(isinstance(v, Abstract) for v in typed) else None
+    exists = all(isinstance(value, Abstract) and value.exists for value, _ in options)
     if not (labels or maybe) and length is None and kind is None:
         return UNKNOWN
-    return Abstract(bounded(labels), bounded(maybe - labels), why[:4], length, kind)
+    return Abstract(bounded(labels), bounded(maybe - labels), why[:4], length, kind, exists=exists)
 
 
 def _join_containers(options: list[tuple[Any, frozenset]]) -> Any:

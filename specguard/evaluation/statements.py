@@ -39,6 +39,7 @@ from specguard.evaluation.values import (
     known,
     labels_of,
     maybe_of,
+    not_none,
     plain,
     same_value,
     settled,
@@ -286,7 +287,7 @@ class Statements(Builtins):
             return Flow(normal=state)
         # no test on the way on: every run that gets past the assertion has it hold, so what follows does not
         # depend on it (its failing side is the raise recorded above)
-        passing = state
+        passing = self.narrow(stmt.test, True, frame, state)
         return Flow(
             normal=passing, raises=[replace(state.copy(failing), raised=exceptions.python_lineage("AssertionError"))]
         )
@@ -497,17 +498,30 @@ class Statements(Builtins):
             return self.exec_block(body, frame, state)
         if truth is False:
             return self.exec_block(orelse, frame, state)
-        if not self.is_doubt(value):
-            yes = self.exec_block(body, frame, self.fork(state))
-            no = self.exec_block(orelse, frame, self.fork(state))
-            return self._parallel(yes, no)
-        cond = self.cond(test, frame.module)
-        if (cond, True) in state.path:
-            return self.exec_block(body, frame, state)
-        if (cond, False) in state.path:
-            return self.exec_block(orelse, frame, state)
-        yes = self.exec_block(body, frame, self.fork(state, state.path | {(cond, True)}))
-        no = self.exec_block(orelse, frame, self.fork(state, state.path | {(cond, False)}))
+        side = self.choices.take(test) if self.choices is not None and frame.depth == 0 else None
+        if side is not None:  # path by path (see `choices`): this run takes one side
+            self.narrow(test, side, frame, state)
+            return self.exec_block(body if side else orelse, frame, state)
+        if self.is_doubt(value):
+            cond = self.cond(test, frame.module)
+            if (cond, True) in state.path:
+                return self.exec_block(body, frame, state)
+            if (cond, False) in state.path:
+                return self.exec_block(orelse, frame, state)
+            paths = state.path | {(cond, True)}, state.path | {(cond, False)}
+        else:
+            paths = state.path, state.path
+        noting = self.choices if self.choices is not None and frame.depth == 0 else None
+        if noting is not None:
+            noting.joining += 1
+        try:
+            yes = self.exec_block(body, frame, self.narrow(test, True, frame, self.fork(state, paths[0])))
+            no = self.exec_block(orelse, frame, self.narrow(test, False, frame, self.fork(state, paths[1])))
+        finally:
+            if noting is not None:
+                noting.joining -= 1
+        if noting is not None:  # where it matters path by path
+            noting.note_states(test, yes.normal, no.normal)
         return self._parallel(yes, no)
 
     def is_doubt(self, value: Any) -> bool:
@@ -520,7 +534,41 @@ class Statements(Builtins):
         subjects = self.hooks.subjects
         return bool(subjects) and any(x.kind in subjects for x in labels_of(value) | maybe_of(value))
 
+    def narrow(self, test: ast.expr, truth: bool, frame: Frame, state: State) -> State:
+        """`state` on a path where `test` is `truth`: a name or attribute tested `is None` there is None, one
+        tested `is not None` is not (an unknown object stays one, now known to exist); through `not`, and the
+        parts of an `and` that holds or an `or` that does not."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.narrow(test.operand, not truth, frame, state)
+        if isinstance(test, ast.BoolOp) and truth == isinstance(test.op, ast.And):
+            for part in test.values:
+                self.narrow(part, truth, frame, state)
+            return state
+        if not (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None
+            and isinstance(test.left, (ast.Name, ast.Attribute))
+        ):
+            return state
+        target = test.left
+        if isinstance(target, ast.Name) and target.id not in state.locals:
+            return state
+        current = self.eval(target, frame, state)
+        value = None if isinstance(test.ops[0], ast.Is) == truth else not_none(current)
+        if value is current:
+            return state
+        if isinstance(target, ast.Name):
+            state.locals[target.id] = value
+        else:
+            self.store(self.eval(target.value, frame, state), target.attr, value, state)
+        return state
+
     def assign(self, target: ast.expr, value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
+        if self.choices is not None and frame.depth == 0 and isinstance(target, (ast.Name, ast.Attribute)):
+            self.choices.forget(target.id if isinstance(target, ast.Name) else target.attr)
         if isinstance(target, ast.Name):
             hop = f"`{target.id}` ({self.place(frame, stmt)})"
             kinds = self.hooks.traced

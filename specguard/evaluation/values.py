@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specguard.evaluation.budget import Budget
@@ -103,7 +103,8 @@ class Abstract:
     `maybe`: derived perhaps, through something it could not evaluate (`why` says what); `length`: the length of a
     sliced buffer (`buf[:n]`), when known; `kind`: the class an annotation says it is an instance of (its methods
     are known by name and by what they promise to return, though not followed); `step`: for an evenly spaced array
-    from 0 (`np.arange(n) * q`), what its i-th element is i times (so its last is known from its length)."""
+    from 0 (`np.arange(n) * q`), what its i-th element is i times (so its last is known from its length);
+    `exists`: an object, never None (a tensor a call the client knows made)."""
 
     labels: frozenset[Label] = NO_LABELS
     maybe: frozenset[Label] = NO_LABELS
@@ -111,6 +112,7 @@ class Abstract:
     length: Any = None
     kind: ClassInfo | None = None
     step: Any = None
+    exists: bool = False
 
     def __bool__(self) -> bool:
         raise TypeError("an abstract value has no truth value; use truth()")
@@ -435,6 +437,16 @@ def why_of(value: Any) -> tuple[str, ...]:
     return value.why if isinstance(value, Abstract) else ()
 
 
+def not_none(value: Any) -> Any:
+    """The value where it is known not to be None: a `one of` without None, an abstract value that exists."""
+    if isinstance(value, OneOf) and any(x is None for x in value.options):
+        options = tuple(x for x in value.options if x is not None)
+        return with_labels(options[0], value.labels) if len(options) == 1 else OneOf(options, value.labels)
+    if isinstance(value, Abstract) and not value.exists:
+        return replace(value, exists=True)
+    return value
+
+
 def with_labels(value: Any, labels: frozenset[Label]) -> Any:
     """The value carrying these labels too (a new value; objects keep their identity and are not relabelled)."""
     if not labels:
@@ -442,7 +454,7 @@ def with_labels(value: Any, labels: frozenset[Label]) -> Any:
     if value is UNKNOWN:
         return Abstract(bounded(labels))
     if isinstance(value, Abstract):
-        return Abstract(bounded(value.labels | labels), value.maybe, value.why, value.length, value.kind)
+        return replace(value, labels=bounded(value.labels | labels))
     if isinstance(value, Tagged):
         return Tagged(value.value, bounded(value.labels | labels))
     if isinstance(value, Sym):
@@ -468,7 +480,7 @@ def traced(value: Any, hop: str, kinds: frozenset[str]) -> Any:
         return value
     moved = frozenset(x.then(hop) if x.kind in kinds else x for x in labels)
     if isinstance(value, Abstract):
-        return Abstract(moved, value.maybe, value.why, value.length, value.kind)
+        return replace(value, labels=moved)
     if isinstance(value, Tagged):
         return Tagged(value.value, moved)
     if isinstance(value, Sym):
@@ -487,7 +499,7 @@ def relabelled(value: Any, change: Callable[[Label], Label]) -> Any:
         return value
     labels = frozenset(change(x) for x in value.labels)
     if isinstance(value, Abstract):
-        return Abstract(labels, frozenset(change(x) for x in value.maybe), value.why, value.length, value.kind)
+        return replace(value, labels=labels, maybe=frozenset(change(x) for x in value.maybe))
     if isinstance(value, Tagged):
         return Tagged(value.value, labels)
     if isinstance(value, Sym):

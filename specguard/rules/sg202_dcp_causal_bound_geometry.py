@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
+from specguard.evaluation.choices import Choices, Path, each_path
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.values import (
@@ -47,6 +48,9 @@ ROW_MAP, ROWS = "row-map", "rows"
 GATHERS = frozenset({"index_select"})  # `x.index_select(dim, rows)`: a gather by a row map, as `x[rows]` is
 ABSENT: Any = object()
 UNREAD: Any = object()  # the bound may be in a `**` mapping the evaluation could not read
+MAX_PATHS = 32  # paths through the tests that set the rows and the bound, each evaluated; more is "not decided"
+# a launch: (the call in the judged function, {row param: value}, the bound's value, the kernel's call)
+Site = tuple[ast.AST, dict[str, Any], Any, ast.Call]
 
 
 class _Rows(Hooks):
@@ -56,8 +60,7 @@ class _Rows(Hooks):
         mla = q.pack.mla
         self.q, self.entries, self.expanders = q, set(mla.decode_entry), set(mla.row_expanders)
         self.row_params, self.bound = tuple(mla.row_params), mla.global_bound_param or ""
-        # (the call in the judged function, {row param: value}, the bound's value, the kernel's call)
-        self.sites: list[tuple[ast.AST, dict[str, Any], Any, ast.Call]] = []
+        self.sites: list[Site] = []
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
@@ -87,7 +90,7 @@ class _Rows(Hooks):
             # a tensor a library call makes (`torch.arange`, `torch.searchsorted`): a map of its own, known by
             # where it is made
             made = Label(ROW_MAP, ast.unparse(node.func), span(node), str(frame.module.path))
-            return Abstract(frozenset({made}))
+            return Abstract(frozenset({made}), exists=True)
         if isinstance(inner, Method) and _geometry([receiver]):
             return Abstract(_geometry([receiver]))  # an elementwise op or a view keeps the rows it has
         return NOT_HANDLED
@@ -134,7 +137,7 @@ def _geometry(values: list[Any]) -> frozenset[Label]:
 
 def _expanded(source: Any, how: str) -> Any:
     kept = frozenset(x for x in labels_of(source) if x.kind not in (ROWS, ROW_MAP))
-    return Abstract(kept | {Label(ROWS, how)})
+    return Abstract(kept | {Label(ROWS, how)}, exists=True)
 
 
 def _maps(value: Any) -> set[str]:
@@ -155,45 +158,71 @@ def judge(q: Question) -> Iterator[Judgement]:
 
 
 def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
-    hooks = _Rows(q)
-    ev = q.evaluator(hooks)
-    me = q.self_value(scope)
+    def run(choices: Choices) -> list[Site]:
+        hooks = _Rows(q)
+        ev = q.evaluator(hooks)
+        ev.choices = choices
 
-    def parameter(param: ast.arg, frame: Frame) -> Any:
-        """Each parameter an object of its own, so what a helper stores on it (a cached row map) is read back; of
-        the class its annotation names, where the tree defines it, so that its methods run (`impl.<helper>`)."""
-        promised = ev.reading(param.annotation, frame.module, frame.owner) if param.annotation else UNKNOWN
-        inner = plain(promised)
-        if isinstance(inner, Abstract) and isinstance(inner.kind, ClassInfo):
-            return Obj(inner.kind, label=param.arg)
-        return Sym(param.arg)
+        def parameter(param: ast.arg, frame: Frame) -> Any:
+            """Each parameter an object of its own, so what a helper stores on it (a cached row map) is read back;
+            of the class its annotation names, where the tree defines it, so that its methods run
+            (`impl.<helper>`)."""
+            promised = ev.reading(param.annotation, frame.module, frame.owner) if param.annotation else UNKNOWN
+            inner = plain(promised)
+            if isinstance(inner, Abstract) and isinstance(inner.kind, ClassInfo):
+                return Obj(inner.kind, label=param.arg)
+            return Sym(param.arg)
 
+        ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), parameter))
+        return hooks.sites
+
+    noted = Choices(frozenset({ROWS}))
     try:
-        ev.run(scope.function, bind_parameters(scope.function, me, parameter))
+        joined = run(noted)
+        verdict = _verdict(q, scope, joined)
+        # the paths joined may hide rows expanded without the bound: each path through the tests that set them
+        paths = each_path(run, noted, MAX_PATHS) if verdict is None and _compared(joined) else []
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG202", scope)
         return
+    if paths is None:
+        why = f"the rows and the bound are set under tests with more than {MAX_PATHS} paths through them"
+        yield q.undecided("SG202", scope, scope.node, "whether each path expands the bound like the rows", why)
+        return
+    verdicts = [_verdict(q, scope, path.result, path) for path in paths]
+    found = [v for v in verdicts if v is not None]
+    verdict = verdict or next((v for v in found if v.decided), found[0] if found else None)
+    if verdict is not None:
+        yield verdict
+
+
+def _compared(sites: list[Site]) -> bool:
+    """Whether some launch gets expanded rows and the bound (which a path may then leave per request)."""
+    return any(bound is not ABSENT and any(_maps(v) for v in rows.values()) for _, rows, bound, _ in sites)
+
+
+def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None) -> Judgement | None:
+    """The launches' rows against their bound: a finding, not decided, or None (the same geometry)."""
     bound_name = q.pack.mla.global_bound_param
-    for where, rows, bound, kernel in hooks.sites:
+    on = f" on the path where {path.describe()}" if path is not None else ""
+    for where, rows, bound, kernel in sites:
         expanded = {p: _maps(v) for p, v in rows.items() if _maps(v)}
-        if not expanded or bound is ABSENT:
+        if not expanded or bound is ABSENT or bound is None:  # None on this path: no bound to compare
             continue
         if bound is UNREAD:
             spread = next((kw.value for kw in kernel.keywords if kw.arg is None), kernel)
             why = f"`**{ast.unparse(spread)}` may hold it, and the evaluation cannot read that mapping"
-            yield q.undecided("SG202", scope, where, f"`{q.pack.mla.global_bound_param}=` of the launch", why)
-            return
+            return q.undecided("SG202", scope, where, f"`{bound_name}=` of the launch", why)
         names = " and ".join(f"`{p}`" for p in expanded)
         by = sorted(set().union(*expanded.values()))
         node = _bound_node(scope, bound_name) or where
         entry = kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
         if not _maps(bound):
             if any(x.kind == ROWS for x in maybe_of(bound)):
-                yield q.undecided("SG202", scope, node, f"`{bound_name}=` of `{entry}`", "whether it is expanded")
-                return
+                return q.undecided("SG202", scope, node, f"`{bound_name}=` of `{entry}`", "whether it is expanded")
             message = (
                 f"`{scope.qualname}` expands {names} to one row per query token (by {', '.join(by)}) but hands "
-                f"`{bound_name}` to `{entry}` per request; expand it the same way (index it by the same row map)"
+                f"`{bound_name}` to `{entry}` per request{on}; expand it the same way (index it by the same row map)"
             )
         elif set(by) - _maps(bound):
             # on a path where the rows are expanded by a map the bound never carries, the bound is per request or
@@ -201,13 +230,13 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
             other = sorted(set(by) - _maps(bound))
             message = (
                 f"`{scope.qualname}` expands {names} to one row per query token by {', '.join(other)} but "
-                f"`{bound_name}` only by {', '.join(sorted(_maps(bound)))}, another row geometry on that path; "
-                f"index it by the same row map"
+                f"`{bound_name}` only by {', '.join(sorted(_maps(bound)))}, another row geometry"
+                f"{on or ' on that path'}; index it by the same row map"
             )
         else:
             continue
-        yield q.judgement("SG202", scope, node, message)
-        return
+        return q.judgement("SG202", scope, node, message)
+    return None
 
 
 def _bound_node(scope: Scope, param: str) -> ast.AST | None:
@@ -255,7 +284,10 @@ RULE = Rule(
         "what is computed from it) and the map is known by the call that made it, or by the repeat count. Keyword "
         "arguments, `**kwargs` mappings built with `dict`, `.update` or items, tuples and dicts returned by "
         "helpers are followed. The bound is compared with the rows at the launch: not expanded, or expanded by "
-        "another map, is a finding.",
+        "another map, is a finding. Where the paths of the launching function's own tests, joined, hide which "
+        "options go together, each path through the tests that set the rows or the bound is evaluated on its own "
+        "(a test taken one way decides the same test again, and `x is None` narrows `x`), up to 32 paths; more "
+        "is listed as not decided.",
     ),
     why=(
         "FlashInfer's decode kernel has no causal flag, so vLLM flattens each non-causal query block into one "
@@ -299,19 +331,23 @@ RULE = Rule(
     judge=judge,
     limits=(
         Limit(
-            "Branches are joined before the launch: rows expanded on one branch of a test and the bound on the "
-            "other (`if not causal: ... else: ...`) both read as expanded by the same map, so that mismatch is not "
-            "flagged.",
+            "Paths are followed one by one in the launching function only: a helper that returns the rows expanded "
+            "under one test and the bound under another returns both as maybe expanded, so the mismatch on the "
+            "paths where only one of them is expanded is not flagged.",
             missed="""
                 from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
 
-                def forward_mqa(q, kv_cache, decode, causal, n):
+                def _rows(decode, n, causal, uniform):
                     block_table, seq_lens, bound = decode.block_table, decode.seq_lens, decode.dcp_tot_seq_lens
                     if not causal:
                         block_table = block_table.repeat_interleave(n, dim=0)
                         seq_lens = seq_lens.repeat_interleave(n)
-                    else:
+                    if uniform:
                         bound = bound.repeat_interleave(n)
+                    return block_table, seq_lens, bound
+
+                def forward_mqa(q, kv_cache, decode, causal, uniform, n):
+                    block_table, seq_lens, bound = _rows(decode, n, causal, uniform)
                     return trtllm_batch_decode_with_kv_cache_mla(
                         query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens,
                         causal_seqlens_kv_global=bound,
