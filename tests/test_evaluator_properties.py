@@ -153,9 +153,9 @@ def block(draw: st.DrawFn, depth: int = 0, branches: bool = True) -> list[str]:
     for index in range(draw(st.integers(1, 4))):
         names = tuple(defined)
         target = f"v{index}"
-        kinds = ["assign", "assign", "aug", "if", "for", "try", "assert", "unpack", "rebind"]
+        kinds = ["assign", "assign", "aug", "if", "for", "try", "assert", "unpack", "rebind", "none"]
         kind = draw(st.sampled_from(kinds))
-        if not branches and kind in ("if", "try", "assert"):
+        if not branches and kind in ("if", "try", "assert", "none"):
             kind = "assign"
         if kind == "if" and depth < 2:
             then = draw(block(depth + 1))
@@ -186,6 +186,18 @@ def block(draw: st.DrawFn, depth: int = 0, branches: bool = True) -> list[str]:
         elif kind == "assert":
             lines.append(f"assert {draw(condition(names))}")
             lines.append(f"{target} = {draw(expression(1, names))}")
+        elif kind == "none":
+            # a value that may be None, tested for it (the evaluator narrows it on each side, or after an assert)
+            lines.append(f"{target} = None if {draw(condition(names))} else {draw(expression(1, names))}")
+            test = draw(st.sampled_from([f"{target} is not None", f"not ({target} is None)", f"{target} is None"]))
+            if draw(st.booleans()):
+                lines.append(f"assert {test}")
+                lines.append(f"{target} = 1 if {target} is None else {target} + 1")
+            else:
+                lines.append(f"if {test}:")
+                lines.append(f"    {target} = 2 if {target} is None else {target} * 2")
+                lines.append("else:")
+                lines.append(f"    {target} = 3 if {target} is None else {target} - 3")
         elif kind == "unpack":
             lines.append(f"{target}, _skip = {draw(expression(1, names))}, {draw(expression(1, names))}")
         elif kind == "rebind" and branches:
