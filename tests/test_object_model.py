@@ -127,9 +127,51 @@ FLAGGED = {
                 pinned = replace(batch_desc, cg_mode=CUDAGraphMode.FULL)
                 return self._build_uniform_attn_metadata(pinned, num_reqs, 1)  # flagged
     """,
+    # blind set 4: two descriptors read from one dict by their keys are two batches
+    "the guard on one key's descriptor, the count from another's": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, descs: dict[str, BatchExecutionDescriptor], num_reqs):
+                decode = descs.get("decode", descs["prefill"])
+                n = decode.num_reqs if descs["prefill"].cg_mode == CUDAGraphMode.FULL else num_reqs
+                return self._build_uniform_attn_metadata(decode, n, 1)  # flagged
+    """,
+    # blind set 4: a function handed its batch's descriptor builds through a dict of builders its class stored
+    "a builder looked up in a dict the class stored, outside speculators": """
+        class MetadataPlanner:
+            def __init__(self):
+                self._builders = {"decode": build_attn_metadata}
+
+            def plan(self, batch_desc: BatchExecutionDescriptor, num_reqs, offsets):
+                build = self._builders["decode"]
+                count = batch_desc.num_tokens
+                return build(num_reqs=num_reqs, num_tokens=count, query_start_loc_cpu=offsets)  # flagged
+    """,
 }
 
 CLEAN = {
+    "the guard on the descriptor read by the key handed to the helper": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, descs: dict[str, BatchExecutionDescriptor], num_reqs):
+                decode = descs.get("decode", descs["prefill"])
+                n = decode.num_reqs if descs["decode"].cg_mode == CUDAGraphMode.FULL else num_reqs
+                return self._build_uniform_attn_metadata(decode, n, 1)
+    """,
+    "a builder from the class's dict, the padded count only under FULL graphs": """
+        class MetadataPlanner:
+            def __init__(self):
+                self._builders = {"decode": build_attn_metadata}
+
+            def plan(self, batch_desc: BatchExecutionDescriptor, num_reqs, offsets):
+                full = batch_desc.cg_mode == CUDAGraphMode.FULL
+                num_tokens = batch_desc.num_tokens if full else int(offsets[-1])
+                return self._builders["decode"](num_reqs=num_reqs, num_tokens=num_tokens, query_start_loc_cpu=offsets)
+    """,
     "the real request count, as the uniform helper's requests": """
         class Drafter(DraftModelSpeculator):
             def __init__(self):

@@ -19,6 +19,8 @@ from specguard.evaluation.values import (
     Function,
     Label,
     Many,
+    Mapping,
+    Method,
     Obj,
     OneOf,
     Tagged,
@@ -104,6 +106,7 @@ class _Counts(Hooks):
         # descriptors the build is handed, by origin, there or at the call into the helper that reaches it)
         self.sites: list[tuple[ast.AST, str, str, Passed | None, Any, frozenset, Any, Callee, frozenset[str]]] = []
         self.handed: dict[int, frozenset[str]] = {}  # a build call's node -> the descriptors it is handed
+        self.entries: dict[str, Obj] = {}  # the descriptor at each constant key of a mapping of descriptors
 
     # ---- the pack's sources ----------------------------------------------------------------------------------
 
@@ -177,6 +180,11 @@ class _Counts(Hooks):
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Any, state: Any
     ) -> Any:
+        inner = plain(func)
+        if isinstance(inner, Method) and inner.name.rpartition(".")[2] == "get" and args:
+            entry = self._entry(inner.receiver, args[0], node.func)
+            if entry is not None:  # where the key is missing, the default: tested wherever the entry is
+                return entry
         target = callee(func)
         if target is None:
             return NOT_HANDLED
@@ -256,6 +264,25 @@ class _Counts(Hooks):
             build = (str(frame.module.path), span(node))
             handed = self.handed.get(id(node), frozenset()) | self.handed.get(id(outer), frozenset())
             self.sites.append((outer, target.name, param, arg, value, state.path, build, target, handed))
+
+    def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
+        entry = self._entry(base, key, node.value if isinstance(node, ast.Subscript) else None)
+        return NOT_HANDLED if entry is None else entry
+
+    def _entry(self, mapping: Any, key: Any, node: ast.AST | None) -> Obj | None:
+        """A descriptor read from a mapping of descriptors by a constant key: the batch at that key, the same at
+        each read (two keys are two batches, as two dispatches are)."""
+        inner, k = plain(mapping), plain(key)
+        if not isinstance(inner, Mapping) or not isinstance(k, (str, int)) or isinstance(k, bool):
+            return None
+        value = plain(inner.value)
+        if not (isinstance(value, Obj) and value.label == "descriptor"):
+            return None
+        base = node.value if isinstance(node, ast.Attribute) else node  # `descs.get` -> `descs`
+        text = f"{ast.unparse(base) if base is not None else '?'}[{k!r}]"
+        if text not in self.entries:
+            self.entries[text] = self.descriptor(text, None)
+        return self.entries[text]
 
     def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
         inner = plain(base)
@@ -364,9 +391,12 @@ def _candidates(q: Question) -> list[Scope]:
     module. A preselection by reading, so that only these are evaluated: the verdict is the evaluation's."""
     sinks = aliases(q, set(q.pack.metadata.sink) | set(q.pack.speculators.shared_helpers))
     counts = set(q.pack.metadata.token_count_params)
-    scopes = [s for s in q.scopes if _speculator_scope(q, s) or _handed_the_mode(q, s)]
+    handed = {s for s in q.scopes if _handed_the_mode(q, s)}
+    scopes = [s for s in q.scopes if _speculator_scope(q, s) or s in handed]
     found = {s for s in scopes if s.mentions(sinks) or s.mentions(counts)}
-    found = {s for s in found if _passes_a_count(s.node, sinks, counts)}
+    # a function handed its batch's mode may build through a callable its class stored (a dict of builders):
+    # any call given a token count is a build to evaluate there
+    found = {s for s in found if _passes_a_count(s.node, sinks, counts, any_callee=s in handed)}
     grew = True
     while grew:  # a function calling a helper of the module that passes one does too
         grew = False
@@ -377,11 +407,11 @@ def _candidates(q: Question) -> list[Scope]:
     return [s for s in scopes if s in found]
 
 
-def _passes_a_count(node: ast.AST, sinks: set[str], counts: set[str]) -> bool:
+def _passes_a_count(node: ast.AST, sinks: set[str], counts: set[str], any_callee: bool = False) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call):
             name = sub.func.attr if isinstance(sub.func, ast.Attribute) else getattr(sub.func, "id", None)
-            if name not in sinks and name not in ("partial", "dict"):
+            if name not in sinks and name not in ("partial", "dict") and not any_callee:
                 continue
             if name in sinks and (sub.args or sub.keywords):
                 return True  # a build decides its count from what it is handed: a descriptor, offsets, requests
@@ -402,7 +432,9 @@ def _handed_the_mode(q: Question, scope: Scope) -> bool:
     a = scope.node.args  # type: ignore[attr-defined]
     params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
     handed = any(marks & annotation_names(p.annotation) or p.arg in pad.descriptor_params for p in params)
-    return handed and scope.mentions(set(q.pack.metadata.sink))
+    sinks = set(q.pack.metadata.sink)
+    # the sink named in the function, or in a method of its class that may store it (`self._builders = {...}`)
+    return handed and any(s.mentions(sinks) for s in q.scopes if s is scope or s.cls is not None and s.cls == scope.cls)
 
 
 def _calls_the_sink(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
@@ -733,10 +765,10 @@ RULE = Rule(
         "analyzed source (where the enum's module cannot be found, an enum of the pack's runtime modes stands in, "
         "without methods). A finding is a path where the token-count argument is a padded count. The mode belongs "
         "to a descriptor, not to the process: where a function holds several (a prefill's and a decode's, one "
-        "another method stored on `self`, one a CUDA-graph manager's `dispatch` returned), each is a batch of its "
-        "own, judged in each mode but FULL while the others run in any mode, and a count padded for any of them "
-        "that reaches a build handed that batch is a finding (a guard that tests another batch's mode does not "
-        "protect it).",
+        "another method stored on `self`, one a CUDA-graph manager's `dispatch` returned, one read from a mapping "
+        "of descriptors by a constant key), each is a batch of its own, judged in each mode but FULL while the "
+        "others run in any mode, and a count padded for any of them that reaches a build handed that batch is a "
+        "finding (a guard that tests another batch's mode does not protect it).",
         "Padded values stay padded through assignments, tuple unpacking, the walrus, arithmetic, `max`/`sum` (and"
         " a tensor's `.max()`/`.item()`), slicing and the length of a buffer sliced by them, containers, "
         "comprehensions, dicts and `**kwargs`, `functools.partial`, dataclass fields and `dataclasses.replace`, "
