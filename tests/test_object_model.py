@@ -149,9 +149,37 @@ FLAGGED = {
                 count = batch_desc.num_tokens
                 return build(num_reqs=num_reqs, num_tokens=count, query_start_loc_cpu=offsets)  # flagged
     """,
+    # blind set 6: a guard on the compilation config's mode (a setting of the process, not this batch's), in an
+    # `and` with a test the evaluation cannot decide: the setting is taken each way, the other operand after it
+    "a guard on the configured mode and a walrus, not on the batch": """
+        class VllmConfig:
+            cudagraph_mode: CUDAGraphMode
+
+        class Drafter(DraftModelSpeculator):
+            def __init__(self, vllm_config: VllmConfig):
+                self.vllm_config = vllm_config
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, more):
+                n = num_reqs
+                if self.vllm_config.cudagraph_mode == CUDAGraphMode.FULL and (padded := batch_desc.num_reqs) > more:
+                    n = padded
+                return self._build_uniform_attn_metadata(batch_desc, n, 1)  # flagged
+    """,
 }
 
 CLEAN = {
+    "the batch's own mode in an `and` with a walrus": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self):
+                self.arange_np = np.arange(65, dtype=np.int32)
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs, more):
+                n = num_reqs
+                if batch_desc.cg_mode == CUDAGraphMode.FULL and (padded := batch_desc.num_reqs) > more:
+                    n = padded
+                return self._build_uniform_attn_metadata(batch_desc, n, 1)
+    """,
     "the guard on the descriptor read by the key handed to the helper": """
         class Drafter(DraftModelSpeculator):
             def __init__(self):

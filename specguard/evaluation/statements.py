@@ -502,6 +502,8 @@ class Statements(Builtins):
         if side is not None:  # path by path (see `choices`): this run takes one side
             self.narrow(test, side, frame, state)
             return self.exec_block(body if side else orelse, frame, state)
+        if self.is_doubt(value) and isinstance(test, ast.BoolOp) and not self.semantics.name_every_doubt:
+            return self._s_if(_operand_by_operand(test, body, orelse), frame, state)
         if self.is_doubt(value):
             cond = self.cond(test, frame.module)
             if (cond, True) in state.path:
@@ -789,3 +791,26 @@ def _pattern_names(pattern: ast.pattern) -> set[str]:
         if isinstance(name, str):
             names.add(name)
     return names
+
+
+# id of an `and`/`or` test -> (the test, kept so that its id stays its own; the `if`s it is run as)
+_SPLIT: dict[int, tuple[ast.BoolOp, ast.If]] = {}
+
+
+def _operand_by_operand(test: ast.BoolOp, body: list[ast.stmt], orelse: list[ast.stmt]) -> ast.If:
+    """`if a and b: X else: Y` as Python runs it, `if a: (if b: X else: Y) else: Y` (`or`: `if a: X else: (if b:
+    X else: Y)`), so that an operand the evaluation forks freely (one of a few values, a setting) is not made a
+    doubt by another one beside it. Made once per test: its parts are the same nodes on every run."""
+    found = _SPLIT.get(id(test))
+    if found is not None and found[0] is test:
+        return found[1]
+    first, rest = test.values[0], test.values[1:]
+    tail: ast.expr = rest[0] if len(rest) == 1 else ast.copy_location(ast.BoolOp(op=test.op, values=rest), rest[0])
+    inner = ast.copy_location(ast.If(test=tail, body=body, orelse=orelse), test)
+    if isinstance(test.op, ast.And):
+        outer = ast.If(test=first, body=[inner], orelse=orelse)
+    else:
+        outer = ast.If(test=first, body=body, orelse=[inner])
+    made = ast.copy_location(outer, test)
+    _SPLIT[id(test)] = (test, made)
+    return made

@@ -149,7 +149,16 @@ class _Counts(Hooks):
             return self.padded(param.arg, param)
         if param.arg in self.dp_counts:
             return Many(Abstract(frozenset({Label(DP_COUNT, param.arg)})))
+        if param.annotation is not None:  # an instance of a class of the tree: its fields are what they promise
+            typed = annotated(param.annotation, lambda leaf: self._instance_of(leaf, frame))
+            if typed is not NOT_HANDLED:
+                return typed
         return UNKNOWN
+
+    def _instance_of(self, annotation: ast.expr, frame: Frame) -> Any:
+        text = dotted(annotation)
+        found = self.q.program.resolve(frame.module.name, text) if text is not None else None
+        return Abstract(kind=found) if isinstance(found, ClassInfo) else NOT_HANDLED
 
     def annotation(self, ev: Any, annotation: ast.expr, frame: Frame, batch: bool = False) -> Any:
         """A name in an annotation: the descriptor types and the mode enum (the evaluator reads the containers
@@ -768,7 +777,9 @@ RULE = Rule(
         "another method stored on `self`, one a CUDA-graph manager's `dispatch` returned, one read from a mapping "
         "of descriptors by a constant key), each is a batch of its own, judged in each mode but FULL while the "
         "others run in any mode, and a count padded for any of them that reaches a build handed that batch is a "
-        "finding (a guard that tests another batch's mode does not protect it).",
+        "finding (a guard that tests another batch's mode does not protect it). A mode read elsewhere (the "
+        "compilation config's, through a parameter annotated with its class) is a setting of the process, any "
+        "member in any batch: a guard on it does not protect either.",
         "Padded values stay padded through assignments, tuple unpacking, the walrus, arithmetic, `max`/`sum` (and"
         " a tensor's `.max()`/`.item()`), slicing and the length of a buffer sliced by them, containers, "
         "comprehensions, dicts and `**kwargs`, `functools.partial`, dataclass fields and `dataclasses.replace`, "
