@@ -22,7 +22,7 @@ SETS = {
     "third": ("blind_objects_r3", "blindobj3", (55, 96), 55, 0),
     "fourth": ("blind_objects_r4", "blindobj4", (64, 120), 61, 0),
     "fifth": ("blind_objects_r5", "blindobj5", (64, 103), 64, 0),
-    "sixth": ("blind_objects_r6", "blindobj6", (60, 99), 57, 0),
+    "sixth": ("blind_objects_r6", "blindobj6", (60, 99), 58, 0),
 }
 
 

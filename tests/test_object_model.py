@@ -166,9 +166,52 @@ FLAGGED = {
                     n = padded
                 return self._build_uniform_attn_metadata(batch_desc, n, 1)  # flagged
     """,
+    # padded by meaning (issue 28): the next size at least as large as the count, whatever the sizes are called
+    "the first size at least as large as the count": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self, sizes):
+                self.arange_np = np.arange(65, dtype=np.int32)
+                self.sizes = sizes
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                chosen = next((s for s in sorted(self.sizes) if s >= num_reqs), num_reqs)
+                return self._build_uniform_attn_metadata(batch_desc, chosen, 1)  # flagged
+    """,
+    "the smallest size over the count": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self, sizes):
+                self.arange_np = np.arange(65, dtype=np.int32)
+                self.sizes = sizes
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                chosen = min(s for s in self.sizes if num_reqs <= s)
+                return self._build_uniform_attn_metadata(batch_desc, chosen, 1)  # flagged
+    """,
 }
 
 CLEAN = {
+    "the first size at least as large as the count, under FULL graphs only": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self, sizes):
+                self.arange_np = np.arange(65, dtype=np.int32)
+                self.sizes = sizes
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                chosen = num_reqs
+                if batch_desc.cg_mode == CUDAGraphMode.FULL:
+                    chosen = next((s for s in sorted(self.sizes) if s >= num_reqs), num_reqs)
+                return self._build_uniform_attn_metadata(batch_desc, chosen, 1)
+    """,
+    "sizes filtered by a bound, not chosen for the count": """
+        class Drafter(DraftModelSpeculator):
+            def __init__(self, sizes):
+                self.arange_np = np.arange(65, dtype=np.int32)
+                self.sizes = sizes
+
+            def propose(self, batch_desc: BatchExecutionDescriptor, num_reqs):
+                small = [s for s in self.sizes if s <= num_reqs]
+                return self._build_uniform_attn_metadata(batch_desc, num_reqs, len(small) or 1)
+    """,
     "the batch's own mode in an `and` with a walrus": """
         class Drafter(DraftModelSpeculator):
             def __init__(self):

@@ -64,7 +64,7 @@ _OPERATORS = {
 VALUE_METHODS = frozenset(
     {"max", "min", "amax", "amin", "sum", "item", "tolist", "cpu", "cuda", "clone", "copy", "to", "int", "long"}
     | {"float", "numpy", "contiguous", "detach", "view", "reshape", "flatten", "squeeze", "unsqueeze", "ceil"}
-    | {"floor", "round", "asarray", "array", "tensor", "as_tensor", "from_numpy", "cast"}
+    | {"floor", "round", "asarray", "array", "tensor", "as_tensor", "from_numpy", "cast", "astype"}
     | {"int32", "int64", "int16", "float32", "float64"}  # numpy's scalar types, called as conversions
 )
 # Functions of numeric libraries that build an array out of every argument they are given (joined, filled,
@@ -250,6 +250,8 @@ class Builtins(ObjectModel):
             items = self.iterate(args[0])
             if items:
                 return items[0]
+            if len(args) > 1 and items is None:  # the first of what cannot be enumerated, or the default
+                return join_values([(self.element_of(args[0]), frozenset()), (args[1], frozenset())])
             return args[1] if len(args) > 1 and items == [] else self.element_of(args[0])
         if short in ("list", "tuple", "set", "frozenset", "sorted", "reversed") and len(args) <= 1:
             return self._collection(short, args[0] if args else [], kwargs)

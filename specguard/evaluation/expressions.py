@@ -467,6 +467,23 @@ class Expressions(Builtins):
     def _e_starred(self, e: ast.Starred, frame: Frame, state: State) -> Any:
         return self.eval(e.value, frame, state)
 
+    def _kept_at_least(self, cond: ast.expr, frame: Frame, state: State) -> None:
+        """An element kept by `x >= n` (`n <= x`, `>`) of what cannot be enumerated is known to be at least `n`:
+        what the client makes of that (a size chosen for a count is larger than the count, perhaps)."""
+        if not (isinstance(cond, ast.Compare) and len(cond.ops) == 1):
+            return
+        op, left, right = cond.ops[0], cond.left, cond.comparators[0]
+        if isinstance(op, (ast.GtE, ast.Gt)) and isinstance(left, ast.Name):
+            name, bound = left.id, right
+        elif isinstance(op, (ast.LtE, ast.Lt)) and isinstance(right, ast.Name):
+            name, bound = right.id, left
+        else:
+            return
+        if name in state.locals:
+            value = state.locals[name]
+            labels = self.hooks.at_least(self, value, self.eval(bound, frame, state), cond)
+            state.locals[name] = with_labels(value, labels)
+
     def _comprehension(
         self, e: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, frame: Frame, state: State
     ) -> Any:
@@ -535,6 +552,7 @@ class Expressions(Builtins):
             self.assign(gen.target, self.element_of(iterable), frame, state, e)
             for cond in gen.ifs:
                 self.eval(cond, frame, state)
+                self._kept_at_least(cond, frame, state)
         if isinstance(e, ast.DictComp):
             return (self.eval(e.key, frame, state), self.eval(e.value, frame, state))
         return self.eval(e.elt, frame, state)

@@ -81,6 +81,11 @@ class Hooks:
         (`(n + a - 1) // a * a`, `cdiv(n, a) * a`: a count rounded to a multiple, not the count itself)."""
         return NO_LABELS
 
+    def at_least(self, ev: Evaluator, value: Any, bound: Any, node: ast.AST) -> frozenset[Label]:
+        """Labels an element adds to itself where it was chosen for being at least `bound` (`next(s for s in sizes
+        if s >= n)`, `min(...)` of such): it may be larger than `bound`, whatever the collection is called."""
+        return NO_LABELS
+
     def reduced(self, ev: Evaluator, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
         """Labels a reduction (`any`, `max`, `sum`, `.max()`, `functools.reduce`, ...) adds to its result."""
         return NO_LABELS

@@ -327,6 +327,13 @@ class _Counts(Hooks):
             return frozenset()
         return frozenset({Label(PADDED, f"a count rounded to a multiple of {divisor}", None, self.q.path)})
 
+    def at_least(self, ev: Any, value: Any, bound: Any, node: ast.AST) -> frozenset[Label]:
+        """A size chosen for being at least a count (the next captured graph size) is the count padded."""
+        if any(x.kind == PADDED for x in labels_of(value)):
+            return frozenset()
+        text = f"a size chosen at least as large as `{ast.unparse(node)}`"
+        return frozenset({Label(PADDED, text, span(node), str(ev.here) if ev.here is not None else self.q.path)})
+
     def reduced(self, ev: Any, name: str, inputs: list[Any], node: ast.AST | None) -> frozenset[Label]:
         """The largest of the ranks' counts is the count every rank pads to."""
         if name in ("max", "amax") and any(x.kind == DP_COUNT for v in inputs for x in labels_of(v)):
@@ -785,7 +792,10 @@ RULE = Rule(
         "comprehensions, dicts and `**kwargs`, `functools.partial`, dataclass fields and `dataclasses.replace`, "
         "and instance attributes (what any method of the class writes into `self.<attr>`). `min` with another "
         "count may give that count, so it is not decided; `min` with a capacity (`[padding] capacities`, such as "
-        "`self.max_num_tokens`) or a number is still padded. Calls of the project's functions are followed into "
+        "`self.max_num_tokens`) or a number is still padded. Padded is a meaning, not a name: a count rounded up "
+        "to a multiple, and a size chosen for being at least the count (`next(s for s in sizes if s >= n)`, the "
+        "next captured graph size), are padded whatever they are called. Calls of the project's functions are "
+        "followed into "
         f"the callee with the caller's values, {MAX_DEPTH} calls deep: methods of the class and its bases, "
         "`super()`, explicit base calls (`Base.helper(self, ...)`), static and class methods, methods of objects "
         "the class builds, bound-method aliases and module functions of any module; a padded count passed to a "
