@@ -135,3 +135,25 @@ def test_a_function_of_another_module_that_prepares(cli, tmp_path: Path) -> None
         "pkg/drafter.py:7:9: SG104 `Drafter.propose` calls `refresh`, which runs `prepare_dcp_local_seq_lens` "
         "(lens.py line 5) itself"  # the concise line: the message's first clause
     ), out
+
+
+def test_a_mixin_of_another_module_whose_method_calls_a_function_that_prepares(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Blind set 7: the speculator inherits a mixin's method, which calls a function of the mixin's module that runs
+    the preparation; the speculator's module imports neither that function nor the preparation."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "base.py").write_text(HEAD)
+    (tmp_path / "pkg" / "_lens.py").write_text(
+        "from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens\n\n\n"
+        "def refresh(buffers, n):\n    return prepare_dcp_local_seq_lens(buffers.buf, buffers.seq_lens, n)\n\n\n"
+        "class RefreshMixin:\n    def _fresh(self, n):\n        return refresh(self.input_buffers, n)\n"
+    )
+    (tmp_path / "pkg" / "drafter.py").write_text(
+        "from pkg.base import DraftModelSpeculator\nfrom pkg._lens import RefreshMixin\n\n\n"
+        "class Drafter(RefreshMixin, DraftModelSpeculator):\n    def propose(self, n):\n        self._fresh(n)\n"
+        "        return self._build_uniform_attn_metadata(n, 1)\n"
+    )
+    out = cli("check", "pkg/drafter.py", "--no-cache", "--select", "SG104", "--output-format", "concise", cwd=tmp_path)
+    assert out.stdout.splitlines()[0].startswith(
+        "pkg/drafter.py:7:9: SG104 `Drafter.propose` calls `self._fresh`, which runs"
+    ), out

@@ -122,6 +122,22 @@ FLAGGED = {
                 extra = {"causal_seqlens_kv_global": g[row_req] if row_req is not None and flag else g}  # flagged
                 return self._launch(q, kv_cache, block_table, seq_lens, extra)
     """,
+    # blind sets 2 and 7: the map kept on the implementation from an earlier batch (a first-layer cache)
+    "the bound gathered by a row map kept on the instance by an earlier call": """
+        class Impl(Launcher):
+            _kept_rows = None
+
+            def _global_rows(self, row_req):
+                if self._kept_rows is None:
+                    self._kept_rows = row_req
+                return self._kept_rows
+
+            def forward_mqa(self, q, kv_cache, decode):
+                block_table, seq_lens, row_req = self._rows(decode, q.shape[0])
+                bound = decode.dcp_tot_seq_lens[self._global_rows(row_req)]
+                extra = {"causal_seqlens_kv_global": bound}  # flagged
+                return self._launch(q, kv_cache, block_table, seq_lens, extra)
+    """,
 }
 
 CLEAN = {

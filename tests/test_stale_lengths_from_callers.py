@@ -194,3 +194,35 @@ def test_the_instance_lengths_handed_to_the_helper_are_flagged_at_the_call(sourc
 @pytest.mark.parametrize("source", CLEAN.values(), ids=list(CLEAN))
 def test_lengths_of_the_draft_itself_are_not(source: str) -> None:
     assert [f for f in check_source(HEAD + textwrap.dedent(source)) if f.code == "SG105"] == []
+
+
+def test_a_helper_that_recomputes_only_on_the_first_step_is_flagged_on_the_others() -> None:
+    """Blind set 7: the shared helper prepares the lengths under `if step == 0:` and reads the buffer either way, so
+    on later draft steps it builds with lengths an earlier step prepared. Joined, the buffer read "may be fresh";
+    path by path, the path where the test is false hands the stale buffer."""
+    source = textwrap.dedent(
+        """
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+
+        def build_attn_metadata(*, num_reqs, seq_lens, dcp_local_seq_lens=None):
+            ...
+
+
+        class DraftModelSpeculator:
+            def _build_uniform_attn_metadata(self, num_reqs, step, dcp_local_seq_lens=None):
+                if dcp_local_seq_lens is None and self.dcp_size > 1:
+                    if step == 0:
+                        prepare_dcp_local_seq_lens(
+                            self.input_buffers.dcp_local_seq_lens, self.input_buffers.seq_lens, num_reqs,
+                            self.dcp_size, self.block_tables.cp_rank, self.block_tables.cp_interleave,
+                        )
+                    dcp_local_seq_lens = self.input_buffers.dcp_local_seq_lens
+                return build_attn_metadata(
+                    num_reqs=num_reqs, seq_lens=self.input_buffers.seq_lens, dcp_local_seq_lens=dcp_local_seq_lens
+                )
+        """
+    )
+    [finding] = [f for f in check_source(source) if f.code == "SG105"]
+    assert "on the path where" in finding.message and "`step == 0` is false" in finding.message
+    assert check_source(source.replace("if step == 0:", "if True:")) == []

@@ -304,10 +304,10 @@ class Expressions(Builtins):
             return self.eval(e.body, frame, state)
         if truth is False:
             return self.eval(e.orelse, frame, state)
-        side = self.choices.take(e.test) if self.choices is not None and frame.depth == 0 else None
+        noting = self.choosing(frame)
+        side = noting.take(e.test, frame, state.locals.get("self")) if noting is not None else None
         if side is not None:  # path by path (see `choices`): this run takes one side
             return self.eval(e.body if side else e.orelse, frame, state)
-        noting = self.choices if self.choices is not None and frame.depth == 0 else None
         if noting is not None:
             noting.joining += 1
         try:

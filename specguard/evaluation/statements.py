@@ -498,7 +498,8 @@ class Statements(Builtins):
             return self.exec_block(body, frame, state)
         if truth is False:
             return self.exec_block(orelse, frame, state)
-        side = self.choices.take(test) if self.choices is not None and frame.depth == 0 else None
+        choosing = self.choosing(frame)
+        side = choosing.take(test, frame, state.locals.get("self")) if choosing is not None else None
         if side is not None:  # path by path (see `choices`): this run takes one side
             self.narrow(test, side, frame, state)
             return self.exec_block(body if side else orelse, frame, state)
@@ -513,7 +514,7 @@ class Statements(Builtins):
             paths = state.path | {(cond, True)}, state.path | {(cond, False)}
         else:
             paths = state.path, state.path
-        noting = self.choices if self.choices is not None and frame.depth == 0 else None
+        noting = self.choosing(frame)
         if noting is not None:
             noting.joining += 1
         try:
@@ -525,6 +526,11 @@ class Statements(Builtins):
         if noting is not None:  # where it matters path by path
             noting.note_states(test, yes.normal, no.normal)
         return self._parallel(yes, no)
+
+    def choosing(self, frame: Frame) -> Any:
+        """The path-by-path choices (see `choices`) where this frame's tests are taken one way, else None."""
+        choices = self.choices
+        return choices if choices is not None and frame.depth <= choices.depth else None
 
     def is_doubt(self, value: Any) -> bool:
         """An undecided test that verdicts must name: every one (`Semantics.name_every_doubt`), else one about a
@@ -569,8 +575,9 @@ class Statements(Builtins):
         return state
 
     def assign(self, target: ast.expr, value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
-        if self.choices is not None and frame.depth == 0 and isinstance(target, (ast.Name, ast.Attribute)):
-            self.choices.forget(target.id if isinstance(target, ast.Name) else target.attr)
+        choosing = self.choosing(frame)
+        if choosing is not None and isinstance(target, (ast.Name, ast.Attribute)):
+            choosing.forget(target.id if isinstance(target, ast.Name) else target.attr, frame)
         if isinstance(target, ast.Name):
             hop = f"`{target.id}` ({self.place(frame, stmt)})"
             kinds = self.hooks.traced

@@ -353,7 +353,8 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
             owner = q.program.module(resolved.module)
             if owner is not None and local not in inherited:  # a base's methods are `reaching_methods`'
                 texts = {name: definition_text(owner, node) for name, node in resolved.methods.items()}
-                found |= {name for name in _reaching(texts, pattern) if not _dunder(name)}
+                seeds = _calling(texts, reaching_in(owner))  # a method calling a function of its module that does
+                found |= {name for name in _reaching(texts, pattern, seeds) if not _dunder(name)}
             continue
         function = isinstance(resolved, tuple) and isinstance(resolved[1], (ast.FunctionDef, ast.AsyncFunctionDef))
         if function and target.rpartition(".")[2] not in names:
@@ -374,9 +375,18 @@ def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
-def _reaching(texts: dict[str, str], pattern: re.Pattern[str]) -> set[str]:
-    """The names whose text `pattern` finds, or that name one that does, however many lie between."""
-    found = {name for name, text in texts.items() if pattern.search(text)}
+def _calling(texts: dict[str, str], functions: set[str]) -> set[str]:
+    """The names whose text names one of `functions`."""
+    if not functions:
+        return set()
+    pattern = words(functions)
+    return {name for name, text in texts.items() if pattern.search(text)}
+
+
+def _reaching(texts: dict[str, str], pattern: re.Pattern[str], seeds: set[str] | None = None) -> set[str]:
+    """The names whose text `pattern` finds (or in `seeds`), or that name one that does, however many lie
+    between."""
+    found = {name for name, text in texts.items() if pattern.search(text)} | (seeds or set())
     while found:
         calls_one = words(found)
         grown = found | {name for name, text in texts.items() if name not in found and calls_one.search(text)}
@@ -393,6 +403,8 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
     skip = set(q.pack.speculators.bases)
     helpers = set(q.pack.speculators.shared_helpers)
     texts: dict[str, str] = {}
+    seeds: set[str] = set()  # methods calling a function of their own module that reaches (a mixin's helper)
+    by_module: dict[str, set[str]] = {}
     classes = {id(s.cls): s.cls for s in q.scopes if s.cls is not None}
     seen: set[tuple[str, str]] = set()
     for cls in classes.values():
@@ -401,10 +413,14 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
                 continue
             seen.add(klass.key)
             module = q.program.module(klass.module)
-            for name, node in klass.methods.items():
-                if name not in helpers:
-                    texts[name] = texts.get(name, "") + "\n" + definition_text(module, node)
-    return _reaching(texts, pattern)
+            if module is not None and module.name not in by_module:
+                functions = {name: definition_text(module, node) for name, node in module.functions.items()}
+                by_module[module.name] = _reaching(functions, pattern)
+            own = {name: definition_text(module, node) for name, node in klass.methods.items() if name not in helpers}
+            seeds |= _calling(own, by_module.get(module.name, set()) if module is not None else set())
+            for name, text in own.items():
+                texts[name] = texts.get(name, "") + "\n" + text
+    return _reaching(texts, pattern, seeds)
 
 
 def aliases(q: Question, names: set[str]) -> set[str]:

@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
+from specguard.evaluation.choices import Choices, each_path
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.values import (
@@ -39,6 +40,7 @@ from specguard.rules.judging import (
 )
 
 STATE, FRESH, PARAM = "state", "fresh", "param"  # the instance's state, lengths recomputed here, the caller's
+MAX_PATHS = 32  # paths through the tests that decide whether the lengths are recomputed, each evaluated
 ABSENT: Any = object()  # the build got no DCP-local lengths at all
 # Annotations that say nothing of whose batch a parameter is (`attn_metadata: dict[str, Any]`): its name does.
 _CONTAINERS = frozenset({"dict", "Dict", "Mapping", "Any", "str", "None", "Optional"})
@@ -239,25 +241,50 @@ def _judge_caller(q: Question, scope: Scope, bound: set[str]) -> Iterator[Judgem
             return
 
 
-def _ran(q: Question, scope: Scope, hooks: Hooks) -> bool:
+def _ran(q: Question, scope: Scope, hooks: Hooks, choices: Choices | None = None) -> bool:
     """Run the method with the instance as state and its parameters as its caller's; False: out of budget."""
     me = q.self_value(scope, frozenset({Label(STATE, "self")}))
     try:
-        q.evaluator(hooks).run(scope.function, bind_parameters(scope.function, me, _caller_parameter(q)))
+        ev = q.evaluator(hooks)
+        ev.choices = choices
+        ev.run(scope.function, bind_parameters(scope.function, me, _caller_parameter(q)))
     except (OutOfBudget, RecursionError):
         return False
     return True
 
 
+def _stale(sites: list[Any]) -> list[Any]:
+    return [site for site in sites if any(x.kind == STATE for x in labels_of(site[2]))]
+
+
+def _stale_on_a_path(q: Question, scope: Scope, noted: Choices) -> tuple[list[Any], str]:
+    """Where the joined paths hide it, a path that builds with stale lengths (the preparation on the other side
+    of a test, `if step == 0:`): its sites and the path's words."""
+    if not noted.noted:
+        return [], ""
+
+    def run(choices: Choices) -> list[Any]:
+        hooks = _Lengths(q)
+        return hooks.sites if _ran(q, scope, hooks, choices) else []
+
+    for path in each_path(run, noted, MAX_PATHS) or []:
+        if _stale(path.result):
+            return _stale(path.result), f" on the path where {path.describe()}"
+    return [], ""
+
+
 def _judge_helper(q: Question, scope: Scope) -> Iterator[tuple[Judgement, int, bool]]:
     """(judgement, the build it is about, whether this helper reaches it through a call) for the helper."""
     hooks = _Lengths(q)
-    if not _ran(q, scope, hooks):
+    noted = Choices(frozenset({FRESH}))  # the tests that decide whether the lengths are recomputed
+    if not _ran(q, scope, hooks, noted):
         yield q.out_of_budget("SG105", scope), 0, False
         return
     if not hooks.sites:
         return
-    stale = [site for site in hooks.sites if any(x.kind == STATE for x in labels_of(site[2]))]
+    stale, on = _stale(hooks.sites), ""
+    if not stale:
+        stale, on = _stale_on_a_path(q, scope, noted)
     sink, prepare, dcp = q.pack.metadata.sink[0], q.pack.dcp.prepare[0], q.pack.metadata.dcp_param
     if stale:
         node, build, _, passed = stale[0]
@@ -268,7 +295,8 @@ def _judge_helper(q: Question, scope: Scope) -> Iterator[tuple[Judgement, int, b
                 scope,
                 node,
                 f"shared helper `{scope.qualname}` hands `{sink}` DCP rank-local lengths that are not the draft's own "
-                f"on some path (`{handed}`: the instance's state, which the target model prepared, not recomputed "
+                f"{on.strip() or 'on some path'} (`{handed}`: the instance's state, which the target model prepared, "
+                f"not recomputed "
                 f"there by `{prepare}` and not from the caller); draft steps then attend with the target's stale "
                 f"lengths",
             ),
@@ -342,7 +370,10 @@ RULE = Rule(
         "dict of anything). Freshness is per "
         "draft step: a loop whose body calls a shared helper is a loop of draft steps, each of which advances the "
         "global lengths, so lengths prepared (or handed in) before a step are stale on the next one (prepared once "
-        "before the loop, on the first step only, or yielded by a generator that prepared them once).",
+        "before the loop, on the first step only, or yielded by a generator that prepared them once). Where the "
+        "helper prepares on one side of a test and reads the buffer after it (`if step == 0: prepare(...)`), the "
+        "joined paths read as fresh; each path through the tests that decide whether the lengths are recomputed "
+        "is then evaluated on its own, and the path that reads the buffer unprepared is the finding.",
     ),
     bad="""
         from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from specguard.evaluation.choices import Choices, Path, each_path
@@ -14,6 +15,7 @@ from specguard.evaluation.values import (
     STAR_KWARGS,
     UNKNOWN,
     Abstract,
+    Function,
     Label,
     Method,
     Obj,
@@ -24,6 +26,7 @@ from specguard.evaluation.values import (
     maybe_of,
     place_text,
     plain,
+    relabelled,
 )
 from specguard.findings import Judgement
 from specguard.program.ast_tools import span
@@ -40,6 +43,7 @@ from specguard.rules.judging import (
     reaching_imports,
     reaching_methods,
     words,
+    writes_of,
 )
 
 # Label kinds: a tensor of row indices (which call made it), and a tensor expanded to one row per query token (by
@@ -103,6 +107,17 @@ class _Rows(Hooks):
         text = ast.unparse(node.slice) if isinstance(node, ast.Subscript) else "?"  # type: ignore[attr-defined]
         return _expanded(base, _map_of(key, text, str(ev.home)))
 
+    def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
+        """The judged instance has lived through earlier calls: an attribute is what any of its methods may have
+        written there (a row map kept from an earlier batch), joined with the class's default."""
+        if obj.label != "self" or obj.cls is None:
+            return NOT_HANDLED
+        kept = self.q.instance_attributes("SG202").value(obj.cls, attr, None, self._writes)
+        return relabelled(kept, _earlier)
+
+    def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
+        return writes_of(self.q, _Rows(self.q), function, me, lambda param, frame: Sym(param.arg), writes)
+
     def _launch(self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> None:
         target = callee(func)
         if target is None:
@@ -114,6 +129,16 @@ class _Rows(Hooks):
         unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
         bound = values.get(self.bound, UNREAD if unread else ABSENT)
         self.sites.append((ev.calls[0] if ev.calls else node, rows, bound, node))
+
+
+def _earlier(label: Label) -> Label:
+    """A row map or rows kept on the instance by an earlier call: another batch's geometry, perhaps."""
+    if label.kind not in (ROW_MAP, ROWS) or label.text.endswith(_KEPT):
+        return label
+    return replace(label, text=label.text + _KEPT)
+
+
+_KEPT = ", kept on the instance by an earlier call"
 
 
 def _identity(value: Any, text: str) -> str:
@@ -176,7 +201,8 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), parameter))
         return hooks.sites
 
-    noted = Choices(frozenset({ROWS}))
+    # the tests that matter: those whose sides leave rows expanded differently, or a row map kept on an object
+    noted = Choices(frozenset({ROWS}), kept_kinds=frozenset({ROW_MAP}))
     try:
         joined = run(noted)
         verdict = _verdict(q, scope, joined)
@@ -284,10 +310,12 @@ RULE = Rule(
         "what is computed from it) and the map is known by the call that made it, or by the repeat count. Keyword "
         "arguments, `**kwargs` mappings built with `dict`, `.update` or items, tuples and dicts returned by "
         "helpers are followed. The bound is compared with the rows at the launch: not expanded, or expanded by "
-        "another map, is a finding. Where the paths of the launching function's own tests, joined, hide which "
-        "options go together, each path through the tests that set the rows or the bound is evaluated on its own "
-        "(a test taken one way decides the same test again, and `x is None` narrows `x`), up to 32 paths; more "
-        "is listed as not decided.",
+        "another map, is a finding. Where the joined paths of the launching function's tests (and of the "
+        "functions it calls) hide which options go together, each path through the tests that set the rows, the "
+        "bound or a row map kept on an object is evaluated on its own (a test taken one way decides the same "
+        "test again, and `x is None` narrows `x`), up to 32 paths; more is listed as not decided. The instance "
+        "has lived through earlier calls: what its methods may have stored on it (a row map kept from an earlier "
+        "batch) is read as such.",
     ),
     why=(
         "FlashInfer's decode kernel has no causal flag, so vLLM flattens each non-causal query block into one "
@@ -331,13 +359,13 @@ RULE = Rule(
     judge=judge,
     limits=(
         Limit(
-            "Paths are followed one by one in the launching function only: a helper that returns the rows expanded "
-            "under one test and the bound under another returns both as maybe expanded, so the mismatch on the "
-            "paths where only one of them is expanded is not flagged.",
+            "Paths are followed one by one in the launching function and the functions it calls; deeper helpers' "
+            "paths are joined: one that returns the rows expanded under one test and the bound under another "
+            "returns both as maybe expanded, so the paths where only one of them is expanded are not flagged.",
             missed="""
                 from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
 
-                def _rows(decode, n, causal, uniform):
+                def _expand(decode, n, causal, uniform):
                     block_table, seq_lens, bound = decode.block_table, decode.seq_lens, decode.dcp_tot_seq_lens
                     if not causal:
                         block_table = block_table.repeat_interleave(n, dim=0)
@@ -345,6 +373,9 @@ RULE = Rule(
                     if uniform:
                         bound = bound.repeat_interleave(n)
                     return block_table, seq_lens, bound
+
+                def _rows(decode, n, causal, uniform):
+                    return _expand(decode, n, causal, uniform)
 
                 def forward_mqa(q, kv_cache, decode, causal, uniform, n):
                     block_table, seq_lens, bound = _rows(decode, n, causal, uniform)
