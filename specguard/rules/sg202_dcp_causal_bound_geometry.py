@@ -108,11 +108,13 @@ class _Rows(Hooks):
         return _expanded(base, _map_of(key, text, str(ev.home)))
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
-        """The judged instance has lived through earlier calls: an attribute is what any of its methods may have
-        written there (a row map kept from an earlier batch), joined with the class's default."""
+        """The judged instance has lived through earlier calls: a row map any of its methods may have kept on it
+        is an earlier batch's, perhaps (any other attribute is read as the evaluation reads it)."""
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG202").value(obj.cls, attr, None, self._writes)
+        if not any(x.kind == ROW_MAP for x in labels_of(kept)):
+            return NOT_HANDLED
         return relabelled(kept, _earlier)
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
@@ -206,8 +208,13 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     try:
         joined = run(noted)
         verdict = _verdict(q, scope, joined)
-        # the paths joined may hide rows expanded without the bound: each path through the tests that set them
+        # the paths joined may hide rows expanded without the bound: each path through the tests that set them,
+        # in the launching function and its callees, or where those are too many, in the launching function only
         paths = each_path(run, noted, MAX_PATHS) if verdict is None and _compared(joined) else []
+        if paths is None:
+            own = Choices(noted.kinds, kept_kinds=noted.kept_kinds, depth=0)
+            run(own)
+            paths = each_path(run, own, MAX_PATHS)
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG202", scope)
         return
