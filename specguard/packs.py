@@ -27,7 +27,7 @@ BUILTIN_PACK = "vllm.toml"
 _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
-    | {"target_batch_types", "target_batch_params", "padded_fields", "capacities"}
+    | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -53,6 +53,9 @@ class Speculators(_Section):
     # methods of the speculator interface that capture CUDA graphs on dummy batches (optional; SG104): what they
     # prepare is the dummy batch's, not a copy of the shared helper's preparation
     capture_methods: list[str] = field(default_factory=list)
+    # decorators that leave what a method returns as it is (optional; SG102): an override of a shared helper
+    # under one (`@torch.inference_mode()`) may still only observe the helper
+    observer_decorators: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ import pytest
 from specguard.composition import check_source
 
 HEAD = """
+import contextlib
+import functools
+
 import torch
 
 class DraftModelSpeculator:
@@ -63,6 +66,14 @@ OBSERVES = {
                     self._building = False
     """,
     # the fourth blind set's false positive: the arguments gathered in a dict and spread into the call
+    # blind set 8: a decorator the pack names as leaving the result as it is
+    "under @torch.inference_mode(), in a profiler range": """
+        class Drafter(DraftModelSpeculator):
+            @torch.inference_mode()
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                with torch.profiler.record_function("draft metadata"):
+                    return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
+    """,
     "passes its arguments through a dict": """
         class Drafter(DraftModelSpeculator):
             def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np, causal=True):
@@ -109,6 +120,20 @@ CHANGES = {
         class Drafter(DraftModelSpeculator):
             def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
                 if num_reqs:
+                    return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
+    """,
+    # blind set 8: `contextlib.suppress` swallows the base's refusal, and the override falls off its end (None)
+    "returns the call inside contextlib.suppress": """
+        class Drafter(DraftModelSpeculator):
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                with contextlib.suppress(AssertionError):
+                    return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
+    """,
+    "under a decorator the pack does not name": """
+        class Drafter(DraftModelSpeculator):
+            @functools.lru_cache
+            def _build_attn_metadata(self, num_reqs, batch_desc, query_start_loc_np):
+                with torch.profiler.record_function("draft metadata"):
                     return super()._build_attn_metadata(num_reqs, batch_desc, query_start_loc_np)
     """,
     "changes an argument in place": """

@@ -187,9 +187,24 @@ FLAGGED = {
                 chosen = min(s for s in self.sizes if num_reqs <= s)
                 return self._build_uniform_attn_metadata(batch_desc, chosen, 1)  # flagged
     """,
+    # blind set 8: a dict keyed by the modes that take the real counts; the others fall through to the padded ones
+    "the real count only for the modes a dict names": """
+        class ModelState:
+            def prepare_attn(self, batch_desc: BatchExecutionDescriptor, cudagraph_mode: CUDAGraphMode, offsets):
+                real = {CUDAGraphMode.NONE: int(offsets[-1])}
+                count = real.get(cudagraph_mode, batch_desc.num_tokens)
+                return build_attn_metadata(num_reqs=1, num_tokens=count, query_start_loc_cpu=offsets)  # flagged
+    """,
 }
 
 CLEAN = {
+    "the real count for every mode a dict names but FULL": """
+        class ModelState:
+            def prepare_attn(self, batch_desc: BatchExecutionDescriptor, cudagraph_mode: CUDAGraphMode, offsets):
+                real = {CUDAGraphMode.NONE: int(offsets[-1]), CUDAGraphMode.PIECEWISE: int(offsets[-1])}
+                count = real.get(cudagraph_mode, batch_desc.num_tokens)
+                return build_attn_metadata(num_reqs=1, num_tokens=count, query_start_loc_cpu=offsets)
+    """,
     "the first size at least as large as the count, under FULL graphs only": """
         class Drafter(DraftModelSpeculator):
             def __init__(self, sizes):

@@ -28,6 +28,7 @@ from specguard.evaluation.values import (
     Mapping,
     Method,
     Obj,
+    OneOf,
     Opaque,
     Partial,
     PyMethod,
@@ -515,7 +516,14 @@ class Builtins(ObjectModel):
             target.extend(items)
             return None
         if method.name in ("pop", "get", "copy", "values", "items", "keys", "index", "count", "remove", "discard"):
-            if not known(plain_args) or not known({k: plain(v) for k, v in kwargs.items()}):
+            # a dict's `get(key, default)`: the key must be known, the default is handed back as it is; a key that
+            # is one of a few values gives one of what each gives
+            keyed = method.name == "get" and isinstance(target, dict) and args
+            if keyed and isinstance(plain(args[0]), OneOf) and all(known(x) for x in plain(args[0]).options):
+                picks = [target.get(x, *args[1:2]) for x in plain(args[0]).options]
+                return join_values([(pick, frozenset()) for pick in picks])
+            asked = plain_args[:1] if method.name in ("get", "pop") and isinstance(target, dict) else plain_args
+            if not known(asked) or not known({k: plain(v) for k, v in kwargs.items()}):
                 return UNKNOWN
             call_args = (
                 [plain(a) for a in args] if method.name in ("index", "count", "remove", "discard") else list(args)

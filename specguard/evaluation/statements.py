@@ -395,6 +395,9 @@ class Statements(Builtins):
     def _s_try(self, stmt: ast.Try, frame: Frame, state: State) -> Flow:
         if not self.raise_ends_path:
             return self._recorded_try(stmt, frame, state)
+        # a call in the body may raise what a handler catches, whether or not the evaluation saw it raise (a
+        # library's kernel, a call the client answered): the handlers run from the body's entry too
+        before = state.copy() if stmt.handlers and _calls_in(stmt.body) else None
         self._trying += bool(stmt.handlers)
         try:
             flow = self.exec_block(stmt.body, frame, state)
@@ -403,6 +406,8 @@ class Statements(Builtins):
         raised: list[State] = []
         if stmt.handlers:
             raised, flow.raises = flow.raises, []
+            if before is not None:
+                raised.append(replace(before, raised=None))
         if flow.normal is not None and stmt.orelse:  # only where the body raised nothing; its raises go on up
             flow = chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
         caught: list[list[State]] = [[] for _ in stmt.handlers]
@@ -821,3 +826,15 @@ def _operand_by_operand(test: ast.BoolOp, body: list[ast.stmt], orelse: list[ast
     made = ast.copy_location(outer, test)
     _SPLIT[id(test)] = (test, made)
     return made
+
+
+def _calls_in(body: list[ast.stmt]) -> bool:
+    """Whether a block calls anything (outside the functions and classes it defines)."""
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Call):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False

@@ -28,7 +28,8 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
         if cls is None or cls not in ctx.facts.speculator_classes or cls in ctx.facts.base_classes:
             continue
         base = ctx.facts.overridden_signature(f"{cls}.{scope.name}")
-        if scope.name in helpers and not _observes_only(scope.function, base):
+        observers = set(ctx.pack.speculators.observer_decorators)
+        if scope.name in helpers and not _observes_only(scope.function, base, observers):
             message = (
                 f"speculator `{cls}` overrides the shared metadata helper `{scope.name}`; pass what differs "
                 f"as arguments to the base helper instead of overriding it"
@@ -70,15 +71,19 @@ def binds_alike(function: cst.FunctionDef, base: Signature) -> bool:
 # ---- is the override a wrapper that cannot change what is built? --------------------------------------------
 
 
-def _observes_only(function: cst.FunctionDef, base: Signature | None) -> bool:
+def _observes_only(function: cst.FunctionDef, base: Signature | None, decorators: set[str] = frozenset()) -> bool:
     """An override that extends the helper without changing what it builds: it assigns the result of
     `super().<same name>(...)`, called with each of its own parameters unchanged, to a local that it alone
     assigns, returns that local (or the call) on every `return` and ends in one (inside a `with` too), never
     assigns a parameter, gives none a default the base does not give it and raises nothing. What it does
     besides (records, logs, asserts on its arguments, reads the result) cannot change the metadata: an assertion
-    refuses loudly, it builds nothing else. A pure forward is not one: it is flagged with a fix that deletes it."""
+    refuses loudly, it builds nothing else. A pure forward is not one: it is flagged with a fix that deletes it.
+    Its decorators, if any, are `decorators` (the pack's, which change how it runs, not what it returns)."""
     statements = list(function.body.body) if isinstance(function.body, cst.IndentedBlock) else []
-    if forward_problems(function) == [] or function.decorators or function.asynchronous is not None:
+    known = decorators | {d.rpartition(".")[2] for d in decorators}  # `@torch.no_grad()` or `@no_grad()`
+    written = [d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator for d in function.decorators]
+    named = {dotted(d) for d in written}
+    if forward_problems(function) == [] or not named <= known or function.asynchronous is not None:
         return False
     if not _defaults_agree(function, base) or not _ends_in_return(statements):
         return False
@@ -183,15 +188,21 @@ def _mutates(node: cst.CSTNode, params: set[str]) -> bool:
 
 
 def _ends_in_return(statements: list[cst.BaseStatement]) -> bool:
-    """No path falls off the end (and returns None): the last statement returns, or is a `with`, or a `try` with
-    only a `finally`, whose body does."""
+    """No path falls off the end (and returns None): the last statement returns, or is a `with` (of context
+    managers that let exceptions through), or a `try` with only a `finally`, whose body does."""
     last = statements[-1] if statements else None
     if isinstance(last, cst.With) and isinstance(last.body, cst.IndentedBlock):
-        return _ends_in_return(list(last.body.body))
+        return not any(_suppresses(item.item) for item in last.items) and _ends_in_return(list(last.body.body))
     plain_try = isinstance(last, cst.Try) and not last.handlers and last.orelse is None
     if plain_try and isinstance(last.body, cst.IndentedBlock):  # type: ignore[union-attr]
         return _ends_in_return(list(last.body.body))  # type: ignore[union-attr]
     return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)
+
+
+def _suppresses(manager: cst.BaseExpression) -> bool:
+    """`contextlib.suppress(...)`: what the body raises is swallowed, and the function goes on past the `with`."""
+    called = manager.func if isinstance(manager, cst.Call) else manager
+    return (dotted(called) or "").rpartition(".")[2] == "suppress"
 
 
 def _nodes(statements: list[cst.BaseStatement]) -> Iterator[cst.CSTNode]:
@@ -330,7 +341,9 @@ RULE = Rule(
         "override that only observes the helper (it calls the base helper with each of its own arguments "
         "unchanged, with no default the base does not give, and returns that result on every path, inside a "
         "`with` or not; recording, logging or asserting on its arguments besides) is not flagged: it cannot "
-        "change what is built, and an assertion refuses loudly. One that raises, or falls off its end, is."
+        "change what is built, and an assertion refuses loudly. One that raises, or falls off its end (a "
+        "`with contextlib.suppress(...)` lets it), is; so is one under a decorator the pack does not name as "
+        "leaving the result as it is (`[speculators] observer_decorators`: `torch.inference_mode`, `torch.no_grad`)."
     ),
     why=(
         "The shared helper is the single place that decides the token count (padded for FULL CUDA graphs, real "
