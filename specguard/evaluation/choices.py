@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from specguard.evaluation.paths import State
-from specguard.evaluation.values import Deferred, Label, labels_of
+from specguard.evaluation.values import Deferred, Label, Obj, Sym, labels_of, plain
 
 T = TypeVar("T")
 
@@ -27,9 +27,10 @@ class Choices:
     """The way each undecided test that matters is taken on this run (`replay`, then False at a new one), and
     which tests matter (noted on a run that takes none: `relevant` None).
 
-    A test taken one way decides the same test again (the same text, and its parts under `not`, `and`, `or`)
-    until a name or an attribute it reads is assigned: `if not causal: ...` then `if not causal and n > 1: ...`
-    is one path, not two that contradict each other."""
+    A test taken one way decides the same test again (the same text over the same values, and its parts under
+    `not`, `and`, `or`), in this function or one it hands them to, until a name or an attribute it reads is
+    assigned: `if not causal: ...` then `if not causal and n > 1: ...` is one path, not two that contradict each
+    other. A test that calls something is taken anew each time."""
 
     kinds: frozenset[str]  # label kinds whose difference between the sides of a test makes it matter
     relevant: set[int] | None = None  # id of each test node that matters; None: this run notes them
@@ -38,61 +39,77 @@ class Choices:
     noted: set[int] = field(default_factory=set)
     depth: int = 1  # the calls deep whose tests are taken one way: the run function's (0) and its callees' (1)
     joining: int = 0  # > 0 while both sides of a test that does not matter run, to be joined: nothing is taken
-    # (scope, test text) -> side, names read: a test decides itself again in the same call (the scope is the id of
-    # its frame), or on the same instance where it reads only the instance's attributes (("self", id of it))
-    facts: dict[tuple[Any, str], tuple[bool, frozenset[str]]] = field(default_factory=dict)
-    frames: list[Any] = field(default_factory=list)  # the frames and instances facts are kept for (ids stay theirs)
+    # (test text, what its names hold) -> side, names read: a test decides itself again wherever its names hold
+    # the same (see `_key`)
+    facts: dict[tuple[str, tuple[Any, ...]], tuple[bool, frozenset[str]]] = field(default_factory=dict)
+    frames: list[Any] = field(default_factory=list)  # the frames and objects facts are kept for (ids stay theirs)
     kept_kinds: frozenset[str] = frozenset()  # more kinds that matter in what is written on objects (a cache)
 
-    def take(self, test: ast.expr, frame: Any, me: Any = None) -> bool | None:
-        """Which side of `test` this run takes (None: both, joined as usual). `me`: the instance the frame's
-        method runs on, whose attributes' tests (`self.size > 1`) are one test in every method it runs."""
+    def take(self, test: ast.expr, frame: Any, state: State) -> bool | None:
+        """Which side of `test` this run takes (None: both, joined as usual)."""
         if self.relevant is None or self.joining:
             return None
-        scope = _scope(test, frame, me)
-        known = self._known(test, scope)
+        known = self._known(test, frame, state)
         if known is not None or id(test) not in self.relevant:
             return known
         side = self.replay[len(self.taken)] if len(self.taken) < len(self.replay) else False
         self.taken.append((test, side))
-        self.frames += [frame, me]
-        self._learn(test, side, scope)
+        self._learn(test, side, frame, state)
         return side
 
-    def forget(self, name: str, frame: Any) -> None:
-        """`name` (a local or an attribute) was assigned: the tests that read it may now go the other way (in this
-        call, and on any instance)."""
-        if self.facts:
-            here = id(frame)
-            self.facts = {
-                key: fact
-                for key, fact in self.facts.items()
-                if name not in fact[1] or (key[0] != here and not isinstance(key[0], tuple))
-            }
+    def forget(self, name: str, frame: Any, attribute: bool) -> None:
+        """`name` was assigned: a local of `frame` (the tests that read it there may now go the other way), or an
+        attribute of some object (every test that reads an attribute of that name)."""
+        if not self.facts:
+            return
+        here = id(frame)
+        self.facts = {
+            key: fact
+            for key, fact in self.facts.items()
+            if not (name in fact[1] if attribute else (name, "frame", here) in key[1])
+        }
 
-    def _known(self, test: ast.expr, frame: Any) -> bool | None:
-        fact = self.facts.get((frame, _text(test)))
+    def _key(self, test: ast.expr, frame: Any, state: State) -> tuple[str, tuple[Any, ...]]:
+        """A test's text with what each name in it holds: an object or a named unknown by its identity (the same
+        in every function it is handed to), anything else as this call's local."""
+        parts = []
+        for name in sorted({n.id for n in ast.walk(test) if isinstance(n, ast.Name)}):
+            held = plain(state.locals.get(name))
+            if isinstance(held, Sym):
+                parts.append((name, "sym", held.name))
+            elif isinstance(held, Obj):
+                self.frames.append(held)  # its id stays its own while the fact does
+                parts.append((name, "obj", id(held)))
+            else:
+                self.frames.append(frame)
+                parts.append((name, "frame", id(frame)))
+        return ast.dump(test), tuple(parts)
+
+    def _known(self, test: ast.expr, frame: Any, state: State) -> bool | None:
+        fact = self.facts.get(self._key(test, frame, state))
         if fact is not None:
             return fact[0]
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            known = self._known(test.operand, frame)
+            known = self._known(test.operand, frame, state)
             return None if known is None else not known
         if isinstance(test, ast.BoolOp):
             stop = isinstance(test.op, ast.Or)  # the value that decides the whole
-            parts = [self._known(value, frame) for value in test.values]
+            parts = [self._known(value, frame, state) for value in test.values]
             if stop in parts:
                 return stop
             return (not stop) if all(part is not None for part in parts) else None
         return None
 
-    def _learn(self, test: ast.expr, side: bool, frame: Any) -> None:
+    def _learn(self, test: ast.expr, side: bool, frame: Any, state: State) -> None:
+        if any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr)) for n in ast.walk(test)):
+            return  # a call may answer otherwise the next time
         names = frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(test) if _named(n))
-        self.facts[(frame, _text(test))] = (side, names)
+        self.facts[self._key(test, frame, state)] = (side, names)
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            self._learn(test.operand, not side, frame)
+            self._learn(test.operand, not side, frame, state)
         elif isinstance(test, ast.BoolOp) and side == isinstance(test.op, ast.And):  # all parts went that way
             for value in test.values:
-                self._learn(value, side, frame)
+                self._learn(value, side, frame, state)
 
     def note_states(self, test: ast.expr, yes: State | None, no: State | None) -> None:
         """On the noting run: a test matters when its sides leave some value with other labels of the kinds."""
@@ -117,15 +134,6 @@ class Choices:
         return frozenset(x for x in labels_of(value) if x.kind in (kinds or self.kinds))
 
 
-def _scope(test: ast.expr, frame: Any, me: Any) -> Any:
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-    return ("self", id(me)) if me is not None and names == {"self"} else id(frame)
-
-
-def _text(test: ast.expr) -> str:
-    return ast.dump(test)
-
-
 def _named(node: ast.AST) -> bool:
     return isinstance(node, (ast.Name, ast.Attribute))
 
@@ -138,7 +146,8 @@ class Path(Generic[T]):
     def describe(self) -> str:
         """The path as a message names it: each test and the side taken."""
         return " and ".join(
-            f"`{' '.join(ast.unparse(test).split())}` is {'true' if side else 'false'}" for test, side in self.taken
+            f"`{' '.join(ast.unparse(test).split())}` (line {getattr(test, 'lineno', '?')}) is {str(side).lower()}"
+            for test, side in self.taken
         )
 
 

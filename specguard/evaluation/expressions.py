@@ -305,7 +305,7 @@ class Expressions(Builtins):
         if truth is False:
             return self.eval(e.orelse, frame, state)
         noting = self.choosing(frame)
-        side = noting.take(e.test, frame, state.locals.get("self")) if noting is not None else None
+        side = noting.take(e.test, frame, state) if noting is not None else None
         if side is not None:  # path by path (see `choices`): this run takes one side
             return self.eval(e.body if side else e.orelse, frame, state)
         if noting is not None:
@@ -467,7 +467,7 @@ class Expressions(Builtins):
     def _e_starred(self, e: ast.Starred, frame: Frame, state: State) -> Any:
         return self.eval(e.value, frame, state)
 
-    def _kept_at_least(self, cond: ast.expr, frame: Frame, state: State) -> None:
+    def _kept_at_least(self, cond: ast.expr, targets: set[str], frame: Frame, state: State) -> None:
         """An element kept by `x >= n` (`n <= x`, `>`) of what cannot be enumerated is known to be at least `n`:
         what the client makes of that (a size chosen for a count is larger than the count, perhaps)."""
         if not (isinstance(cond, ast.Compare) and len(cond.ops) == 1):
@@ -479,10 +479,10 @@ class Expressions(Builtins):
             name, bound = right.id, left
         else:
             return
-        if name in state.locals:
+        limit = self.eval(bound, frame, state)
+        if name in targets and name in state.locals and not known(plain(limit)):  # chosen for a count, not a number
             value = state.locals[name]
-            labels = self.hooks.at_least(self, value, self.eval(bound, frame, state), cond)
-            state.locals[name] = with_labels(value, labels)
+            state.locals[name] = with_labels(value, self.hooks.at_least(self, value, limit, cond))
 
     def _comprehension(
         self, e: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, frame: Frame, state: State
@@ -550,9 +550,10 @@ class Expressions(Builtins):
         for gen in e.generators:
             iterable = self.eval(gen.iter, frame, state)
             self.assign(gen.target, self.element_of(iterable), frame, state, e)
+            targets = {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
             for cond in gen.ifs:
                 self.eval(cond, frame, state)
-                self._kept_at_least(cond, frame, state)
+                self._kept_at_least(cond, targets, frame, state)
         if isinstance(e, ast.DictComp):
             return (self.eval(e.key, frame, state), self.eval(e.value, frame, state))
         return self.eval(e.elt, frame, state)

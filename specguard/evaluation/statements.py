@@ -287,10 +287,8 @@ class Statements(Builtins):
             return Flow(normal=state)
         # no test on the way on: every run that gets past the assertion has it hold, so what follows does not
         # depend on it (its failing side is the raise recorded above)
-        passing = self.narrow(stmt.test, True, frame, state)
-        return Flow(
-            normal=passing, raises=[replace(state.copy(failing), raised=exceptions.python_lineage("AssertionError"))]
-        )
+        failed = replace(state.copy(failing), raised=exceptions.python_lineage("AssertionError"))
+        return Flow(normal=self.narrow(stmt.test, True, frame, state), raises=[failed])
 
     def _s_loop_while(self, stmt: ast.While, frame: Frame, state: State) -> Flow:
         if self.semantics.loops == "once":
@@ -396,8 +394,13 @@ class Statements(Builtins):
         if not self.raise_ends_path:
             return self._recorded_try(stmt, frame, state)
         # a call in the body may raise what a handler catches, whether or not the evaluation saw it raise (a
-        # library's kernel, a call the client answered): the handlers run from the body's entry too
-        before = state.copy() if stmt.handlers and _calls_in(stmt.body) else None
+        # library's kernel, a call the client answered): the handlers run from the body's entry too, where what
+        # the body assigns may or may not have been assigned yet
+        before = self.fork(state) if stmt.handlers and _calls_in(stmt.body) else None
+        if before is not None:
+            for name in assigned_names(stmt.body):
+                if name in before.locals:
+                    before.locals[name] = self.join([(before.locals[name], frozenset()), (UNKNOWN, frozenset())])
         self._trying += bool(stmt.handlers)
         try:
             flow = self.exec_block(stmt.body, frame, state)
@@ -504,33 +507,65 @@ class Statements(Builtins):
         if truth is False:
             return self.exec_block(orelse, frame, state)
         choosing = self.choosing(frame)
-        side = choosing.take(test, frame, state.locals.get("self")) if choosing is not None else None
+        side = choosing.take(test, frame, state) if choosing is not None else None
         if side is not None:  # path by path (see `choices`): this run takes one side
             self.narrow(test, side, frame, state)
             return self.exec_block(body if side else orelse, frame, state)
         if self.is_doubt(value) and isinstance(test, ast.BoolOp) and not self.semantics.name_every_doubt:
-            return self._s_if(_operand_by_operand(test, body, orelse), frame, state)
+            # operand by operand, as Python runs it: an operand forked freely (one of a few values, a setting) is
+            # not made a doubt by another one beside it; each side's states joined, each block run once
+            trues, falses = self._sides(test, frame, state)
+            sides = self.merge_states(trues), self.merge_states(falses)
+        else:
+            if self.is_doubt(value):
+                cond = self.cond(test, frame.module)
+                if (cond, True) in state.path:
+                    return self.exec_block(body, frame, state)
+                if (cond, False) in state.path:
+                    return self.exec_block(orelse, frame, state)
+                paths = state.path | {(cond, True)}, state.path | {(cond, False)}
+            else:
+                paths = state.path, state.path
+            yes_state = self.narrow(test, True, frame, self.fork(state, paths[0]))
+            sides = yes_state, self.narrow(test, False, frame, self.fork(state, paths[1]))
+        if choosing is not None:
+            choosing.joining += 1
+        try:
+            yes = self.exec_block(body, frame, sides[0]) if sides[0] is not None else Flow()
+            no = self.exec_block(orelse, frame, sides[1]) if sides[1] is not None else Flow()
+        finally:
+            if choosing is not None:
+                choosing.joining -= 1
+        if choosing is not None:  # where it matters path by path
+            choosing.note_states(test, yes.normal, no.normal)
+        return self._parallel(yes, no)
+
+    def _sides(self, test: ast.expr, frame: Frame, state: State) -> tuple[list[State], list[State]]:
+        """The states where `test` holds and those where it does not, an `and`/`or` operand by operand: each
+        undecided operand forks (a doubt under its condition), each decided one goes its way."""
+        if isinstance(test, ast.BoolOp):
+            stop = isinstance(test.op, ast.Or)  # the truth of an operand that decides the whole
+            decided: list[State] = []
+            going = [state]
+            for part in test.values:
+                onward: list[State] = []
+                for current in going:
+                    holds, fails = self._sides(part, frame, current)
+                    decided += holds if stop else fails
+                    onward += fails if stop else holds
+                going = onward
+            return (decided, going) if stop else (going, decided)
+        value, truth = self.test(test, frame, state)
+        if truth is True or truth is False:
+            return ([state], []) if truth else ([], [state])
+        paths = state.path, state.path
         if self.is_doubt(value):
             cond = self.cond(test, frame.module)
-            if (cond, True) in state.path:
-                return self.exec_block(body, frame, state)
-            if (cond, False) in state.path:
-                return self.exec_block(orelse, frame, state)
+            if (cond, True) in state.path or (cond, False) in state.path:
+                return ([state], []) if (cond, True) in state.path else ([], [state])
             paths = state.path | {(cond, True)}, state.path | {(cond, False)}
-        else:
-            paths = state.path, state.path
-        noting = self.choosing(frame)
-        if noting is not None:
-            noting.joining += 1
-        try:
-            yes = self.exec_block(body, frame, self.narrow(test, True, frame, self.fork(state, paths[0])))
-            no = self.exec_block(orelse, frame, self.narrow(test, False, frame, self.fork(state, paths[1])))
-        finally:
-            if noting is not None:
-                noting.joining -= 1
-        if noting is not None:  # where it matters path by path
-            noting.note_states(test, yes.normal, no.normal)
-        return self._parallel(yes, no)
+        yes = self.narrow(test, True, frame, self.fork(state, paths[0]))
+        return [yes], [self.narrow(test, False, frame, self.fork(state, paths[1]))]
 
     def choosing(self, frame: Frame) -> Any:
         """The path-by-path choices (see `choices`) where this frame's tests are taken one way, else None."""
@@ -580,9 +615,9 @@ class Statements(Builtins):
         return state
 
     def assign(self, target: ast.expr, value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
-        choosing = self.choosing(frame)
-        if choosing is not None and isinstance(target, (ast.Name, ast.Attribute)):
-            choosing.forget(target.id if isinstance(target, ast.Name) else target.attr, frame)
+        if self.choices is not None and isinstance(target, (ast.Name, ast.Attribute)):  # at any depth
+            attribute = isinstance(target, ast.Attribute)
+            self.choices.forget(target.attr if attribute else target.id, frame, attribute)
         if isinstance(target, ast.Name):
             hop = f"`{target.id}` ({self.place(frame, stmt)})"
             kinds = self.hooks.traced
@@ -803,29 +838,6 @@ def _pattern_names(pattern: ast.pattern) -> set[str]:
         if isinstance(name, str):
             names.add(name)
     return names
-
-
-# id of an `and`/`or` test -> (the test, kept so that its id stays its own; the `if`s it is run as)
-_SPLIT: dict[int, tuple[ast.BoolOp, ast.If]] = {}
-
-
-def _operand_by_operand(test: ast.BoolOp, body: list[ast.stmt], orelse: list[ast.stmt]) -> ast.If:
-    """`if a and b: X else: Y` as Python runs it, `if a: (if b: X else: Y) else: Y` (`or`: `if a: X else: (if b:
-    X else: Y)`), so that an operand the evaluation forks freely (one of a few values, a setting) is not made a
-    doubt by another one beside it. Made once per test: its parts are the same nodes on every run."""
-    found = _SPLIT.get(id(test))
-    if found is not None and found[0] is test:
-        return found[1]
-    first, rest = test.values[0], test.values[1:]
-    tail: ast.expr = rest[0] if len(rest) == 1 else ast.copy_location(ast.BoolOp(op=test.op, values=rest), rest[0])
-    inner = ast.copy_location(ast.If(test=tail, body=body, orelse=orelse), test)
-    if isinstance(test.op, ast.And):
-        outer = ast.If(test=first, body=[inner], orelse=orelse)
-    else:
-        outer = ast.If(test=first, body=body, orelse=[inner])
-    made = ast.copy_location(outer, test)
-    _SPLIT[id(test)] = (test, made)
-    return made
 
 
 def _calls_in(body: list[ast.stmt]) -> bool:

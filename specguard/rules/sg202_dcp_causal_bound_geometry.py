@@ -49,7 +49,12 @@ from specguard.rules.judging import (
 # Label kinds: a tensor of row indices (which call made it), and a tensor expanded to one row per query token (by
 # which map: the map's maker, or the repeat count).
 ROW_MAP, ROWS = "row-map", "rows"
-GATHERS = frozenset({"index_select"})  # `x.index_select(dim, rows)`: a gather by a row map, as `x[rows]` is
+GATHERS = frozenset({"index_select"})
+# library calls that always give a tensor (a row map made by one is never None)
+TENSOR_MAKERS = frozenset(
+    {"arange", "searchsorted", "repeat_interleave", "cumsum", "cat", "stack", "zeros", "ones", "empty", "full"}
+    | {"tensor", "as_tensor", "from_numpy", "clamp", "clamp_", "where", "gather", "index_select"}
+)  # `x.index_select(dim, rows)`: a gather by a row map, as `x[rows]` is
 ABSENT: Any = object()
 UNREAD: Any = object()  # the bound may be in a `**` mapping the evaluation could not read
 MAX_PATHS = 32  # paths through the tests that set the rows and the bound, each evaluated; more is "not decided"
@@ -94,7 +99,8 @@ class _Rows(Hooks):
             # a tensor a library call makes (`torch.arange`, `torch.searchsorted`): a map of its own, known by
             # where it is made
             made = Label(ROW_MAP, ast.unparse(node.func), span(node), str(frame.module.path))
-            return Abstract(frozenset({made}), exists=True)
+            # a tensor factory's result exists; another library call may give None
+            return Abstract(frozenset({made}), exists=inner.name.rpartition(".")[2] in TENSOR_MAKERS)
         if isinstance(inner, Method) and _geometry([receiver]):
             return Abstract(_geometry([receiver]))  # an elementwise op or a view keeps the rows it has
         return NOT_HANDLED

@@ -1,0 +1,140 @@
+"""Paths through tests and handlers (issue 28's fifth session, from a review of it): what the evaluator says a
+function may return includes what CPython returns, an `and`/`or` test that is a doubt costs one run of each block
+however long an `elif` chain of them is, and SG202's path-by-path runs never combine two sides of one test."""
+
+from __future__ import annotations
+
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specguard.composition import check_source
+from specguard.evaluation.evaluator import Evaluator
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.program import Parsed, Program
+from specguard.evaluation.values import Abstract, Function, Label, OneOf, known, plain
+from specguard.program.modules import ModuleLocator
+
+
+class _Subject(Hooks):
+    subjects = frozenset({"src"})
+
+
+def _returns(text: str, bindings: dict[str, Any], hooks: Hooks | None = None) -> list[Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "generated.py").write_text(textwrap.dedent(text))
+        locator = ModuleLocator(installed=False)
+        locator.add("generated", root / "generated.py", root)
+        prog = Program(locator, root, Parsed())
+        module = prog.module("generated")
+        assert module is not None
+        flow = Evaluator(prog, hooks=hooks, budget=20_000).run(Function(module, module.functions["fn"]), bindings)
+    return [value for _, value in flow.returns]
+
+
+def _possible(values: list[Any]) -> set[Any] | None:
+    out: set[Any] = set()
+    for value in values:
+        inner = plain(value)
+        options = inner.options if isinstance(inner, OneOf) else (inner,)
+        if not all(known(plain(x)) for x in options):
+            return None
+        out |= {plain(x) for x in options}
+    return out
+
+
+def _python(text: str, *args: Any) -> Any:
+    scope: dict[str, Any] = {}
+    exec(compile(textwrap.dedent(text), "generated.py", "exec"), scope)  # noqa: S102 - a program written here
+    return scope["fn"](*args)
+
+
+HANDLERS = {
+    # the handler runs from the body's entry too: what the body assigned before the call may not be assigned yet
+    "a value assigned before the call that raises": """
+        def fn(n):
+            rows = None
+            try:
+                rows = 5
+                int(n)
+            except ValueError:
+                return rows
+            return 0
+    """,
+    # the handler's entry holds its own containers: what the body appends is not in them
+    "a list the body appends to after the call": """
+        def fn(n):
+            xs = []
+            try:
+                int(n)
+                xs.append(1)
+            except ValueError:
+                return len(xs)
+            return -1
+    """,
+    # an assertion narrows the path that passes it, not the one its failure takes into a handler
+    "an assertion that fails into a handler": """
+        def fn(n):
+            x = None if n == "a" else 3
+            try:
+                assert x is not None
+                return 1
+            except AssertionError:
+                return 2 if x is None else 3
+    """,
+}
+
+
+@pytest.mark.parametrize("text", HANDLERS.values(), ids=list(HANDLERS))
+@pytest.mark.parametrize("arg", ["a", "7"])
+def test_what_a_handler_returns_includes_what_python_returns(text: str, arg: str) -> None:
+    possible = _possible(_returns(text, {"n": Abstract()}))
+    assert possible is None or _python(text, arg) in possible, (possible, _python(text, arg))
+
+
+def test_an_elif_chain_of_and_tests_on_a_subject_is_run_once_per_block() -> None:
+    """Each `a and b` test that is a doubt is taken operand by operand; its blocks run once on the joined states,
+    so forty of them in an `elif` chain stay well within the budget."""
+    chain = "\n".join(f"    {'if' if i == 0 else 'elif'} s > {i} and a > {i}:\n        r = {i}" for i in range(40))
+    text = f"def fn(s, a):\n    r = -1\n{chain}\n    return r\n"
+    subject = Abstract(frozenset({Label("src", "s")}))
+    returns = _returns(text, {"s": subject, "a": Abstract()}, _Subject())
+    assert returns  # evaluated, not out of budget
+
+
+def test_one_test_in_two_helpers_is_taken_the_same_way() -> None:
+    """The rows expanded in one helper and the bound in another, each under `not causal` of the same argument:
+    no path has one without the other (taking the two tests apart made such a path, a false positive)."""
+    source = textwrap.dedent(
+        """
+        from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
+
+        def _rows(decode, n, causal):
+            block_table, seq_lens = decode.block_table, decode.seq_lens
+            if not causal:
+                block_table, seq_lens = block_table.repeat_interleave(n, dim=0), seq_lens.repeat_interleave(n)
+            return block_table, seq_lens
+
+        def _bound(decode, n, causal):
+            bound = decode.dcp_tot_seq_lens
+            if not causal:
+                bound = bound.repeat_interleave(n)
+            return bound
+
+        def forward_mqa(q, kv_cache, decode, causal, n):
+            block_table, seq_lens = _rows(decode, n, causal)
+            return trtllm_batch_decode_with_kv_cache_mla(
+                query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens,
+                causal_seqlens_kv_global=_bound(decode, n, causal),
+            )
+        """
+    )
+    assert check_source(source) == []
+    assert [
+        f.code
+        for f in check_source(source.replace("    if not causal:\n        bound", "    if causal:\n        bound"))
+    ] == ["SG202"]
