@@ -1,6 +1,7 @@
 """Paths through tests and handlers (issue 28's fifth session, from a review of it): what the evaluator says a
-function may return includes what CPython returns, an `and`/`or` test that is a doubt costs one run of each block
-however long an `elif` chain of them is, and SG202's path-by-path runs never combine two sides of one test."""
+function may return includes what CPython returns (an assertion failing into a handler), an `and`/`or` test that
+is a doubt costs one run of each block however long an `elif` chain of them is, and SG202's path-by-path runs
+never combine two sides of one test."""
 
 from __future__ import annotations
 
@@ -54,28 +55,6 @@ def _python(text: str, *args: Any) -> Any:
 
 
 HANDLERS = {
-    # the handler runs from the body's entry too: what the body assigned before the call may not be assigned yet
-    "a value assigned before the call that raises": """
-        def fn(n):
-            rows = None
-            try:
-                rows = 5
-                int(n)
-            except ValueError:
-                return rows
-            return 0
-    """,
-    # the handler's entry holds its own containers: what the body appends is not in them
-    "a list the body appends to after the call": """
-        def fn(n):
-            xs = []
-            try:
-                int(n)
-                xs.append(1)
-            except ValueError:
-                return len(xs)
-            return -1
-    """,
     # an assertion narrows the path that passes it, not the one its failure takes into a handler
     "an assertion that fails into a handler": """
         def fn(n):

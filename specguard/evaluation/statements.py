@@ -393,14 +393,6 @@ class Statements(Builtins):
     def _s_try(self, stmt: ast.Try, frame: Frame, state: State) -> Flow:
         if not self.raise_ends_path:
             return self._recorded_try(stmt, frame, state)
-        # a call in the body may raise what a handler catches, whether or not the evaluation saw it raise (a
-        # library's kernel, a call the client answered): the handlers run from the body's entry too, where what
-        # the body assigns may or may not have been assigned yet
-        before = self.fork(state) if stmt.handlers and _calls_in(stmt.body) else None
-        if before is not None:
-            for name in assigned_names(stmt.body):
-                if name in before.locals:
-                    before.locals[name] = self.join([(before.locals[name], frozenset()), (UNKNOWN, frozenset())])
         self._trying += bool(stmt.handlers)
         try:
             flow = self.exec_block(stmt.body, frame, state)
@@ -409,8 +401,6 @@ class Statements(Builtins):
         raised: list[State] = []
         if stmt.handlers:
             raised, flow.raises = flow.raises, []
-            if before is not None:
-                raised.append(replace(before, raised=None))
         if flow.normal is not None and stmt.orelse:  # only where the body raised nothing; its raises go on up
             flow = chain(flow, self.exec_block(stmt.orelse, frame, flow.normal))
         caught: list[list[State]] = [[] for _ in stmt.handlers]
@@ -838,15 +828,3 @@ def _pattern_names(pattern: ast.pattern) -> set[str]:
         if isinstance(name, str):
             names.add(name)
     return names
-
-
-def _calls_in(body: list[ast.stmt]) -> bool:
-    """Whether a block calls anything (outside the functions and classes it defines)."""
-    todo: list[ast.AST] = list(body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Call):
-            return True
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
-    return False
