@@ -12,7 +12,8 @@ new choice)."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -20,6 +21,7 @@ from specguard.evaluation.paths import State
 from specguard.evaluation.values import Deferred, Label, Obj, Sym, labels_of, plain
 
 T = TypeVar("T")
+MAX_PATHS = 32  # the runs `each_path` makes at most; more paths than that are not decided
 
 
 @dataclass
@@ -151,7 +153,20 @@ class Path(Generic[T]):
         )
 
 
-def each_path(run: Callable[[Choices], T], noted: Choices, limit: int) -> list[Path[T]] | None:
+@contextlib.contextmanager
+def joined(choices: Choices | None) -> Iterator[None]:
+    """While both sides of a test that is not taken one way run, to be joined: nothing in them is taken."""
+    if choices is None:
+        yield
+        return
+    choices.joining += 1
+    try:
+        yield
+    finally:
+        choices.joining -= 1
+
+
+def each_path(run: Callable[[Choices], T], noted: Choices, limit: int = MAX_PATHS) -> list[Path[T]] | None:
     """`run` once per path through the tests `noted` (a run that took none) found to matter; None where there
     are more than `limit` paths."""
     paths: list[Path[T]] = []

@@ -11,6 +11,7 @@ from typing import Any
 from specguard.evaluation import exceptions
 from specguard.evaluation.budget import MAX_ITEMS, result_size, too_large
 from specguard.evaluation.builtins import MAX_ITERATIONS, Builtins
+from specguard.evaluation.choices import joined
 from specguard.evaluation.paths import (
     Frame,
     PathEnds,
@@ -308,13 +309,8 @@ class Expressions(Builtins):
         side = noting.take(e.test, frame, state) if noting is not None else None
         if side is not None:  # path by path (see `choices`): this run takes one side
             return self.eval(e.body if side else e.orelse, frame, state)
-        if noting is not None:
-            noting.joining += 1
-        try:
+        with joined(noting):
             a, b = self._branch_value(e.body, frame, state), self._branch_value(e.orelse, frame, state)
-        finally:
-            if noting is not None:
-                noting.joining -= 1
         if noting is not None:  # where it matters path by path
             noting.note_values(e.test, a, b)
         if a is _RAISED or b is _RAISED:  # one side raises: the value, where there is one, is the other's

@@ -10,6 +10,7 @@ from typing import Any
 from specguard.evaluation import exceptions
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.builtins import Builtins
+from specguard.evaluation.choices import joined
 from specguard.evaluation.nodes import assigned_names
 from specguard.evaluation.paths import (
     Flow,
@@ -505,27 +506,14 @@ class Statements(Builtins):
             # operand by operand, as Python runs it: an operand forked freely (one of a few values, a setting) is
             # not made a doubt by another one beside it; each side's states joined, each block run once
             trues, falses = self._sides(test, frame, state)
-            sides = self.merge_states(trues), self.merge_states(falses)
         else:
-            if self.is_doubt(value):
-                cond = self.cond(test, frame.module)
-                if (cond, True) in state.path:
-                    return self.exec_block(body, frame, state)
-                if (cond, False) in state.path:
-                    return self.exec_block(orelse, frame, state)
-                paths = state.path | {(cond, True)}, state.path | {(cond, False)}
-            else:
-                paths = state.path, state.path
-            yes_state = self.narrow(test, True, frame, self.fork(state, paths[0]))
-            sides = yes_state, self.narrow(test, False, frame, self.fork(state, paths[1]))
-        if choosing is not None:
-            choosing.joining += 1
-        try:
-            yes = self.exec_block(body, frame, sides[0]) if sides[0] is not None else Flow()
-            no = self.exec_block(orelse, frame, sides[1]) if sides[1] is not None else Flow()
-        finally:
-            if choosing is not None:
-                choosing.joining -= 1
+            trues, falses = self._forked(test, value, frame, state)
+        if not trues or not falses:  # the path decides it (a doubt it passed already)
+            decided = self.merge_states(trues or falses)
+            return self.exec_block(body if trues else orelse, frame, decided)  # type: ignore[arg-type]
+        with joined(choosing):
+            yes = self.exec_block(body, frame, self.merge_states(trues))  # type: ignore[arg-type]
+            no = self.exec_block(orelse, frame, self.merge_states(falses))  # type: ignore[arg-type]
         if choosing is not None:  # where it matters path by path
             choosing.note_states(test, yes.normal, no.normal)
         return self._parallel(yes, no)
@@ -548,6 +536,11 @@ class Statements(Builtins):
         value, truth = self.test(test, frame, state)
         if truth is True or truth is False:
             return ([state], []) if truth else ([], [state])
+        return self._forked(test, value, frame, state)
+
+    def _forked(self, test: ast.expr, value: Any, frame: Frame, state: State) -> tuple[list[State], list[State]]:
+        """An undecided test's two sides, each a fork of `state` narrowed by it; a doubt's under its condition, or
+        only the side its path passed already."""
         paths = state.path, state.path
         if self.is_doubt(value):
             cond = self.cond(test, frame.module)

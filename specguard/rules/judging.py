@@ -335,10 +335,7 @@ def reaching_imports(q: Question, names: set[str]) -> set[str]:
     reaching: dict[str, set[str]] = {}  # a module's functions that reach, once per module however many it exports
 
     def reaching_in(module: ParsedModule) -> set[str]:
-        if module.name not in reaching:
-            texts = {name: definition_text(module, node) for name, node in module.functions.items()}
-            reaching[module.name] = _reaching(texts, pattern)
-        return reaching[module.name]
+        return _functions_reaching(module, pattern, reaching)
 
     inherited = {dotted(base) for cls in q.module.classes.values() for base in cls.bases}
     for local, target in q.facts.imports:
@@ -373,6 +370,14 @@ def reaching_functions(q: Question, pattern: re.Pattern[str]) -> set[str]:
 def _dunder(name: str) -> bool:
     """`__init__`, `__post_init__`: named by every subclass's `super()` call, never a holder's own work."""
     return name.startswith("__") and name.endswith("__")
+
+
+def _functions_reaching(module: ParsedModule, pattern: re.Pattern[str], known: dict[str, set[str]]) -> set[str]:
+    """The module-level functions of `module` that reach `pattern` (see `_reaching`), kept in `known` per module."""
+    if module.name not in known:
+        texts = {name: definition_text(module, node) for name, node in module.functions.items()}
+        known[module.name] = _reaching(texts, pattern)
+    return known[module.name]
 
 
 def _calling(texts: dict[str, str], functions: set[str]) -> set[str]:
@@ -413,11 +418,8 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
                 continue
             seen.add(klass.key)
             module = q.program.module(klass.module)
-            if module is not None and module.name not in by_module:
-                functions = {name: definition_text(module, node) for name, node in module.functions.items()}
-                by_module[module.name] = _reaching(functions, pattern)
             own = {name: definition_text(module, node) for name, node in klass.methods.items() if name not in helpers}
-            seeds |= _calling(own, by_module.get(module.name, set()) if module is not None else set())
+            seeds |= _calling(own, _functions_reaching(module, pattern, by_module) if module is not None else set())
             for name, text in own.items():
                 texts[name] = texts.get(name, "") + "\n" + text
     return _reaching(texts, pattern, seeds)

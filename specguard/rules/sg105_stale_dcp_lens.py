@@ -40,7 +40,6 @@ from specguard.rules.judging import (
 )
 
 STATE, FRESH, PARAM = "state", "fresh", "param"  # the instance's state, lengths recomputed here, the caller's
-MAX_PATHS = 32  # paths through the tests that decide whether the lengths are recomputed, each evaluated
 ABSENT: Any = object()  # the build got no DCP-local lengths at all
 # Annotations that say nothing of whose batch a parameter is (`attn_metadata: dict[str, Any]`): its name does.
 _CONTAINERS = frozenset({"dict", "Dict", "Mapping", "Any", "str", "None", "Optional"})
@@ -267,9 +266,9 @@ def _stale_on_a_path(q: Question, scope: Scope, noted: Choices) -> tuple[list[An
         hooks = _Lengths(q)
         return hooks.sites if _ran(q, scope, hooks, choices) else []
 
-    for path in each_path(run, noted, MAX_PATHS) or []:
+    for path in each_path(run, noted) or []:  # more paths than it follows: the joined verdict stands
         if _stale(path.result):
-            return _stale(path.result), f" on the path where {path.describe()}"
+            return _stale(path.result), f"on the path where {path.describe()}"
     return [], ""
 
 
@@ -282,7 +281,7 @@ def _judge_helper(q: Question, scope: Scope) -> Iterator[tuple[Judgement, int, b
         return
     if not hooks.sites:
         return
-    stale, on = _stale(hooks.sites), ""
+    stale, on = _stale(hooks.sites), "on some path"
     if not stale:
         stale, on = _stale_on_a_path(q, scope, noted)
     sink, prepare, dcp = q.pack.metadata.sink[0], q.pack.dcp.prepare[0], q.pack.metadata.dcp_param
@@ -295,10 +294,8 @@ def _judge_helper(q: Question, scope: Scope) -> Iterator[tuple[Judgement, int, b
                 scope,
                 node,
                 f"shared helper `{scope.qualname}` hands `{sink}` DCP rank-local lengths that are not the draft's own "
-                f"{on.strip() or 'on some path'} (`{handed}`: the instance's state, which the target model prepared, "
-                f"not recomputed "
-                f"there by `{prepare}` and not from the caller); draft steps then attend with the target's stale "
-                f"lengths",
+                f"{on} (`{handed}`: the instance's state, which the target model prepared, not recomputed there by "
+                f"`{prepare}` and not from the caller); draft steps then attend with the target's stale lengths",
             ),
             id(build),
             node is not build,

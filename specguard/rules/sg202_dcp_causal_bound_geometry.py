@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from specguard.evaluation.choices import Choices, Path, each_path
+from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.values import (
@@ -49,15 +49,14 @@ from specguard.rules.judging import (
 # Label kinds: a tensor of row indices (which call made it), and a tensor expanded to one row per query token (by
 # which map: the map's maker, or the repeat count).
 ROW_MAP, ROWS = "row-map", "rows"
-GATHERS = frozenset({"index_select"})
+GATHERS = frozenset({"index_select"})  # `x.index_select(dim, rows)`: a gather by a row map, as `x[rows]` is
 # library calls that always give a tensor (a row map made by one is never None)
 TENSOR_MAKERS = frozenset(
     {"arange", "searchsorted", "repeat_interleave", "cumsum", "cat", "stack", "zeros", "ones", "empty", "full"}
     | {"tensor", "as_tensor", "from_numpy", "clamp", "clamp_", "where", "gather", "index_select"}
-)  # `x.index_select(dim, rows)`: a gather by a row map, as `x[rows]` is
+)
 ABSENT: Any = object()
 UNREAD: Any = object()  # the bound may be in a `**` mapping the evaluation could not read
-MAX_PATHS = 32  # paths through the tests that set the rows and the bound, each evaluated; more is "not decided"
 # a launch: (the call in the judged function, {row param: value}, the bound's value, the kernel's call)
 Site = tuple[ast.AST, dict[str, Any], Any, ast.Call]
 
@@ -216,11 +215,11 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         verdict = _verdict(q, scope, joined)
         # the paths joined may hide rows expanded without the bound: each path through the tests that set them,
         # in the launching function and its callees, or where those are too many, in the launching function only
-        paths = each_path(run, noted, MAX_PATHS) if verdict is None and _compared(joined) else []
+        paths = each_path(run, noted) if verdict is None and _compared(joined) else []
         if paths is None:
             own = Choices(noted.kinds, kept_kinds=noted.kept_kinds, depth=0)
             run(own)
-            paths = each_path(run, own, MAX_PATHS)
+            paths = each_path(run, own)
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG202", scope)
         return
