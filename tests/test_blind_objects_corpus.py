@@ -24,7 +24,7 @@ SETS = {
     "fifth": ("blind_objects_r5", "blindobj5", (64, 103), 64, 0),
     "sixth": ("blind_objects_r6", "blindobj6", (60, 99), 58, 0),
     "seventh": ("blind_objects_r7", "blindobj7", (55, 94), 55, 0),
-    "eighth": ("blind_objects_r8", "blindobj8", (60, 101), 58, 0),
+    "eighth": ("blind_objects_r8", "blindobj8", (60, 101), 59, 0),
 }
 
 

@@ -53,6 +53,23 @@ FLAGGED = {
                 extra.update(dcp_local_seq_lens=self.input_batch.dcp_local_seq_lens)
                 return self._build_uniform_attn_metadata(num_reqs, **extra)  # flagged
     """,
+    # blind set 8: a `@contextmanager` method yields the target batch's lengths, handed on by position
+    "yielded by a context manager into the `as` target": """
+        from contextlib import contextmanager
+
+        class Drafter(DraftModelSpeculator):
+            @contextmanager
+            def _scope(self, input_batch):
+                lens = input_batch.dcp_local_seq_lens
+                try:
+                    yield lens
+                finally:
+                    self.log_done()
+
+            def propose(self, input_batch, num_reqs, step):
+                with self._scope(input_batch) as lens:
+                    return self._build_uniform_attn_metadata(num_reqs, step, lens)  # flagged
+    """,
     # blind set 5: a partial stored by another method, binding the instance's buffer under a condition
     "bound in a partial another method stored": """
         class Drafter(DraftModelSpeculator):
@@ -226,3 +243,37 @@ def test_a_helper_that_recomputes_only_on_the_first_step_is_flagged_on_the_other
     [finding] = [f for f in check_source(source) if f.code == "SG105"]
     assert "not the draft's own" in finding.message
     assert check_source(source.replace("if step == 0:", "if True:")) == []
+
+
+def test_a_fallback_to_the_target_lengths_when_the_preparation_raises_is_not_decided(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Blind set 8: the helper prepares the lengths in a `try` and falls back to the target's in the handler. The
+    preparation is answered, not read, so like any call not read it may raise: the handler's lengths are the
+    build's on that path, which is listed as not decided with the call it depends on (before: silent)."""
+    source = textwrap.dedent(
+        f"""
+        from vllm.v1.worker.gpu.cp_utils import prepare_dcp_local_seq_lens
+
+
+        def build_attn_metadata(*, num_reqs, seq_lens, dcp_local_seq_lens=None):
+            ...
+
+
+        class DraftModelSpeculator:
+            def _build_uniform_attn_metadata(self, num_reqs, step, dcp_local_seq_lens=None):
+                if dcp_local_seq_lens is None:
+                    try:
+                        dcp_local_seq_lens = {PREPARE}
+                    except RuntimeError:
+                        dcp_local_seq_lens = self.target_input_buffers.dcp_local_seq_lens
+                return build_attn_metadata(
+                    num_reqs=num_reqs, seq_lens=self.input_buffers.seq_lens, dcp_local_seq_lens=dcp_local_seq_lens
+                )
+        """
+    )
+    assert check_source(source) == []
+    (tmp_path / "spec.py").write_text(source)
+    out = cli("check", "spec.py", "--no-cache", "-v", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    [listed] = [line for line in out.stderr.splitlines() if line.startswith("specguard: not decided:")]
+    assert "SG105" in listed and "depends on whether `prepare_dcp_local_seq_lens(" in listed and "raises" in listed
+    assert check_source(source.replace("except RuntimeError:", "except RuntimeError:\n                raise\n")) == []

@@ -385,7 +385,8 @@ class Builtins(ObjectModel):
         else:
             result = False if False in truths else (UNKNOWN if UNKNOWN in truths else True)
         if result is UNKNOWN:
-            return Abstract(labels, frozenset().union(*(maybe_of(v) for v in items)) if items else NO_LABELS)
+            maybe = frozenset().union(*(maybe_of(v) for v in items)) if items else NO_LABELS
+            return Abstract(labels, maybe, tuple(dict.fromkeys(r for v in items for r in why_of(v)))[:4])
         return with_labels(result, labels)
 
     def _reduce_numbers(self, kind: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST) -> Any:
@@ -488,7 +489,7 @@ class Builtins(ObjectModel):
             labels = labels | self.hooks.reduced(self, name, [source], node)  # type: ignore[arg-type]
         if not labels and not maybe_of(source):
             return UNKNOWN
-        return Abstract(labels, maybe_of(source))
+        return Abstract(labels, maybe_of(source), why_of(source))
 
     def _combined(self, parts: list[Any]) -> Any:
         """An array built from every part: derived from each (an element of a container is what it holds)."""

@@ -109,6 +109,7 @@ class Calls(Builtins):
         """A call written in the code, its callee and arguments evaluated: the client's answer, or the call."""
         answered = self.hooks.call(self, func, args, kwargs, e, frame, state)
         if answered is not NOT_HANDLED:
+            self.may_raise(e, frame, state)  # answered, not read: it may raise like any call not read
             return answered
         if self.hook is not None:
             handled = self.hook(self, func, args, kwargs, e, frame, state)
@@ -167,10 +168,13 @@ class Calls(Builtins):
         the handlers, under the condition that it raised (so what a handler does is undecided, never silent).
         Where its arguments hold the question's subject (`Hooks.unresolved_may_raise`), also inside objects and
         containers (the specs whose fields are the flags), the path goes on under the condition that it returned."""
-        if self._trying and self.raise_ends_path:
-            self._pending.append((state.path | {(self.cond(node, frame.module, "call"), False)}, None))
+        self.may_raise(node, frame, state)
         if self.hooks.unresolved_may_raise and any(self._holds_doubt(v, 0) for v in values):
             state.path = state.path | {(self.cond(node, frame.module, "call"), True)}
+
+    def may_raise(self, node: ast.AST, frame: Frame, state: State) -> None:
+        if self._trying and self.raise_ends_path:
+            self._pending.append((state.path | {(self.cond(node, frame.module, "call"), False)}, None))
 
     def _holds_doubt(self, value: Any, depth: int) -> bool:
         if self.is_doubt(value):

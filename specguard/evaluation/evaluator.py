@@ -115,6 +115,9 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         # Inside a `try` body, the raising paths of a call that also returns: each (path, what it raises) becomes a
         # raise of the statement holding the call, which that statement's block adds to its flow.
         self._pending: list[tuple[frozenset, set[str] | None]] = []
+        # Objects whose attributes a state's writes hold, keyed by their id: kept alive while the evaluator is, so
+        # that no object made later takes an id over, and with it what was written on one already gone.
+        self._written: list[Obj] = []
 
     # ---- entry points ------------------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from specguard.evaluation.values import (
     plain,
     settled,
     unknown_from,
+    why_of,
     with_labels,
 )
 from specguard.program.ast_tools import dotted
@@ -260,7 +261,11 @@ class Expressions(Builtins):
             if not isinstance(plain(factor), (Many, list, tuple)):
                 widened = unknown_from(left, right, keep=frozenset(x.kind for x in labels))
                 return Abstract(
-                    labels_of(widened), maybe_of(widened), (), array.length, step=self.binop(op, array.step, factor)
+                    labels_of(widened),
+                    maybe_of(widened),
+                    why_of(widened),
+                    array.length,
+                    step=self.binop(op, array.step, factor),
                 )
         if isinstance(op, ast.Mult) and (isinstance(a, list) or isinstance(b, list)):
             seq, count = (a, b) if isinstance(a, list) else (b, a)
@@ -424,7 +429,7 @@ class Expressions(Builtins):
         # `buf[:n]` of a buffer: a view of length n (the evaluator keeps n, labels included, for `len` and `.shape`)
         length = upper if lower in (None, 0) and step in (None, 1) and upper is not None else None
         spaced = inner.step if isinstance(inner, Abstract) and length is not None else None  # still from 0
-        return Abstract(labels_of(base), maybe_of(base), (), length, step=spaced)
+        return Abstract(labels_of(base), maybe_of(base), why_of(base), length, step=spaced)
 
     def _e_compare(self, e: ast.Compare, frame: Frame, state: State) -> Any:
         left = self.eval(e.left, frame, state)

@@ -203,7 +203,7 @@ def join_values(options: list[tuple[Any, frozenset]]) -> Any:
     for value, extra in options:
         if extra:
             maybe = maybe | labels_of(value)
-            if labels_of(value):
+            if labels_of(value) or maybe_of(value):
                 why = why + tuple(f"depends on {d}" for d in doubts(extra) if f"depends on {d}" not in why)
         else:
             labels = labels | labels_of(value)

@@ -427,7 +427,9 @@ class Statements(Builtins):
         for item in stmt.items:
             value = self.eval(item.context_expr, frame, state)
             if item.optional_vars is not None:
-                self.assign(item.optional_vars, value if isinstance(value, Obj) else UNKNOWN, frame, state, stmt)
+                # a generator is entered only through `@contextmanager`: the target is what it yields
+                entered = value.element if isinstance(value, Many) else value if isinstance(value, Obj) else UNKNOWN
+                self.assign(item.optional_vars, entered, frame, state, stmt)
         return self.exec_block(stmt.body, frame, state)
 
     def _s_match(self, stmt: ast.Match, frame: Frame, state: State) -> Flow:
@@ -640,6 +642,7 @@ class Statements(Builtins):
     def store(self, base: Any, attr: str, value: Any, state: State, node: ast.AST | None = None) -> None:
         base = plain(base)
         if isinstance(base, Obj) and attr not in base.pinned:
+            self._written.append(base)
             state.writes[(id(base), attr)] = value
             if node is not None:
                 base.nodes[attr] = node

@@ -194,17 +194,14 @@ def judge(q: Question) -> Iterator[Judgement]:
     yield from (judgement for judgement, build, through in judged if not (through and build in direct))
     for scope in q.scopes:
         speculator = scope.class_name in q.facts.speculator_classes
-        if speculator and scope not in shared and _may_hand_lengths(scope, set(helpers), names, dcp):
+        if speculator and scope not in shared and _may_hand_lengths(scope, names, dcp):
             yield from _judge_caller(q, scope, names - set(helpers))
 
 
-def _may_hand_lengths(scope: Scope, helpers: set[str], names: set[str], dcp: str) -> bool:
+def _may_hand_lengths(scope: Scope, names: set[str], dcp: str) -> bool:
     """A preselection by reading: the method names a shared helper, or a name bound to one (a partial stored on
-    the instance), and may hand it lengths (it names the parameter, spreads a mapping into a call, binds a partial
-    or calls one bound elsewhere). The verdict is the evaluation's."""
-    if not dcp or not scope.mentions(names):
-        return False
-    return scope.mentions({dcp, "partial"} | (names - helpers)) or "**" in scope.text
+    the instance). Whether it hands the lengths (by keyword, by position, in a mapping) is the evaluation's."""
+    return bool(dcp) and scope.mentions(names)
 
 
 def _judge_caller(q: Question, scope: Scope, bound: set[str]) -> Iterator[Judgement]:
