@@ -45,7 +45,7 @@ from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.packs import Pack
 from specguard.program.ast_tools import FUNCTIONS, dotted, has_decorator, same_scope, span
-from specguard.program.tree import ClassInfo, ParsedModule, read_class
+from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, read_class
 
 BUDGET = 40_000  # evaluation steps per function a rule asks about; more is "not decided (budget)"
 # with every evaluation of one file together within `budget.FILE_STEPS` and `budget.FILE_WORK`
@@ -248,24 +248,51 @@ def bind_arguments(
 Parameter = Callable[[ast.arg, Frame], Any]
 
 
-def bind_parameters(function: Function, me: Any, parameter: Parameter) -> dict[str, Any]:
+def bind_parameters(
+    function: Function, me: Any, parameter: Parameter, tree: SourceTree | None = None
+) -> dict[str, Any]:
     """The values a function is evaluated with on its own: `me` for its first parameter when it is a method, and
     `parameter(arg, frame)` for the others (what the client's pack says a parameter of that name or annotation
-    is, unknown otherwise)."""
+    is, unknown otherwise). With `tree`, a method's parameter left unannotated is as the method it overrides
+    annotates it (`def prepare_attn(self, input_batch, cudagraph_mode, ...)` over a base's `cudagraph_mode:
+    CUDAGraphMode`), read in the base's module."""
     node = function.node
     a = node.args  # type: ignore[union-attr]
     params = [*a.posonlyargs, *a.args]
     frame = Frame(function.module, function.owner, None, 0)
+    inherited = inherited_annotations(tree, function) if tree is not None else {}
     out: dict[str, Any] = {}
     if me is not None and params:
         out[params[0].arg] = me
         params = params[1:]
     for param in [*params, *a.kwonlyargs]:
-        out[param.arg] = parameter(param, frame)
+        if param.annotation is None and param.arg in inherited:
+            base_param, base_frame = inherited[param.arg]
+            out[param.arg] = parameter(base_param, base_frame)
+        else:
+            out[param.arg] = parameter(param, frame)
     if a.vararg is not None:
         out[a.vararg.arg] = Many(UNKNOWN)
     if a.kwarg is not None:
         out[a.kwarg.arg] = UNKNOWN
+    return out
+
+
+def inherited_annotations(tree: SourceTree, function: Function) -> dict[str, tuple[ast.arg, Frame]]:
+    """Parameter name -> the nearest overridden method's annotated parameter of that name, with its frame."""
+    owner, name = function.owner, getattr(function.node, "name", "")
+    if owner is None:
+        return {}
+    out: dict[str, tuple[ast.arg, Frame]] = {}
+    for klass in tree.ancestors(owner)[1:]:
+        base = klass.methods.get(name)
+        module = tree.module(klass.module) if base is not None else None
+        if base is None or module is None:
+            continue
+        b = base.args
+        for param in [*b.posonlyargs, *b.args, *b.kwonlyargs]:
+            if param.annotation is not None and param.arg not in out:
+                out[param.arg] = (param, Frame(module, klass, None, 0))
     return out
 
 
@@ -278,7 +305,7 @@ def writes_of(
     ev = q.evaluator(hooks, max_depth=1, inline_unused=False)
     ev.lazy_owner = me
     try:
-        flow = ev.run(function, bind_parameters(function, me, parameter), writes=writes)
+        flow = ev.run(function, bind_parameters(function, me, parameter, q.program), writes=writes)
     except (OutOfBudget, RecursionError):
         return []
     return [(value, state.writes) for state, value in flow.returns]

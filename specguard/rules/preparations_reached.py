@@ -95,7 +95,7 @@ def judge(q: Question) -> Iterator[Judgement]:
         hooks = _Preparations(q, scope)
         try:
             q.evaluator(hooks).run(
-                scope.function, bind_parameters(scope.function, q.self_value(scope), unknown_parameter)
+                scope.function, bind_parameters(scope.function, q.self_value(scope), unknown_parameter, q.program)
             )
         except (OutOfBudget, RecursionError):
             yield q.out_of_budget("SG104", scope)

@@ -121,7 +121,9 @@ def judge(q: Question) -> Iterator[Judgement]:
         hooks = _Builds(q, scope)
         ev = q.evaluator(hooks)
         try:
-            ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), annotated_parameter(ev)))
+            ev.run(
+                scope.function, bind_parameters(scope.function, q.self_value(scope), annotated_parameter(ev), q.program)
+            )
         except (OutOfBudget, RecursionError):
             yield q.out_of_budget("SG101", scope)
         helpers = q.pack.speculators.shared_helpers

@@ -54,6 +54,7 @@ from specguard.rules.judging import (
     bind_arguments,
     bind_parameters,
     callee,
+    inherited_annotations,
     writes_of,
 )
 
@@ -408,7 +409,8 @@ def _candidates(q: Question) -> list[Scope]:
     sinks = aliases(q, set(q.pack.metadata.sink) | set(q.pack.speculators.shared_helpers))
     counts = set(q.pack.metadata.token_count_params)
     handed = {s for s in q.scopes if _handed_the_mode(q, s)}
-    scopes = [s for s in q.scopes if _speculator_scope(q, s) or s in handed]
+    direct = set(q.pack.metadata.sink)
+    scopes = [s for s in q.scopes if _speculator_scope(q, s) or s in handed or s.mentions(direct)]
     found = {s for s in scopes if s.mentions(sinks) or s.mentions(counts)}
     # a function handed its batch's mode may build through a callable its class stored (a dict of builders):
     # any call given a token count is a build to evaluate there
@@ -447,10 +449,21 @@ def _handed_the_mode(q: Question, scope: Scope) -> bool:
     marks = {(pad.mode_enum or "").rpartition(".")[2], *pad.descriptor_types} - {""}
     a = scope.node.args  # type: ignore[attr-defined]
     params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
-    handed = any(marks & annotation_names(p.annotation) or p.arg in pad.descriptor_params for p in params)
+    inherited = {
+        name: param.annotation for name, (param, _) in inherited_annotations(q.program, scope.function).items()
+    }
+    handed = any(
+        marks & annotation_names(p.annotation or inherited.get(p.arg)) or p.arg in pad.descriptor_params for p in params
+    )
     sinks = set(q.pack.metadata.sink)
     # the sink named in the function, or in a method of its class that may store it (`self._builders = {...}`)
     return handed and any(s.mentions(sinks) for s in q.scopes if s is scope or s.cls is not None and s.cls == scope.cls)
+
+
+def _modeless(q: Question, scope: Scope) -> bool:
+    """A function of no speculator, handed no mode or descriptor, that calls the sink: whether the batch it builds
+    for runs a FULL graph is its callers' to say."""
+    return not _speculator_scope(q, scope) and not _handed_the_mode(q, scope)
 
 
 def _calls_the_sink(facts: FileFacts, pack: Pack, mentions: frozenset[str]) -> bool:
@@ -508,8 +521,12 @@ def _judge_scope(
                     [*(f"depends on {d}" for d in doubts(path)), *why_of(value)] or ["a value it could not evaluate"]
                 )
     for site in sites.values():
-        if site.get("modes"):
+        if site.get("modes") and not _modeless(q, scope):
             yield _finding(q, scope, site), frozenset(site["builds"]), site["through"]
+        elif site.get("modes"):  # a padded count is right under a FULL graph, which only its callers can say
+            why = "no CUDA-graph mode in scope: a padded count is right only where its caller replays a FULL graph"
+            undecided = q.undecided("SG103", scope, site["node"], f"`{site['param']}=` of `{site['callee']}`", why)
+            yield undecided, frozenset(site["builds"]), site["through"]
         elif site.get("why"):
             why = "; ".join(dict.fromkeys(site["why"]))[:300]
             undecided = q.undecided("SG103", scope, site["node"], f"`{site['param']}=` of `{site['callee']}`", why)
@@ -561,7 +578,7 @@ def _ran(q: Question, scope: Scope, hooks: _Counts) -> bool:
     hooks.scope_node = scope.node
     try:
         q.evaluator(hooks).run(
-            scope.function, bind_parameters(scope.function, q.self_value(scope), hooks.entry_parameter)
+            scope.function, bind_parameters(scope.function, q.self_value(scope), hooks.entry_parameter, q.program)
         )
     except (OutOfBudget, RecursionError):
         return False

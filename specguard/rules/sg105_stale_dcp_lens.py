@@ -243,7 +243,7 @@ def _ran(q: Question, scope: Scope, hooks: Hooks, choices: Choices | None = None
     try:
         ev = q.evaluator(hooks)
         ev.choices = choices
-        ev.run(scope.function, bind_parameters(scope.function, me, _caller_parameter(q)))
+        ev.run(scope.function, bind_parameters(scope.function, me, _caller_parameter(q), q.program))
     except (OutOfBudget, RecursionError):
         return False
     return True

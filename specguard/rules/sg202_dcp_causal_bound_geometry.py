@@ -205,7 +205,7 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
                 return Obj(inner.kind, label=param.arg)
             return Sym(param.arg)
 
-        ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), parameter))
+        ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), parameter, q.program))
         return hooks.sites
 
     # the tests that matter: those whose sides leave rows expanded differently, or a row map kept on an object

@@ -123,7 +123,7 @@ def test_a_model_state_handed_its_batchs_mode_is_judged_against_it(check_specula
                     num_tokens = input_batch.num_tokens
                 return build_attn_metadata(num_tokens=num_tokens)
 
-            def rebuild(self, input_batch):  # no mode in scope: not judged
+            def rebuild(self, input_batch):  # no mode in scope: not decided (its callers say), listed with -v
                 return build_attn_metadata(num_tokens=input_batch.num_tokens_after_padding)
 
             def rebuild_for(self, input_batch, batch_desc: BatchExecutionDescriptor):
