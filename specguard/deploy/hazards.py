@@ -34,6 +34,7 @@ from specguard.deploy.catalogue import (
     SourceEnumParams,
     SpeculatorParams,
 )
+from specguard.deploy.derived import ServedMethod, served_method, with_served_method
 from specguard.deploy.facts import SourceFacts, SourceFinding
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
@@ -96,8 +97,10 @@ class _Resolved:
 class Context:
     """What the evaluators of one config share: the source, the situation, and facts computed once."""
 
-    def __init__(self, cfg: ServingConfig, facts: SourceFacts) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: ServingConfig, facts: SourceFacts, served: ServedMethod | None = None) -> None:
+        self.written = cfg  # as the config writes it (what vLLM validates before deriving anything)
+        self.served = served or ServedMethod(cfg.method)
+        self.cfg = with_served_method(cfg, self.served)  # as the served source derives it: what hazards judge
         self.facts = facts
         self._interleave: dict[tuple[str, str], tuple[Reach, _Resolved]] = {}
         self._builders: dict[tuple[int, str, str, bool], list[Outcome]] = {}
@@ -407,9 +410,17 @@ def _assumed(hit: tuple[_Pick, list[_Hit]], where: str, unset: list[str], others
     return [_Hit(h.key, h.facts, said) for h in hits]
 
 
+def _method(ctx: Context) -> str | None:
+    """The speculative method the served source arrives at (None: no speculative config). Where that depends on
+    what vLLM reads from the draft model at startup, the method written (a note says so), or not judged."""
+    if ctx.served.undecided and ctx.cfg.method is None:
+        raise NotJudged(ctx.served.undecided)
+    return ctx.cfg.method
+
+
 def _cfg101(ctx: Context, p: DraftPathParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
-    if cfg.method is None or cfg.data_parallel_size <= 1:
+    if cfg.data_parallel_size <= 1 or _method(ctx) is None:
         return []
 
     def judge(registry: Registry) -> list[_Hit]:
@@ -435,7 +446,7 @@ def _cfg101(ctx: Context, p: DraftPathParams) -> list[_Hit]:
 
 def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
-    if cfg.method is None or cfg.decode_context_parallel_size <= 1:
+    if cfg.decode_context_parallel_size <= 1 or _method(ctx) is None:
         return []
 
     def judge(registry: Registry) -> list[_Hit]:
@@ -459,7 +470,7 @@ def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
 
 
 def _cfg104(ctx: Context, p: GroupMergeParams) -> list[_Hit]:
-    if ctx.cfg.method not in p.methods:
+    if _method(ctx) not in p.methods:
         return []
     hits = ctx.facts.findings_of(p.rules)
     if not hits:
@@ -825,7 +836,7 @@ def _enum_hit(value: str | None, key: str, p: SourceEnumParams, facts: SourceFac
 
 
 def _cfg106(ctx: Context, p: SourceEnumParams) -> list[_Hit]:
-    return _enum_hit(ctx.cfg.method, "speculative-config.method", p, ctx.facts)
+    return _enum_hit(ctx.written.method, "speculative-config.method", p, ctx.facts)
 
 
 def _cfg111(ctx: Context, p: SourceEnumParams) -> list[_Hit]:
@@ -898,7 +909,18 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         judgement.not_judged = {code: NO_SOURCE for code in sorted(catalogue.hazards)}
         return judgement
     with run_budget(), environment.ensured():
-        ctx = Context(cfg, facts)
+        served = served_method(cfg, facts)
+        if served.undecided and served.method is not None:
+            judgement.notes.append(
+                f"judged for speculative-config.method '{served.method}' as written; {served.undecided}"
+            )
+        if served.where:
+            written = f"not {cfg.method!r} as written" if cfg.method else "where the config leaves it out"
+            judgement.notes.append(
+                f"speculative-config.method is '{served.method}' as {facts.label} derives it ({served.where}), "
+                f"{written}: the hazards are judged for it"
+            )
+        ctx = Context(cfg, facts, served)
         _judge_all(ctx, catalogue, judgement)
     return judgement
 

@@ -221,6 +221,8 @@ def test_hazard(
         n.startswith(f"{code}: no statement saying ")
         and "judged by meaning" in n
         or n.startswith(f"{code}: no hazard for the V1 model runner, which")
+        # a written method the served source re-derives from the draft model's config (test_served_method.py)
+        or n.startswith("judged for speculative-config.method ")
         for n in own
     ), own
 
@@ -250,7 +252,7 @@ def test_cfg101_names_the_findings_and_the_startup_crash(
     assert finding.severity == "error"
     assert finding.key == "data-parallel-size"
     assert "does not match qo_indptr[-1]" in finding.message
-    assert "SG102 at v1/worker/gpu/spec_decode/dflash/speculator.py" in finding.message
+    assert "SG103 at v1/worker/gpu/spec_decode/dflash/speculator.py" in finding.message  # the count, not SG102
     assert "DFlashSpeculator" in finding.message and "vLLM 0.28.0" in finding.message
     assert "data-parallel-size: 1" in finding.fix
 
