@@ -146,6 +146,13 @@ class SourceEnumParams(_Params):
     symbol: str
 
 
+class EnvironmentParams(_Params):
+    """CFG116: the module of the served source whose attributes are the environment variables vLLM reads, each
+    parsed by its own code when read (`envs`: its `__getattr__` and `environment_variables`)."""
+
+    module: str = "envs"
+
+
 PARAMS: dict[str, type[_Params]] = {
     "CFG101": DraftPathParams,
     "CFG102": InterleaveParams,
@@ -162,6 +169,7 @@ PARAMS: dict[str, type[_Params]] = {
     "CFG113": EvidenceParams,
     "CFG114": SpeculatorParams,
     "CFG115": EvidenceParams,
+    "CFG116": EnvironmentParams,
 }
 
 

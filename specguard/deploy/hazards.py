@@ -24,6 +24,7 @@ from specguard.deploy.catalogue import (
     BuilderValidationParams,
     Catalogue,
     DraftPathParams,
+    EnvironmentParams,
     Evidence,
     EvidenceParams,
     GroupMergeParams,
@@ -35,6 +36,7 @@ from specguard.deploy.catalogue import (
     SpeculatorParams,
 )
 from specguard.deploy.derived import ServedMethod, served_method, with_served_method
+from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.facts import SourceFacts, SourceFinding
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
@@ -812,6 +814,27 @@ def _cfg115(ctx: Context, p: EvidenceParams) -> list[_Hit]:
     return _evidence_hit(ctx, p, "enforce-eager", {"mode": mode})
 
 
+def _cfg116(ctx: Context, p: EnvironmentParams) -> list[_Hit]:
+    """Each variable of the serving environment that the served source declares, parsed by the served code that
+    parses it when read: a value that code refuses (`bool(int("false"))`) stops vLLM where it first reads it."""
+    tree = ctx.facts.tree
+    module = tree.module(f"{tree.package}.{p.module}")
+    if module is None:
+        raise NotJudged(f"how vLLM parses its environment is read from {p.module}.py, which the served source lacks")
+    hits: list[_Hit] = []
+    for name, value in sorted(environment.current().values.items()):
+        if name not in module.typing_only:  # not one this source declares, so not one it parses
+            continue
+        ev = config_evaluator(tree)
+        ev.module_value(module, name)
+        refused = [o for o in ev.outcomes if o.site.kind == "raise" and not o.path and not o.caught]
+        if refused:
+            site = refused[0].site
+            where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"
+            hits.append(_Hit(name, {"variable": name, "value": value, "raised": site.message, "where": where}))
+    return hits
+
+
 # -- values the served source must define -------------------------------------------------------------------------
 
 
@@ -865,6 +888,7 @@ EVALUATORS: dict[str, HazardCheck] = {
     "CFG113": _cfg113,
     "CFG114": _cfg114,
     "CFG115": _cfg115,
+    "CFG116": _cfg116,
 }
 
 

@@ -282,7 +282,10 @@ class Builtins(ObjectModel):
         self.charge(cost)
         try:
             result = fn(*plain_args, **plain_kwargs)
-        except Exception:  # noqa: BLE001 - a builtin refusing its input: the value is not known
+        except Exception as exc:  # noqa: BLE001 - a builtin refusing its input: the value is not known
+            if not self.semantics.raise_ends_path:  # recorded as a raise, as the source's own are (`recorded`)
+                call = f"{short}({', '.join(map(repr, plain_args))})"
+                self.record("raise", frame.module, node, f"{call} raises {type(exc).__name__}: {exc}", state.path)
             return UNKNOWN
         if short == "dict" and not plain_args:
             return dict(kwargs)

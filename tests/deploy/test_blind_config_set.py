@@ -32,6 +32,6 @@ def test_no_hazard_is_judged_clean(run_config, source_dir, tmp_path: Path) -> No
         outcomes.setdefault(f"{case['expect']} -> {said}", []).append(case["id"])
     counts = {k: len(v) for k, v in outcomes.items()}
     assert "hazard -> clean" not in outcomes, outcomes  # the first run had 8
-    assert counts.get("refused -> clean", 0) <= 5, outcomes  # refusals outside the catalogue (RUNS.md)
+    assert counts.get("refused -> clean", 0) <= 4, outcomes  # refusals outside the catalogue (RUNS.md)
     assert counts.get("clean -> hazard", 0) <= 2, outcomes  # a CFG104 warning the author allows, a disputed fork
     assert counts.get("hazard -> hazard", 0) >= 21, outcomes

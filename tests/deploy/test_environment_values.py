@@ -1,0 +1,36 @@
+"""Environment values read as the served vLLM reads them (issue 30, CFG116): each variable of the serving
+environment that the served `envs.py` declares is parsed by that file's own code, evaluated; a value it refuses
+(`VLLM_USE_V2_MODEL_RUNNER=false`: `bool(int("false"))` raises `ValueError` at engine creation) is an error that
+names the variable and the value first. Before, 0.31.0 called that config clean."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SPEC = json.dumps({"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 15})
+
+
+@pytest.mark.parametrize("version", ["0.29.0", "0.31.0", "0.33.0"])
+@pytest.mark.parametrize("value", ["false", "true", ""])
+def test_a_value_the_served_parser_refuses_is_an_error(run_config, source_dir, version: str, value: str) -> None:  # type: ignore[no-untyped-def]
+    rc, out, _ = run_config(
+        "--vllm-source", str(source_dir(version)), f"--env=VLLM_USE_V2_MODEL_RUNNER={value}", "--", "m", "-sc", SPEC
+    )
+    assert rc == 1, out
+    assert f"CFG116 error [VLLM_USE_V2_MODEL_RUNNER]\n  VLLM_USE_V2_MODEL_RUNNER={value!r} in the serving" in out
+    assert f"int({value!r}) raises ValueError" in out and "envs.py:" in out
+
+
+@pytest.mark.parametrize("value", ["0", "1", " 0"])
+def test_a_value_it_accepts_is_not(run_config, source_dir, value: str) -> None:  # type: ignore[no-untyped-def]
+    rc, out, _ = run_config(
+        "--vllm-source", str(source_dir("0.31.0")), f"--env=VLLM_USE_V2_MODEL_RUNNER={value}", "--", "m", "-sc", SPEC
+    )
+    assert "CFG116" not in out, out
+
+
+def test_a_variable_the_source_does_not_declare_is_not_parsed(run_config, source_dir) -> None:  # type: ignore[no-untyped-def]
+    rc, out, _ = run_config("--vllm-source", str(source_dir("0.31.0")), "--env=VLLM_NOT_A_SETTING=false", "--", "m")
+    assert (rc, "CFG116" in out) == (0, False), out
