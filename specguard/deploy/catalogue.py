@@ -80,6 +80,13 @@ class DraftPathParams(SpeculatorParams):
         return self
 
 
+class OtherDraftPathParams(SpeculatorParams):
+    """CFG117: a method whose speculator has `rules` findings in its lineage, outside the draft paths another hazard
+    judges (`judged_elsewhere`: the classes whose descendants CFG101 covers)."""
+
+    judged_elsewhere: list[str] = Field(default_factory=list)
+
+
 class InterleaveResolution(_Params):
     """Where vLLM may change the KV-cache interleave size the user gave (the deprecated dcp option copied over
     it, NIXL P/D aligning it to the block size): assignments to `attribute` in `file`, each judged with the
@@ -170,6 +177,7 @@ PARAMS: dict[str, type[_Params]] = {
     "CFG114": SpeculatorParams,
     "CFG115": EvidenceParams,
     "CFG116": EnvironmentParams,
+    "CFG117": OtherDraftPathParams,
 }
 
 

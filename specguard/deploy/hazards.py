@@ -31,6 +31,7 @@ from specguard.deploy.catalogue import (
     Hazard,
     InterleaveParams,
     InterleaveResolution,
+    OtherDraftPathParams,
     Registry,
     SourceEnumParams,
     SpeculatorParams,
@@ -421,13 +422,29 @@ def _method(ctx: Context) -> str | None:
 
 
 def _cfg101(ctx: Context, p: DraftPathParams) -> list[_Hit]:
+    def on_the_path(registry: Registry, cls: ClassInfo) -> bool:
+        assert registry.draft_path_class is not None  # the catalogue's validation
+        return ctx.facts.descends_from(cls, registry.draft_path_class)
+
+    return _padded_draft(ctx, p, on_the_path)
+
+
+def _cfg117(ctx: Context, p: OtherDraftPathParams) -> list[_Hit]:
+    def elsewhere(registry: Registry, cls: ClassInfo) -> bool:
+        return not any(ctx.facts.descends_from(cls, name) for name in p.judged_elsewhere)
+
+    return _padded_draft(ctx, p, elsewhere)
+
+
+def _padded_draft(ctx: Context, p: SpeculatorParams, judged: Callable[[Registry, ClassInfo], bool]) -> list[_Hit]:
+    """With DP, the speculators of the config's method that `judged` keeps, where a padded count reaches their
+    draft metadata build outside FULL graphs (`p.rules` findings in their lineage)."""
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.data_parallel_size <= 1 or _method(ctx) is None:
         return []
 
     def judge(registry: Registry) -> list[_Hit]:
-        assert registry.draft_path_class is not None  # the catalogue's validation
-        family = [c for c in _speculators(ctx, registry) if facts.descends_from(c, registry.draft_path_class)]
+        family = [c for c in _speculators(ctx, registry) if judged(registry, c)]
         hits = facts.findings_in_lineage(family, p.rules) if family else []
         if not hits:
             return []
@@ -889,6 +906,7 @@ EVALUATORS: dict[str, HazardCheck] = {
     "CFG114": _cfg114,
     "CFG115": _cfg115,
     "CFG116": _cfg116,
+    "CFG117": _cfg117,
 }
 
 

@@ -193,6 +193,11 @@ class Builtins(ObjectModel):
     def _python_builtin(
         self, short: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
+        if short == "callable" and len(args) == 1:
+            value = plain(args[0])
+            if isinstance(value, (Function, Bound, Partial, ClassRef)):
+                return True
+            return False if isinstance(value, (list, tuple, dict, str, int, float, Many, Mapping)) else UNKNOWN
         if short == "getattr" and len(args) in (2, 3) and isinstance(plain(args[1]), str):
             from specguard.evaluation.objects import MISSING
 

@@ -72,6 +72,7 @@ BUILTINS = {
     "hasattr",
     "setattr",
     "isinstance",
+    "callable",
     "len",
     "any",
     "all",

@@ -1,21 +1,28 @@
-"""Blind config set 1 (`tests/corpus/blind_config_r1`, issue 30): 69 serving configs written by someone who never
-read specguard, each labelled with what vLLM's real code does (`hazard`, `refused` by vLLM itself, or `clean`),
-on 0.28.0-0.33.0 and seven forks. Run with `--strict` as an operator's CI gate would: a hazard or a refusal
-judged clean (exit 0) is a silent miss. The numbers are floors no change may fall below; RUNS.md has each run."""
+"""Blind config sets 1 and 2 (`tests/corpus/blind_config_r1`, `_r2`, issue 30): 69 serving configs each, written by
+someone who never read specguard, each labelled with what vLLM's real code does (`hazard`, `refused` by vLLM
+itself, or `clean`), on real releases and forks of them. Run with `--strict` as an operator's CI gate would: a
+hazard or a refusal judged clean (exit 0) is a silent miss. The numbers are floors no change may fall below; each
+set's RUNS.md has each run."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.deploy.sg_mutate import fork, replace, rewrite
 
-CASES = Path(__file__).resolve().parents[1] / "corpus" / "blind_config_r1" / "cases.json"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+# set -> (refusals judged clean at most, clean configs with a hazard at most, hazards found at least)
+FLOORS = {"blind_config_r1": (4, 2, 21), "blind_config_r2": (3, 1, 21)}
 
 
-def test_no_hazard_is_judged_clean(run_config, source_dir, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("folder", list(FLOORS))
+def test_no_hazard_is_judged_clean(run_config, source_dir, tmp_path: Path, folder: str) -> None:  # type: ignore[no-untyped-def]
+    silent_refusals, false_alarms, found = FLOORS[folder]
     outcomes: dict[str, list[str]] = {}
-    for case in json.loads(CASES.read_text()):
+    for case in json.loads((CORPUS / folder / "cases.json").read_text()):
         tree = source_dir(case["version"])
         if case["fork"]:
             tree = fork(tree, tmp_path / case["id"])
@@ -31,7 +38,7 @@ def test_no_hazard_is_judged_clean(run_config, source_dir, tmp_path: Path) -> No
         said = {0: "clean", 1: "hazard", 2: "error", 3: "not judged"}[rc]
         outcomes.setdefault(f"{case['expect']} -> {said}", []).append(case["id"])
     counts = {k: len(v) for k, v in outcomes.items()}
-    assert "hazard -> clean" not in outcomes, outcomes  # the first run had 8
-    assert counts.get("refused -> clean", 0) <= 4, outcomes  # refusals outside the catalogue (RUNS.md)
-    assert counts.get("clean -> hazard", 0) <= 2, outcomes  # a CFG104 warning the author allows, a disputed fork
-    assert counts.get("hazard -> hazard", 0) >= 21, outcomes
+    assert "hazard -> clean" not in outcomes, outcomes  # the first runs had 8 and 1
+    assert counts.get("refused -> clean", 0) <= silent_refusals, outcomes  # outside the catalogue (RUNS.md)
+    assert counts.get("clean -> hazard", 0) <= false_alarms, outcomes  # each named in RUNS.md
+    assert counts.get("hazard -> hazard", 0) >= found, outcomes

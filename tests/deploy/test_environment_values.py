@@ -34,3 +34,16 @@ def test_a_value_it_accepts_is_not(run_config, source_dir, value: str) -> None: 
 def test_a_variable_the_source_does_not_declare_is_not_parsed(run_config, source_dir) -> None:  # type: ignore[no-untyped-def]
     rc, out, _ = run_config("--vllm-source", str(source_dir("0.31.0")), "--env=VLLM_NOT_A_SETTING=false", "--", "m")
     assert (rc, "CFG116" in out) == (0, False), out
+
+
+@pytest.mark.parametrize(("value", "refused"), [("forkserver", True), ("Spawn", True), ("spawn", False)])
+def test_a_value_outside_the_choices_the_served_source_lists_is_an_error(  # type: ignore[no-untyped-def]
+    run_config, source_dir, value: str, refused: bool
+) -> None:
+    """Blind config set 2: `env_with_choices(...)` checks the value against its list (case-sensitive here) when the
+    variable is read; the evaluator follows it (`callable(choices)` of a list is False) to the raise."""
+    rc, out, _ = run_config(
+        "--vllm-source", str(source_dir("0.32.0")), f"--env=VLLM_WORKER_MULTIPROC_METHOD={value}", "--", "m"
+    )
+    assert ("CFG116 error [VLLM_WORKER_MULTIPROC_METHOD]" in out) == refused, out
+    assert rc == (1 if refused else 0), out

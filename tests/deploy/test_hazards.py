@@ -32,11 +32,11 @@ DSPARK_DCP = ["-tp", "2", "-dcp", "2", *_spec("dspark")]
 
 # (code, name, vllm serve arguments, versions it must fire on); every case is checked on all three versions.
 CASES: list[tuple[str, str, list[str], set[str]]] = [
-    # CFG101: DFlash-family draft + DP>1 where the source has SG102/SG103 on that draft path (0.28.0 only).
+    # CFG101: DFlash-family draft + DP>1 where the source has SG103 on that draft path (0.28.0 only).
     ("CFG101", "dflash-dp2", ["-dp", "2", *_spec("dflash")], {OLD}),
     ("CFG101", "dspark-dp2", ["-dp", "2", *_spec("dspark")], {OLD}),
     ("CFG101", "dflash-dp1", _spec("dflash"), set()),
-    # EAGLE has SG103 findings in 0.28.0 too, but it is not on the DFlash draft path.
+    # EAGLE has SG103 findings in 0.28.0 too, but it is not on the DFlash draft path (CFG117 says it).
     ("CFG101", "eagle3-dp2", ["-dp", "2", *_spec("eagle3")], set()),
     ("CFG101", "dp2-no-spec", ["-dp", "2"], set()),
     # CFG102: FlashInfer MLA's builder refuses a DCP interleave other than 1 since 0.30.0.
@@ -186,6 +186,10 @@ CASES: list[tuple[str, str, list[str], set[str]]] = [
     ("CFG114", "eagle3-dcp2", ["-tp", "2", "-dcp", "2", *_spec("eagle3")], {OLD}),
     ("CFG114", "eagle3-no-dcp", _spec("eagle3"), set()),
     ("CFG114", "dcp2-no-spec", ["-tp", "2", "-dcp", "2"], set()),
+    # CFG117: the same padded count on a draft path other than DFlash's (EAGLE's, in 0.28.0): a warning.
+    ("CFG117", "eagle3-dp2", ["-dp", "2", *_spec("eagle3")], {OLD}),
+    ("CFG117", "eagle3-dp1", _spec("eagle3"), set()),
+    ("CFG117", "dflash-dp2", ["-dp", "2", *_spec("dflash")], set()),  # CFG101's
     # CFG115: enforce-eager overrides an explicit CUDA graph mode.
     ("CFG115", "eager-full", ["--enforce-eager", "-cc", '{"cudagraph_mode": "FULL_AND_PIECEWISE"}'], ALL),
     ("CFG115", "eager-none", ["--enforce-eager", "-cc", '{"cudagraph_mode": "NONE"}'], set()),
