@@ -199,9 +199,15 @@ def judge(q: Question) -> Iterator[Judgement]:
 
 
 def _may_hand_lengths(scope: Scope, names: set[str], dcp: str) -> bool:
-    """A preselection by reading: the method names a shared helper, or a name bound to one (a partial stored on
-    the instance). Whether it hands the lengths (by keyword, by position, in a mapping) is the evaluation's."""
-    return bool(dcp) and scope.mentions(names)
+    """A preselection by reading: the method's body names a shared helper, or a name bound to one (a partial stored
+    on the instance); an override of a helper is not thereby a caller. Whether it hands the lengths (by keyword, by
+    position, in a mapping) is the evaluation's."""
+    if not dcp or not scope.mentions(names):
+        return False
+    return any(
+        isinstance(node, ast.Name) and node.id in names or isinstance(node, ast.Attribute) and node.attr in names
+        for node in ast.walk(scope.node)
+    )
 
 
 def _judge_caller(q: Question, scope: Scope, bound: set[str]) -> Iterator[Judgement]:
