@@ -839,12 +839,13 @@ def _cfg116(ctx: Context, p: EnvironmentParams) -> list[_Hit]:
     if module is None:
         raise NotJudged(f"how vLLM parses its environment is read from {p.module}.py, which the served source lacks")
     hits: list[_Hit] = []
+    ev = config_evaluator(tree)
     for name, value in sorted(environment.current().values.items()):
         if name not in module.typing_only:  # not one this source declares, so not one it parses
             continue
-        ev = config_evaluator(tree)
+        mark = len(ev.outcomes)
         ev.module_value(module, name)
-        refused = [o for o in ev.outcomes if o.site.kind == "raise" and not o.path and not o.caught]
+        refused = [o for o in ev.outcomes[mark:] if o.site.kind == "raise" and not o.path and not o.caught]
         if refused:
             site = refused[0].site
             where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"

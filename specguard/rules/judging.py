@@ -248,19 +248,17 @@ def bind_arguments(
 Parameter = Callable[[ast.arg, Frame], Any]
 
 
-def bind_parameters(
-    function: Function, me: Any, parameter: Parameter, tree: SourceTree | None = None
-) -> dict[str, Any]:
+def bind_parameters(function: Function, me: Any, parameter: Parameter, tree: SourceTree) -> dict[str, Any]:
     """The values a function is evaluated with on its own: `me` for its first parameter when it is a method, and
     `parameter(arg, frame)` for the others (what the client's pack says a parameter of that name or annotation
-    is, unknown otherwise). With `tree`, a method's parameter left unannotated is as the method it overrides
-    annotates it (`def prepare_attn(self, input_batch, cudagraph_mode, ...)` over a base's `cudagraph_mode:
-    CUDAGraphMode`), read in the base's module."""
+    is, unknown otherwise). A method's parameter left unannotated is as the method it overrides annotates it
+    (`def prepare_attn(self, input_batch, cudagraph_mode, ...)` over a base's `cudagraph_mode: CUDAGraphMode`),
+    read in the base's module."""
     node = function.node
     a = node.args  # type: ignore[union-attr]
     params = [*a.posonlyargs, *a.args]
     frame = Frame(function.module, function.owner, None, 0)
-    inherited = inherited_annotations(tree, function) if tree is not None else {}
+    inherited = inherited_annotations(tree, function)
     out: dict[str, Any] = {}
     if me is not None and params:
         out[params[0].arg] = me

@@ -520,8 +520,9 @@ def _judge_scope(
                 site.setdefault("why", []).extend(
                     [*(f"depends on {d}" for d in doubts(path)), *why_of(value)] or ["a value it could not evaluate"]
                 )
+    modeless = _modeless(q, scope)
     for site in sites.values():
-        if site.get("modes") and not _modeless(q, scope):
+        if site.get("modes") and not modeless:
             yield _finding(q, scope, site), frozenset(site["builds"]), site["through"]
         elif site.get("modes"):  # a padded count is right under a FULL graph, which only its callers can say
             why = "no CUDA-graph mode in scope: a padded count is right only where its caller replays a FULL graph"
