@@ -1,0 +1,1 @@
+"""Fork-local speculator, model-state and attention helpers (blind test tree)."""
