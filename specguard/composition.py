@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specguard.analysis import engine
-from specguard.findings import Finding
+from specguard.findings import Finding, Judgement
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
 from specguard.packs import Pack, load_pack
 from specguard.rules import RuleSet
@@ -50,6 +50,15 @@ def check_source(
     settings = settings or Settings()
     pack = pack or load_pack(settings.rule_packs)
     return engine.check_source(text, path, module, pack=pack, rules=RULES, settings=settings, line_length=line_length)
+
+
+def check_source_judged(
+    text: str, path: str = "example.py", module: str = "example"
+) -> tuple[list[Finding], list[Judgement]]:
+    """`check_source` with the default settings, and the sites the rules left undecided."""
+    return engine.check_source_judged(
+        text, path, module, pack=load_pack(Settings().rule_packs), rules=RULES, settings=Settings()
+    )
 
 
 def check_served_tree(root: Path) -> TreeCheck:

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specguard.composition import check_source
+from specguard.composition import check_source, check_source_judged
 from specguard.fix_model import Edit, Fix, apply_edits
 from specguard.fixes.apply import compiles, fix_text
 from specguard.rules import all_rules
@@ -648,6 +648,8 @@ def test_an_internal_error_while_fixing_one_file_costs_only_that_file(monkeypatc
 
 
 SEEDS = [SAFE, UNSAFE, *PURE, *(textwrap.dedent(r.bad) for r in all_rules().values())]
+# SG103's bad example with its import cut by the mangling, as the property test found it
+MANGLED_IMPORT = textwrap.dedent(all_rules()["SG103"].bad).replace("import CUDAGraphMode", "import C\nUDAGraphMode", 1)
 
 
 @st.composite
@@ -663,14 +665,34 @@ def mutated_seed(draw: st.DrawFn) -> str:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_seed())
 def test_fixing_any_mangled_source_keeps_it_parsing_and_never_adds_a_finding(text: str) -> None:
-    before = check_source(text)
+    before, undecided = check_source_judged(text)
     result = fix_text(text, before, check_source, lambda f: True)
     if result.text == text:
         return
     ast.parse(result.text)
     assert compiles(result.text) or not compiles(text)  # a fix never breaks code the compiler accepted
-    after = check_source(result.text)
+    # A fix may decide a site that was listed as not decided (an import it adds binds a name the mangling cut),
+    # never add a finding to a site that was decided.
+    after = [f for f in check_source(result.text) if (f.code, f.symbol) not in {(j.code, j.scope) for j in undecided}]
     assert len(after) <= len(before) - len(result.applied) and not any(f.code == "SG000" for f in after)
+
+
+def test_a_fix_that_binds_a_cut_name_may_decide_sites_that_were_listed_as_not_decided() -> None:
+    # found by the property above: the mangling cut `CUDAGraphMode` in the import, so two guards on it were not
+    # decided; the fix of another site imports the name, and they become findings.
+    text = MANGLED_IMPORT
+    before, undecided = check_source_judged(text)
+    assert {(j.code, j.scope) for j in undecided} == {
+        ("SG103", "MyDraftSpeculator.propose_graphed"),
+        ("SG103", "MyDraftSpeculator.propose_block"),
+    }
+    result = fix_text(text, before, check_source, lambda f: True)
+    assert "from vllm.config.compilation import CUDAGraphMode" in result.text
+    after = check_source(result.text)
+    assert {f.symbol for f in after} - {f.symbol for f in before} == {
+        "MyDraftSpeculator.propose_graphed",
+        "MyDraftSpeculator.propose_block",
+    }
 
 
 # ---- SG201: the agreement check ----------------------------------------------------------------------------

@@ -561,11 +561,31 @@ def check_source(
 
     What the rules' own examples and the property tests run; a source error comes back as SG000.
     """
+    return check_source_judged(text, path, module, pack=pack, rules=rules, settings=settings, line_length=line_length)[
+        0
+    ]
+
+
+def check_source_judged(
+    text: str,
+    path: str = "example.py",
+    module: str = "example",
+    *,
+    pack: Pack,
+    rules: RuleSet,
+    settings: Settings,
+    line_length: int = DEFAULT_LINE_LENGTH,
+) -> tuple[list[Finding], list[Judgement]]:
+    """`check_source`, with the sites the rules could not decide (what a run lists as "not decided")."""
     locator = ModuleLocator(installed=False)
     index = ProjectIndex(locator, lambda _: None)
     codes = frozenset(settings.enabled(rules.codes))
     judge = Judge(locator, pack, rules, codes, Cache(None), set)
-    return sorted(_evaluate_text(text, path, module, False, index, pack, rules, codes, judge, Path(), line_length))
+    undecided: list[Judgement] = []
+    findings = _evaluate_text(
+        text, path, module, False, index, pack, rules, codes, judge, Path(), line_length, undecided
+    )
+    return sorted(findings), undecided
 
 
 def _evaluate_text(
@@ -580,8 +600,10 @@ def _evaluate_text(
     judge: Judge,
     root: Path = Path(),
     line_length: int = DEFAULT_LINE_LENGTH,
+    undecided: list[Judgement] | None = None,
 ) -> list[Finding]:
-    """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter."""
+    """A module's text, summarized into the index as stage one would and evaluated, without cache or prefilter;
+    the sites left undecided go to `undecided` where it is given."""
     from specguard.analysis.evaluate import evaluate_source
     from specguard.analysis.scan import call_owners, signed
     from specguard.analysis.summary import nested_class_lines, summarize
@@ -604,6 +626,8 @@ def _evaluate_text(
     # as a run does: libcst's job on the facts, the evaluator's on the judgements
     written = evaluate_source(text, path, facts, pack, rules, codes - rules.evaluated, mentions, summary.definitions)
     decided = [j for j in known.judgements if j.decided]
+    if undecided is not None:
+        undecided.extend(j for j in known.judgements if not j.decided)
     if not decided:
         return written
     judged = evaluate_source(text, path, known, pack, rules, codes & rules.judged, mentions, summary.definitions)
