@@ -65,10 +65,39 @@ def _download(version: str, into: Path) -> Path:
         raise UserError(f"--vllm-version {version}: running pip failed: {exc}") from None
     wheels = sorted(into.glob(f"vllm-{version}-*.whl")) if into.is_dir() else []
     if proc.returncode != 0 or not wheels:
-        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-        why = lines[-1] if lines else f"pip exited with {proc.returncode}"
-        raise UserError(f"--vllm-version {version}: pip could not download the vllm {version} wheel: {why}")
+        raise UserError(f"--vllm-version {version}: {_why_not_downloaded(version, proc.stderr or proc.stdout)}")
     return wheels[0]
+
+
+# pip's own line where it found no such version: the releases it could download, or "none"
+_FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+_ERRNO = re.compile(r"(\[Errno -?\d+\][^'\")]*)")  # the OS's reason in pip's connection warning
+
+
+def _why_not_downloaded(version: str, said: str) -> str:
+    """What pip's refusal means for the user: a release the package index does not have (a typo, a version too new
+    for it), an index pip could not reach (offline), or one that holds no vllm."""
+    lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
+    last = lines[-1] if lines else "pip said nothing"
+    listed = _FROM_VERSIONS.search(said)
+    if listed is None:
+        return f"pip could not download the vllm {version} wheel: {last}"
+    versions = [v.strip() for v in listed.group(1).split(",") if v.strip() and v.strip() != "none"]
+    if versions:
+        return (
+            f"vllm {version} is not a release pip can download as a wheel (the newest it has is {versions[-1]});"
+            " pass a release it has, or --vllm-source DIR"
+        )
+    failed = [ln for ln in lines if "connection" in ln.lower() or "resolve" in ln.lower()]
+    if failed:
+        cause = _ERRNO.search(failed[-1])
+        return (
+            f"pip could not reach the package index (offline?): {cause.group(1) if cause else failed[-1]};"
+            " check the network or pip's index settings, or pass --vllm-source DIR"
+        )
+    return (
+        "the package index pip uses lists no vllm release at all; check pip's index settings, or pass --vllm-source DIR"
+    )
 
 
 def _extract(wheel: Path, into: Path) -> None:
