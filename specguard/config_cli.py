@@ -16,7 +16,7 @@ from specguard.deploy.tree_check import TreeCheck
 from specguard.errors import UserError
 
 CONFIG_USAGE = """specguard config FILE.yaml [--vllm-source DIR | --vllm-version X.Y.Z] [--require-source] [--strict]
-                        [--env KEY=VALUE ...] [--format text|json] [--hazards FILE]
+                        [--env KEY=VALUE ...] [--format text|json] [-v] [--hazards FILE]
        specguard config [options] [FILE.yaml] -- <vllm serve arguments>"""
 
 
@@ -69,6 +69,12 @@ def _config_parser() -> argparse.ArgumentParser:
         help="exit 3 when some hazard could not be judged (a CI gate that never passes a config it did not judge)",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list the variables that were unset in the serving environment where they decided a verdict",
+    )
     parser.add_argument("--hazards", metavar="FILE", help="a hazard catalogue to use instead of the built-in one")
     return parser
 
@@ -110,7 +116,7 @@ def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
     from specguard.deploy.facts import open_source
     from specguard.deploy.hazards import evaluate
     from specguard.deploy.load import load
-    from specguard.deploy.report import not_judged_line, to_json, to_text
+    from specguard.deploy.report import not_judged_line, notes, to_json, to_text
 
     catalogue = load_catalogue(Path(args.hazards) if args.hazards else None)
     if args.vllm_version is not None:
@@ -130,12 +136,12 @@ def _judge(args: argparse.Namespace, serve_args: list[str] | None) -> int:
 
     if args.format == "json":
         emit(to_json(judgement))
-        for note in judgement.notes:
+        for note in notes(judgement, args.verbose):
             tell(f"specguard config: note: {note}")
         if judgement.not_judged:
             tell(f"specguard config: {not_judged_line(judgement)}")
     else:
-        emit(to_text(judgement, loaded.origin))
+        emit(to_text(judgement, loaded.origin, args.verbose))
     if judgement.findings:
         return 1
     return 3 if args.strict and judgement.not_judged else 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import difflib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -56,15 +57,22 @@ class ConfigFinding:
     message: str
     key: str
     fix: str
+    value: str | None = None  # the option's or variable's value in the config judged (None: not one of them)
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, str | None]:
         return {
             "code": self.code,
             "severity": self.severity,
-            "message": self.message,
             "key": self.key,
+            "value": self.value,
+            "message": self.message,
             "fix": self.fix,
         }
+
+    @property
+    def at_fault(self) -> str:
+        """The option or variable with its value, as an operator would write it."""
+        return self.key if self.value is None else f"{self.key}={self.value}"
 
 
 @dataclass
@@ -75,6 +83,22 @@ class Judgement:
     source: str | None = None
     # What could not be read: parts of the source `specguard check` failed on, hazards whose facts failed.
     notes: list[str] = field(default_factory=list)
+    # Variables of the serving environment that were unset where a branch of a verdict read them: name -> the
+    # verdicts they decided ("all": the situation every verdict starts from).
+    assumed_unset: dict[str, list[str]] = field(default_factory=dict)
+
+    def env_note(self) -> str | None:
+        """The unset variables that decided a verdict this judgement reports (a finding, or not judged)."""
+        reported = {f.code for f in self.findings} | set(self.not_judged)
+        items = [
+            (name, shown)
+            for name, codes in self.assumed_unset.items()
+            if (shown := [c for c in codes if c == "all" or c in reported])
+        ]
+        if not items:
+            return None
+        listed = "; ".join(f"{name} ({', '.join(codes)})" for name, codes in items)
+        return f"{ENV_NOTE}: {listed}"
 
 
 class NotJudged(Exception):
@@ -911,15 +935,35 @@ EVALUATORS: dict[str, HazardCheck] = {
 }
 
 
-def _render(hazard: Hazard, hit: _Hit, source: str) -> ConfigFinding:
-    values = {"source": source, **hit.facts}
+def _render(hazard: Hazard, hit: _Hit, ctx: Context) -> ConfigFinding:
+    values = {"source": ctx.facts.label, **hit.facts}
     return ConfigFinding(
         code=hazard.code,
         severity=hazard.severity,
         message=" ".join(f"{hazard.message.format_map(values)} {hit.assumption}".split()),
         key=hit.key,
         fix=" ".join(hazard.fix.format_map(values).split()),
+        value=_value_of(ctx, hit.key),
     )
+
+
+def _value_of(ctx: Context, key: str) -> str | None:
+    """What the config judged holds at `key`: an option as the served source derives it (`speculative-config.method`
+    inferred), or a variable of the serving environment; None where `key` names neither."""
+    if key.isupper():
+        return environment.current().values.get(key)
+    value: Any = ctx.cfg
+    for part in key.split("."):
+        value = (
+            value.get(part.replace("-", "_"))
+            if isinstance(value, dict)
+            else getattr(value, part.replace("-", "_"), None)
+        )
+        if value is None:
+            return None
+    if hasattr(value, "model_dump"):
+        return None  # a whole section: the message says which of its options
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 NO_SOURCE = "no vLLM source to judge it against"
@@ -943,7 +987,7 @@ def _judge_one(ctx: Context, hazard: Hazard, judgement: Judgement) -> None:
     except Exception as exc:  # noqa: BLE001 - a fork's unusual source must cost one hazard, not the run
         judgement.not_judged[code] = f"reading the source failed ({type(exc).__name__}: {exc})"
         return
-    judgement.findings += [_render(hazard, hit, ctx.facts.label) for hit in hits]
+    judgement.findings += [_render(hazard, hit, ctx) for hit in hits]
 
 
 def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None) -> Judgement:
@@ -985,11 +1029,7 @@ def _judge_all(ctx: Context, catalogue: Catalogue, judgement: Judgement) -> None
             if assumed.get(name) != ["all"]:
                 assumed.setdefault(name, []).append(code)
     judgement.notes += ctx.notes
-    if assumed:
-        items = list(assumed.items())
-        shown = "; ".join(f"{name} ({', '.join(codes)})" for name, codes in items[:6])
-        more = f"; and {len(items) - 6} more" if len(items) > 6 else ""
-        judgement.notes.append(f"{ENV_NOTE}: {shown}{more}")
+    judgement.assumed_unset = assumed
     if facts.tree.unreadable:
         judgement.notes.append(unreadable_files(facts.tree, limit=5))
     problems = list(

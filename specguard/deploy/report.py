@@ -1,4 +1,4 @@
-"""Render a config judgement as text or JSON (a list of findings with code, severity, message, key, fix)."""
+"""Render a config judgement as text or JSON (a list of findings with code, severity, key, value, message, fix)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,21 @@ def to_json(judgement: Judgement) -> str:
     return json.dumps([f.as_dict() for f in judgement.findings], indent=2)
 
 
-def to_text(judgement: Judgement, origin: str) -> str:
+def notes(judgement: Judgement, verbose: bool) -> list[str]:
+    """The notes a run shows: with `verbose`, also the unset variables that decided a reported verdict."""
+    env = judgement.env_note() if verbose else None
+    return [*judgement.notes, *([env] if env else [])]
+
+
+def to_text(judgement: Judgement, origin: str, verbose: bool = False) -> str:
     lines: list[str] = []
     if judgement.source:
         lines.append(f"{origin}: judged against {judgement.source}")
     for f in judgement.findings:
-        lines.append(f"{origin}: {f.code} {f.severity} [{f.key}]")
+        lines.append(f"{origin}: {f.at_fault}: {f.code} {f.severity}")
         lines.extend(_wrapped(f.message, "  "))
         lines.extend(_wrapped(f"fix: {f.fix}", "       "))
-    for note in judgement.notes:
+    for note in notes(judgement, verbose):
         lines.append(f"{origin}: note: {note}")
     if judgement.not_judged:
         lines.extend(f"{origin}: {line}" for line in not_judged_lines(judgement))

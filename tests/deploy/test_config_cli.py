@@ -47,7 +47,7 @@ def test_examples_json(
     assert {f["code"] for f in findings} == EXAMPLE_OUTCOMES[(example, version)]
     assert rc == (1 if findings else 0)
     for f in findings:
-        assert set(f) == {"code", "severity", "message", "key", "fix"}
+        assert set(f) == {"code", "severity", "key", "value", "message", "fix"}
     # What was not judged goes to stderr: the Triton example's block size (left to the server), and on 0.28.0,
     # which has no DSpark DCP validation to find, CFG103. Besides, the run names the serving-environment
     # variables its verdicts read unset.
@@ -88,7 +88,7 @@ def test_text_output(run_config: Callable[..., tuple[int, str, str]], source_dir
     rc, out, _ = run_config(str(path), "--vllm-source", str(source_dir("0.28.0")))
     assert rc == 1
     assert f"{path}: judged against vLLM 0.28.0" in out
-    assert f"{path}: CFG101 error [data-parallel-size]" in out
+    assert f"{path}: data-parallel-size=2: CFG101 error" in out
     assert "fix: set data-parallel-size: 1" in out
     assert out.rstrip().endswith("1 hazard (1 error)")
 

@@ -92,7 +92,7 @@ def test_a_costly_value_in_evaluated_code_is_bounded(
     if attack in SPENT:
         assert "CFG105 not judged: too costly to evaluate" in out, out[-2000:]
     else:
-        assert "CFG105 error [decode-context-parallel-size]" in out, out[-2000:]
+        assert "decode-context-parallel-size=4: CFG105 error" in out, out[-2000:]
 
 
 def test_a_costly_value_in_the_parser_construction_is_bounded(
@@ -108,7 +108,7 @@ def test_a_costly_value_in_the_parser_construction_is_bounded(
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-2000:]
     assert "the parser construction was too costly to evaluate" in out
-    assert "CFG105 error [decode-context-parallel-size]" in out
+    assert "decode-context-parallel-size=4: CFG105 error" in out
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "directory", "too-large"])
@@ -141,7 +141,7 @@ def test_a_module_that_is_not_a_readable_file_is_named_and_skipped(
         "too-large": "file too large",
     }[kind]
     assert f"config/kv_transfer.py ({expected}" in out, out[-2000:]
-    assert "CFG105 error [decode-context-parallel-size]" in out  # what can be judged still is
+    assert "decode-context-parallel-size=4: CFG105 error" in out  # what can be judged still is
 
 
 def test_a_module_too_deep_for_pythons_parser_is_named_and_the_rest_judged(
@@ -157,7 +157,7 @@ def test_a_module_too_deep_for_pythons_parser_is_named_and_the_rest_judged(
     assert proc.returncode == 1, out[-2000:]
     assert "unrecognized arguments" not in out
     assert "config/parallel.py could not be read (cannot parse: RecursionError: expression nesting too deep)" in out
-    assert "CFG112 error [attention-backend]" in out  # judged: it needs the backend registry only
+    assert "attention-backend=NO_SUCH_BACKEND: CFG112 error" in out  # judged: it needs the backend registry only
     assert "CFG105 not judged: " in out and "config/parallel.py" in out.split("CFG105 not judged: ")[1]
 
 
@@ -173,7 +173,7 @@ def test_a_module_over_the_per_file_budget_is_named_and_the_rest_judged(
     assert proc.returncode == 1, out[-2000:]
     assert "MemoryError" not in out and "Traceback" not in out
     assert "config/kv_transfer.py (too large for the budget (about 15,6" in out, out[-2000:]
-    assert "CFG105 error [decode-context-parallel-size]" in out
+    assert "decode-context-parallel-size=4: CFG105 error" in out
 
 
 def test_the_serving_yaml_and_the_hazard_catalogue_are_read_as_regular_files_only(

@@ -115,7 +115,7 @@ def test_a_real_release_is_judged(tmp_path: Path, source_dir: Callable[[str], Pa
     clean = _config("--vllm-source", str(source_dir("0.33.0")), "--", *ARGS)
     assert clean.returncode == 0 and "judged against vLLM 0.33.0" in clean.stdout, clean.stderr
     hazard = _config("--vllm-source", str(source_dir("0.33.0")), "--", "m", "-tp", "2", "-dcp", "4")
-    assert hazard.returncode == 1 and "CFG105 error [decode-context-parallel-size]" in hazard.stdout
+    assert hazard.returncode == 1 and "decode-context-parallel-size=4: CFG105 error" in hazard.stdout
 
 
 def test_a_real_release_with_a_hazards_module_unreadable_is_judged_without_that_hazard(
@@ -129,5 +129,5 @@ def test_a_real_release_with_a_hazards_module_unreadable_is_judged_without_that_
     proc = _config("--vllm-source", str(tree), "--", "m", "-tp", "2", "-dcp", "4", "--attention-backend", "NOPE")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-2000:]
-    assert "CFG112 error [attention-backend]" in out
+    assert "attention-backend=NOPE: CFG112 error" in out
     assert "CFG105 not judged: " in out and "config/parallel.py" in out.split("CFG105 not judged: ")[1]

@@ -61,7 +61,7 @@ def test_a_folder_link_out_of_the_served_tree_is_not_walked(
     proc = _config(str(DFLASH_DP2), "--vllm-source", str(tree))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-2000:]
-    assert "CFG101 error [data-parallel-size]" in out, out[-2000:]
+    assert "data-parallel-size=2: CFG101 error" in out, out[-2000:]
     assert f"config/zz -> {target}; name its target on the command line" in out, out[-2000:]
     assert "Traceback" not in out
 
@@ -90,7 +90,7 @@ def test_past_the_served_trees_budget_what_depends_on_the_rest_is_not_judged(
     statement found by searching every file, is not judged, and says why."""
     tree = fork(source_dir("0.33.0"), tmp_path)
     argv = ("--vllm-source", str(tree), "--", "m", "-tp", "2", "-dcp", "4")
-    assert "CFG105 error [decode-context-parallel-size]" in _config(*argv).stdout
+    assert "decode-context-parallel-size=4: CFG105 error" in _config(*argv).stdout
     proc = _config(*argv, lowered="source.MAX_FILES = 50\n")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in out, out[-2000:]

@@ -29,7 +29,7 @@ INFERRED = {
 def test_the_seed_bug_with_an_inferred_dflash_method_is_cfg101(run_config, source_dir, spec: list[str]) -> None:  # type: ignore[no-untyped-def]
     rc, out, _ = run_config("--vllm-source", str(source_dir("0.29.0")), "--", "Qwen/Qwen3-8B", "-dp", "2", *spec)
     assert rc == 1, out
-    assert "CFG101 error [data-parallel-size]" in out and "speculative method 'dflash'" in out
+    assert "data-parallel-size=2: CFG101 error" in out and "speculative method 'dflash'" in out
     assert "speculative-config.method is 'dflash' as vLLM 0.29.0" in out and "(config/speculative.py:1292)" in out
     # the same config without DP: the method is still inferred, and nothing is wrong
     rc, out, _ = run_config("--vllm-source", str(source_dir("0.29.0")), "--", "Qwen/Qwen3-8B", *spec)
