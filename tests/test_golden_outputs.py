@@ -115,7 +115,8 @@ def _cases() -> list[Case]:
     v1_runner = ("--env", "VLLM_USE_V2_MODEL_RUNNER=0")
     cases.append(Case("config-dflash-v1-runner", lambda: _config("0.28.0", dflash, *v1_runner)))
     cases.append(Case("config-kimi-args", lambda: _config("0.33.0", "--format", "json", "--", *KIMI_DCP)))
-    cases.append(Case("config-strict-pcp", lambda: _config("0.33.0", "--strict", "-v", "--", "m", "-pcp", "2", "-dp", "2")))
+    strict_pcp = ("--strict", "-v", "--", "m", "-pcp", "2", "-dp", "2")
+    cases.append(Case("config-strict-pcp", lambda: _config("0.33.0", *strict_pcp)))
     return cases
 
 

@@ -19,7 +19,8 @@ def test_a_value_the_served_parser_refuses_is_an_error(run_config, source_dir, v
         "--vllm-source", str(source_dir(version)), f"--env=VLLM_USE_V2_MODEL_RUNNER={value}", "--", "m", "-sc", SPEC
     )
     assert rc == 1, out
-    assert f": VLLM_USE_V2_MODEL_RUNNER={value}: CFG116 error\n  VLLM_USE_V2_MODEL_RUNNER={value!r} in the serving" in out
+    verdict = f": VLLM_USE_V2_MODEL_RUNNER={value}: CFG116 error\n"
+    assert f"{verdict}  VLLM_USE_V2_MODEL_RUNNER={value!r} in the serving" in out
     assert f"int({value!r}) raises ValueError" in out and "envs.py:" in out
 
 
