@@ -864,17 +864,37 @@ def _cfg116(ctx: Context, p: EnvironmentParams) -> list[_Hit]:
         raise NotJudged(f"how vLLM parses its environment is read from {p.module}.py, which the served source lacks")
     hits: list[_Hit] = []
     ev = config_evaluator(tree)
+    text = tree.text(module.path)
     for name, value in sorted(environment.current().values.items()):
-        if name not in module.typing_only:  # not one this source declares, so not one it parses
+        # Declared for type checkers, or named in a string (a key of the table the module's `__getattr__` reads):
+        # another name is not one this source parses.
+        if name not in module.typing_only and f'"{name}"' not in text and f"'{name}'" not in text:
             continue
         mark = len(ev.outcomes)
         ev.module_value(module, name)
-        refused = [o for o in ev.outcomes[mark:] if o.site.kind == "raise" and not o.path and not o.caught]
-        if refused:
-            site = refused[0].site
+        # Every way through raises (both branches of a test on what the evaluation cannot know, as well); an
+        # AttributeError is the module saying it declares no such variable.
+        raised = [
+            o for o in ev.outcomes[mark:] if o.site.kind == "raise" and _raised_name(o.site.node) != "AttributeError"
+        ]
+        refused = verdict(raised)
+        if refused.value is UNKNOWN:
+            ctx.note(f"not decided for {name}={value!r}: whether vLLM accepts it depends on {refused.reasons()}")
+        if refused.certain:
+            site = refused.outcomes[0].site
             where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"
             hits.append(_Hit(name, {"variable": name, "value": value, "raised": site.message, "where": where}))
     return hits
+
+
+def _raised_name(node: ast.AST) -> str | None:
+    """The name of the class a `raise` statement raises, as written (`raise X(...)`, `raise X`)."""
+    exc = getattr(node, "exc", None)
+    if isinstance(exc, ast.Call):
+        exc = exc.func
+    if isinstance(exc, ast.Attribute):
+        return exc.attr
+    return exc.id if isinstance(exc, ast.Name) else None
 
 
 # -- values the served source must define -------------------------------------------------------------------------

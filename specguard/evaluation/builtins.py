@@ -6,6 +6,7 @@ given, and none builds a value larger than the evaluator's caps."""
 from __future__ import annotations
 
 import ast
+import json
 from typing import Any
 
 from specguard.evaluation import environment
@@ -642,7 +643,27 @@ def _math(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, 
     return ev._value_preserving("ceil", args[0], args[1:], node) if args else UNKNOWN
 
 
+def _json_loads(
+    ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+) -> Any:
+    """`json.loads` of a known string: data parsed, never run; what it refuses is recorded as a raise where raises
+    are outcomes (the serving environment's `VLLM_..._CONFIG='{not json'`)."""
+    text = plain(args[0]) if len(args) == 1 and not kwargs else None
+    if not isinstance(text, str) or too_large(len(text)):
+        return unknown_from(*args, *kwargs.values(), why="`json.loads` of an unknown value")
+    ev.charge(len(text))
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        if not ev.semantics.raise_ends_path:
+            ev.record(
+                "raise", frame.module, node, f"json.loads({text!r}) raises {type(exc).__name__}: {exc}", state.path
+            )
+        return ev.fails(type(exc).__name__)
+
+
 _STDLIB = {
+    "json.loads": _json_loads,
     "dataclasses.replace": _replace,
     "dataclasses.fields": _fields,
     "dataclasses.asdict": _asdict,

@@ -1,5 +1,5 @@
-"""The environment the evaluated code will run in, as the evaluator reads it: `os.getenv(...)` and
-`os.environ.get(...)` in evaluated code look the name up here, never in specguard's own process. Every read is
+"""The environment the evaluated code will run in, as the evaluator reads it: `os.getenv(...)` and `os.environ`
+(`.get`, `in`, `[...]`) in evaluated code look the name up here, never in specguard's own process. Every read is
 remembered, and so is every variable whose value decided a branch of evaluated code (an `if`, an `assert`, a
 conditional expression testing it, directly or through a local computed from it), so a verdict that took a code
 path because a variable was unset can say so, and one that merely read a variable does not.
@@ -32,12 +32,38 @@ class ServedEnvironment:
         self.log.append(name)
         return self.values.get(name)
 
+    def environ(self) -> ServedEnviron:
+        """`os.environ` as the evaluated code sees it."""
+        return ServedEnviron(self)
+
     def decide(self, names: Iterable[str]) -> None:
         self.decided.extend(names)
 
     def decided_unset(self, start: int = 0) -> list[str]:
         """The variables, unset here, that decided a branch since `start` (a position in `decided`), once each."""
         return [name for name in dict.fromkeys(self.decided[start:]) if self.values.get(name) is None]
+
+
+class ServedEnviron(dict[str, str]):
+    """`os.environ` of the serving environment: a mapping of its values in which every variable looked up (`in`,
+    `[...]`, `.get`) is a read, as `os.getenv` is."""
+
+    def __init__(self, env: ServedEnvironment) -> None:
+        super().__init__(env.values)
+        self._env = env
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._env.get(name) is not None
+
+    def __getitem__(self, name: str) -> str:
+        value = self._env.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        value = self._env.get(name)
+        return default if value is None else value
 
 
 _CURRENT: contextvars.ContextVar[ServedEnvironment | None] = contextvars.ContextVar("specguard_env", default=None)

@@ -23,6 +23,7 @@ _BUILTIN_BASES = {
     "ZeroDivisionError": ("ArithmeticError",),
     "OverflowError": ("ArithmeticError",),
     "ArgumentTypeError": (),
+    "JSONDecodeError": ("ValueError",),  # json's
     "ValidationError": ("ValueError",),  # pydantic's
 }
 _EVERYTHING = {"Exception", "BaseException"}

@@ -388,7 +388,11 @@ class Expressions(Builtins):
                 return join_values([(v, frozenset()) for v in inner.values()])
             return unknown_from(base, key)
         if isinstance(inner, dict):
-            return inner[k] if k in inner else self.fails("KeyError")
+            if k in inner:
+                return inner[k]
+            if not self.semantics.raise_ends_path:  # recorded as a raise, as a builtin's refusal is
+                self.record("raise", frame.module, node, f"KeyError: {k!r}", state.path)
+            return self.fails("KeyError")
         if isinstance(inner, (list, tuple, str)) and isinstance(k, int):
             if -len(inner) <= k < len(inner):
                 return with_labels(inner[k], self.provenance(base))

@@ -260,7 +260,7 @@ class ObjectModel:
         if isinstance(base, Token):
             return TokenAttr(base, attr)
         if isinstance(base, Opaque):
-            return Opaque(f"{base.name}.{attr}")
+            return self._opaque(f"{base.name}.{attr}")
         if isinstance(base, FieldInfo):
             return base.name if attr == "name" else base.compare if attr == "compare" else UNKNOWN
         if isinstance(base, str) and attr in STR_METHODS:
@@ -488,15 +488,22 @@ class ObjectModel:
             self._module_reads[key] = self.env.log[mark:]
         return value
 
+    def _opaque(self, name: str) -> Any:
+        """A name outside the program; `os.environ` is the serving environment's where the code runs in one."""
+        if name == "os.environ" and self.semantics.served_environment:
+            return self.env.environ()
+        return Opaque(name)
+
     def _resolve_uncached(self, module: str, name: str) -> Any:
         parsed = self.tree.module(module)
         if (
             self.semantics.served_environment
             and parsed is not None
-            and name in parsed.typing_only
             and "__getattr__" in parsed.functions
+            and (name in parsed.typing_only or (name not in parsed.imports and self.tree.resolve(module, name) is None))
         ):
-            # Declared for type checkers only; at run time the module's __getattr__ answers (vLLM's envs).
+            # Declared for type checkers only, or not at all: at run time the module's __getattr__ answers (PEP 562,
+            # vLLM's envs).
             hook = Function(parsed, parsed.functions["__getattr__"])
             return self._invoke(hook, None, [name], {}, State({}, {}, frozenset()), 0)
         found = self.tree.resolve(module, name)
@@ -517,7 +524,7 @@ class ObjectModel:
         parsed = self.tree.module(module)
         if parsed is not None and name in parsed.imports:  # imported, and not found where it comes from
             src, orig = parsed.imports[name]
-            return Opaque(f"{src}.{orig}")
+            return self._opaque(f"{src}.{orig}")
         if parsed is not None and name in parsed.module_imports:
             target = parsed.module_imports[name]
             return ModuleRef(target) if target.startswith(package) and self.tree.module(target) else Opaque(target)
@@ -706,6 +713,8 @@ class ObjectModel:
             return item in container
         if isinstance(container, LiteralType):
             container = list(container.values)
+        if isinstance(container, environment.ServedEnviron):
+            return item in container if isinstance(item, str) else UNKNOWN  # a read of that variable
         if isinstance(container, dict):
             container = list(container.keys())
         if not isinstance(container, (list, tuple, set, frozenset)):
