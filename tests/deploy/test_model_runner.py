@@ -38,7 +38,7 @@ def _message(judgement: Judgement, code: str) -> str:
 
 
 def _env_note(judgement: Judgement) -> str:
-    return next((n for n in judgement.notes if n.startswith(ENV_NOTE)), "")
+    return judgement.env_note() or ""
 
 
 def test_an_unset_variable_and_an_undecided_pick_are_named_in_the_verdict(
