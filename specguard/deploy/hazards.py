@@ -42,7 +42,7 @@ from specguard.deploy.evaluator import config_evaluator
 from specguard.deploy.facts import SourceFacts, SourceFinding
 from specguard.deploy.meaning import neutral_twins
 from specguard.deploy.model import ServingConfig
-from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites
+from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites, innermost
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget, run_budget
 from specguard.evaluation.paths import Cond, Outcome, Verdict, verdict
@@ -759,7 +759,7 @@ def _cfg105(ctx: Context, p: EvidenceParams) -> list[_Hit]:
     if v.value is not True:
         return []
     raised, where = _site_where(v.outcomes, ctx)
-    accepted = _accepted_dcp(ctx, p)
+    accepted = _accepted_dcp(ctx, p, _refusing(ctx, v))
     return [
         _Hit(
             "decode-context-parallel-size",
@@ -775,15 +775,31 @@ def _cfg105(ctx: Context, p: EvidenceParams) -> list[_Hit]:
     ]
 
 
-def _accepted_dcp(ctx: Context, p: EvidenceParams) -> list[int]:
-    """The DCP sizes the same validation accepts with this config's TP and PCP (evaluated, not computed)."""
+def _refusing(ctx: Context, v: Verdict) -> list[SiteRef]:
+    """The statements that refuse the config, as sites to judge other values against."""
+    tree = ctx.facts.tree
+    out: list[SiteRef] = []
+    for o in v.outcomes:
+        found = innermost(o.site.module, o.site.node, tree)
+        if found is not None and all(s.node is not o.site.node for s in out):
+            out.append(
+                SiteRef(
+                    o.site.module, found[0], found[1], o.site.node, o.site.message, tree.relpath(o.site.module.path)
+                )
+            )
+    return out
+
+
+def _accepted_dcp(ctx: Context, p: EvidenceParams, refusing: list[SiteRef]) -> list[int]:
+    """The DCP sizes the statements that refuse this config accept with its TP and PCP (evaluated, not computed):
+    the validation the catalogue names, or the statements judged by meaning to refuse it."""
     cfg = ctx.cfg
     limit = min(cfg.tensor_parallel_size * cfg.prefill_context_parallel_size, 64)
     out = []
     for dcp in range(1, limit + 1):
         other = Context(cfg.model_copy(update={"decode_context_parallel_size": dcp}), ctx.facts)
         try:
-            if _judge_sites(other, p).value is False:
+            if _judge_sites(other, p).value is False if not refusing else other.reach.verdict(refusing).value is False:
                 out.append(dcp)
         except NotJudged:
             continue  # not known to be accepted: not offered

@@ -28,7 +28,7 @@ from specguard.deploy.vllm_tree import CONFIG_PACKAGE
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import Evaluator, own_nodes
-from specguard.evaluation.paths import Outcome, State, Verdict, verdict
+from specguard.evaluation.paths import Frame, Outcome, State, Verdict, verdict
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Bound, ClassRef, EnumMember, Function, Obj
 from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, dotted, message_of
 
@@ -211,6 +211,16 @@ class Situation:
                 self_value = self.object_for(owner) or self.stranger(owner)
             params = params[1:]
         kwargs: dict[str, Any] = {}
+        validated = _validated_field(function) if owner is not None and "field_validator" in decorators else None
+        if validated is not None and params:
+            # pydantic calls it with the field's value and an info whose `data` holds the fields validated before
+            # it (those declared earlier, bases first); the rest of its parameters as any entry's
+            section = self.object_for(owner) or Obj(owner, {}, defaults=True, label=owner.name)
+            before = self._fields_before(owner, validated, section, module)
+            kwargs[params[0].arg] = self._field_value(section, validated, module)
+            if len(params) > 1:
+                kwargs[params[1].arg] = Obj(None, {"data": before, "field_name": validated}, label="ValidationInfo")
+            params = params[2:]
         spec = function.args
         optional = {
             p.arg
@@ -223,6 +233,20 @@ class Situation:
             value = self._by_annotation(param.annotation, module)
             kwargs[param.arg] = value if value is not UNKNOWN else self._by_name(param.arg)
         return self_value, kwargs
+
+    def _field_value(self, section: Obj, name: str, module: ParsedModule) -> Any:
+        """A field of a config section as its validators receive it: the config's value, else the class default."""
+        read = ast.parse(f"section.{name}", mode="eval").body
+        return config_evaluator(self.tree).eval(
+            read, Frame(module, None, None, 0), State({"section": section}, {}, frozenset())
+        )
+
+    def _fields_before(self, owner: ClassInfo, name: str, section: Obj, module: ParsedModule) -> dict[str, Any]:
+        order: list[str] = []
+        for klass in reversed(list(self.tree.ancestors(owner))):  # bases' fields first, as dataclasses order them
+            order += [f for f in klass.annotations if f not in order]
+        earlier = order[: order.index(name)] if name in order else []
+        return {f: self._field_value(section, f, module) for f in earlier}
 
     def stranger(self, cls: ClassInfo) -> Obj:
         """An object of a class the config does not describe (an engine core, a worker): its `vllm_config` is
@@ -676,6 +700,16 @@ def _in_try(tree: SourceTree, module: ParsedModule, function: Any, calls: list[a
                 break
             node = parents.get(id(node))
     return inside
+
+
+def _validated_field(function: Any) -> str | None:
+    """The field a `@field_validator("name")` validates (the first, where it names several)."""
+    for deco in function.decorator_list:
+        if isinstance(deco, ast.Call) and (dotted(deco.func) or "").rpartition(".")[2] == "field_validator":
+            first = deco.args[0] if deco.args else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                return first.value
+    return None
 
 
 def _is_entry(function: Any) -> bool:

@@ -15,7 +15,7 @@ from sg_mutate import fork, replace, rewrite
 from specguard.composition import check_served_tree
 from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.facts import SourceFacts
-from specguard.deploy.hazards import ENV_NOTE, Judgement, evaluate
+from specguard.deploy.hazards import Judgement, evaluate
 from specguard.deploy.load import load
 from specguard.evaluation.environment import served_environment
 
