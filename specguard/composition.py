@@ -77,4 +77,5 @@ def check_served_tree(root: Path) -> TreeCheck:
     if found is not None and found.stopped is not None:
         left = (found.stopped[0], frozenset(Path(f).resolve() for f in found.files))
     findings = tuple(CheckedFinding(f.code, Path(f.path).resolve(), int(f.line), f.message) for f in result.findings)
-    return TreeCheck(result.files, findings, tuple(problems), tuple(result.errors), left)
+    undecided = tuple(CheckedFinding(j.code, Path(path).resolve(), j.span[0], j.why) for path, j in result.undecided)
+    return TreeCheck(result.files, findings, tuple(problems), tuple(result.errors), left, undecided)

@@ -28,6 +28,7 @@ class SourceFinding:
     path: Path
     line: int
     relpath: str
+    why: str = ""  # for a site the rule could not decide: on what it depends
 
     def where(self) -> str:
         return f"{self.code} at {self.relpath}:{self.line}"
@@ -48,6 +49,8 @@ class SourceFacts:
     analysis_problems: list[str] = field(default_factory=list)
     # When `specguard check` over the tree stopped at its budget: which part was spent, and the files it analyzed.
     analysis_left: tuple[str, frozenset[Path]] | None = None
+    # The sites `specguard check` over the tree could not decide, each with why.
+    undecided: list[SourceFinding] = field(default_factory=list)
 
     @classmethod
     def open(cls, path: str | Path, check: TreeChecker | None = None) -> SourceFacts:
@@ -75,7 +78,17 @@ class SourceFacts:
         checked = self.check(self.tree.root)
         self.analysis_problems = list(checked.problems)
         self.analysis_left = checked.left
+        self.undecided = [
+            SourceFinding(f.code, f.path, f.line, self.tree.relpath(f.path), f.message) for f in checked.undecided
+        ]
         return [SourceFinding(f.code, f.path, f.line, self.tree.relpath(f.path)) for f in checked.findings]
+
+    def undecided_in_lineage(self, classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
+        """The sites of `rules` that `specguard check` could not decide inside `classes` or a class they inherit
+        from, each with why."""
+        self.findings  # noqa: B018 - the check that fills `undecided`
+        lineage = {a.key: a for c in classes for a in self.tree.ancestors(c)}
+        return self._inside(self.undecided, list(lineage.values()), rules)
 
     def findings_in(self, classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
         """Findings of `rules` that lie inside one of `classes` (by file and line span). Raises `SourceLeftUnread`
@@ -86,8 +99,12 @@ class SourceFacts:
             left = sorted({self.tree.relpath(c.path) for c in classes if c.path.resolve() not in analyzed})
             if left:
                 raise SourceLeftUnread(_analysis_left(spent, ", ".join(left)))
+        return self._inside(findings, classes, rules)
+
+    @staticmethod
+    def _inside(found: list[SourceFinding], classes: list[ClassInfo], rules: list[str]) -> list[SourceFinding]:
         hits: list[SourceFinding] = []
-        for finding in findings:
+        for finding in found:
             if finding.code not in rules:
                 continue
             for cls in classes:

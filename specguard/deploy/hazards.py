@@ -471,6 +471,7 @@ def _padded_draft(ctx: Context, p: SpeculatorParams, judged: Callable[[Registry,
         family = [c for c in _speculators(ctx, registry) if judged(registry, c)]
         hits = facts.findings_in_lineage(family, p.rules) if family else []
         if not hits:
+            _undecided_sites(facts, family, p.rules)
             return []
         return [
             _Hit(
@@ -487,6 +488,15 @@ def _padded_draft(ctx: Context, p: SpeculatorParams, judged: Callable[[Registry,
     return _by_runner(ctx, p, judge)
 
 
+def _undecided_sites(facts: SourceFacts, classes: list[ClassInfo], rules: list[str]) -> None:
+    """No finding on the draft path is a clean verdict only where `specguard check` decided every site there."""
+    left = facts.undecided_in_lineage(classes, rules) if classes else []
+    if left:
+        shown = "; ".join(f"{s.where()}: {s.why}" for s in left[:2])
+        more = f" (and {len(left) - 2} more)" if len(left) > 2 else ""
+        raise NotJudged(f"`specguard check` could not decide the draft path's sites: {shown}{more}")
+
+
 def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.decode_context_parallel_size <= 1 or _method(ctx) is None:
@@ -496,6 +506,7 @@ def _cfg114(ctx: Context, p: SpeculatorParams) -> list[_Hit]:
         classes = _speculators(ctx, registry)
         hits = facts.findings_in_lineage(classes, p.rules)
         if not hits:
+            _undecided_sites(facts, classes, p.rules)
             return []
         return [
             _Hit(

@@ -32,6 +32,8 @@ class TreeCheck:
     errors: tuple[str, ...]
     # when its budget stopped it: which part was spent, and the files it analyzed before (resolved)
     left: tuple[str, frozenset[Path]] | None = None
+    # the sites a rule could not decide, each with why (its message)
+    undecided: tuple[CheckedFinding, ...] = ()
 
 
 TreeChecker = Callable[[Path], TreeCheck]

@@ -263,12 +263,13 @@ class Builtins(ObjectModel):
         if short in ("list", "tuple", "set", "frozenset", "sorted", "reversed") and len(args) <= 1:
             return self._collection(short, args[0] if args else [], kwargs)
         if short == "vars" and len(args) == 1 and isinstance(plain(args[0]), Obj):
-            obj = plain(args[0])
-            return dict(obj.fields) if obj.cls is not None and self.dataclass_fields(obj.cls) else UNKNOWN
+            return self.instance_dict(plain(args[0]), state)
         if short in ("int", "float", "abs", "bool", "str", "repr") and len(args) == 1 and not known(plain(args[0])):
             if short in ("bool", "str", "repr"):
                 return unknown_from(args[0], keep=frozenset(x.kind for x in self.provenance(args[0])))
             return unknown_from(args[0], keep=frozenset(x.kind for x in labels_of(args[0])))
+        if short == "type" and len(args) == 1 and isinstance(plain(args[0]), Obj):
+            return self.type_of(plain(args[0]))  # the class it was built from: calling it builds another
         if short in ("type", "print"):
             return UNKNOWN if short == "type" else None
         if short == "dict" and len(args) <= 1:

@@ -33,6 +33,7 @@ from specguard.evaluation.values import (
     Opaque,
     Partial,
     PyMethod,
+    TypeOf,
     is_unknown,
     labels_of,
     maybe_of,
@@ -157,6 +158,9 @@ class Calls(Builtins):
             return result
         if isinstance(func, ClassRef):
             return self.instantiate(func.info, args, kwargs, node, frame, state)
+        if isinstance(func, TypeOf) and not args:
+            like = func.instance
+            return Obj(None, dict(kwargs), like.defaults, like.label, like.pinned, like.labels)
         if isinstance(func, Method):
             self.unresolved(node, frame, state, [func.receiver, *args, *kwargs.values()])
             return self.unknown_method(func, args, kwargs, node)

@@ -40,6 +40,7 @@ from specguard.evaluation.values import (
     Tagged,
     Token,
     TokenAttr,
+    TypeOf,
     is_unknown,
     known,
     labels_of,
@@ -208,6 +209,10 @@ class ObjectModel:
             inner = self._getattr(base.value, attr, state, depth, missing)
             return inner if inner is missing else with_labels(inner, self.provenance(base))
         if isinstance(base, Obj):
+            if attr == "__dict__":
+                return self.instance_dict(base, state)
+            if attr == "__class__":
+                return self.type_of(base)
             key = (id(base), attr)
             if key in state.writes:
                 return settled(state.writes[key])
@@ -560,6 +565,30 @@ class ObjectModel:
             if same_value(self.enum_value(EnumMember(cls, name)), value):
                 return EnumMember(cls, name)
         return UNKNOWN
+
+    @staticmethod
+    def type_of(obj: Obj) -> Any:
+        return ClassRef(obj.cls) if obj.cls is not None else TypeOf(obj)
+
+    def instance_dict(self, obj: Obj, state: State) -> Any:
+        """`vars(obj)` / `obj.__dict__`: of a dataclass instance, each field, the value it was built with or written
+        on this path, else its default; of an object whose class the evaluation does not read, the fields it holds
+        (unknown where the class is read and is not a dataclass)."""
+        written = {attr: settled(value) for (owner, attr), value in state.writes.items() if owner == id(obj)}
+        if obj.cls is None:
+            return {**obj.fields, **written}
+        fields = self.dataclass_fields(obj.cls)
+        if not fields:
+            return UNKNOWN
+        out: dict[str, Any] = {}
+        for _, name in fields:
+            if name in written:
+                out[name] = written[name]
+            elif name in obj.fields:
+                out[name] = obj.fields[name]
+            else:
+                out[name] = self._getattr(obj, name, state, 0, UNKNOWN)
+        return out
 
     def dataclass_fields(self, cls: ClassInfo) -> list[tuple[ClassInfo, str]] | None:
         """The fields of a dataclass in definition order (bases first), or None if it is not one we can read."""

@@ -224,6 +224,14 @@ class Obj:
         return f"<{self.label or (self.cls.name if self.cls else 'object')}>"
 
 
+@dataclass(frozen=True, eq=False)
+class TypeOf:
+    """`type(x)` of an object whose class the evaluation does not read (one a rule modelled, a descriptor):
+    calling it with keywords builds another object like `x` holding those fields."""
+
+    instance: Obj
+
+
 @dataclass(frozen=True)
 class ClassRef:
     info: ClassInfo
