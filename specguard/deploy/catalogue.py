@@ -160,6 +160,23 @@ class EnvironmentParams(_Params):
     module: str = "envs"
 
 
+class ValidationEntry(_Params):
+    """A function of the served source that validates the speculative config (`file`, `function`: a module function
+    or `Class.method`), and the option it judges (`key`: what a verdict names)."""
+
+    file: str
+    function: str
+    key: str
+
+
+class ValidationParams(_Params):
+    """CFG118: the speculative config's own validation, evaluated whole: every raise or assert the config reaches
+    in `entries` (each followed through what it calls; a method that is not an entry point, from its callers), on
+    every path, except the statements another hazard of the catalogue names (reported there)."""
+
+    entries: list[ValidationEntry] = Field(min_length=1)
+
+
 PARAMS: dict[str, type[_Params]] = {
     "CFG101": DraftPathParams,
     "CFG102": InterleaveParams,
@@ -178,6 +195,7 @@ PARAMS: dict[str, type[_Params]] = {
     "CFG115": EvidenceParams,
     "CFG116": EnvironmentParams,
     "CFG117": OtherDraftPathParams,
+    "CFG118": ValidationParams,
 }
 
 

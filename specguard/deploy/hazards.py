@@ -36,6 +36,7 @@ from specguard.deploy.catalogue import (
     Registry,
     SourceEnumParams,
     SpeculatorParams,
+    ValidationParams,
 )
 from specguard.deploy.derived import ServedMethod, served_method, with_served_method
 from specguard.deploy.evaluator import config_evaluator
@@ -134,6 +135,7 @@ class Context:
         self._sites: dict[tuple[str, str, tuple[str, ...], str], list[SiteRef]] = {}
         self.code = ""  # the hazard being judged, for its notes
         self.notes: list[str] = []
+        self.evidence_texts: list[str] = []  # the raises the catalogue's hazards name (CFG118 leaves them to them)
 
     def note(self, text: str) -> None:
         self.notes.append(f"{self.code}: {text}")
@@ -961,6 +963,26 @@ def _cfg112(ctx: Context, p: SourceEnumParams) -> list[_Hit]:
     return hits
 
 
+def _cfg118(ctx: Context, p: ValidationParams) -> list[_Hit]:
+    if ctx.cfg.speculative_config is None:
+        return []
+    named = ctx.evidence_texts
+    found = [(e, f) for e in p.entries if (f := _function(ctx.facts.tree, e.file, e.function)) is not None]
+    if not found:
+        raise NotJudged(f"none of {', '.join(e.function for e in p.entries)} is in the served source")
+    for entry, (module, function, owner) in found:
+        refusals = [
+            o
+            for o in ctx.reach.reached(module, function, owner)
+            if o.site.kind in ("raise", "assert") and not o.path and not o.caught
+        ]
+        refusals = [o for o in refusals if not any(text in o.site.message for text in named)]
+        if refusals:
+            raised, where = _site_where(refusals, ctx)
+            return [_Hit(entry.key, {"raised": raised, "where": where})]
+    return []
+
+
 EVALUATORS: dict[str, HazardCheck] = {
     "CFG101": _cfg101,
     "CFG102": _cfg102,
@@ -979,6 +1001,7 @@ EVALUATORS: dict[str, HazardCheck] = {
     "CFG115": _cfg115,
     "CFG116": _cfg116,
     "CFG117": _cfg117,
+    "CFG118": _cfg118,
 }
 
 
@@ -1055,8 +1078,18 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
                 f"{written}: the hazards are judged for it"
             )
         ctx = Context(cfg, facts, served)
+        ctx.evidence_texts = _named_raises(catalogue)
         _judge_all(ctx, catalogue, judgement)
     return judgement
+
+
+def _named_raises(catalogue: Catalogue) -> list[str]:
+    """The texts of the raises the catalogue's hazards name as their evidence."""
+    out = []
+    for hazard in catalogue.hazards.values():
+        evidence = getattr(hazard.params, "evidence", [])
+        out += [e.text for e in (evidence if isinstance(evidence, list) else [evidence]) if e.kind == "raise"]
+    return out
 
 
 def _judge_all(ctx: Context, catalogue: Catalogue, judgement: Judgement) -> None:

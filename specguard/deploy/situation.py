@@ -487,6 +487,20 @@ class Reach:
                 out += ctx.guard(found) if ctx.guard is not None and found else found
         return out
 
+    def reached(self, module: ParsedModule, function: Any, owner: ClassInfo | None) -> list[Outcome]:
+        """Every outcome `function` records for this situation: as an entry point where it is one, else from its
+        callers (with their conditions)."""
+        out: list[Outcome] = []
+        for ctx in self.entries(module, function, owner, self.depth):
+            ev = config_evaluator(self.tree)
+            func = Function(module, function, owner)
+            try:
+                ev.call_function(func, ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value)
+            except OutOfBudget as exc:
+                raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
+            out += ctx.guard(ev.outcomes) if ctx.guard is not None and ev.outcomes else ev.outcomes
+        return out
+
     def run(
         self, module: ParsedModule, function: Any, owner: ClassInfo | None, self_value: Any, kwargs: dict[str, Any]
     ) -> list[Outcome]:

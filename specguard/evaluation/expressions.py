@@ -545,12 +545,10 @@ class Expressions(Builtins):
             if keep is False:
                 continue
             if keep is UNKNOWN and isinstance(e, ast.DictComp) and not rest:
-                # An entry the filter may drop (`if is_init_field(cls, k)`): its key is there, and its value is one
-                # that may be the entry's, so what flows from it is "maybe", with why (a copy of an object's fields
-                # keeps what they derive from, undecided, instead of losing the whole dict).
-                key, value = self.eval(e.key, frame, state), self.eval(e.value, frame, state)
-                why = f"`{ast.unparse(gen.ifs[0])}` may drop it, which the evaluation could not decide"
-                out.append((key, unknown_from(value, why=why)))
+                # An entry the filter may drop (`if is_init_field(cls, k)`) is kept with its key and value, as a
+                # dict of unknown size holds its element: a copy of an object's fields keeps what they derive
+                # from instead of losing the whole dict.
+                out.append((self.eval(e.key, frame, state), self.eval(e.value, frame, state)))
                 self.charge(1)
                 continue
             if keep is UNKNOWN:

@@ -150,12 +150,12 @@ def test_without_a_source_says_how_many_hazards_went_unjudged(
     monkeypatch.setattr(facts_module, "installed_vllm_dir", lambda: None)
     rc, out, _ = run_config(str(EXAMPLES / "dflash-dp2.yaml"))
     assert rc == 0
-    assert "no vLLM source (pass --vllm-source DIR or install vllm): 17 of 17 hazards not judged" in out
+    assert "no vLLM source (pass --vllm-source DIR or install vllm): 18 of 18 hazards not judged" in out
     assert "--require-source makes this an error" in out
     assert out.rstrip().endswith("no hazard judged: no vLLM source")
     rc, out, err = run_config(str(EXAMPLES / "dflash-dp2.yaml"), "--format", "json")
     assert (rc, json.loads(out)) == (0, [])
-    assert "17 of 17 hazards not judged" in err
+    assert "18 of 18 hazards not judged" in err
 
 
 def test_require_source_fails_a_blind_gate(
@@ -167,7 +167,7 @@ def test_require_source_fails_a_blind_gate(
     rc, out, err = run_config(str(EXAMPLES / "dflash-dp2.yaml"), "--require-source")
     assert (rc, out) == (2, "")
     assert err.count("\n") == 1
-    assert "no vLLM source found" in err and "all 17 hazards would go unjudged" in err
+    assert "no vLLM source found" in err and "all 18 hazards would go unjudged" in err
 
 
 def test_require_source_with_a_source_judges(
