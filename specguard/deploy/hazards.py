@@ -856,6 +856,7 @@ def _cfg110(ctx: Context, p: BlockSizeParams) -> list[_Hit]:
     if v.value is not True:
         return []
     raised, where = _site_where(v.outcomes, ctx)
+    key, accepted = _accepted_interleave(ctx, p, resolved.key)
     return [
         _Hit(
             "block-size",
@@ -866,9 +867,34 @@ def _cfg110(ctx: Context, p: BlockSizeParams) -> list[_Hit]:
                 "interleave_key": resolved.key,
                 "raised": raised,
                 "where": where,
+                "accepted": ", ".join(str(x) for x in accepted) or "none found",
+                "accepted_key": key,
             },
         )
     ]
+
+
+def _accepted_interleave(ctx: Context, p: BlockSizeParams, resolved: str) -> tuple[str, list[int]]:
+    """The interleave sizes (powers of two up to the block size) the same check accepts, this config's block size
+    and DCP kept (evaluated, not computed), for the option vLLM resolves the size from, or else for another
+    interleave option the config sets (the deprecated DCP one, which vLLM copies over it on some releases)."""
+    given = [k for k in ServingConfig.model_fields if k.endswith("kv_cache_interleave_size") and getattr(ctx.cfg, k)]
+    for option in dict.fromkeys([resolved.replace("-", "_"), *given]):
+        if option not in ServingConfig.model_fields or not ctx.cfg.block_size:
+            continue
+        out = []
+        size = 1
+        while size <= min(ctx.cfg.block_size, 1024):
+            other = Context(ctx.cfg.model_copy(update={option: size}), ctx.facts)
+            try:
+                if _judge_sites(other, p, other.with_interleave(p.resolution)[0]).value is False:
+                    out.append(size)
+            except NotJudged:
+                pass  # not known to be accepted: not offered
+            size *= 2
+        if out:
+            return option.replace("_", "-"), out
+    return resolved, []
 
 
 def _cfg113(ctx: Context, p: EvidenceParams) -> list[_Hit]:
