@@ -1031,8 +1031,16 @@ EVALUATORS: dict[str, HazardCheck] = {
 }
 
 
+class _Facts(dict[str, Any]):
+    """A hazard's facts for its message: a placeholder the evaluator did not find facts for (a catalogue passed
+    with --hazards naming one) stays as written, never a crash."""
+
+    def __missing__(self, name: str) -> str:
+        return "{" + name + "}"
+
+
 def _render(hazard: Hazard, hit: _Hit, ctx: Context) -> ConfigFinding:
-    values = {"source": ctx.facts.label, **hit.facts}
+    values = _Facts(source=ctx.facts.label, **hit.facts)
     return ConfigFinding(
         code=hazard.code,
         severity=hazard.severity,

@@ -106,6 +106,20 @@ def test_an_edited_catalogue_changes_what_is_said(tmp_path: Path, facts: Callabl
     assert finding.fix == "pick DCP from the sizes this layout accepts: 1, 2, 4"
 
 
+def test_a_placeholder_with_no_fact_behind_it_stays_as_written(
+    tmp_path: Path, facts: Callable[[str], SourceFacts]
+) -> None:
+    """A catalogue passed with --hazards may name a fact no evaluator finds: the verdict keeps `{name}`, and the
+    run goes on (it raised KeyError out of the run before)."""
+    from specguard.deploy.hazards import evaluate
+    from specguard.deploy.load import build
+
+    path = _write(tmp_path, BUILTIN.replace("choose decode-context-parallel-size among", "see {runbook}: choose", 1))
+    cfg = build({"tensor_parallel_size": 4, "decode_context_parallel_size": 3}, "t")
+    [finding] = [f for f in evaluate(cfg, load_catalogue(path), facts("0.33.0")).findings if f.code == "CFG105"]
+    assert finding.fix == "see {runbook}: choose the sizes this layout accepts: 1, 2, 4"
+
+
 def test_an_evidence_text_the_source_does_not_have_is_judged_by_meaning(
     tmp_path: Path, facts: Callable[[str], SourceFacts]
 ) -> None:
