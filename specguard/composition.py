@@ -49,7 +49,10 @@ def check_source(
     """One in-memory module, checked alone (the rules' own examples, the property tests)."""
     settings = settings or Settings()
     pack = pack or load_pack(settings.rule_packs)
-    return engine.check_source(text, path, module, pack=pack, rules=RULES, settings=settings, line_length=line_length)
+    judged = engine.check_source_judged(
+        text, path, module, pack=pack, rules=RULES, settings=settings, line_length=line_length
+    )
+    return judged[0]
 
 
 def check_source_judged(

@@ -546,26 +546,6 @@ def _ignored(finding: Finding, settings: Settings, files: CheckedFiles, codes: f
     return is_suppressed(finding, settings, files)
 
 
-def check_source(
-    text: str,
-    path: str = "example.py",
-    module: str = "example",
-    *,
-    pack: Pack,
-    rules: RuleSet,
-    settings: Settings,
-    line_length: int = DEFAULT_LINE_LENGTH,
-) -> list[Finding]:
-    """One in-memory module through the same index and rules, with nothing else in the project, its fixes laid
-    out at `line_length`.
-
-    What the rules' own examples and the property tests run; a source error comes back as SG000.
-    """
-    return check_source_judged(text, path, module, pack=pack, rules=rules, settings=settings, line_length=line_length)[
-        0
-    ]
-
-
 def check_source_judged(
     text: str,
     path: str = "example.py",
@@ -576,7 +556,9 @@ def check_source_judged(
     settings: Settings,
     line_length: int = DEFAULT_LINE_LENGTH,
 ) -> tuple[list[Finding], list[Judgement]]:
-    """`check_source`, with the sites the rules could not decide (what a run lists as "not decided")."""
+    """One in-memory module through the same index and rules, with nothing else in the project, its fixes laid
+    out at `line_length`: its findings, and the sites the rules could not decide (what a run lists as "not
+    decided"). What the rules' own examples and the property tests run; a source error comes back as SG000."""
     locator = ModuleLocator(installed=False)
     index = ProjectIndex(locator, lambda _: None)
     codes = frozenset(settings.enabled(rules.codes))
