@@ -808,14 +808,24 @@ def _accepted_dcp(ctx: Context, p: EvidenceParams, refusing: list[SiteRef]) -> l
     the validation the catalogue names, or the statements judged by meaning to refuse it."""
     cfg = ctx.cfg
     limit = min(cfg.tensor_parallel_size * cfg.prefill_context_parallel_size, 64)
+    configs = [cfg.model_copy(update={"decode_context_parallel_size": dcp}) for dcp in range(1, limit + 1)]
+    return [c.decode_context_parallel_size for c in _accepted_configs(ctx, p, configs, refusing)]
+
+
+def _accepted_configs(
+    ctx: Context, p: EvidenceParams, configs: list[ServingConfig], refusing: list[SiteRef]
+) -> list[ServingConfig]:
+    """The candidate configs the statements that refuse this one accept (the catalogue's, where `refusing` is
+    empty); one whose verdict is undecided is not offered."""
     out = []
-    for dcp in range(1, limit + 1):
-        other = Context(cfg.model_copy(update={"decode_context_parallel_size": dcp}), ctx.facts)
+    for candidate in configs:
+        other = Context(candidate, ctx.facts)
         try:
-            if _judge_sites(other, p).value is False if not refusing else other.reach.verdict(refusing).value is False:
-                out.append(dcp)
+            v = other.reach.verdict(refusing) if refusing else _judge_sites(other, p)
         except NotJudged:
-            continue  # not known to be accepted: not offered
+            continue
+        if v.value is False:
+            out.append(candidate)
     return out
 
 
@@ -824,7 +834,14 @@ def _cfg107(ctx: Context, p: EvidenceParams) -> list[_Hit]:
     if spec is None:
         return []
     facts = {"draft_tp": spec.draft_tensor_parallel_size, "tp": ctx.cfg.tensor_parallel_size, "method": ctx.cfg.method}
-    return _evidence_hit(ctx, p, "speculative-config.draft_tensor_parallel_size", facts)
+    hits = _evidence_hit(ctx, p, "speculative-config.draft_tensor_parallel_size", facts)
+    if hits:  # the sizes the same check accepts, up to twice the target's
+        sizes = range(1, min(2 * ctx.cfg.tensor_parallel_size, 64) + 1)
+        drafts = [spec.model_copy(update={"draft_tensor_parallel_size": n}) for n in sizes]
+        configs = [ctx.cfg.model_copy(update={"speculative_config": d}) for d in drafts]
+        accepted = [c.speculative_config.draft_tensor_parallel_size for c in _accepted_configs(ctx, p, configs, [])]
+        hits[0].facts["accepted"] = " or ".join(str(n) for n in accepted) or "none found"
+    return hits
 
 
 def _cfg108(ctx: Context, p: EvidenceParams) -> list[_Hit]:

@@ -1,6 +1,7 @@
 """Fix texts computed by evaluating the served check on candidate values (issue 30), as blind config set 3 labels
-them: the DCP sizes a layout accepts (CFG105), the interleave sizes a block size accepts (CFG110), for the option
-the config sets (on 0.28.0 the deprecated DCP interleave option, which vLLM copies over the CP one)."""
+them: the DCP sizes a layout accepts (CFG105), the draft TP sizes (CFG107), the interleave sizes a block size
+accepts (CFG110), for the option the config sets (on 0.28.0 the deprecated DCP interleave option, which vLLM
+copies over the CP one)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,12 @@ def test_the_dcp_sizes_offered_are_those_the_layout_check_accepts(  # type: igno
     rc, out, _ = run_config("--vllm-source", str(source_dir("0.31.0")), "--", "m", "-tp", tp, "-pcp", pcp, "-dcp", "3")
     assert "decode-context-parallel-size=3: CFG105 error" in out, out
     assert f"accepts: {accepted}\n" in out, out
+
+
+def test_the_draft_tp_sizes_offered_are_those_the_check_accepts(  # type: ignore[no-untyped-def]
+    run_config, source_dir: Callable[[str], Path]
+) -> None:
+    spec = '{"method": "eagle3", "model": "a/b", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}'
+    rc, out, _ = run_config("--vllm-source", str(source_dir("0.31.0")), "--", "m", "-tp", "4", "-sc", spec)
+    assert "speculative-config.draft_tensor_parallel_size=2: CFG107 error" in out, out
+    assert "a size the same check accepts: 1 or 4\n" in out, out
