@@ -13,7 +13,7 @@ What it does:
      the wall-clock time of each is kept: median, 90th percentile and slowest are printed;
   3. "not seen" (a cold source cache): for each release, the first config again, in a fresh user cache
      (XDG_CACHE_HOME in a temp folder), so it checks the whole served tree first;
-  4. records the run in benchmarks/results.json (`config/DATE`), where docs/benchmarks.md's figures come from.
+  4. records the run in benchmarks/results.json (`config_speed/DATE`), where docs/benchmarks.md's figures come from.
 The release sources are the cached wheels the tests use (~/.cache/specguard/vllm-src/X, fetched by tests/conftest.py).
 Wall-clock times on a machine that may be shared: run it on an idle one. Nothing here belongs in a unit test.
 """
@@ -65,6 +65,7 @@ def main() -> int:
     results_file.add_record_options(parser)
     args = parser.parse_args()
     started = datetime.now(timezone.utc)
+    machine = results_file.machine()
     missing = [v for v in args.versions if not (SOURCES / v / "vllm" / "__init__.py").is_file()]
     if missing:
         print(f"no cached source for {', '.join(missing)} under {SOURCES}: run the tests once", file=sys.stderr)
@@ -87,7 +88,7 @@ def main() -> int:
     if not warm:
         print("no config of the blind sets is on these releases", file=sys.stderr)
         return 2
-    run = summary(started, args.versions, warm, cold)
+    run = summary(started, machine, args.versions, warm, cold)
     print(f"{len(warm)} configs on {', '.join(args.versions)} (a release seen: its source cache warm)")
     print(
         f"  median {run['seen_s']['median']:.2f} s, 90th percentile {run['seen_s']['p90']:.2f} s, "
@@ -97,20 +98,20 @@ def main() -> int:
         print(f"  {version} not seen (a fresh user cache): {seconds:.1f} s for its first config")
     print(f"target: median <= {TARGET_S:.0f} s on a release seen: {run['verdict']}")
     if not args.no_record:
-        key = results_file.key("config", started)
+        key = results_file.key("config_speed", started)
         results_file.record(key, run, args.results)
         print(f"recorded {key} in {args.results}")
     return 0 if run["verdict"] == "PASS" else 1
 
 
-def summary(started: datetime, versions: list[str], warm: list[float], cold: dict[str, float]) -> dict:
+def summary(started: datetime, machine: dict, versions: list[str], warm: list[float], cold: dict[str, float]) -> dict:
     """A run as benchmarks/results.json keeps it: the figures the script prints, rounded as it prints them."""
     ordered = sorted(warm)
     median = statistics.median(ordered)
     return {
         "script": "benchmarks/config_speed.py",
         "date": started.isoformat(timespec="minutes"),
-        **results_file.machine(),
+        **machine,
         "versions": versions,
         "configs": len(warm),
         "seen_s": {

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))  # the scripts import their writer as a sibling module
 
 import ci_cost  # noqa: E402
+import config_speed  # noqa: E402
 import fix_write_window  # noqa: E402
 import guard_build  # noqa: E402
 import guard_e2e  # noqa: E402
@@ -49,6 +50,7 @@ CONSTANTS: dict[str, list[float]] = {
     "guard_toggle": [100 * guard_toggle.TARGET, guard_toggle.GPU_STEP_MS, guard_toggle.SETTLE_S],
     "fix_write_window": [],
     "startup": [startup.TARGET_MS],
+    "config_speed": [config_speed.TARGET_S],
     "ci_cost": [],
 }
 
@@ -96,6 +98,7 @@ PASSAGES = {
     "benchmarks.md, on a GPU": (BENCH, "### On a GPU", "### In a real server", ["guard_overhead_gpu"]),
     "benchmarks.md, in a real server": (BENCH, "### In a real server", "### One server toggling", ["guard_e2e"]),
     "benchmarks.md, one server toggling": (BENCH, "### One server toggling", "\n## ", ["guard_toggle"]),
+    "benchmarks.md, config": (BENCH, "## `specguard config` per serving config", "## Startup", ["config_speed"]),
     "benchmarks.md, startup": (BENCH, "## Startup: `specguard --version`", None, ["startup"]),
     "README.md, the Quickstart's second command": ("README.md", "It needs:", "For the analyzer", ["ci_cost"]),
     "CONTRIBUTING.md, CI time": ("CONTRIBUTING.md", "CI time", "## Where torch comes from", ["ci_cost"]),
@@ -151,6 +154,14 @@ def test_the_startup_passage_quotes_the_latest_run() -> None:
     text = " ".join(_region(*PASSAGES["benchmarks.md, startup"][:3]).split())
     when = datetime.fromisoformat(run["date"]).strftime("%Y-%m-%d %H:%M")
     assert when in text and f"`specguard --version` {run['ms']['specguard --version']:.1f} ms" in text
+
+
+def test_the_config_passage_quotes_the_latest_run() -> None:
+    run = latest("config_speed")
+    assert run is not None
+    text = " ".join(_region(*PASSAGES["benchmarks.md, config"][:3]).split())
+    when = datetime.fromisoformat(run["date"]).strftime("%Y-%m-%d %H:%M")
+    assert when in text and f"median {run['seen_s']['median']:.2f} s" in text and run["verdict"] in text
 
 
 def test_every_seeded_run_says_where_it_came_from() -> None:
@@ -298,6 +309,13 @@ def test_startup_records_its_times_and_ratios(tmp_path: Path) -> None:
     assert new["ms"] == {"python -c pass": 23.6, "ruff --version": 2.3, "specguard --version": 22.4}
     assert new["ratios"] == {"specguard / ruff": 9.8, "specguard / interpreter": 0.95}
     assert new["verdict"] == "PASS" and new["repeat"] == 20
+
+
+def test_config_speed_records_the_spread_and_the_cold_runs(tmp_path: Path) -> None:
+    warm = [0.9, 1.2, 0.8, 1.0, 2.5, 0.95, 1.1, 0.85, 0.9, 1.0]
+    new = _kept(tmp_path, "config_speed", config_speed.summary(STARTED, MACHINE, ["0.31.0"], warm, {"0.31.0": 41.26}))
+    assert new["seen_s"] == {"median": 0.97, "p90": 2.5, "max": 2.5}
+    assert new["not_seen_s"] == {"0.31.0": 41.3} and new["configs"] == 10 and new["verdict"] == "PASS"
 
 
 def test_ci_cost_records_minutes_tests_and_disk(tmp_path: Path) -> None:
