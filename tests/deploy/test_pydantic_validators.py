@@ -100,3 +100,14 @@ def test_a_validator_that_runs_before_the_fields_it_reads_refuses_nothing(  # ty
     tree = _moved(tmp_path, source_dir("0.31.0"), "tensor_parallel_size")
     rc, out, _ = run_config("--vllm-source", str(tree), "--", "m", "-tp", "4", "-dcp", "3")
     assert "CFG105 error" not in out and "CFG105 not judged" not in out, out
+
+
+def test_a_reworded_check_offers_every_size_it_accepts(  # type: ignore[no-untyped-def]
+    run_config, source_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Issue 30's case: a fork whose DCP check is only reworded was told only 1 is accepted for `-tp 4 -dcp 3`;
+    vLLM accepts 1, 2 and 4 there, and specguard judges `-dcp 2` clean."""
+    tree = _moved(tmp_path, source_dir("0.31.0"), "decode_context_parallel_size", message="does not split into dcp")
+    rc, out, _ = run_config("--vllm-source", str(tree), "--", "m", "-tp", "4", "-dcp", "3")
+    assert "decode-context-parallel-size=3: CFG105 error" in out and "judged by meaning" in out, out
+    assert "accepts: 1, 2, 4\n" in out, out
