@@ -809,23 +809,22 @@ def _accepted_dcp(ctx: Context, p: EvidenceParams, refusing: list[SiteRef]) -> l
     cfg = ctx.cfg
     limit = min(cfg.tensor_parallel_size * cfg.prefill_context_parallel_size, 64)
     configs = [cfg.model_copy(update={"decode_context_parallel_size": dcp}) for dcp in range(1, limit + 1)]
-    return [c.decode_context_parallel_size for c in _accepted_configs(ctx, p, configs, refusing)]
+    judged = (lambda other: other.reach.verdict(refusing)) if refusing else (lambda other: _judge_sites(other, p))
+    return [c.decode_context_parallel_size for c in _accepted_configs(ctx, configs, judged)]
 
 
 def _accepted_configs(
-    ctx: Context, p: EvidenceParams, configs: list[ServingConfig], refusing: list[SiteRef]
+    ctx: Context, configs: list[ServingConfig], verdict_of: Callable[[Context], Verdict]
 ) -> list[ServingConfig]:
-    """The candidate configs the statements that refuse this one accept (the catalogue's, where `refusing` is
-    empty); one whose verdict is undecided is not offered."""
+    """The candidate configs the statements that refuse this one accept (`verdict_of` a candidate's context: False
+    where they refuse it not); one whose verdict is undecided is not offered."""
     out = []
     for candidate in configs:
-        other = Context(candidate, ctx.facts)
         try:
-            v = other.reach.verdict(refusing) if refusing else _judge_sites(other, p)
+            if verdict_of(Context(candidate, ctx.facts)).value is False:
+                out.append(candidate)
         except NotJudged:
             continue
-        if v.value is False:
-            out.append(candidate)
     return out
 
 
@@ -839,7 +838,8 @@ def _cfg107(ctx: Context, p: EvidenceParams) -> list[_Hit]:
         sizes = range(1, min(2 * ctx.cfg.tensor_parallel_size, 64) + 1)
         drafts = [spec.model_copy(update={"draft_tensor_parallel_size": n}) for n in sizes]
         configs = [ctx.cfg.model_copy(update={"speculative_config": d}) for d in drafts]
-        accepted = [c.speculative_config.draft_tensor_parallel_size for c in _accepted_configs(ctx, p, configs, [])]
+        found = _accepted_configs(ctx, configs, lambda other: _judge_sites(other, p))
+        accepted = [c.speculative_config.draft_tensor_parallel_size for c in found if c.speculative_config]
         hits[0].facts["accepted"] = " or ".join(str(n) for n in accepted) or "none found"
     return hits
 
@@ -899,18 +899,13 @@ def _accepted_interleave(ctx: Context, p: BlockSizeParams, resolved: str) -> tup
     for option in dict.fromkeys([resolved.replace("-", "_"), *given]):
         if option not in ServingConfig.model_fields or not ctx.cfg.block_size:
             continue
-        out = []
-        size = 1
-        while size <= min(ctx.cfg.block_size, 1024):
-            other = Context(ctx.cfg.model_copy(update={option: size}), ctx.facts)
-            try:
-                if _judge_sites(other, p, other.with_interleave(p.resolution)[0]).value is False:
-                    out.append(size)
-            except NotJudged:
-                pass  # not known to be accepted: not offered
-            size *= 2
-        if out:
-            return option.replace("_", "-"), out
+        sizes = [2**n for n in range(11) if 2**n <= ctx.cfg.block_size]
+        configs = [ctx.cfg.model_copy(update={option: size}) for size in sizes]
+        found = _accepted_configs(
+            ctx, configs, lambda other: _judge_sites(other, p, other.with_interleave(p.resolution)[0])
+        )
+        if found:
+            return option.replace("_", "-"), [getattr(c, option) for c in found]
     return resolved, []
 
 
