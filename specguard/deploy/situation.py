@@ -216,8 +216,9 @@ class Situation:
             # pydantic calls it with the field's value and an info whose `data` holds the fields validated before
             # it (those declared earlier, bases first); the rest of its parameters as any entry's
             section = self.object_for(owner) or Obj(owner, {}, defaults=True, label=owner.name)
-            before = self._fields_before(owner, validated, section, module)
-            kwargs[params[0].arg] = self._field_value(section, validated, module)
+            read = _FieldReader(config_evaluator(self.tree), section, module)
+            before = {f: read(f) for f in self._fields_before(owner, validated)}
+            kwargs[params[0].arg] = read(validated)
             if len(params) > 1:
                 kwargs[params[1].arg] = Obj(None, {"data": before, "field_name": validated}, label="ValidationInfo")
             params = params[2:]
@@ -234,19 +235,12 @@ class Situation:
             kwargs[param.arg] = value if value is not UNKNOWN else self._by_name(param.arg)
         return self_value, kwargs
 
-    def _field_value(self, section: Obj, name: str, module: ParsedModule) -> Any:
-        """A field of a config section as its validators receive it: the config's value, else the class default."""
-        read = ast.parse(f"section.{name}", mode="eval").body
-        return config_evaluator(self.tree).eval(
-            read, Frame(module, None, None, 0), State({"section": section}, {}, frozenset())
-        )
-
-    def _fields_before(self, owner: ClassInfo, name: str, section: Obj, module: ParsedModule) -> dict[str, Any]:
+    def _fields_before(self, owner: ClassInfo, name: str) -> list[str]:
+        """The fields of `owner` declared before `name`, bases' first, as dataclasses order them."""
         order: list[str] = []
-        for klass in reversed(list(self.tree.ancestors(owner))):  # bases' fields first, as dataclasses order them
+        for klass in reversed(list(self.tree.ancestors(owner))):
             order += [f for f in klass.annotations if f not in order]
-        earlier = order[: order.index(name)] if name in order else []
-        return {f: self._field_value(section, f, module) for f in earlier}
+        return order[: order.index(name)] if name in order else []
 
     def stranger(self, cls: ClassInfo) -> Obj:
         """An object of a class the config does not describe (an engine core, a worker): its `vllm_config` is
@@ -476,29 +470,30 @@ class Reach:
         for group in by_function.values():
             first = group[0]
             targets = {id(s.node) for s in group}
-            for ctx in self.entries(first.module, first.function, first.owner, self.depth):
-                ev = config_evaluator(self.tree, watch_attrs=watch_attrs)
-                func = Function(first.module, first.function, first.owner)
-                try:
-                    ev.call_function(func, ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value)
-                except OutOfBudget as exc:  # what it did not reach is unknown: the verdict cannot be "no"
-                    raise OutOfBudget(f"{first.relpath}:{first.function.name}: {exc}") from None
-                found = [o for o in ev.outcomes if id(o.site.node) in targets]
-                out += ctx.guard(found) if ctx.guard is not None and found else found
+            out += self.reached(first.module, first.function, first.owner, targets, watch_attrs)
         return out
 
-    def reached(self, module: ParsedModule, function: Any, owner: ClassInfo | None) -> list[Outcome]:
-        """Every outcome `function` records for this situation: as an entry point where it is one, else from its
-        callers (with their conditions)."""
+    def reached(
+        self,
+        module: ParsedModule,
+        function: Any,
+        owner: ClassInfo | None,
+        targets: set[int] | None = None,
+        watch_attrs: Iterable[str] = (),
+    ) -> list[Outcome]:
+        """The outcomes `function` records for this situation (those at the statements `targets` names, by id, where
+        given): as an entry point where it is one, else from its callers (with their conditions)."""
         out: list[Outcome] = []
         for ctx in self.entries(module, function, owner, self.depth):
-            ev = config_evaluator(self.tree)
-            func = Function(module, function, owner)
+            ev = config_evaluator(self.tree, watch_attrs=watch_attrs)
             try:
-                ev.call_function(func, ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value)
-            except OutOfBudget as exc:
+                ev.call_function(
+                    Function(module, function, owner), ctx.args, ctx.kwargs, ctx.path, self_value=ctx.self_value
+                )
+            except OutOfBudget as exc:  # what it did not reach is unknown: the verdict cannot be "no"
                 raise OutOfBudget(f"{self.tree.relpath(module.path)}:{function.name}: {exc}") from None
-            out += ctx.guard(ev.outcomes) if ctx.guard is not None and ev.outcomes else ev.outcomes
+            found = [o for o in ev.outcomes if targets is None or id(o.site.node) in targets]
+            out += ctx.guard(found) if ctx.guard is not None and found else found
         return out
 
     def run(
@@ -714,6 +709,19 @@ def _in_try(tree: SourceTree, module: ParsedModule, function: Any, calls: list[a
                 break
             node = parents.get(id(node))
     return inside
+
+
+@dataclass
+class _FieldReader:
+    """A field of a config section as its validators receive it: the config's value, else the class default."""
+
+    ev: Evaluator
+    section: Obj
+    module: ParsedModule
+
+    def __call__(self, name: str) -> Any:
+        read = ast.parse(f"section.{name}", mode="eval").body
+        return self.ev.eval(read, Frame(self.module, None, None, 0), State({"section": self.section}, {}, frozenset()))
 
 
 def _validated_field(function: Any) -> str | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from specguard.evaluation import environment
 from specguard.evaluation.budget import Budget, builtin_result_size, method_result_size, size, too_large
-from specguard.evaluation.objects import FORMAT_FIELD_SPEC, ObjectModel
+from specguard.evaluation.objects import FORMAT_FIELD_SPEC, ObjectModel, written_fields
 from specguard.evaluation.paths import Frame, State, join_values
 from specguard.evaluation.values import (
     NO_LABELS,
@@ -41,7 +41,6 @@ from specguard.evaluation.values import (
     labels_of,
     maybe_of,
     plain,
-    settled,
     unknown_from,
     why_of,
     with_labels,
@@ -586,10 +585,7 @@ def _copy(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, 
 
 
 def _copy_of(source: Obj, state: State) -> Obj:
-    fields = dict(source.fields)
-    for (owner, attr), value in state.writes.items():
-        if owner == id(source):
-            fields[attr] = settled(value)
+    fields = {**source.fields, **written_fields(source, state)}
     return Obj(source.cls, fields, source.defaults, "", source.pinned, source.labels, dict(source.nodes), source.held)
 
 
@@ -656,11 +652,8 @@ def _json_loads(
     try:
         return json.loads(text)
     except ValueError as exc:
-        if not ev.semantics.raise_ends_path:
-            ev.record(
-                "raise", frame.module, node, f"json.loads({text!r}) raises {type(exc).__name__}: {exc}", state.path
-            )
-        return ev.fails(type(exc).__name__)
+        message = f"json.loads({text!r}) raises {type(exc).__name__}: {exc}"
+        return ev.refuses(type(exc).__name__, message, node, frame, state)
 
 
 _STDLIB = {

@@ -390,14 +390,19 @@ class Expressions(Builtins):
         if isinstance(inner, dict):
             if k in inner:
                 return inner[k]
-            if not self.semantics.raise_ends_path:  # recorded as a raise, as a builtin's refusal is
-                self.record("raise", frame.module, node, f"KeyError: {k!r}", state.path)
-            return self.fails("KeyError")
+            return self.refuses("KeyError", f"KeyError: {k!r}", node, frame, state)
         if isinstance(inner, (list, tuple, str)) and isinstance(k, int):
             if -len(inner) <= k < len(inner):
                 return with_labels(inner[k], self.provenance(base))
             return self.fails("IndexError")
         return UNKNOWN
+
+    def refuses(self, error: str, message: str, node: ast.AST | None, frame: Frame, state: State) -> Any:
+        """`fails`, for an operation of the evaluated code whose refusal is worth a verdict (a missing key, data a
+        parser refuses): where raises are outcomes, it is recorded as one, as the source's own raises are."""
+        if not self.semantics.raise_ends_path:
+            self.record("raise", frame.module, node, message, state.path)
+        return self.fails(error)
 
     def fails(self, error: str) -> Any:
         """A known operation that raises `error` in Python (a division by zero, a missing key): its path ends there

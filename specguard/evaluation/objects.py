@@ -574,7 +574,7 @@ class ObjectModel:
         """`vars(obj)` / `obj.__dict__`: of a dataclass instance, each field, the value it was built with or written
         on this path, else its default; of an object whose class the evaluation does not read, the fields it holds
         (unknown where the class is read and is not a dataclass)."""
-        written = {attr: settled(value) for (owner, attr), value in state.writes.items() if owner == id(obj)}
+        written = written_fields(obj, state)
         if obj.cls is None:
             return {**obj.fields, **written}
         fields = self.dataclass_fields(obj.cls)
@@ -854,6 +854,11 @@ def _compares(value: ast.expr | None) -> bool:
             if kw.arg == "compare" and isinstance(kw.value, ast.Constant):
                 return bool(kw.value.value)
     return True
+
+
+def written_fields(obj: Obj, state: State) -> dict[str, Any]:
+    """What the path `state` is on wrote to the fields of `obj`."""
+    return {attr: settled(value) for (owner, attr), value in state.writes.items() if owner == id(obj)}
 
 
 def is_classvar(annotation: ast.expr | None) -> bool:
