@@ -69,7 +69,26 @@ class SpeculatorParams(_Params):
     rules: list[str] = Field(min_length=1)
 
 
-class DraftPathParams(SpeculatorParams):
+class DataParallelEngine(_Params):
+    """Which engine core the served source runs each DP rank with: the classes `function` (`Class.method`) in
+    `file` builds and stores in the local `stored_in`, evaluated with the config passed as the keyword
+    `config_argument`. DP ranks share batches (and DP padding) only in an engine descending from
+    `coordinated_class`; any other runs the rank on its own, with DP 1 (vLLM: a target that is not MoE)."""
+
+    file: str
+    function: str
+    stored_in: str
+    coordinated_class: str
+    config_argument: str = "vllm_config"
+
+
+class PaddedDraftParams(SpeculatorParams):
+    """A DP hazard (CFG101, CFG117): judged where `data_parallel` says DP ranks share batches."""
+
+    data_parallel: DataParallelEngine | None = None
+
+
+class DraftPathParams(PaddedDraftParams):
     """CFG101: a method whose speculator descends from the runner's `draft_path_class`, with `rules` findings on it."""
 
     @model_validator(mode="after")
@@ -80,7 +99,7 @@ class DraftPathParams(SpeculatorParams):
         return self
 
 
-class OtherDraftPathParams(SpeculatorParams):
+class OtherDraftPathParams(PaddedDraftParams):
     """CFG117: a method whose speculator has `rules` findings in its lineage, outside the draft paths another hazard
     judges (`judged_elsewhere`: the classes whose descendants CFG101 covers)."""
 

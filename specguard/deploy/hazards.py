@@ -24,6 +24,7 @@ from specguard.deploy.catalogue import (
     BlockSizeParams,
     BuilderValidationParams,
     Catalogue,
+    DataParallelEngine,
     DraftPathParams,
     EnvironmentParams,
     Evidence,
@@ -33,6 +34,7 @@ from specguard.deploy.catalogue import (
     InterleaveParams,
     InterleaveResolution,
     OtherDraftPathParams,
+    PaddedDraftParams,
     Registry,
     SourceEnumParams,
     SpeculatorParams,
@@ -317,8 +319,11 @@ def _speculators(ctx: Context, registry: Registry) -> list[ClassInfo]:
             f"{what} what `{registry.function}` in {registry.file} stores in `{registry.attribute}`, and the served "
             "source stores nothing there"
         )
-    built = ctx.reach.constructed(module, function, owner, registry.attribute)
-    live = [o for o in built if verdict([o]).value is not False]
+    outcomes = ctx.reach.constructed(module, function, owner, registry.attribute)
+    live = [o for o in outcomes if o.site.kind == "construct" and verdict([o]).value is not False]
+    if not live and not verdict([o for o in outcomes if o.site.kind != "construct"]).certain:
+        # Neither a class of the source nor a refusal of the method: what it builds is lost to the evaluation.
+        raise NotJudged(f"{what} `{registry.function}` in {registry.file}, which builds none of the source's classes")
     return list(dict.fromkeys(o.detail for o in live))
 
 
@@ -395,6 +400,12 @@ def _by_runner(ctx: Context, p: SpeculatorParams, judge: Callable[[Registry], li
     judged = [v for v in verdicts.values() if not isinstance(v, NotJudged)]
     if len(judged) == len(verdicts) and len({bool(v) for v in judged}) == 1:
         return judged[0]  # which runner serves it does not matter
+    present = [r for r in p.registries if ctx.facts.tree.module_for_path(r.file) is not None]
+    if len(present) == 1 and _function(ctx.facts.tree, p.selection.file, p.selection.function) is None:
+        only = verdicts[id(present[0])]  # a source with one model runner and no selection (0.34.0): it serves
+        if isinstance(only, NotJudged):
+            raise only
+        return only
     picks, unset, where = _picks(ctx, p)
     if not picks:
         raise NotJudged(f"{where} picks none of {', '.join(r.runner for r in p.registries)} for this config")
@@ -462,9 +473,56 @@ def _cfg117(ctx: Context, p: OtherDraftPathParams) -> list[_Hit]:
     return _padded_draft(ctx, p, elsewhere)
 
 
-def _padded_draft(ctx: Context, p: SpeculatorParams, judged: Callable[[Registry, ClassInfo], bool]) -> list[_Hit]:
-    """With DP, the speculators of the config's method that `judged` keeps, where a padded count reaches their
-    draft metadata build outside FULL graphs (`p.rules` findings in their lineage)."""
+def _padded_draft(ctx: Context, p: PaddedDraftParams, judged: Callable[[Registry, ClassInfo], bool]) -> list[_Hit]:
+    """With DP ranks sharing batches, the speculators of the config's method that `judged` keeps, where a padded
+    count reaches their draft metadata build outside FULL graphs (`p.rules` findings in their lineage)."""
+    hits = _padded_draft_paths(ctx, p, judged)
+    if not hits or p.data_parallel is None:
+        return hits
+    shared, why = _ranks_share_batches(ctx, p.data_parallel)
+    if shared is False:
+        ctx.note(f"no hazard for data-parallel-size={ctx.cfg.data_parallel_size}: {why}")
+        return []
+    if shared is True:
+        return hits
+    return [_Hit(h.key, h.facts, f"{h.assumption} {why}".strip()) for h in hits]
+
+
+def _ranks_share_batches(ctx: Context, engine: DataParallelEngine) -> tuple[Any, str]:
+    """Whether the engine core the served source runs each DP rank with shares batches across the ranks (so DP
+    padding reaches the draft) for this config: True, False, or UNKNOWN; and what the verdict says of it."""
+    where = f"`{engine.function}` ({engine.file})"
+    found = _function(ctx.facts.tree, engine.file, engine.function)
+    if found is None:
+        return UNKNOWN, f"Judged for DP ranks sharing batches: {where}, which picks the engine, is not in the source."
+    module, function, owner = found
+    try:
+        built = ctx.reach.constructed(
+            module, function, owner, engine.stored_in, given={engine.config_argument: ctx.situation.vllm}
+        )
+    except OutOfBudget as exc:
+        return UNKNOWN, f"Judged for DP ranks sharing batches: evaluating {where} ran out ({exc})."
+    built = [o for o in built if o.site.kind == "construct"]
+    shared = [o for o in built if ctx.facts.descends_from(o.detail, engine.coordinated_class)]
+    alone = sorted({o.detail.name for o in built if o not in shared})
+    if not built:
+        return UNKNOWN, f"Judged for DP ranks sharing batches: {where} builds no engine core the evaluation follows."
+    found_shared = verdict(shared)
+    if found_shared.value is False:
+        return False, f"{where} runs each DP rank as its own engine ({', '.join(alone)}) with DP 1: no DP padding"
+    if found_shared.certain:
+        return True, ""
+    others = f"; {' or '.join(alone)}, built otherwise, runs each DP rank alone and has not this hazard" if alone else ""
+    return UNKNOWN, (
+        f"Judged for DP ranks sharing batches ({engine.coordinated_class}), which {where} builds depending on "
+        f"{found_shared.reasons()}{others}."
+    )
+
+
+def _padded_draft_paths(
+    ctx: Context, p: PaddedDraftParams, judged: Callable[[Registry, ClassInfo], bool]
+) -> list[_Hit]:
+    """The hits of `_padded_draft`, whoever runs the DP ranks."""
     cfg, facts = ctx.cfg, ctx.facts
     if cfg.data_parallel_size <= 1 or _method(ctx) is None:
         return []

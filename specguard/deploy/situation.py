@@ -508,18 +508,28 @@ class Reach:
         return ev.outcomes
 
     def constructed(
-        self, module: ParsedModule, function: Any, owner: ClassInfo | None = None, attribute: str | None = None
+        self,
+        module: ParsedModule,
+        function: Any,
+        owner: ClassInfo | None = None,
+        attribute: str | None = None,
+        given: dict[str, Any] | None = None,
     ) -> list[Outcome]:
         """The classes of the tree `function` builds instances of for this situation, each an outcome with the
         conditions it is built under: those it returns (`return C(...)`, in it or in what it calls) or, with
-        `attribute`, those it stores there instead (`self.drafter = C(...)`). A registry such as `init_speculator`
-        or a model runner's constructor, evaluated however its tests are written (a local, a predicate, `in`)."""
+        `attribute`, those it stores there instead (`self.drafter = C(...)`, or a local of that name). A registry
+        such as `init_speculator` or a model runner's constructor, evaluated however its tests are written (a
+        local, a predicate, `in`). The raises it reaches come with them (a registry refusing the method).
+        `given`: keyword arguments passed besides those bound from the situation."""
 
         def kept(parent: ast.AST | None) -> bool:
             if attribute is None:
                 return isinstance(parent, ast.Return)
             targets = parent.targets if isinstance(parent, ast.Assign) else [getattr(parent, "target", None)]
-            return any(isinstance(t, ast.Attribute) and t.attr == attribute for t in targets)
+            return any(
+                (isinstance(t, ast.Attribute) and t.attr == attribute) or (isinstance(t, ast.Name) and t.id == attribute)
+                for t in targets
+            )
 
         def hook(ev: Evaluator, func: Any, args: Any, kwargs: Any, node: ast.AST, frame: Any, state: State) -> Any:
             if isinstance(func, ClassRef) and kept(self.tree.parents(frame.module).get(id(node))):
@@ -528,8 +538,8 @@ class Reach:
             return NOT_HANDLED
 
         ev = config_evaluator(self.tree, hook=hook)
-        self._call(ev, module, function, owner)
-        return [o for o in ev.outcomes if o.site.kind == "construct"]
+        self._call(ev, module, function, owner, given)
+        return [o for o in ev.outcomes if o.site.kind in ("construct", "raise", "assert")]
 
     def returned(self, module: ParsedModule, function: Any, owner: ClassInfo | None) -> list[Outcome]:
         """What `function` returns for this situation (a property of a config section: `self` is the section): an
@@ -538,8 +548,16 @@ class Reach:
         self._call(ev, module, function, owner)
         return [o for o in ev.outcomes if o.site.kind == "return"]
 
-    def _call(self, ev: Evaluator, module: ParsedModule, function: Any, owner: ClassInfo | None) -> None:
+    def _call(
+        self,
+        ev: Evaluator,
+        module: ParsedModule,
+        function: Any,
+        owner: ClassInfo | None,
+        given: dict[str, Any] | None = None,
+    ) -> None:
         self_value, kwargs = self.situation.bind(function, owner, module)
+        kwargs.update(given or {})
         try:
             ev.call_function(Function(module, function, owner), [], kwargs, self_value=self_value)
         except OutOfBudget as exc:

@@ -28,6 +28,7 @@ from specguard.evaluation.values import (
     Many,
     Mapping,
     Method,
+    ModuleRef,
     Obj,
     OneOf,
     Opaque,
@@ -640,6 +641,17 @@ def _math(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, 
     return ev._value_preserving("ceil", args[0], args[1:], node) if args else UNKNOWN
 
 
+def _import_module(
+    ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+) -> Any:
+    """`importlib.import_module` of a known name of the tree: that module, read, never imported (a registry naming
+    its classes by qualified name: vLLM 0.34.0's `resolve_obj_by_qualname`)."""
+    name = plain(args[0]) if len(args) == 1 and not kwargs else None
+    if isinstance(name, str) and ev.tree.module(name) is not None:
+        return ModuleRef(name)
+    return unknown_from(*args, *kwargs.values(), why="`importlib.import_module` of a module outside the tree")
+
+
 def _json_loads(
     ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
 ) -> Any:
@@ -658,6 +670,7 @@ def _json_loads(
 
 _STDLIB = {
     "json.loads": _json_loads,
+    "importlib.import_module": _import_module,
     "dataclasses.replace": _replace,
     "dataclasses.fields": _fields,
     "dataclasses.asdict": _asdict,

@@ -33,8 +33,9 @@ def _judge(facts: SourceFacts, argv: list[str], env: dict[str, str] | None = Non
 
 
 def _message(judgement: Judgement, code: str) -> str:
+    """A finding's message, up to what it assumed of the DP ranks (test_data_parallel_engine.py)."""
     [message] = [f.message for f in judgement.findings if f.code == code]
-    return message
+    return message.split(" Judged for DP ranks sharing batches")[0]
 
 
 def _env_note(judgement: Judgement) -> str:
@@ -163,3 +164,45 @@ def test_the_note_names_what_decided_a_branch_not_what_was_read(
     assert "FORK_LAYOUT_LABEL" not in note
     # Set, a variable is the deployment's: no longer named.
     assert "FORK_STRICT_LAYOUT" not in _env_note(_judge(facts, ["-tp", "2", "-dcp", "4"], {"FORK_STRICT_LAYOUT": ""}))
+
+
+# -- registries as later releases and forks write them -------------------------------------------------------------
+
+DFLASH_029 = "        return DFlashSpeculator(vllm_config, device)\n"
+
+
+@pytest.fixture
+def v029(tmp_path: Path, source_dir: Callable[[str], Path]) -> Path:
+    return fork(source_dir("0.29.0"), tmp_path)
+
+
+def test_a_registry_naming_its_class_by_qualified_name_is_followed(v029: Path) -> None:
+    # vLLM 0.34.0 resolves every speculator this way (`resolve_obj_by_qualname`): read, never imported.
+    qualified = '        return resolve_obj_by_qualname("vllm.v1.worker.gpu.spec_decode.dflash.speculator.DFlashSpeculator")(\n'
+    rewrite(
+        v029,
+        "v1/worker/gpu/spec_decode/__init__.py",
+        lambda text: "from vllm.utils.import_utils import resolve_obj_by_qualname\n"
+        + replace(DFLASH_029, qualified + "            vllm_config, device\n        )\n")(text),
+    )
+    judgement = _judge(SourceFacts.open(v029, check_served_tree), ["-dp", "2", *_spec("dflash")], {RUNNER: "1"})
+    assert "CFG101" in {f.code for f in judgement.findings}, judgement.not_judged
+
+
+def test_a_registry_that_builds_no_class_of_the_source_is_not_judged(v029: Path) -> None:
+    dspark = "        return DSparkSpeculator(vllm_config, device)\n"
+    rewrite(v029, "v1/worker/gpu/spec_decode/__init__.py", replace(dspark, "        return load_plugin(vllm_config)\n"))
+    judgement = _judge(SourceFacts.open(v029, check_served_tree), ["-dp", "2", *_spec("dspark")], {RUNNER: "1"})
+    assert "CFG101" not in {f.code for f in judgement.findings}
+    assert "`init_speculator` in v1/worker/gpu/spec_decode/__init__.py, which builds none of the source's classes" in (
+        judgement.not_judged["CFG101"]
+    )
+
+
+def test_a_source_with_one_model_runner_and_no_selection_is_judged_for_it(v029: Path) -> None:
+    # vLLM 0.34.0 has only the V2 model runner: no `use_v2_model_runner`, no `GPUModelRunner`.
+    (v029 / "v1/worker/gpu_model_runner.py").unlink()
+    rewrite(v029, "config/vllm.py", replace("    def use_v2_model_runner(self)", "    def _gone(self)"))
+    judgement = _judge(SourceFacts.open(v029, check_served_tree), ["-dp", "2", *_spec("dflash")])
+    assert "CFG101" in {f.code for f in judgement.findings}, judgement.not_judged
+    assert "model runner" not in _message(judgement, "CFG101")
