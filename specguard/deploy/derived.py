@@ -37,6 +37,9 @@ class ServedMethod:
     where: str = ""  # the statement that set it, when it is not the one written
     # what it depends on where the source leaves it undecided; `method` is then the one written (None: none is)
     undecided: str = ""
+    # where undecided: the methods it may arrive at (what every path sets first, and what each branch after sets);
+    # empty where one of them is not a known name
+    candidates: tuple[str, ...] = ()
 
 
 def served_method(cfg: ServingConfig, facts: SourceFacts) -> ServedMethod:
@@ -60,23 +63,40 @@ def served_method(cfg: ServingConfig, facts: SourceFacts) -> ServedMethod:
     target = Obj(tree.resolve_class(package, "ModelConfig"), {"model": cfg.model}, defaults=True)
     fields = {"method": None, "model": None, **spec.model_dump(exclude_none=True), "target_model_config": target}
     me = Obj(cls, fields, defaults=True, label=SPECULATIVE)
-    ev = config_evaluator(tree, hook=constructed, max_depth=2)
+    ev = config_evaluator(tree, hook=constructed, max_depth=2, watch_attrs=("method",))
     what = f"`{SPECULATIVE}.{DERIVING_METHOD}` ({tree.relpath(module.path)})"
     try:
         _, state = ev.call_function(Function(module, method, owner), [], {}, self_value=me)
     except (OutOfBudget, RecursionError):
         return ServedMethod(spec.method, undecided=f"{what} could not be evaluated within its budget")
     value = plain(state.writes.get((id(me), "method"), spec.method))
+    node = me.nodes.get("method")
     if not isinstance(value, str):
         draft = f"the draft model {spec.model!r}" if spec.model else "the target model"
-        return ServedMethod(
-            spec.method,
-            undecided=f"the speculative method {what} derives depends on what vLLM reads from {draft} at startup "
-            f"(its config), which the serving config does not decide",
+        undecided = (
+            f"the speculative method {what} derives depends on what vLLM reads from {draft} at startup "
+            f"(its config), which the serving config does not decide"
         )
-    node = me.nodes.get("method")
-    where = f"{tree.relpath(module.path)}:{node.lineno}" if value != spec.method and node is not None else ""
+        return ServedMethod(spec.method, undecided=undecided, candidates=_candidates(ev.outcomes, me, spec.method))
+    where = _line(tree, module, node) if value != spec.method else ""
     return ServedMethod(value, where)
+
+
+def _candidates(outcomes: list[Any], me: Obj, written: str | None) -> tuple[str, ...]:
+    """The methods an undecided derivation may arrive at: the last one every path assigns (or the one written),
+    and each one a branch assigns after it (0.27.0 replaces `deepseek_mtp` by `mtp` on every path, then may
+    re-infer from the target's config). Empty where some assignment is not a known name."""
+    assigned = [o for o in outcomes if o.site.kind == "assign" and o.detail[0] is me]
+    certain = [i for i, o in enumerate(assigned) if not o.path]
+    first = plain(assigned[certain[-1]].detail[1]) if certain else written
+    later = [plain(o.detail[1]) for o in assigned[certain[-1] + 1 if certain else 0 :]]
+    if not all(isinstance(v, str) for v in [first, *later]):
+        return ()
+    return tuple(dict.fromkeys([first, *later]))
+
+
+def _line(tree: Any, module: Any, node: ast.AST | None) -> str:
+    return f"{tree.relpath(module.path)}:{node.lineno}" if node is not None else ""
 
 
 def with_served_method(cfg: ServingConfig, served: ServedMethod) -> ServingConfig:

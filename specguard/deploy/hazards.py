@@ -1171,6 +1171,11 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         return judgement
     with run_budget(), environment.ensured():
         served = served_method(cfg, facts)
+        if len(served.candidates) > 1:
+            _judge_each_method(cfg, catalogue, facts, served, judgement)
+            return judgement
+        if served.candidates:  # every way through arrives at one method
+            served = ServedMethod(served.candidates[0], f"{served.undecided}; every way arrives at it")
         if served.undecided and served.method is not None:
             judgement.notes.append(
                 f"judged for speculative-config.method '{served.method}' as written; {served.undecided}"
@@ -1185,6 +1190,47 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         ctx.evidence_texts = _named_raises(catalogue)
         _judge_all(ctx, catalogue, judgement)
     return judgement
+
+
+def _judge_each_method(
+    cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts, served: ServedMethod, judgement: Judgement
+) -> None:
+    """The method vLLM derives is one of `served.candidates`, depending on what it reads at startup (the first: the
+    one written, or what every path sets it to first): every hazard is judged for each. A verdict they share
+    stands; a hazard of the first stands, as for the method written; another they differ on is not judged,
+    saying which has it: never a clean verdict that another method it may be would not have."""
+    each: dict[str, Judgement] = {}
+    for method in served.candidates:
+        each[method] = Judgement(source=judgement.source)
+        ctx = Context(cfg, facts, ServedMethod(method))
+        ctx.evidence_texts = _named_raises(catalogue)
+        _judge_all(ctx, catalogue, each[method])
+    first = each[served.candidates[0]]
+    shown = ", ".join(f"'{m}'" for m in served.candidates)
+    judgement.notes.append(
+        f"speculative-config.method is one of {shown}: {served.undecided}; each is judged, and a hazard of "
+        f"'{served.candidates[0]}' reported"
+    )
+    for code in sorted(catalogue.hazards):
+        verdicts = {m: _verdict_of(j, code) for m, j in each.items()}
+        if len(set(verdicts.values())) == 1 or any(f.code == code for f in first.findings):
+            judgement.findings += [f for f in first.findings if f.code == code]
+            if code in first.not_judged:
+                judgement.not_judged[code] = first.not_judged[code]
+        else:
+            said = "; ".join(f"'{m}' {v}" for m, v in verdicts.items())
+            judgement.not_judged[code] = f"it depends on the speculative method vLLM derives at startup ({said})"
+    for j in each.values():
+        judgement.notes += [n for n in j.notes if n not in judgement.notes]
+        for name, codes in j.assumed_unset.items():
+            judgement.assumed_unset[name] = list(dict.fromkeys([*judgement.assumed_unset.get(name, []), *codes]))
+
+
+def _verdict_of(judgement: Judgement, code: str) -> str:
+    if code in judgement.not_judged:
+        return "is not judged"
+    fired = sorted({f.severity for f in judgement.findings if f.code == code})
+    return f"has it ({', '.join(fired)})" if fired else "has not"
 
 
 def _named_raises(catalogue: Catalogue) -> list[str]:

@@ -3,7 +3,8 @@ arrives at (issue 30: the seed bug was silent where vLLM infers `dflash` from th
 0.31.0 and 0.33.0, each case (tests/deploy/data/method_cases.json) is run through the release's real code on a tiny
 local draft model (tests/deploy/data/method_reference.py, in a subprocess with that release's code first on the
 path), and through `specguard config`'s derivation on the same release's source. They must agree wherever specguard
-decides; where it does not, it says the method depends on the draft model's own config, which it never reads.
+decides; where it does not, it says the method depends on the draft model's own config, which it never reads, and
+the methods it judges each hazard for instead include vLLM's.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def test_the_method_is_the_one_vllm_arrives_at(
         served = served_method(loaded.config, facts(version))
         if served.undecided:
             assert "draft" in served.undecided, (case["id"], served.undecided)
+            # the methods each hazard is then judged for include the one vLLM arrives at
+            assert not served.candidates or expected in served.candidates, (case["id"], served)
             undecided.append(case["id"])
             continue
         assert served.method == expected, (case["id"], served)

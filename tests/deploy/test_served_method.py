@@ -67,3 +67,20 @@ def test_an_override_that_takes_the_real_count_is_not_cfg101(run_config, source_
     assert rc == 0, out
     rc, out, _ = run_config("--vllm-source", str(source_dir("0.29.0")), "--", "m", "-dp", "2", "-sc", spec)
     assert rc == 1 and "SG103 at" in out, out
+
+
+def test_a_method_vllm_derives_from_the_target_is_judged_for_each_it_may_be(run_config, source_dir) -> None:  # type: ignore[no-untyped-def]
+    """Blind config set 5's silent hazard: 0.27.0 replaces `deepseek_mtp` by `mtp` on every path, then re-infers
+    the method from the target's config. Judged as written (`deepseek_mtp`, which no registry builds) it was
+    clean; each method it may arrive at is judged: the hazard of `mtp`, what every path sets first, is reported,
+    and one only another method has is not judged, saying which."""
+    spec = json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": 2})
+    argv = ["--vllm-source", str(source_dir("0.27.0")), "--strict", "--env", "VLLM_USE_V2_MODEL_RUNNER=1", "--"]
+    rc, out, _ = run_config(*argv, "deepseek-ai/DeepSeek-R1", "-dp", "8", "-sc", spec)
+    assert rc == 1, out
+    assert "data-parallel-size=8: CFG117 warning" in out and "speculative method 'mtp' runs" in out
+    assert "speculative-config.method is one of 'mtp', " in out and "a hazard of 'mtp' reported" in out
+    assert "CFG101 not judged: it depends on the speculative method vLLM derives at startup ('mtp' has not;" in out
+    # without DP no method has a DP hazard: the verdicts they share stand
+    rc, out, _ = run_config(*argv, "deepseek-ai/DeepSeek-R1", "-sc", spec)
+    assert "CFG117" not in out and "CFG101" not in out, out
