@@ -1,4 +1,4 @@
-"""Blind config sets 1-4 (`tests/corpus/blind_config_r1` to `_r4`, issue 30): 69, 69, 82 and 85 serving configs,
+"""Blind config sets 1-5 (`tests/corpus/blind_config_r1` to `_r5`, issue 30): 69, 69, 82, 85 and 74 serving configs,
 written by someone who never read specguard, each labelled with what vLLM's real code does (`hazard`, `refused` by
 vLLM itself, or `clean`), on real releases and forks of them. Run with `--strict` as an operator's CI gate would: a
 hazard or a refusal judged clean (exit 0) is a silent miss. The numbers are floors no change may fall below; each
@@ -20,6 +20,7 @@ FLOORS = {
     "blind_config_r2": (3, 1, 21),
     "blind_config_r3": (4, 4, 24),
     "blind_config_r4": (9, 11, 21),
+    "blind_config_r5": (1, 10, 27),
 }
 
 
