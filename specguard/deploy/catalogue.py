@@ -172,11 +172,25 @@ class SourceEnumParams(_Params):
     symbol: str
 
 
+class EnvironmentValidation(_Params):
+    """A function of the served source that validates the whole serving environment at startup (`file`,
+    `function`: a module function or `Class.method`), called with `arguments`: parameter -> the field of the
+    engine arguments passed to it (`hard_fail` <- `fail_on_environ_validation`)."""
+
+    file: str
+    function: str
+    arguments: dict[str, str] = Field(default_factory=dict)
+
+
 class EnvironmentParams(_Params):
     """CFG116: the module of the served source whose attributes are the environment variables vLLM reads, each
-    parsed by its own code when read (`envs`: its `__getattr__` and `environment_variables`)."""
+    parsed by its own code when read (`envs`: its `__getattr__` and `environment_variables`); and the functions
+    that validate the environment as a whole (`validations`), with the engine arguments class (`engine_args`,
+    `file:Class`) their arguments come from."""
 
     module: str = "envs"
+    validations: list[EnvironmentValidation] = Field(default_factory=list)
+    engine_args: str = "engine/arg_utils.py:EngineArgs"
 
 
 class ValidationEntry(_Params):

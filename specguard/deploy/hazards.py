@@ -27,6 +27,7 @@ from specguard.deploy.catalogue import (
     DataParallelEngine,
     DraftPathParams,
     EnvironmentParams,
+    EnvironmentValidation,
     Evidence,
     EvidenceParams,
     GroupMergeParams,
@@ -49,7 +50,7 @@ from specguard.deploy.situation import Reach, SiteRef, Situation, find_sites, in
 from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget, run_budget
 from specguard.evaluation.paths import Cond, Outcome, Verdict, verdict
-from specguard.evaluation.values import UNKNOWN, Obj
+from specguard.evaluation.values import UNKNOWN, ClassRef, Obj
 from specguard.program.tree import ClassInfo, ParsedModule, SourceLeftUnread, SourceTree
 
 
@@ -1009,7 +1010,51 @@ def _cfg116(ctx: Context, p: EnvironmentParams) -> list[_Hit]:
             site = refused.outcomes[0].site
             where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"
             hits.append(_Hit(name, {"variable": name, "value": value, "raised": site.message, "where": where}))
+    return hits + _environment_validations(ctx, p, {h.key for h in hits})
+
+
+def _environment_validations(ctx: Context, p: EnvironmentParams, judged: set[str]) -> list[_Hit]:
+    """The served source's validation of the whole environment at startup (0.34.0 refuses any
+    VLLM_USE_V2_MODEL_RUNNER but `1`; with `--fail-on-environ-validation`, an unknown `VLLM_` variable), evaluated
+    with the serving environment, then, where it may refuse, with each variable alone: one it refuses on every
+    path is a hit (one `judged` already names is left to that verdict)."""
+    tree = ctx.facts.tree
+    found = [(v, f) for v in p.validations if (f := _function(tree, v.file, v.function)) is not None]
+    if not found:
+        return []
+    engine_args = _engine_arguments(ctx, p.engine_args)
+
+    def refusal(validation: EnvironmentValidation, module: ParsedModule, function: Any, owner: Any) -> Verdict:
+        kwargs = {param: engine_args(name) for param, name in validation.arguments.items()}
+        self_value = ClassRef(owner) if owner is not None else None
+        outcomes = ctx.reach.run(module, function, owner, self_value, kwargs)
+        return verdict([o for o in outcomes if o.site.kind in ("raise", "assert")])
+
+    if all(refusal(v, *f).value is False for v, f in found):
+        return []
+    hits: list[_Hit] = []
+    for name, value in sorted(environment.current().values.items()):
+        if name in judged:
+            continue
+        with environment.served_environment({name: value}):
+            refused = next((r for v, f in found if (r := refusal(v, *f)).certain), None)
+        if refused is not None:
+            site = refused.outcomes[0].site
+            where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"
+            hits.append(_Hit(name, {"variable": name, "value": value, "raised": site.message, "where": where}))
     return hits
+
+
+def _engine_arguments(ctx: Context, engine_args: str) -> Callable[[str], Any]:
+    """A field of the engine arguments (`file:Class`) as the served source holds it for this config: the option
+    given, else the class's declared default."""
+    file, _, name = engine_args.partition(":")
+    module = ctx.facts.tree.module_for_path(file)
+    cls = module.classes.get(name) if module is not None else None
+    if cls is None:
+        return lambda field: ctx.situation.given.get(field, UNKNOWN)
+    args = Obj(cls, dict(ctx.situation.given), defaults=True, label=name)
+    return lambda field: ctx.situation.value_of(args, field)
 
 
 def _raised_name(node: ast.AST) -> str | None:

@@ -119,6 +119,10 @@ MISSING: Any = object()
 _DECLARED: Any = object()  # a field the class declares, whose value on this instance the evaluation does not know
 
 
+# Attributes every module has, set by the import system.
+_MODULE_DUNDERS = frozenset({"__name__", "__package__", "__file__", "__doc__", "__spec__", "__loader__", "__path__"})
+
+
 class ObjectModel:
     """Attributes, names, enums, comparisons and truth, the conditions and outcomes an evaluation records;
     `Evaluator` adds statements, expressions and calls."""
@@ -501,14 +505,19 @@ class ObjectModel:
 
     def _resolve_uncached(self, module: str, name: str) -> Any:
         parsed = self.tree.module(module)
+        if name in _MODULE_DUNDERS and parsed is not None and name not in parsed.assigns:
+            # Every module has them, whatever its __getattr__ says (`logging.getLogger(__name__)`).
+            package = module if parsed.is_package else module.rpartition(".")[0]
+            return {"__name__": module, "__package__": package}.get(name, UNKNOWN)
         if (
             self.semantics.served_environment
             and parsed is not None
             and "__getattr__" in parsed.functions
             and (name in parsed.typing_only or (name not in parsed.imports and self.tree.resolve(module, name) is None))
+            and self.tree.file_of(f"{module}.{name}") is None
         ):
             # Declared for type checkers only, or not at all: at run time the module's __getattr__ answers (PEP 562,
-            # vLLM's envs).
+            # vLLM's envs); a submodule of that name is imported instead (`from vllm import envs`).
             hook = Function(parsed, parsed.functions["__getattr__"])
             return self._invoke(hook, None, [name], {}, State({}, {}, frozenset()), 0)
         found = self.tree.resolve(module, name)

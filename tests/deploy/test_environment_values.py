@@ -48,3 +48,26 @@ def test_a_value_outside_the_choices_the_served_source_lists_is_an_error(  # typ
     )
     assert (f"VLLM_WORKER_MULTIPROC_METHOD={value}: CFG116 error" in out) == refused, out
     assert rc == (1 if refused else 0), out
+
+
+@pytest.mark.parametrize(("value", "refused"), [("0", True), ("false", True), ("1", False)])
+def test_the_served_sources_own_environment_validation_is_evaluated(  # type: ignore[no-untyped-def]
+    run_config, source_dir, value: str, refused: bool
+) -> None:
+    """Blind config set 5: 0.34.0 no longer declares VLLM_USE_V2_MODEL_RUNNER, and `Platform.validate_environ`
+    refuses any value but `1` at engine creation; `envs.py`'s parsing alone called `=0` clean."""
+    rc, out, _ = run_config(
+        "--vllm-source", str(source_dir("0.34.0")), f"--env=VLLM_USE_V2_MODEL_RUNNER={value}", "--", "m", "-sc", SPEC
+    )
+    assert (f": VLLM_USE_V2_MODEL_RUNNER={value}: CFG116 error\n" in out) == refused, out
+    if refused:
+        assert "is no longer supported: Model Runner V1 has been removed" in out and "platforms/interface.py:" in out
+
+
+@pytest.mark.parametrize("version", ["0.29.0", "0.33.0"])
+def test_an_unknown_variable_is_refused_only_where_the_config_asks_for_it(run_config, source_dir, version: str) -> None:  # type: ignore[no-untyped-def]
+    argv = ["--vllm-source", str(source_dir(version)), "--env=VLLM_NOT_A_SETTING=1", "--", "m"]
+    rc, out, _ = run_config(*argv)
+    assert (rc, "CFG116" in out) == (0, False), out
+    rc, out, _ = run_config(*argv, "--fail-on-environ-validation")
+    assert rc == 1 and "VLLM_NOT_A_SETTING=1: CFG116 error" in out and "Unknown vLLM environment variable" in out, out
