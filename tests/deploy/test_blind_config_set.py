@@ -20,7 +20,7 @@ FLOORS = {
     "blind_config_r2": (3, 1, 21),
     "blind_config_r3": (4, 4, 24),
     "blind_config_r4": (9, 11, 21),
-    "blind_config_r5": (1, 10, 27),
+    "blind_config_r5": (0, 10, 27),
 }
 
 
