@@ -70,7 +70,6 @@ def served_method(cfg: ServingConfig, facts: SourceFacts) -> ServedMethod:
     except (OutOfBudget, RecursionError):
         return ServedMethod(spec.method, undecided=f"{what} could not be evaluated within its budget")
     value = plain(state.writes.get((id(me), "method"), spec.method))
-    node = me.nodes.get("method")
     if not isinstance(value, str):
         draft = f"the draft model {spec.model!r}" if spec.model else "the target model"
         undecided = (
@@ -78,7 +77,8 @@ def served_method(cfg: ServingConfig, facts: SourceFacts) -> ServedMethod:
             f"(its config), which the serving config does not decide"
         )
         return ServedMethod(spec.method, undecided=undecided, candidates=_candidates(ev.outcomes, me, spec.method))
-    where = _line(tree, module, node) if value != spec.method else ""
+    node = me.nodes.get("method")
+    where = f"{tree.relpath(module.path)}:{node.lineno}" if value != spec.method and node is not None else ""
     return ServedMethod(value, where)
 
 
@@ -93,10 +93,6 @@ def _candidates(outcomes: list[Any], me: Obj, written: str | None) -> tuple[str,
     if not all(isinstance(v, str) for v in [first, *later]):
         return ()
     return tuple(dict.fromkeys([first, *later]))
-
-
-def _line(tree: Any, module: Any, node: ast.AST | None) -> str:
-    return f"{tree.relpath(module.path)}:{node.lineno}" if node is not None else ""
 
 
 def with_served_method(cfg: ServingConfig, served: ServedMethod) -> ServingConfig:

@@ -513,7 +513,9 @@ def _ranks_share_batches(ctx: Context, engine: DataParallelEngine) -> tuple[Any,
         return False, f"{where} runs each DP rank as its own engine ({', '.join(alone)}) with DP 1: no DP padding"
     if found_shared.certain:
         return True, ""
-    others = f"; {' or '.join(alone)}, built otherwise, runs each DP rank alone and has not this hazard" if alone else ""
+    others = (
+        f"; {' or '.join(alone)}, built otherwise, runs each DP rank alone and has not this hazard" if alone else ""
+    )
     return UNKNOWN, (
         f"Judged for DP ranks sharing batches ({engine.coordinated_class}), which {where} builds depending on "
         f"{found_shared.reasons()}{others}."
@@ -1219,8 +1221,13 @@ def evaluate(cfg: ServingConfig, catalogue: Catalogue, facts: SourceFacts | None
         if len(served.candidates) > 1:
             _judge_each_method(cfg, catalogue, facts, served, judgement)
             return judgement
-        if served.candidates:  # every way through arrives at one method
-            served = ServedMethod(served.candidates[0], f"{served.undecided}; every way arrives at it")
+        if served.candidates:  # every way through the derivation arrives at one method
+            served = ServedMethod(served.candidates[0])
+            if served.method != cfg.method:
+                judgement.notes.append(
+                    f"speculative-config.method is '{served.method}' on every way through {facts.label}'s "
+                    "derivation of it: the hazards are judged for it"
+                )
         if served.undecided and served.method is not None:
             judgement.notes.append(
                 f"judged for speculative-config.method '{served.method}' as written; {served.undecided}"

@@ -527,7 +527,8 @@ class Reach:
                 return isinstance(parent, ast.Return)
             targets = parent.targets if isinstance(parent, ast.Assign) else [getattr(parent, "target", None)]
             return any(
-                (isinstance(t, ast.Attribute) and t.attr == attribute) or (isinstance(t, ast.Name) and t.id == attribute)
+                (isinstance(t, ast.Attribute) and t.attr == attribute)
+                or (isinstance(t, ast.Name) and t.id == attribute)
                 for t in targets
             )
 

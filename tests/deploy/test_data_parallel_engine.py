@@ -33,7 +33,9 @@ def _messages(judgement: Judgement, code: str) -> list[str]:
     return [f.message for f in judgement.findings if f.code == code]
 
 
-@pytest.mark.parametrize(("version", "method", "code"), [("0.29.0", "dflash", "CFG101"), ("0.27.0", "eagle3", "CFG117")])
+@pytest.mark.parametrize(
+    ("version", "method", "code"), [("0.29.0", "dflash", "CFG101"), ("0.27.0", "eagle3", "CFG117")]
+)
 def test_a_verdict_that_rests_on_the_target_being_moe_says_so(
     version: str, method: str, code: str, facts: Callable[[str], SourceFacts]
 ) -> None:

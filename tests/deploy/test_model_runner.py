@@ -178,12 +178,16 @@ def v029(tmp_path: Path, source_dir: Callable[[str], Path]) -> Path:
 
 def test_a_registry_naming_its_class_by_qualified_name_is_followed(v029: Path) -> None:
     # vLLM 0.34.0 resolves every speculator this way (`resolve_obj_by_qualname`): read, never imported.
-    qualified = '        return resolve_obj_by_qualname("vllm.v1.worker.gpu.spec_decode.dflash.speculator.DFlashSpeculator")(\n'
+    qualified = (
+        '        return resolve_obj_by_qualname("vllm.v1.worker.gpu.spec_decode.dflash.speculator.DFlashSpeculator")(\n'
+    )
     rewrite(
         v029,
         "v1/worker/gpu/spec_decode/__init__.py",
-        lambda text: "from vllm.utils.import_utils import resolve_obj_by_qualname\n"
-        + replace(DFLASH_029, qualified + "            vllm_config, device\n        )\n")(text),
+        lambda text: (
+            "from vllm.utils.import_utils import resolve_obj_by_qualname\n"
+            + replace(DFLASH_029, qualified + "            vllm_config, device\n        )\n")(text)
+        ),
     )
     judgement = _judge(SourceFacts.open(v029, check_served_tree), ["-dp", "2", *_spec("dflash")], {RUNNER: "1"})
     assert "CFG101" in {f.code for f in judgement.findings}, judgement.not_judged
@@ -194,8 +198,9 @@ def test_a_registry_that_builds_no_class_of_the_source_is_not_judged(v029: Path)
     rewrite(v029, "v1/worker/gpu/spec_decode/__init__.py", replace(dspark, "        return load_plugin(vllm_config)\n"))
     judgement = _judge(SourceFacts.open(v029, check_served_tree), ["-dp", "2", *_spec("dspark")], {RUNNER: "1"})
     assert "CFG101" not in {f.code for f in judgement.findings}
-    assert "`init_speculator` in v1/worker/gpu/spec_decode/__init__.py, which builds none of the source's classes" in (
-        judgement.not_judged["CFG101"]
+    assert (
+        "`init_speculator` in v1/worker/gpu/spec_decode/__init__.py, which builds none of the source's classes"
+        in (judgement.not_judged["CFG101"])
     )
 
 
