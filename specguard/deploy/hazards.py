@@ -1009,10 +1009,15 @@ def _cfg116(ctx: Context, p: EnvironmentParams) -> list[_Hit]:
         if refused.value is UNKNOWN:
             ctx.note(f"not decided for {name}={value!r}: whether vLLM accepts it depends on {refused.reasons()}")
         if refused.certain:
-            site = refused.outcomes[0].site
-            where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"
-            hits.append(_Hit(name, {"variable": name, "value": value, "raised": site.message, "where": where}))
+            hits.append(_refused_variable(tree, name, value, refused))
     return hits + _environment_validations(ctx, p, {h.key for h in hits})
+
+
+def _refused_variable(tree: SourceTree, name: str, value: str, refused: Verdict) -> _Hit:
+    """A variable whose value the served source refuses on every path, at the first statement that refuses it."""
+    site = refused.outcomes[0].site
+    where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"
+    return _Hit(name, {"variable": name, "value": value, "raised": site.message, "where": where})
 
 
 def _environment_validations(ctx: Context, p: EnvironmentParams, judged: set[str]) -> list[_Hit]:
@@ -1041,9 +1046,7 @@ def _environment_validations(ctx: Context, p: EnvironmentParams, judged: set[str
         with environment.served_environment({name: value}):
             refused = next((r for v, f in found if (r := refusal(v, *f)).certain), None)
         if refused is not None:
-            site = refused.outcomes[0].site
-            where = f"{tree.relpath(site.module.path)}:{getattr(site.node, 'lineno', 0)}"
-            hits.append(_Hit(name, {"variable": name, "value": value, "raised": site.message, "where": where}))
+            hits.append(_refused_variable(tree, name, value, refused))
     return hits
 
 
