@@ -1,4 +1,4 @@
-"""Blind config sets 1-5 (`tests/corpus/blind_config_r1` to `_r5`, issue 30): 69, 69, 82, 85 and 74 serving configs,
+"""Blind config sets 1-6 (`tests/corpus/blind_config_r1` to `_r6`, issue 30): 69, 69, 82, 85, 74 and 16 serving configs,
 written by someone who never read specguard, each labelled with what vLLM's real code does (`hazard`, `refused` by
 vLLM itself, or `clean`), on real releases and forks of them. Run with `--strict` as an operator's CI gate would: a
 hazard or a refusal judged clean (exit 0) is a silent miss. The numbers are floors no change may fall below; each
@@ -21,6 +21,7 @@ FLOORS = {
     "blind_config_r3": (4, 4, 24),
     "blind_config_r4": (9, 11, 21),
     "blind_config_r5": (0, 10, 27),
+    "blind_config_r6": (0, 2, 6),
 }
 
 
