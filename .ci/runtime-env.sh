@@ -6,9 +6,13 @@
 #                        modules import, + specguard's test deps
 #   vllm-0.28.0/         vLLM 0.28.0's code (--no-deps, --target), put first on PYTHONPATH by the tests that
 #                        reproduce the first seed against the old draft-metadata helper
-#   wheels/              the vLLM / FlashInfer wheels (downloaded once when missing)
+#   flashinfer-0.7.4/    flashinfer-python 0.7.4's code (--no-deps, --target), put first on PYTHONPATH by the test
+#                        that runs the FlashInfer-dependent runtime tests a second time on it
+#                        (tests/runtime/test_flashinfer_next.py)
+#   wheels/              the vLLM / FlashInfer wheels (downloaded once when missing, `pip download --no-deps`)
 # Usage:  PY=$(bash .ci/runtime-env.sh | tail -n1); "$PY" -m pip install -e ".[test]"; "$PY" -m pytest
-# (tests find vLLM 0.28.0 at $SPECGUARD_CACHE/vllm-0.28.0 or $SPECGUARD_VLLM_OLD_PATH; all logs go to stderr)
+# (tests find vLLM 0.28.0 at $SPECGUARD_CACHE/vllm-0.28.0 or $SPECGUARD_VLLM_OLD_PATH, and flashinfer-python 0.7.4 at
+# $SPECGUARD_CACHE/flashinfer-0.7.4 or $SPECGUARD_FLASHINFER_NEXT_PATH; all logs go to stderr)
 # Where torch comes from: a CPU wheel in PIP_FIND_LINKS, else the CPU index (SPECGUARD_TORCH_INDEX_URL, by default
 # PyTorch's own) where it answers, else whatever build pip's own indexes serve: .ci/torch_choice.py decides.
 set -euo pipefail
@@ -22,6 +26,10 @@ TORCH_VERSION="2.13.0"
 VLLM_NEW="0.33.0"
 VLLM_OLD="0.28.0"
 FLASHINFER="0.7.2.post1"
+# The newest flashinfer-python the guard is assessed on besides the pinned one (specguard/runtime/coverage.py
+# ASSESSED); its code goes in a folder of its own, like vLLM 0.28.0's.
+FLASHINFER_NEXT="0.7.4"
+NEXT_FLASHINFER="$SG_CACHE/flashinfer-$FLASHINFER_NEXT"
 # Bump when the package set below changes, so an old venv is rebuilt rather than trusted.
 STAMP_VERSION="2"
 
@@ -93,6 +101,18 @@ if [[ ! -f "$old_stamp" || "$(cat "$old_stamp")" != "vllm=$VLLM_OLD" ]]; then
   echo "vllm=$VLLM_OLD" > "$old_stamp"
 fi
 
+next_stamp="$NEXT_FLASHINFER/.specguard-stamp"
+if [[ ! -f "$next_stamp" || "$(cat "$next_stamp")" != "flashinfer-python=$FLASHINFER_NEXT" ]]; then
+  log "installing flashinfer-python $FLASHINFER_NEXT code into $NEXT_FLASHINFER"
+  rm -rf "$NEXT_FLASHINFER"
+  next_whl=$(fetch_wheel flashinfer-python "$FLASHINFER_NEXT")
+  # compiled once here (about 10 s): the test processes run with PYTHONDONTWRITEBYTECODE in CI, and each of the three
+  # that import it would otherwise compile FlashInfer's modules again
+  "$VENV/bin/python" -m pip install --quiet --no-deps --target "$NEXT_FLASHINFER" "$next_whl" >&2
+  echo "flashinfer-python=$FLASHINFER_NEXT" > "$next_stamp"
+fi
+
 export SPECGUARD_TEST_PYTHON="$VENV/bin/python"
 export SPECGUARD_VLLM_OLD_PATH="$OLD_VLLM"
+export SPECGUARD_FLASHINFER_NEXT_PATH="$NEXT_FLASHINFER"
 echo "$SPECGUARD_TEST_PYTHON"

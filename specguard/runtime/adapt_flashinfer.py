@@ -1,4 +1,4 @@
-"""G1 on FlashInfer's paged wrappers (flashinfer-python 0.7.2.post1): `plan()` records the query layout
+"""G1 on FlashInfer's paged wrappers (flashinfer-python 0.7.2.post1 and 0.7.4): `plan()` records the query layout
 it was given, host-side; `run()` checks `q.shape[0]` against it before the kernel.
 
 Prefill records qo_indptr[-1] from the host indptr `plan()` receives (vLLM passes CPU copies); a device
@@ -41,8 +41,8 @@ def _prefill_recorder(plan: Any) -> Any:
 
 def _decode_recorder(plan: Any) -> Any:
     # Bound the way plan() binds it: a caller may pass q_len_per_req positionally. flashinfer-python
-    # 0.7.2.post1 takes the optional arguments after page_size as `*deprecated_positional_args` and maps
-    # them by its own list of names; older releases name them as parameters.
+    # 0.7.2.post1 and 0.7.4 take the optional arguments after page_size as `*deprecated_positional_args` and
+    # map them by their own list of names; older releases name them as parameters.
     legacy = getattr(sys.modules.get(getattr(plan, "__module__", "")), LEGACY_DECODE_ARGS, ())
     get_indptr = arg_binder(plan, "indptr")
     get_q_len = arg_binder(plan, "q_len_per_req", 1, star_args_names=tuple(legacy))

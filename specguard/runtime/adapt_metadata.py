@@ -27,7 +27,7 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-from specguard.runtime import adapt_speculator, batch_mode
+from specguard.runtime import adapt_lengths, adapt_speculator, batch_mode
 from specguard.runtime import invariants as inv
 from specguard.runtime.host import host_array, host_int
 from specguard.runtime.patching import (
@@ -221,6 +221,7 @@ def _metadata_among(args: tuple, kwargs: dict, metadata_cls: type) -> Any:
 
 def make_build(original: Callable[..., Any], method: str, metadata_cls: type) -> Callable[..., Any]:
     get_metadata = arg_binder(original, "common_attn_metadata")
+    get_draft_index = arg_binder(original, "draft_index") if method == "build_for_drafting" else None
     outside_draft_steps: dict[type, Site] = {}  # this method's site per builder class, outside V2 draft steps
     speculator = adapt_speculator._tls
     depth_of = _depth
@@ -248,6 +249,8 @@ def make_build(original: Callable[..., Any], method: str, metadata_cls: type) ->
         else:
             run_check(site, _check_build, self, cm, method, site)
         site.ns += perf_counter_ns() - started
+        if cm is not None:
+            _check_lengths(self, cm, get_draft_index(args, kwargs) if get_draft_index else None, site)
         depth_of.n = 1
         try:
             result = original(self, *args, **kwargs)
@@ -258,6 +261,25 @@ def make_build(original: Callable[..., Any], method: str, metadata_cls: type) ->
         return result
 
     return mark(build, original)
+
+
+def _check_lengths(builder: Any, cm: Any, draft_index: Any, site: Site) -> None:
+    """G5 on this build's lengths (adapt_lengths.py): a V1 draft build names its step, a V2 one is inside the
+    speculator helper that does."""
+    if draft_index is None and adapt_speculator._tls.stack:
+        step = adapt_speculator.current_draft_step()
+        draft_index = step.step if step is not None else None
+    if not isinstance(draft_index, int):
+        draft_index = None
+    if not adapt_lengths.wanted(cm, draft_index):
+        return
+    started = perf_counter_ns()
+    lengths_site = adapt_lengths.site_for(site)
+    if getattr(cm.seq_lens, "is_cpu", None) is not True:  # a GPU's lengths: counted, never read, no exception
+        POLICY.skip("G5", lengths_site.name, adapt_lengths.DEVICE_LENGTHS)
+        return
+    run_check(lengths_site, adapt_lengths.check, builder, cm, draft_index, lengths_site, _subject(builder))
+    lengths_site.ns += perf_counter_ns() - started
 
 
 def _inner_build(
@@ -327,3 +349,19 @@ def install(patcher: Patcher, installed: list[str], skipped: list[str]) -> None:
     patcher.at_restore(_hooks.clear)
     hooks.poll()
     installed.append(f"G0@{BASE}.{'/'.join(METHODS)} (every subclass, present and future)")
+    installed.append(f"G5@the same builds ({_where_lengths_are()})")
+
+
+def _where_lengths_are() -> str:
+    """What G5 can read on this platform: vLLM's CPU build keeps the lengths in host memory, a GPU does not."""
+    try:
+        from vllm.platforms import current_platform
+
+        device = str(current_platform.device_type)
+    except Exception:  # noqa: BLE001 -- no platform to ask: say what is read wherever
+        device = ""
+    if not device:
+        return "host lengths only; device lengths are a counted skip"
+    if device == "cpu":
+        return "lengths in host memory on this platform: every draft and DCP build is judged"
+    return f"seq_lens is {device} memory here: each build it would judge is a counted skip, never a read"

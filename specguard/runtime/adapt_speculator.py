@@ -50,6 +50,7 @@ class DraftStep:
     descriptor_tokens: int | None
     dispatched_tokens: int | None
     dp_size: int | None
+    step: int | None = None  # the helper's draft step index, where it takes one
 
 
 @dataclass
@@ -124,6 +125,7 @@ def _draft_step(self: Any, bound: dict[str, Any], site: str) -> DraftStep:
         descriptor_tokens=host_int(desc.num_tokens, "batch_desc.num_tokens"),
         dispatched_tokens=dispatch.num_tokens if dispatch is not None else None,
         dp_size=dp_size if isinstance(dp_size, int) else None,
+        step=bound.get("step") if type(bound.get("step")) is int else None,
     )
 
 

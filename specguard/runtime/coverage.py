@@ -3,6 +3,10 @@
 A regression net is a check whose disagreement that release's own code cannot produce (the code it guards
 was fixed there, or the path does not exist); it stays installed for the releases where it bites and for
 forks that reintroduce the bug. Read from vLLM 0.28.0-0.33.0's code; the reasons cite what makes each net.
+
+ASSESSED is the one place that says what the guard was assessed on: the vLLM minors and the flashinfer-python
+releases whose code its invariants, nets, signatures and dtype tables were read against. On anything else raise
+mode runs as warn (install.effective_mode).
 """
 
 from __future__ import annotations
@@ -11,7 +15,22 @@ import re
 from dataclasses import dataclass
 
 Minor = tuple[int, int]
-ASSESSED: tuple[Minor, Minor] = ((0, 28), (0, 33))
+
+
+@dataclass(frozen=True)
+class Assessed:
+    vllm: tuple[Minor, Minor]  # the first and last vLLM minor, both included (any patch release of them)
+    flashinfer: tuple[str, ...]  # flashinfer-python releases, exactly: a patch release can rename what G1/G2 wrap
+
+
+ASSESSED = Assessed(
+    vllm=((0, 28), (0, 33)),
+    # 0.7.4 against 0.7.2.post1: the same public MLA decode signature (33 parameters) and integer-operand rules
+    # (block_tables/seq_lens read as int32 by the kernel launcher, cum_seq_lens_q and causal_seqlens_kv_global
+    # checked int32), the same DCP contract, the same paged wrappers' run() and decode plan(), prefill plan() one
+    # keyword added last; the private function behind the MLA entry renamed (tests/runtime/test_flashinfer_surface.py).
+    flashinfer=("0.7.2.post1", "0.7.4"),
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,7 @@ PARTS = (
         "G4",
         (((0, 30), (0, 33), "the shared helper already hands the real count outside FULL graphs"),),
     ),
+    Part("G5 draft lengths", "G0"),
 )
 
 
@@ -76,7 +96,19 @@ class Coverage:
 def assessed(vllm_version: str) -> bool:
     """Whether the release is one this guard's invariants and nets were read against."""
     minor = minor_version(vllm_version)
-    return minor is not None and ASSESSED[0] <= minor <= ASSESSED[1]
+    return minor is not None and ASSESSED.vllm[0] <= minor <= ASSESSED.vllm[1]
+
+
+def flashinfer_assessed(flashinfer_version: str) -> bool:
+    """Whether this flashinfer-python is one the FlashInfer checks (G1's wrappers, G2's kernel entry and dtype
+    table) were read against."""
+    return flashinfer_version in ASSESSED.flashinfer
+
+
+def vllm_range() -> str:
+    """The assessed vLLM minors as the startup line writes them: "0.28-0.33"."""
+    (a, b), (c, d) = ASSESSED.vllm
+    return f"{a}.{b}-{c}.{d}"
 
 
 def coverage(vllm_version: str, installed_adapters: set[str]) -> Coverage:
@@ -107,7 +139,7 @@ def describe(vllm_version: str, cov: Coverage) -> str:
     """The startup line's clause on what can fire on this vLLM."""
     if not cov.assessed:
         return (
-            f"on vLLM {vllm_version} (not assessed: the table covers 0.28-0.33) every installed check is treated "
+            f"on vLLM {vllm_version} (not assessed: the table covers {vllm_range()}) every installed check is treated "
             f"as live [{', '.join(cov.live) or 'none'}]; recorded only [{', '.join(cov.recorded) or 'none'}]"
         )
     return (

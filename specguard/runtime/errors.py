@@ -30,6 +30,7 @@ CHECK_TITLES: dict[str, str] = {
     "G2": "MLA/DCP launch geometry",
     "G3": "group causal consistency",
     "G4": "draft token count",
+    "G5": "draft lengths",
 }
 
 

@@ -1,8 +1,9 @@
 """Install every guard whose target exists in this process's vLLM/FlashInfer, and log one line saying
 which were installed, which were skipped (with the reason), and which of the installed ones can fire on this
-vLLM release. On a vLLM release outside the assessed table (coverage.ASSESSED) raise mode runs as warn: an
-invariant the project has not read in that release's code may have changed, and a guard that raises on it
-would turn a healthy server into an outage. Imported only when the guard is on."""
+vLLM release. On a vLLM release or a flashinfer-python release outside what the guard was assessed on
+(coverage.ASSESSED) raise mode runs as warn: an invariant, signature or dtype rule the project has not read in
+that release's code may have changed, and a guard that raises on it would turn a healthy server into an outage.
+Imported only when the guard is on."""
 
 from __future__ import annotations
 
@@ -44,21 +45,24 @@ _lock = threading.Lock()
 _fork_hook_registered = False
 
 
+NOT_INSTALLED = "not installed"
+
+
 def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+        return NOT_INSTALLED
 
 
 def _detect_versions() -> dict[str, str]:
-    versions = {"flashinfer-python": _version("flashinfer-python")}
-    try:  # the vllm actually imported (a PYTHONPATH copy can shadow the installed distribution)
-        import vllm
-
-        versions["vllm"] = str(getattr(vllm, "__version__", None) or _version("vllm"))
-    except Exception:  # noqa: BLE001
-        versions["vllm"] = _version("vllm")
+    # the packages actually imported (a PYTHONPATH copy can shadow the installed distribution)
+    versions: dict[str, str] = {}
+    for dist, module in (("vllm", "vllm"), ("flashinfer-python", "flashinfer")):
+        try:
+            versions[dist] = str(getattr(importlib.import_module(module), "__version__", None) or _version(dist))
+        except Exception:  # noqa: BLE001 -- not importable here (vLLM's CPU build has no FlashInfer)
+            versions[dist] = _version(dist)
     return versions
 
 
@@ -66,9 +70,12 @@ def startup_line(mode: str) -> str:
     vllm_version = STATE.versions.get("vllm", "?")
     clause = coverage.describe(vllm_version, STATE.coverage) if STATE.coverage else ""
     why = f" ({POLICY.mode_reason})" if POLICY.mode_reason else ""
+    flashinfer = STATE.versions.get("flashinfer-python", NOT_INSTALLED)
+    if flashinfer != NOT_INSTALLED and not coverage.flashinfer_assessed(flashinfer):
+        flashinfer += f" (not assessed: the table covers {', '.join(coverage.ASSESSED.flashinfer)})"
     return (
         f"specguard runtime guard (VLLM_SPECGUARD mode={mode}, pid {os.getpid()}){why} for vLLM {vllm_version}, "
-        f"flashinfer-python {STATE.versions.get('flashinfer-python')}: "
+        f"flashinfer-python {flashinfer}: "
         f"installed [{', '.join(STATE.installed) or 'none'}]; skipped [{'; '.join(STATE.skipped) or 'none'}]; " + clause
     )
 
@@ -89,26 +96,39 @@ def _after_fork_in_child() -> None:
     reporting.arm(STATE.stats_interval)
 
 
-def effective_mode(requested: str, vllm_version: str) -> tuple[str, str]:
-    """(the mode the checks run in, why it differs from the requested one, or "")."""
-    if requested == "raise" and not coverage.assessed(vllm_version):
-        first, last = coverage.ASSESSED
-        return "warn", (
-            f"asked for raise; vLLM {vllm_version} is outside the releases this guard was assessed on "
-            f"({first[0]}.{first[1]}-{last[0]}.{last[1]}), so violations are logged and counted, not raised, "
-            "except those that would touch memory outside their buffers"
+def effective_mode(requested: str, versions: dict[str, str]) -> tuple[str, str]:
+    """(the mode the checks run in, why it differs from the requested one, or ""), from the versions
+    _detect_versions found. A FlashInfer that is not installed (vLLM's CPU build) installs no FlashInfer check."""
+    if requested != "raise":
+        return requested, ""
+    outside = []
+    vllm_version = versions.get("vllm", "")
+    if not coverage.assessed(vllm_version):
+        outside.append(
+            f"vLLM {vllm_version} is outside the releases this guard was assessed on ({coverage.vllm_range()})"
         )
-    return requested, ""
+    flashinfer = versions.get("flashinfer-python", NOT_INSTALLED)
+    if flashinfer != NOT_INSTALLED and not coverage.flashinfer_assessed(flashinfer):
+        outside.append(
+            f"flashinfer-python {flashinfer} is outside the releases this guard was assessed on "
+            f"({', '.join(coverage.ASSESSED.flashinfer)})"
+        )
+    if not outside:
+        return requested, ""
+    return "warn", (
+        f"asked for raise; {' and '.join(outside)}, so violations are logged and counted, not raised, "
+        "except those that would touch memory outside their buffers"
+    )
 
 
 def install(mode: str, stats_interval: float | None = None) -> State:
     global _fork_hook_registered
     with _lock:
         if STATE.active:
-            POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions.get("vllm", ""))
+            POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions)
             return STATE
         STATE.versions = _detect_versions()
-        POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions.get("vllm", ""))
+        POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions)
         adapters: set[str] = set()
         for key, label, module in ADAPTERS:
             before = len(STATE.installed)

@@ -14,7 +14,7 @@ from specguard.runtime.errors import Violation
 
 Shape = Sequence[int]
 
-# What FlashInfer's MLA decode entry takes for its integer operands (flashinfer-python 0.7.2.post1 docs).
+# What FlashInfer's MLA decode entry takes for its integer operands (flashinfer-python 0.7.2.post1 and 0.7.4).
 MLA_INT_DTYPES: dict[str, str] = {
     "block_tables": "int32",
     "seq_lens": "int32",

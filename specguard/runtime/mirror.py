@@ -1,7 +1,7 @@
 """A wrapper with the wrapped function's own parameter list, for the hottest guarded call site.
 
 `def wrapper(*args, **kwargs)` makes every keyword call build a kwargs dict and unpack it again into the
-original: for FlashInfer's MLA decode entry (34 parameters, 12-17 passed by keyword) that alone costs
+original: for FlashInfer's MLA decode entry (33 parameters, 12-17 passed by keyword) that alone costs
 about 1-1.5 us per launch. A wrapper whose parameters mirror the original's binds the caller's keywords
 straight into its locals, hands the values the check needs to `before`, and passes everything on
 positionally (keyword-only parameters by keyword). Defaults are the original's own objects, so the

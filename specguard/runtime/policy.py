@@ -90,7 +90,7 @@ class Site:
 @dataclass
 class Policy:
     mode: str = "off"
-    mode_reason: str = ""  # why the mode differs from what VLLM_SPECGUARD asked for (an unassessed vLLM)
+    mode_reason: str = ""  # why the mode differs from what VLLM_SPECGUARD asked for (an unassessed vLLM or FlashInfer)
     violations: Counter = field(default_factory=Counter)  # (check, site) -> count
     recorded: Counter = field(default_factory=Counter)  # (check, site) -> disagreements noted, never raised
     skips: Counter = field(default_factory=Counter)  # (check, site, reason) -> count

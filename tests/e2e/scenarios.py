@@ -76,13 +76,16 @@ SCENARIOS = {
     "ngram": Scenario("ngram", "1"),
     # only the copy of query_start_loc the kernels read is shifted (host memory on vLLM's CPU build)
     "eagle": Scenario("eagle", "1", faults=("desync",)),
+    # stale lengths in the last draft step (EAGLE, raise mode): the right rows, the previous step's values
+    "eagle_stale": Scenario("eagle", "1", faults=("stale@2",)),
     # warn mode, DP=2: the seed's padded count, only in batches that padding pads
     "dp2": Scenario(
         "draft_model", "warn", faults=("bucket",), args=("--data-parallel-size", "2"), concurrent_faults=True
     ),
     "off": Scenario("draft_model", None),
-    # two different faults at one site: a padded count (served on), then a count smaller than real (stopped)
-    "warn": Scenario("draft_model", "warn", faults=("pad", "short")),
+    # stale lengths in one draft step (served on), then two different faults at one site: a padded count (served
+    # on), then a count smaller than real (stopped)
+    "warn": Scenario("draft_model", "warn", faults=("stale@2", "pad", "short")),
 }
 
 

@@ -30,14 +30,14 @@ def g0_messages(log: str) -> list[str]:
     return [m.group(0) for m in map(G0_MESSAGE.search, log.splitlines()) if m]
 
 
-def assert_the_engine_ended(phase) -> None:
+def assert_the_engine_ended(phase, check: str = "G0") -> None:
     """What raise mode does to a server (and what the operator's page promises): every request in
     flight fails with a 500, /health stops answering 200, and the server exits by itself."""
     assert phase.errors and not phase.outputs, (phase.outputs, phase.errors)
     assert all(isinstance(e, (openai.InternalServerError, openai.APIConnectionError)) for e in phase.errors)
     assert phase.health in (503, None), phase.health  # 503, or already gone
     assert phase.exit is not None, "the server did not exit after its engine died"
-    assert "SpecGuardViolation: [specguard G0" in phase.log
+    assert f"SpecGuardViolation: [specguard {check}" in phase.log
 
 
 def test_raise_mode_a_padded_count_in_one_speculative_step_ends_the_engine(scenario_run) -> None:
@@ -67,6 +67,38 @@ def test_raise_mode_only_the_device_copy_of_query_start_loc_shifted(scenario_run
     before, after = m["dev"].split(", "), m["dev_after"].split(", ")
     first = next(i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b)
     assert f"query_start_loc (host memory, what the kernels read) holds {after[first]} at entry {first} " in message
+
+
+STALE_STEP = re.compile(
+    r"\[specguard G5 draft lengths\] \S+\.build_for_drafting\(draft\) \([^)]*\): draft step 2: "
+    r"seq_lens \[(?P<now>[\d, .]*)\] do not follow from step 1's \[(?P<before>[\d, .]*)\] plus this step's query "
+    r"tokens \[[\d, .]*\]; \d+ requests differ, first request \d+: (?P<got>\d+) where (?P<want>\d+) was expected"
+)
+
+
+def test_raise_mode_stale_lengths_in_a_draft_step_end_the_engine(scenario_run) -> None:
+    """EAGLE, draft step 2 handed the lengths of step 1 (right rows, stale values): G5 stops the build."""
+    phase = scenario_run("eagle_stale").phase("stale@2")
+    assert_the_engine_ended(phase, "G5")
+    assert injected(phase.log, "stale@2")[0]["step"] == "2"
+    found = [m for m in map(STALE_STEP.search, phase.log[phase.log_start :].splitlines()) if m]
+    assert found, phase.log[-4000:]
+    m = found[0]
+    assert int(m["want"]) == int(m["got"]) + 1 and m["now"] == m["before"]
+    assert "Likely cause: the step reuses the previous step's lengths" in m.string
+
+
+def test_warn_mode_stale_lengths_are_logged_and_served(scenario_run) -> None:
+    run = scenario_run("warn")
+    stale = run.phase("stale@2")
+    # greedy verification by the target: a stale draft changes what is proposed, never what is served
+    assert not stale.errors and stale.outputs == run.outputs[: len(stale.outputs)] and len(stale.outputs) == 3
+    lines = stale.log[stale.log_start :].splitlines()
+    warned = [x for x in lines if STALE_STEP.search(x) and "warn mode: proceeds" in x]
+    assert warned and len({pid_of(x) for x in warned}) == len(warned), warned  # once per process
+    latest = {pid: snap for pid, _, snap in run.counters(stale.log)}
+    for pid in {pid_of(x) for x in warned}:
+        assert sum(v for k, v in latest[pid]["violations"].items() if k.startswith("G5:")) >= 1, latest[pid]
 
 
 def test_warn_mode_two_faults_at_one_site_are_both_logged(scenario_run) -> None:

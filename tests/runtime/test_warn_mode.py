@@ -1,7 +1,7 @@
 """Issue 18 items 4 and 5, in the guard's own process: warn mode logs each new kind of violation at a site
 (what differs, not the numbers), counts every one, and still stops what would touch memory outside its
-buffers; on a vLLM release outside the assessed table, raise mode runs as warn and the startup line says why.
-Driven through vLLM 0.33.0's real CPU attention builder."""
+buffers; on a vLLM release or a flashinfer-python release outside the assessed table (coverage.ASSESSED), raise
+mode runs as warn and the startup line says why. Driven through vLLM 0.33.0's real CPU attention builder."""
 
 from __future__ import annotations
 
@@ -106,3 +106,45 @@ def test_an_unassessed_vllm_runs_raise_as_warn_and_says_why(cpu_builder, guard, 
 def test_an_assessed_vllm_keeps_raise(guard, lines) -> None:
     guard("raise")
     assert POLICY.mode == "raise" and POLICY.mode_reason == ""
+
+
+def test_an_unassessed_flashinfer_runs_raise_as_warn_and_says_why(cpu_builder, guard, monkeypatch, lines) -> None:
+    from specguard.runtime import install
+
+    real = install._detect_versions
+    monkeypatch.setattr(install, "_detect_versions", lambda: {**real(), "flashinfer-python": "0.7.9"})
+    guard("raise")
+    assert POLICY.mode == "warn" and stats()["mode"] == "warn"
+    startup = install.startup_line(POLICY.mode)
+    assert startup.startswith("specguard runtime guard (VLLM_SPECGUARD mode=warn, pid ") and (
+        "(asked for raise; flashinfer-python 0.7.9 is outside the releases this guard was assessed on "
+        "(0.7.2.post1, 0.7.4), so violations are logged and counted, not raised, except those that would touch "
+        "memory outside their buffers) for vLLM 0.33.0, "
+        "flashinfer-python 0.7.9 (not assessed: the table covers 0.7.2.post1, 0.7.4): installed [" in startup
+    )
+    builder = cpu_builder()
+    builder.build(0, _padded([4, 4]))  # logged and counted, not raised
+    with pytest.raises(SpecGuardViolation, match="Stopped although"):
+        builder.build(0, _cm([4, 4], num_actual_tokens=6))
+    assert stats()["violations"] == {SITE: 2}
+
+
+@pytest.mark.parametrize(
+    "versions, reason",
+    [
+        ({"vllm": "0.33.0", "flashinfer-python": "0.7.2.post1"}, ""),
+        ({"vllm": "0.33.0", "flashinfer-python": "0.7.4"}, ""),
+        ({"vllm": "0.32.0+cpu", "flashinfer-python": "not installed"}, ""),  # vLLM's CPU build: no FlashInfer check
+        (
+            {"vllm": "0.34.0", "flashinfer-python": "0.8.0"},
+            "asked for raise; vLLM 0.34.0 is outside the releases this guard was assessed on (0.28-0.33) and "
+            "flashinfer-python 0.8.0 is outside the releases this guard was assessed on (0.7.2.post1, 0.7.4), so",
+        ),
+    ],
+)
+def test_the_mode_follows_both_versions(versions, reason) -> None:
+    from specguard.runtime.install import effective_mode
+
+    mode, why = effective_mode("raise", versions)
+    assert (mode, why[: len(reason)]) == ("warn" if reason else "raise", reason)
+    assert effective_mode("warn", versions) == ("warn", "")

@@ -17,6 +17,8 @@ builders a broken copy of the `CommonAttentionMetadata`:
           size of the graph bucket (or the DP-agreed size) a padded descriptor carries, only in batches whose
           token count is not one already (a draft step of 5 or 9 tokens is broken, one of 1, 2, 4 or 8 is
           not); vLLM's CPU build runs eagerly and pads nothing itself
+  stale@N the second seed's class, in draft step N only: seq_lens one lower than the step's own (the previous
+          step's lengths, not advanced by the token the step adds); rows, counts and every other field right
   other   (or no file) the metadata goes through untouched
 
 For benchmarks/guard_toggle.py, SPECGUARD_E2E_TOGGLE names a file whose content (`on` or not) turns the
@@ -80,6 +82,8 @@ def _broken(cam, kind: str, draft_index: int):
         )
     if kind == "desync":
         return dataclasses.replace(cam, query_start_loc=cam.query_start_loc + 1)
+    if kind == f"stale@{draft_index}":
+        return dataclasses.replace(cam, seq_lens=cam.seq_lens - 1)
     bucket = 1 << max(cam.num_actual_tokens - 1, 0).bit_length()
     if kind == "bucket" and bucket > cam.num_actual_tokens:
         return _padded(cam, bucket)

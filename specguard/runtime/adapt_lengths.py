@@ -1,0 +1,242 @@
+"""G5 at the metadata boundary: G0's build wrapper hands each outermost build here, after G0's own check.
+
+What a build's lengths must be (specguard/runtime/lengths.py) is read from host memory only: `seq_lens` and
+`dcp_local_seq_lens` are device tensors on a GPU, where the runner keeps no exact host copy (its
+`seq_lens_cpu_upper_bound` is "optimistic for async-spec decode rows"), so there each build G5 would judge
+is a counted skip; on vLLM's CPU build (and wherever the tensors are host memory) every such build is
+checked. Two relations:
+- DCP: wherever a build carries `dcp_local_seq_lens`, with the DCP geometry of its builder;
+- draft steps: a draft build with a step index (V1 `build_for_drafting`'s `draft_index`, V2 the shared
+  helper's `step`) after the previous step of the same builder on this thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from specguard.runtime import lengths
+from specguard.runtime.patching import Skip
+from specguard.runtime.policy import POLICY, Site
+
+DEVICE_LENGTHS = "seq_lens is device memory: reading it would synchronise the device"
+# vLLM's KV-cache spec classes (vllm/v1/kv_cache_interface.py) whose layers write a query token's KV at the slot
+# of its position in the request's block-table row, and those among their subclasses that do not
+PAGED_SPECS = ("FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec")
+UNPAGED_SPECS = ("CrossAttentionSpec", "EncoderOnlyAttentionSpec")
+
+
+@dataclass(frozen=True)
+class StepLengths:
+    step: int
+    seq_lens: list[int]
+    query_lens: list[int]
+
+
+class _Thread(threading.local):
+    # builder -> its last draft step's lengths on this thread (a runner thread builds its steps in order)
+    steps: weakref.WeakKeyDictionary | None = None
+
+
+_tls = _Thread()
+_geometry: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # builder -> (world, rank, interleave)
+_block_sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # builder -> paged KV block size or None
+
+
+def _steps() -> weakref.WeakKeyDictionary:
+    steps = _tls.steps
+    if steps is None:
+        steps = _tls.steps = weakref.WeakKeyDictionary()
+    return steps
+
+
+def _host_list(t: Any, n: int) -> list[int] | None:
+    """The first n entries of a host tensor as ints; None for device memory (never read there)."""
+    if getattr(t, "is_cpu", None) is not True:
+        return None
+    return t.numpy()[:n].tolist()
+
+
+def _dcp_rank(builder: Any) -> int:
+    rank = getattr(builder, "dcp_rank", None)
+    if isinstance(rank, int):
+        return rank
+    try:  # the MLA builders keep only the world size
+        from vllm.distributed.parallel_state import get_dcp_group
+
+        return int(get_dcp_group().rank_in_group)
+    except Exception as exc:  # noqa: BLE001 -- no DCP group in this process: nothing to judge the lengths by
+        raise Skip(f"this rank's DCP rank is unknown ({type(exc).__name__})") from exc
+
+
+def _interleave(builder: Any) -> int | None:
+    for name in ("cp_kv_cache_interleave_size", "dcp_kv_cache_interleave_size"):
+        value = getattr(builder, name, None)
+        if isinstance(value, int):
+            return value
+    config = getattr(getattr(builder, "vllm_config", None), "parallel_config", None)
+    value = getattr(config, "cp_kv_cache_interleave_size", None)
+    return value if isinstance(value, int) else None
+
+
+def dcp_geometry(builder: Any) -> tuple[int, int, int]:
+    """(world, rank, interleave) this builder's rank-local lengths are computed with."""
+    try:
+        return _geometry[builder]
+    except (KeyError, TypeError):
+        pass
+    if getattr(builder, "use_pcp", False) is True:
+        raise Skip("prefill context parallelism: the local lengths also split over PCP ranks")
+    world, interleave = getattr(builder, "dcp_world_size", None), _interleave(builder)
+    if not isinstance(world, int) or interleave is None:
+        raise Skip("the builder names no DCP world size or KV interleave")
+    geometry = (world, _dcp_rank(builder) if world > 1 else 0, interleave)
+    with contextlib.suppress(TypeError):  # not weakly referenceable: read again next time
+        _geometry[builder] = geometry
+    return geometry
+
+
+def _query_lens(cm: Any, n: int) -> list[int]:
+    qsl = cm.query_start_loc_cpu.numpy()[: n + 1].tolist()
+    return [b - a for a, b in zip(qsl, qsl[1:], strict=False)]
+
+
+def _max_model_len(builder: Any) -> int | None:
+    value = getattr(getattr(getattr(builder, "vllm_config", None), "model_config", None), "max_model_len", None)
+    return value if isinstance(value, int) else None
+
+
+def _draft_label(draft_index: int | None) -> str:
+    return "target build" if draft_index is None else f"draft step {draft_index}"
+
+
+def _paged_block_size(builder: Any) -> int | None:
+    """The KV block size of a builder whose layers write each query token's KV at the slot of its position in
+    the request's block-table row (full, sliding-window and chunked-local attention; not cross or encoder-only
+    attention, not Mamba state); None for any other."""
+    try:
+        return _block_sizes[builder]
+    except (KeyError, TypeError):
+        pass
+    spec = getattr(builder, "kv_cache_spec", None)
+    names = {c.__name__ for c in type(spec).__mro__}
+    size = getattr(spec, "block_size", None)
+    paged = not names.isdisjoint(PAGED_SPECS) and names.isdisjoint(UNPAGED_SPECS) and isinstance(size, int)
+    with contextlib.suppress(TypeError):
+        _block_sizes[builder] = size if paged else None
+    return size if paged else None
+
+
+def _slots_disagree(builder: Any, cm: Any, n: int, seq: list[int], q: list[int]) -> tuple[list, list] | None:
+    """(slots, expected) of each request's last query token where some disagree; None where all agree or the
+    relation does not apply (no paged attention, a non-causal build, device memory). A padding slot (-1: a
+    position past max_model_len) is no claim about a position. Plain Python over the rows: for the few
+    requests of a draft step it costs less than numpy's calls would."""
+    block_size = _paged_block_size(builder)
+    table, slot_mapping = cm.block_table_tensor, cm.slot_mapping
+    if block_size is None or getattr(cm, "causal", True) is not True:
+        return None
+    if getattr(table, "is_cpu", None) is not True or getattr(slot_mapping, "is_cpu", None) is not True:
+        return None
+    table, slot_mapping = table.numpy(), slot_mapping.numpy()
+    width, tokens = table.shape[1], slot_mapping.shape[0]
+    ends = cm.query_start_loc_cpu.numpy()[1 : n + 1].tolist()
+    last = slot_mapping[[e - 1 for e in ends if 0 < e <= tokens]].tolist()  # one gather, not n reads
+    slots: list = [None] * n
+    expected: list = [None] * n
+    disagree = False
+    k = 0
+    for i in range(n):
+        end = ends[i]
+        if not 0 < end <= tokens:
+            continue
+        got = last[k]
+        k += 1
+        position = seq[i] - 1
+        if q[i] <= 0 or position < 0 or got < 0 or position // block_size >= width:
+            continue
+        want = int(table[i, position // block_size]) * block_size + position % block_size
+        if got != want:
+            slots[i], expected[i], disagree = got, want, True
+    return (slots, expected) if disagree else None
+
+
+def _one_dcp_rank(builder: Any) -> bool:
+    world = getattr(builder, "dcp_world_size", None)
+    config = getattr(getattr(builder, "vllm_config", None), "parallel_config", None)
+    configured = getattr(config, "decode_context_parallel_size", None)
+    return world in (None, 1) and configured in (None, 1)
+
+
+def check(builder: Any, cm: Any, draft_index: int | None, site: Site, subject: str) -> Any:
+    """Run from G0's wrapper through `run_check`: the Violation of the first relation broken, or None."""
+    n = cm.num_reqs
+    local_t = getattr(cm, "dcp_local_seq_lens", None)
+    seq = _host_list(cm.seq_lens, n)
+    if seq is None:
+        raise Skip(DEVICE_LENGTHS)
+    q = _query_lens(cm, n)
+    label = _draft_label(draft_index)
+    max_model_len = _max_model_len(builder)
+    max_seq_len = getattr(cm, "max_seq_len", None)
+    violation = lengths.check_length_bounds(
+        seq,
+        max_seq_len=max_seq_len if type(max_seq_len) is int else None,
+        max_model_len=max_model_len,
+        step=label,
+        site=site.name,
+        subject=subject,
+    )
+    if violation is not None:
+        return violation
+    world = 1
+    if local_t is not None:
+        local = _host_list(local_t, n)
+        if local is None:
+            raise Skip("dcp_local_seq_lens is device memory: reading it would synchronise the device")
+        world, rank, interleave = dcp_geometry(builder)
+        violation = lengths.check_dcp_local_lengths(
+            seq, local, q, world=world, rank=rank, interleave=interleave, step=label, site=site.name, subject=subject
+        )
+        if violation is not None:
+            return violation
+    if draft_index is None:
+        return None
+    steps = _steps()
+    previous = steps.get(builder)
+    steps[builder] = StepLengths(draft_index, seq, q)
+    chained = previous is not None and previous.step == draft_index - 1 and len(previous.seq_lens) == n
+    if chained:
+        violation = lengths.check_draft_step_lengths(
+            previous.seq_lens,
+            previous.query_lens,
+            seq,
+            q,
+            max_model_len=max_model_len,
+            step=draft_index,
+            site=site.name,
+            subject=subject,
+        )
+        if violation is not None:
+            return violation
+        if all(b == 1 for b in previous.query_lens):
+            return None  # every row followed exactly from the step before
+    # The first draft build of a chain, or one after a multi-token step: judged by where each request's last
+    # query token is written. Under DCP a position's slot is on one rank only, and a group may not be sharded:
+    # the local lengths above are what is judged there.
+    disagree = _slots_disagree(builder, cm, n, seq, q) if world == 1 and _one_dcp_rank(builder) else None
+    if disagree is None:
+        return None
+    return lengths.check_last_token_slots(seq, *disagree, step=label, site=site.name, subject=subject)
+
+
+def wanted(cm: Any, draft_index: int | None) -> bool:
+    """Whether G5 has anything to judge in this build (cheap: two attribute reads)."""
+    return draft_index is not None or getattr(cm, "dcp_local_seq_lens", None) is not None
+
+
+def site_for(g0_site: Site) -> Site:
+    return POLICY.site("G5", g0_site.name)
