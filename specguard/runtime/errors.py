@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 _ASIDES = re.compile(r"\s*\([^()]*\)")
 _NUMBER_LISTS = re.compile(r"\[[\d,\s]*\]")
 _NUMBERS = re.compile(r"\d+")
+_PLURALS = re.compile(r"(# \w+?)s\b")  # "1 request" and "2 requests" are one kind
 
 # Static rules (specguard's analyzer) that find, in source, the causes behind each runtime check.
 RULE_NAMES: dict[str, str] = {
@@ -34,6 +35,11 @@ CHECK_TITLES: dict[str, str] = {
 }
 
 
+def count(n: int, noun: str) -> str:
+    """ "1 request", "4 requests": a message's numbers read as English."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclass(frozen=True)
 class Violation:
     """One broken launch invariant, with everything an operator needs to act on it."""
@@ -51,7 +57,7 @@ class Violation:
     @property
     def kind(self) -> str:
         """What differs, without the numbers: warn mode logs each new kind at a site once."""
-        return _NUMBERS.sub("#", _NUMBER_LISTS.sub("[#]", _ASIDES.sub("", self.summary)))
+        return _PLURALS.sub(r"\1", _NUMBERS.sub("#", _NUMBER_LISTS.sub("[#]", _ASIDES.sub("", self.summary))))
 
     @property
     def message(self) -> str:

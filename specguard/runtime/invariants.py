@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from specguard.runtime.errors import Violation
+from specguard.runtime.errors import Violation, count
 
 Shape = Sequence[int]
 
@@ -69,7 +69,7 @@ def check_decode_rows(
     if not exact and batch_size == 0 and q_rows == 0:
         return None
     wanted = (
-        f"{expected} (= {batch_size} requests x {q_len_per_req})"
+        f"{expected} (= {count(batch_size, 'request')} x {q_len_per_req})"
         if exact
         else (f"a multiple of the {batch_size} planned requests")
     )
@@ -97,7 +97,7 @@ def check_mla_query_rows(
         subject=subject,
         summary=(
             f"query rows ({q_rows}) do not match attn_metadata.num_decode_tokens ({num_decode_tokens}) "
-            f"for {num_decodes} decode requests"
+            f"for {count(num_decodes, 'decode request')}"
         ),
         cause=_padding_cause(q_rows, num_decode_tokens),
         rules=("SG103", "SG101"),
@@ -184,7 +184,8 @@ def check_mla_decode_geometry(
         facts["cum_seq_lens_q.shape"] = tuple(cum_seq_lens_q_shape)
         if cum_seq_lens_q_shape[0] != n_req + 1:
             problems.append(
-                f"cum_seq_lens_q has {cum_seq_lens_q_shape[0]} entries for {n_req} requests (needs {n_req + 1})"
+                f"cum_seq_lens_q has {cum_seq_lens_q_shape[0]} entries for {count(n_req, 'request')} "
+                f"(needs {n_req + 1})"
             )
     if len(set(rows.values())) > 1:
         problems.append("batch rows disagree: " + ", ".join(f"{k}={v}" for k, v in rows.items()))
@@ -290,7 +291,8 @@ def check_uniform_reshape(
         site=site,
         subject=subject,
         summary=(
-            f"the query was launched as {len(q_lens)} requests x {per_req} tokens {tuple(query_shape)} but the "
+            f"the query was launched as {count(len(q_lens), 'request')} x {count(per_req, 'token')} "
+            f"{tuple(query_shape)} but the "
             f"decode requests have query lengths {list(q_lens)} (query_start_loc_cpu at metadata build): token "
             f"row {row} (request {req}'s token {pos + 1}) is attended as request {attended_as}'s, with its KV "
             "and causal bound (silently wrong attention, no error from the kernel)"
@@ -298,7 +300,7 @@ def check_uniform_reshape(
         cause=_ragged_decode_cause(
             q_lens,
             dcp_world_size > 1,
-            f"viewed the query as num_decode_tokens / num_decodes = {per_req} tokens per request",
+            f"viewed the query as num_decode_tokens / num_decodes = {count(per_req, 'token')} per request",
         ),
         rules=(),
         facts={
@@ -330,7 +332,8 @@ def check_noncausal_layer(
         site=site,
         subject=subject,
         summary=(
-            f"non-causal metadata ({num_decode_tokens} query tokens for {num_decodes} requests) reached a "
+            f"non-causal metadata ({count(num_decode_tokens, 'query token')} for {count(num_decodes, 'request')}) "
+            "reached a "
             "layer that does not declare non_causal_multi_token_decode"
         ),
         cause=(
@@ -426,8 +429,8 @@ def check_draft_token_count(
         subject=f"{speculator}, cudagraph mode {cg_mode}",
         summary=(
             f"num_tokens handed to build_attn_metadata ({handed_tokens}) != real query tokens "
-            f"query_start_loc[-1] ({real_tokens}) for {num_reqs} requests in {cg_mode} mode: "
-            + (f"{padding} padding tokens" if padding > 0 else f"{-padding} tokens short")
+            f"query_start_loc[-1] ({real_tokens}) for {count(num_reqs, 'request')} in {cg_mode} mode: "
+            + (f"{count(padding, 'padding token')}" if padding > 0 else f"{count(-padding, 'token')} short")
             + dp_note
         ),
         cause=(
@@ -552,11 +555,11 @@ def check_common_metadata(
             where = f" in a FULL graph of {dispatched_tokens} tokens"
         else:
             where = ""
-        extra = f": {tokens - end} tokens that no request owns" if end < tokens else ""
+        extra = f": {count(tokens - end, 'token')} that no request owns" if end < tokens else ""
         problems.append(
             (
-                f"query_start_loc_cpu[num_reqs] ({end}) != num_actual_tokens ({tokens}) for {n} requests{where}"
-                + extra,
+                f"query_start_loc_cpu[num_reqs] ({end}) != num_actual_tokens ({tokens}) for "
+                f"{count(n, 'request')}{where}" + extra,
                 _padding_cause(tokens, end),
                 ("SG103", "SG101"),
                 end > tokens,  # requests own rows past the batch's tokens
@@ -603,7 +606,7 @@ def check_common_metadata(
         "query_start_loc_cpu_end": end,
         "max_query_len": m.max_query_len,
         "longest_query": m.longest_query,
-        "full_cuda_graph_possible": padding_allowed,
+        "padding_allowed_for_this_batch": padding_allowed,
         "batch_cudagraph_mode": batch_mode,
     }
     if dispatched_tokens is not None:

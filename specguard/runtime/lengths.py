@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specguard.runtime.errors import Violation
+from specguard.runtime.errors import Violation, count
 
 SHOWN = 8  # entries of a length list a message quotes
 
@@ -72,7 +72,7 @@ def check_dcp_local_lengths(
         summary=(
             f"{step}: dcp_local_seq_lens {_quote(list(local))} != this rank's share of seq_lens "
             f"{_quote(list(seq_lens))}, {_quote(expected)} (DCP world {world}, rank {rank}, interleave "
-            f"{interleave}); {len(wrong)} of {len(expected)} requests differ, first request {first}"
+            f"{interleave}); {len(wrong)} of {count(len(expected), 'request')} differ, first request {first}"
         ),
         cause=cause,
         rules=("SG105",),
@@ -125,7 +125,7 @@ def check_draft_step_lengths(
         summary=(
             f"draft step {step}: seq_lens {_quote(list(seq_lens))} do not follow from step {step - 1}'s "
             f"{_quote(list(previous))} plus this step's query tokens {_quote(list(query_lens))}; "
-            f"{len(wrong)} requests differ, first request {i}: {now} where "
+            f"{len(wrong)} of {count(len(seq_lens), 'request')} differ, first request {i}: {now} where "
             + (f"{advanced} was expected" if previous_query_lens[i] == 1 else f"at most {advanced} is possible")
         ),
         cause=(
@@ -204,7 +204,7 @@ def check_last_token_slots(
         summary=(
             f"{step}: request {i}'s last query token is written at slot {slots[i]}, but seq_lens[{i}] = "
             f"{seq_lens[i]} puts it at position {seq_lens[i] - 1}, slot {expected[i]}; {len(wrong)} of "
-            f"{len(seq_lens)} requests disagree"
+            f"{count(len(seq_lens), 'request')} disagree"
         ),
         cause=(
             "the lengths were not advanced (or rewound) with the positions this step writes: stale lengths, "

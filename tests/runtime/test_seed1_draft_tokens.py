@@ -88,10 +88,10 @@ def test_startup_line_says_what_can_fire_on_each_release() -> None:
     old = _probe(old_vllm_path())[("raise", "startup")]["line"]
     new = _probe(None)[("raise", "startup")]["line"]
     assert "on vLLM 0.28.0: live [G0 metadata boundary, G1 FlashInfer paged wrappers, G2 MLA launch geometry, " in old
-    assert "G3 non-causal DCP support, G4 draft token count]" in old
+    assert "G3 non-causal DCP support, G4 draft token count, G5 draft lengths]" in old
     assert "G2 ragged decode under DCP (the MLA builder declares uniform query lengths" in old
     assert "on vLLM 0.33.0: live [G0 metadata boundary, G1 FlashInfer paged wrappers, G2 MLA launch geometry, " in new
-    assert "G2 ragged decode under DCP, G3 layer causality]" in new
+    assert "G2 ragged decode under DCP, G3 layer causality, G5 draft lengths]" in new
     assert "G4 draft token count (the shared helper already hands the real count outside FULL graphs)" in new
     for line in (old, new):
         assert "recorded only, never raised [G3 KV-group merge]" in line
