@@ -4,10 +4,10 @@ What a build's lengths must be (specguard/runtime/lengths.py) is read from host 
 `dcp_local_seq_lens` are device tensors on a GPU, where the runner keeps no exact host copy (its
 `seq_lens_cpu_upper_bound` is "optimistic for async-spec decode rows"), so there each build G5 would judge
 is a counted skip; on vLLM's CPU build (and wherever the tensors are host memory) every such build is
-checked. Two relations:
-- DCP: wherever a build carries `dcp_local_seq_lens`, with the DCP geometry of its builder;
-- draft steps: a draft build with a step index (V1 `build_for_drafting`'s `draft_index`, V2 the shared
-  helper's `step`) after the previous step of the same builder on this thread.
+checked, by the relations lengths.py cites: lengths within max_model_len and max_seq_len; under DCP, the
+rank-local lengths of any build against the builder's DCP geometry; for a draft build with a step index (V1
+`build_for_drafting`'s `draft_index`, V2 the shared helper's `step`), the step before of the same builder on
+this thread, and where that does not decide it, the slot each request's last query token is written at.
 """
 
 from __future__ import annotations
