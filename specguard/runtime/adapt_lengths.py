@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specguard.runtime import lengths
+from specguard.runtime.host import host_array
 from specguard.runtime.patching import Skip
 from specguard.runtime.policy import POLICY, Site
 
@@ -51,13 +52,6 @@ def _steps() -> weakref.WeakKeyDictionary:
     if steps is None:
         steps = _tls.steps = weakref.WeakKeyDictionary()
     return steps
-
-
-def _host_list(t: Any, n: int) -> list[int] | None:
-    """The first n entries of a host tensor as ints; None for device memory (never read there)."""
-    if getattr(t, "is_cpu", None) is not True:
-        return None
-    return t.numpy()[:n].tolist()
 
 
 def _dcp_rank(builder: Any) -> int:
@@ -175,9 +169,7 @@ def check(builder: Any, cm: Any, draft_index: int | None, site: Site, subject: s
     """Run from G0's wrapper through `run_check`: the Violation of the first relation broken, or None."""
     n = cm.num_reqs
     local_t = getattr(cm, "dcp_local_seq_lens", None)
-    seq = _host_list(cm.seq_lens, n)
-    if seq is None:
-        raise Skip(DEVICE_LENGTHS)
+    seq = host_array(cm.seq_lens, "seq_lens")[:n].tolist()  # host memory: the caller skipped device lengths
     q = _query_lens(cm, n)
     label = _draft_label(draft_index)
     max_model_len = _max_model_len(builder)
@@ -194,9 +186,7 @@ def check(builder: Any, cm: Any, draft_index: int | None, site: Site, subject: s
         return violation
     world = 1
     if local_t is not None:
-        local = _host_list(local_t, n)
-        if local is None:
-            raise Skip("dcp_local_seq_lens is device memory: reading it would synchronise the device")
+        local = host_array(local_t, "dcp_local_seq_lens")[:n].tolist()
         world, rank, interleave = dcp_geometry(builder)
         violation = lengths.check_dcp_local_lengths(
             seq, local, q, world=world, rank=rank, interleave=interleave, step=label, site=site.name, subject=subject

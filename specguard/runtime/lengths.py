@@ -57,7 +57,8 @@ def check_dcp_local_lengths(
     if not wrong:
         return None
     before = [max(length - q, 0) for length, q in zip(seq_lens, query_lens, strict=False)]
-    stale = all(local[i] == v for i, v in enumerate(dcp_local_lengths(before, world, rank, interleave)) if i in wrong)
+    earlier = dcp_local_lengths(before, world, rank, interleave)
+    stale = all(local[i] == earlier[i] for i in wrong)
     cause = (
         "the rank-local lengths were computed from the global lengths before this step's tokens (the target "
         "model's or an earlier draft step's) and not recomputed from this step's seq_lens"
