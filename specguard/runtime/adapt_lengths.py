@@ -13,10 +13,12 @@ this thread, and where that does not decide it, the slot each request's last que
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import operator
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from specguard.runtime import lengths
 from specguard.runtime.host import host_array
@@ -30,11 +32,16 @@ PAGED_SPECS = ("FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionS
 UNPAGED_SPECS = ("CrossAttentionSpec", "EncoderOnlyAttentionSpec")
 
 
-@dataclass(frozen=True)
-class StepLengths:
-    step: int
-    seq_lens: list[int]
-    query_lens: list[int]
+class LastStep:
+    """A builder's last draft step on this thread, one object per builder that each step overwrites (a new
+    object, or a weak dictionary's new entry, per build would cost more than the check it serves)."""
+
+    __slots__ = ("step", "seq_lens", "query_lens")
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.seq_lens: list[int] = []
+        self.query_lens: list[int] = []
 
 
 class _Thread(threading.local):
@@ -44,14 +51,20 @@ class _Thread(threading.local):
 
 _tls = _Thread()
 _geometry: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # builder -> (world, rank, interleave)
-_block_sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # builder -> paged KV block size or None
+_facts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # builder -> BuilderFacts
 
 
-def _steps() -> weakref.WeakKeyDictionary:
+def _last_step(builder: Any) -> LastStep:
     steps = _tls.steps
     if steps is None:
         steps = _tls.steps = weakref.WeakKeyDictionary()
-    return steps
+    try:
+        return steps[builder]
+    except KeyError:
+        last = steps[builder] = LastStep()
+        return last
+    except TypeError:  # not weakly referenceable: no step before is known
+        return LastStep()
 
 
 def _dcp_rank(builder: Any) -> int:
@@ -93,52 +106,78 @@ def dcp_geometry(builder: Any) -> tuple[int, int, int]:
     return geometry
 
 
-def _query_lens(cm: Any, n: int) -> list[int]:
-    qsl = cm.query_start_loc_cpu.numpy()[: n + 1].tolist()
-    return [b - a for a, b in zip(qsl, qsl[1:], strict=False)]
-
-
-def _max_model_len(builder: Any) -> int | None:
-    value = getattr(getattr(getattr(builder, "vllm_config", None), "model_config", None), "max_model_len", None)
-    return value if isinstance(value, int) else None
+def _ints(t: Any, n: int, what: str) -> list[int]:
+    """The first n entries of a host 1-D tensor as a list: a tensor of exactly n entries (vLLM slices its
+    buffers to the batch) is read without a numpy view, which costs more than the read."""
+    if getattr(t, "is_cpu", None) is True and t.shape[0] == n:
+        return t.tolist()
+    return host_array(t, what)[:n].tolist()
 
 
 def _draft_label(draft_index: int | None) -> str:
     return "target build" if draft_index is None else f"draft step {draft_index}"
 
 
-def _paged_block_size(builder: Any) -> int | None:
-    """The KV block size of a builder whose layers write each query token's KV at the slot of its position in
-    the request's block-table row (full, sliding-window and chunked-local attention; not cross or encoder-only
-    attention, not Mamba state); None for any other."""
+class BuilderFacts(NamedTuple):
+    """What G5 reads of a builder's configuration, once per builder (it is fixed when vLLM makes the builder)."""
+
+    max_model_len: int | None
+    # the KV block size where the layers write each query token's KV at the slot of its position in the
+    # request's block-table row (full, sliding-window and chunked-local attention; not cross or encoder-only
+    # attention, not Mamba state); None for any other
+    paged_block_size: int | None
+    one_dcp_rank: bool  # no DCP sharding configured: a position's slot is this rank's
+
+
+def builder_facts(builder: Any) -> BuilderFacts:
     try:
-        return _block_sizes[builder]
+        return _facts[builder]
     except (KeyError, TypeError):
         pass
+    config = getattr(builder, "vllm_config", None)
+    max_model_len = getattr(getattr(config, "model_config", None), "max_model_len", None)
     spec = getattr(builder, "kv_cache_spec", None)
     names = {c.__name__ for c in type(spec).__mro__}
     size = getattr(spec, "block_size", None)
     paged = not names.isdisjoint(PAGED_SPECS) and names.isdisjoint(UNPAGED_SPECS) and isinstance(size, int)
-    with contextlib.suppress(TypeError):
-        _block_sizes[builder] = size if paged else None
-    return size if paged else None
+    configured = getattr(getattr(config, "parallel_config", None), "decode_context_parallel_size", None)
+    facts = BuilderFacts(
+        max_model_len=max_model_len if isinstance(max_model_len, int) else None,
+        paged_block_size=size if paged else None,
+        one_dcp_rank=getattr(builder, "dcp_world_size", None) in (None, 1) and configured in (None, 1),
+    )
+    with contextlib.suppress(TypeError):  # not weakly referenceable: read again next time
+        _facts[builder] = facts
+    return facts
 
 
-def _slots_disagree(builder: Any, cm: Any, n: int, seq: list[int], q: list[int]) -> tuple[list, list] | None:
+def _slots_disagree(
+    cm: Any, n: int, seq: list[int], q: list[int], offsets: list[int], block_size: int
+) -> tuple[list, list] | None:
     """(slots, expected) of each request's last query token where some disagree; None where all agree or the
-    relation does not apply (no paged attention, a non-causal build, device memory). A padding slot (-1: a
-    position past max_model_len) is no claim about a position. Plain Python over the rows: for the few
-    requests of a draft step it costs less than numpy's calls would."""
-    block_size = _paged_block_size(builder)
+    relation does not apply (a non-causal build, device memory). A padding slot (-1: a position past
+    max_model_len) is no claim about a position. Plain Python over the rows: for the few requests of a draft
+    step it costs less than numpy's calls would."""
     table, slot_mapping = cm.block_table_tensor, cm.slot_mapping
-    if block_size is None or getattr(cm, "causal", True) is not True:
+    if getattr(cm, "causal", True) is not True:
         return None
     if getattr(table, "is_cpu", None) is not True or getattr(slot_mapping, "is_cpu", None) is not True:
         return None
-    table, slot_mapping = table.numpy(), slot_mapping.numpy()
+    table = table.numpy()
     width, tokens = table.shape[1], slot_mapping.shape[0]
-    ends = cm.query_start_loc_cpu.numpy()[1 : n + 1].tolist()
-    last = slot_mapping[[e - 1 for e in ends if 0 < e <= tokens]].tolist()  # one gather, not n reads
+    ends = offsets[1:]
+    wanted = [e - 1 for e in ends if 0 < e <= tokens]
+    if tokens <= 4 * n:  # a draft step's few tokens: read whole, cheaper than a numpy view
+        every = slot_mapping.tolist()
+        last = [every[i] for i in wanted]
+    else:  # a long step's last tokens in one gather, not n reads
+        last = slot_mapping.numpy()[wanted].tolist()
+    item = table.item
+    try:  # every row a request with its last token written where its length says: the healthy step, at once
+        if last == [item(i, (s - 1) // block_size) * block_size + (s - 1) % block_size for i, s in enumerate(seq)]:
+            return None
+    except (IndexError, ValueError):  # a row this cannot read: the rows one by one below say which
+        pass
     slots: list = [None] * n
     expected: list = [None] * n
     disagree = False
@@ -152,27 +191,37 @@ def _slots_disagree(builder: Any, cm: Any, n: int, seq: list[int], q: list[int])
         position = seq[i] - 1
         if q[i] <= 0 or position < 0 or got < 0 or position // block_size >= width:
             continue
-        want = int(table[i, position // block_size]) * block_size + position % block_size
+        want = item(i, position // block_size) * block_size + position % block_size
         if got != want:
             slots[i], expected[i], disagree = got, want, True
     return (slots, expected) if disagree else None
 
 
-def _one_dcp_rank(builder: Any) -> bool:
-    world = getattr(builder, "dcp_world_size", None)
-    config = getattr(getattr(builder, "vllm_config", None), "parallel_config", None)
-    configured = getattr(config, "decode_context_parallel_size", None)
-    return world in (None, 1) and configured in (None, 1)
+def check(
+    builder: Any,
+    cm: Any,
+    draft_index: int | None,
+    site: Site,
+    subject_of: Callable[[Any], str],
+    offsets: list[int] | None = None,
+) -> Any:
+    """Run from G0's wrapper through `run_check`: the Violation of the first relation broken, or None.
+    `offsets`: query_start_loc_cpu's first num_reqs + 1 entries where G0 already read them; `subject_of` names
+    the builder in a message (only a violation needs it)."""
+    violation = _first_broken(builder, cm, draft_index, site, offsets)
+    return None if violation is None else dataclasses.replace(violation, subject=subject_of(builder))
 
 
-def check(builder: Any, cm: Any, draft_index: int | None, site: Site, subject: str) -> Any:
-    """Run from G0's wrapper through `run_check`: the Violation of the first relation broken, or None."""
+def _first_broken(builder: Any, cm: Any, draft_index: int | None, site: Site, offsets: list[int] | None) -> Any:
     n = cm.num_reqs
     local_t = getattr(cm, "dcp_local_seq_lens", None)
-    seq = host_array(cm.seq_lens, "seq_lens")[:n].tolist()  # host memory: the caller skipped device lengths
-    q = _query_lens(cm, n)
+    seq = _ints(cm.seq_lens, n, "seq_lens")  # host memory: the caller skipped device lengths
+    if offsets is None:
+        offsets = _ints(cm.query_start_loc_cpu, n + 1, "query_start_loc_cpu")
+    q = list(map(operator.sub, offsets[1:], offsets[:-1]))
     label = _draft_label(draft_index)
-    max_model_len = _max_model_len(builder)
+    facts = builder_facts(builder)
+    max_model_len = facts.max_model_len
     max_seq_len = getattr(cm, "max_seq_len", None)
     violation = lengths.check_length_bounds(
         seq,
@@ -180,47 +229,49 @@ def check(builder: Any, cm: Any, draft_index: int | None, site: Site, subject: s
         max_model_len=max_model_len,
         step=label,
         site=site.name,
-        subject=subject,
+        subject="",
     )
     if violation is not None:
         return violation
     world = 1
     if local_t is not None:
-        local = host_array(local_t, "dcp_local_seq_lens")[:n].tolist()
+        local = _ints(local_t, n, "dcp_local_seq_lens")
         world, rank, interleave = dcp_geometry(builder)
         violation = lengths.check_dcp_local_lengths(
-            seq, local, q, world=world, rank=rank, interleave=interleave, step=label, site=site.name, subject=subject
+            seq, local, q, world=world, rank=rank, interleave=interleave, step=label, site=site.name, subject=""
         )
         if violation is not None:
             return violation
     if draft_index is None:
         return None
-    steps = _steps()
-    previous = steps.get(builder)
-    steps[builder] = StepLengths(draft_index, seq, q)
-    chained = previous is not None and previous.step == draft_index - 1 and len(previous.seq_lens) == n
+    last = _last_step(builder)
+    chained = last.step == draft_index - 1 and len(last.seq_lens) == n
+    previous_seq, previous_q = last.seq_lens, last.query_lens
+    last.step, last.seq_lens, last.query_lens = draft_index, seq, q
     if chained:
         violation = lengths.check_draft_step_lengths(
-            previous.seq_lens,
-            previous.query_lens,
+            previous_seq,
+            previous_q,
             seq,
             q,
             max_model_len=max_model_len,
             step=draft_index,
             site=site.name,
-            subject=subject,
+            subject="",
         )
         if violation is not None:
             return violation
-        if all(b == 1 for b in previous.query_lens):
+        if all(b == 1 for b in previous_q):
             return None  # every row followed exactly from the step before
     # The first draft build of a chain, or one after a multi-token step: judged by where each request's last
     # query token is written. Under DCP a position's slot is on one rank only, and a group may not be sharded:
     # the local lengths above are what is judged there.
-    disagree = _slots_disagree(builder, cm, n, seq, q) if world == 1 and _one_dcp_rank(builder) else None
+    block_size = facts.paged_block_size
+    judged = world == 1 and facts.one_dcp_rank and block_size is not None
+    disagree = _slots_disagree(cm, n, seq, q, offsets, block_size) if judged else None
     if disagree is None:
         return None
-    return lengths.check_last_token_slots(seq, *disagree, step=label, site=site.name, subject=subject)
+    return lengths.check_last_token_slots(seq, *disagree, step=label, site=site.name, subject="")
 
 
 def wanted(cm: Any, draft_index: int | None) -> bool:

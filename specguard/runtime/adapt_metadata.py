@@ -63,11 +63,21 @@ _sites: dict[tuple[type, str, str], Site] = {}
 _hooks: list[batch_mode.Hooks] = []  # the V1 batch-mode wrappers still to install, set by install()
 
 
+_observed_types: dict[type, bool] = {}  # builder class -> whether an observer watches it (cleared on change)
+
+
 def observe_builds(builder_cls: type, observer: Observer, patcher: Patcher) -> None:
     """Call `observer(builder, common_attn_metadata, metadata)` after each build by a `builder_cls`."""
     entry = (builder_cls, observer)
     _observers.append(entry)
-    patcher.at_restore(lambda: _observers.remove(entry) if entry in _observers else None)
+    _observed_types.clear()
+
+    def forget() -> None:
+        if entry in _observers:
+            _observers.remove(entry)
+        _observed_types.clear()
+
+    patcher.at_restore(forget)
 
 
 def _site(builder: Any, method: str) -> Site:
@@ -167,36 +177,36 @@ def metadata_numbers(cm: Any) -> inv.MetadataNumbers:
     )
 
 
-def _visibly_consistent(cm: Any) -> bool:
-    """The healthy build, decided from the fewest reads: True only where every G0 invariant holds whatever the
-    graph mode (the request tokens end exactly at num_actual_tokens). Anything else, or anything unusual (a
-    count that is not a plain int, a copy on a device where the full check would skip), goes to the full
-    check, which builds the numbers and the message; a property test holds this to agreeing with
-    `check_common_metadata`. Every read here costs 0.05-0.3 us, so each one is counted
-    (benchmarks/guard_build.py measures the whole check)."""
+def _healthy_offsets(cm: Any) -> list[int] | None:
+    """The healthy build, decided from the fewest reads: the first num_reqs + 1 entries of query_start_loc_cpu
+    (which G5 reuses) only where every G0 invariant holds whatever the graph mode (the request tokens end exactly
+    at num_actual_tokens), else None. Anything else, or anything unusual (a count that is not a plain int, a
+    copy on a device where the full check would skip), goes to the full check, which builds the numbers and the
+    message; a property test holds this to agreeing with `check_common_metadata`. Every read here costs
+    0.05-0.3 us, so each one is counted (benchmarks/guard_build.py measures the whole check)."""
     n, tokens, longest_allowed = cm.num_reqs, cm.num_actual_tokens, cm.max_query_len
     if type(n) is not int or type(tokens) is not int or type(longest_allowed) is not int:
-        return False
+        return None
     qsl, dev = cm.query_start_loc_cpu, cm.query_start_loc
     entries = n + 1
     rows = qsl.shape[0]
     if qsl.is_cpu is not True or rows < entries or dev.shape[0] < entries:
-        return False
+        return None
     head = qsl.tolist() if rows == entries else qsl.numpy()[:entries].tolist()
     if head[0] != 0 or head[n] != tokens:
-        return False
+        return None
     if dev.is_cpu is True and dev.data_ptr() != qsl.data_ptr() and _head(dev, n) != head:
-        return False  # both copies in host memory, and they disagree
+        return None  # both copies in host memory, and they disagree
     if n > 1:
         steps = sorted(map(operator.sub, head[1:], head[:-1]))  # one pass for the shortest and the longest
         if steps[0] < 0 or steps[-1] > longest_allowed:
-            return False
+            return None
     elif n == 1 and not 0 <= tokens <= longest_allowed:
-        return False
+        return None
     if cm.slot_mapping.shape[0] < tokens or cm.block_table_tensor.shape[0] < n or cm.seq_lens.shape[0] < n:
-        return False
+        return None
     dcp = cm.dcp_local_seq_lens
-    return dcp is None or dcp.shape[0] >= n
+    return head if dcp is None or dcp.shape[0] >= n else None
 
 
 def _check_build(builder: Any, cm: Any, method: str, site: Site) -> inv.Violation | None:
@@ -241,45 +251,53 @@ def make_build(original: Callable[..., Any], method: str, metadata_cls: type) ->
             if not speculator.stack:
                 outside_draft_steps[type(self)] = site
         try:
-            fast = cm is not None and _visibly_consistent(cm)
+            offsets = None if cm is None else _healthy_offsets(cm)
         except Exception:  # noqa: BLE001 -- anything unusual goes to the full check, which reports it
-            fast = False
-        if fast:
+            offsets = None
+        if offsets is not None:
             next(site.counter)
         else:
             run_check(site, _check_build, self, cm, method, site)
-        site.ns += perf_counter_ns() - started
+        g5_ns = 0
         if cm is not None:
-            _check_lengths(self, cm, get_draft_index(args, kwargs) if get_draft_index else None, site)
+            draft_index = get_draft_index(args, kwargs) if get_draft_index else None
+            g5_ns = _check_lengths(self, cm, draft_index, site, offsets)
         depth_of.n = 1
+        called = perf_counter_ns()
         try:
             result = original(self, *args, **kwargs)
         finally:
             depth_of.n = 0
-        if _observers:
+        returned = perf_counter_ns()
+        if _observers and _observed(self):
             _observe(self, method, cm, result)
+        # the site's clock: all this wrapper does around the build but G5, which has its own
+        site.ns += (called - started) - g5_ns + (perf_counter_ns() - returned)
         return result
 
     return mark(build, original)
 
 
-def _check_lengths(builder: Any, cm: Any, draft_index: Any, site: Site) -> None:
+def _check_lengths(builder: Any, cm: Any, draft_index: Any, site: Site, offsets: list[int] | None) -> int:
     """G5 on this build's lengths (adapt_lengths.py): a V1 draft build names its step, a V2 one is inside the
-    speculator helper that does."""
+    speculator helper that does. `offsets`: query_start_loc_cpu's head where G0 found the build healthy.
+    Returns the ns G5's clock took (0 where it had nothing to judge), which G0's clock leaves out."""
     if draft_index is None and adapt_speculator._tls.stack:
         step = adapt_speculator.current_draft_step()
         draft_index = step.step if step is not None else None
     if not isinstance(draft_index, int):
         draft_index = None
     if not adapt_lengths.wanted(cm, draft_index):
-        return
+        return 0
     started = perf_counter_ns()
     lengths_site = adapt_lengths.site_for(site)
     if getattr(cm.seq_lens, "is_cpu", None) is not True:  # a GPU's lengths: counted, never read, no exception
         POLICY.skip("G5", lengths_site.name, adapt_lengths.DEVICE_LENGTHS)
-        return
-    run_check(lengths_site, adapt_lengths.check, builder, cm, draft_index, lengths_site, _subject(builder))
-    lengths_site.ns += perf_counter_ns() - started
+    else:
+        run_check(lengths_site, adapt_lengths.check, builder, cm, draft_index, lengths_site, _subject, offsets)
+    spent = perf_counter_ns() - started
+    lengths_site.ns += spent
+    return spent
 
 
 def _inner_build(
@@ -297,12 +315,20 @@ def _inner_build(
         result = original(builder, *args, **kwargs)
     finally:
         _depth.n = depth
-    if _observers:
+    if _observers and _observed(builder):
         cm = get_metadata(args, kwargs)
         if not isinstance(cm, metadata_cls):
             cm = _metadata_among(args, kwargs, metadata_cls)
         _observe(builder, method, cm, result)
     return result
+
+
+def _observed(builder: Any) -> bool:
+    kind = type(builder)
+    seen = _observed_types.get(kind)
+    if seen is None:
+        seen = _observed_types[kind] = any(issubclass(kind, cls) for cls, _ in _observers)
+    return seen
 
 
 def _observe(builder: Any, method: str, cm: Any, result: Any) -> None:
