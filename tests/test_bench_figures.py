@@ -97,7 +97,8 @@ PASSAGES = {
     "benchmarks.md, per launch": (BENCH, "### Per MLA launch", "### On a GPU", ["guard_overhead"]),
     "benchmarks.md, on a GPU": (BENCH, "### On a GPU", "### In a real server", ["guard_overhead_gpu"]),
     "benchmarks.md, in a real server": (BENCH, "### In a real server", "### One server toggling", ["guard_e2e"]),
-    "benchmarks.md, one server toggling": (BENCH, "### One server toggling", "\n## ", ["guard_toggle"]),
+    # the toggling passage sets the server's clock beside guard_build's figures for the same builds
+    "benchmarks.md, one server toggling": (BENCH, "### One server toggling", "\n## ", ["guard_toggle", "guard_build"]),
     "benchmarks.md, config": (BENCH, "## `specguard config` per serving config", "## Startup", ["config_speed"]),
     "benchmarks.md, startup": (BENCH, "## Startup: `specguard --version`", None, ["startup"]),
     "README.md, the Quickstart's second command": ("README.md", "It needs:", "For the analyzer", ["ci_cost"]),
@@ -198,23 +199,39 @@ def _kept(tmp_path: Path, kind: str, run: dict) -> dict:
     return new
 
 
-def test_guard_build_records_its_table_and_the_paper_estimate(tmp_path: Path) -> None:
+def test_guard_build_records_its_distributions_hot_and_cold_and_the_share_of_a_gpu_step(tmp_path: Path) -> None:
+    def dist(median: float) -> dict:
+        return {"median": median, "ci95": [median - 0.011, median + 0.014], "p10_p90": [median - 0.2, median + 0.5]}
+
+    def row(case: str, cache: str, self_timed: float, unseen: float) -> dict:
+        return {
+            "case": case,
+            "cache": cache,
+            "unguarded": dist(2.404),
+            "self_timed": dist(self_timed),
+            "added": dist(self_timed + unseen),
+            "passthrough": dist(0.2),
+            "unseen": dist(unseen),
+        }
+
     rows = [
-        {"case": "decode b=8", "unguarded_us": 2.404, "added_us": 2.774, "added_pct": 115.46, "self_timed_us": 5.031},
-        {"case": "mixed b=32", "unguarded_us": 2.4, "added_us": 4.136, "added_pct": 172.3, "self_timed_us": 6.42},
+        row("decode b=8", "hot", 2.286, 0.614),
+        row("draft steps b=1 k=3", "hot", 8.25, 0.85),
+        row("decode b=8", "cold", 22.4, 3.0),
+        row("draft steps b=1 k=3", "cold", 29.41, 2.9),
     ]
-    opts = argparse.Namespace(pairs=10, builds=20)
+    opts = argparse.Namespace(rounds=10, builds=24, warmup=2, cold_rounds=5, cold_builds=6, seed=7)
     new = _kept(tmp_path, "guard_build", guard_build.summary(STARTED, "0.33.0", opts, MACHINE, rows))
-    assert new["rows"]["decode b=8"] == {
-        "unguarded_us": 2.4,
-        "added_us": 2.77,
-        "added_pct": 115.46,
-        "self_timed_us": 5.03,
-    }
-    assert new["worst_added_us"] == 4.14 and new["verdict"] == "NOT met" and new["pairs"] == 10
-    # four builds a step at the least a build added, eight at the most, against a 30 ms step
-    assert new["paper_estimate"]["us_per_step"] == [11.1, 33.1]
-    assert new["paper_estimate"]["share_of_step_pct"] == [0.04, 0.11]
+    hot = new["rows"]["decode b=8"]["hot"]
+    assert hot["self_timed"] == {"median": 2.29, "ci95": [2.27, 2.3], "p10_p90": [2.09, 2.79]}
+    assert list(hot) == list(guard_build.MEASURES) and list(new["rows"]["decode b=8"]) == ["hot", "cold"]
+    # the verdict on the worst hot median; the cold range beside it
+    assert new["worst_self_timed_us"] == 8.25 and new["verdict"] == "NOT met" and new["seed"] == 7
+    assert new["cold_self_timed_us"] == [22.4, 29.41] and new["unseen_us"] == [0.61, 3.0]
+    assert new["rounds"] == 10 and new["warmup"] == 2 and new["cold_rounds"] == 5
+    # four builds a step at the least hot median, eight at the most cold one, against a 30 ms step
+    assert new["gpu_step_share"]["us_per_step"] == [9.1, 235.3]
+    assert new["gpu_step_share"]["pct"] == [0.03, 0.78]
 
 
 def test_guard_overhead_records_its_table(tmp_path: Path) -> None:
@@ -266,32 +283,51 @@ def test_guard_e2e_records_its_medians_interval_and_builds(tmp_path: Path) -> No
     assert new["rounds"] == 5 and new["settle_s"] == 1.5 and new["verdict"] == "NOT met"
 
 
-def test_guard_toggle_records_its_ratios_and_the_guards_share_of_a_step(tmp_path: Path) -> None:
-    def block(kind: str, worker: list[float]) -> dict:
-        return {"kind": kind, "rounds": [{"worker": w, "all": 2 * w} for w in worker]}
+def test_guard_toggle_takes_the_guards_clock_per_block_and_records_it(tmp_path: Path) -> None:
+    def counters(ns: dict[str, int], runs: dict[str, int]) -> dict:
+        return {"guard_ns": ns, "checks_run": runs}
 
-    blocks = [block("ABBA", [0.6, 0.62, 0.6, 0.6]), block("AA", [0.5, 0.6, 0.7, 1.5])]
-    result = {
-        "exit_code": 0,
-        "guard_ns": 252_600_000,
-        "g0_checks": 40_656,
-        "g0_target_builds": 1_016,  # 254 steps a guarded round: 2 warm-up rounds and the two of the ABBA block
-        "worker": {"cost": (0.99571, 0.79166, 1.07789), "control": (1.00277, 0.82931, 1.11482)},
-        "all": {"cost": (0.9613, 0.8856, 1.1074), "control": (0.9724, 0.8505, 1.1889)},
+    # one worker: two switches of an ABBA block; G0 and G5 sites of target and draft builds, and a G4 site
+    on = counters({"G0:B.build(target)": 1_000, "G0:B.build_for_drafting(draft)": 500}, {"G0:B.build(target)": 10})
+    off = counters(
+        {
+            "G0:B.build(target)": 1_000 + 250 * 2_400,
+            "G0:B.build_for_drafting(draft)": 500 + 750 * 2_100,
+            "G5:B.build_for_drafting(draft)": 750 * 5_000,
+            "G4:Speculator._build_attn_metadata": 1_000_000,
+        },
+        {"G0:B.build(target)": 10 + 250, "G0:B.build_for_drafting(draft)": 750, "G5:B.build_for_drafting(draft)": 750},
+    )
+    delta = guard_toggle.guard_delta({7: on}, {7: off})
+    assert delta == {
+        "ns_target": 600_000,
+        "ns_draft": 750 * 7_100,
+        "builds_target": 250,
+        "builds_draft": 750,
+        "ns_all": 600_000 + 750 * 7_100 + 1_000_000,
     }
+    figures = guard_toggle.per_build(delta)
+    assert figures["target"] == 2.4 and round(figures["draft"], 3) == 7.1
+    assert round(figures["step"], 2) == round((600_000 + 750 * 7_100 + 1_000_000) / 250 / 1e3, 2)
+
+    def block(kind: str, worker: list[float], guard: dict | None = None) -> dict:
+        out = {"kind": kind, "rounds": [{"worker": w, "all": 2 * w} for w in worker]}
+        return out | ({"guard": guard} if guard else {})
+
+    blocks = [block("ABBA", [0.6, 0.62, 0.6, 0.6], delta), block("AA", [0.5, 0.6, 0.7, 1.5])]
+    result = guard_toggle.analyse(blocks, 0)
+    assert result["worker"]["cost"][0] == pytest.approx((0.62 + 0.6) / (0.6 + 0.6))
+    assert result["guard_us"]["target"][0] == 2.4 and result["guard_totals"]["builds_draft"] == 750
     opts = argparse.Namespace(blocks=1, requests=4, max_tokens=96, settle=1.5, warmup=2)
     new = _kept(tmp_path, "guard_toggle", guard_toggle.record_of(STARTED, opts, MACHINE, result, blocks, False))
-    assert new["worker"] == {
-        "cost_median": 0.9957,
-        "cost_ci95": [0.7917, 1.0779],
-        "control_median": 1.0028,
-        "control_ci95": [0.8293, 1.1148],
-    }
-    assert new["guard_ms"] == 252.6 and new["guard_us_per_build"] == 6.21 and new["guard_us_per_step"] == 248.62
-    assert new["steps_per_guarded_round"] == 254 and new["worker_cpu_s_per_guarded_round"] == 0.61
-    assert new["worker_step_cpu_ms"] == 2.4 and new["guard_share_of_step_pct"] == 10.35
-    assert new["guard_share_of_gpu_step_pct"] == 0.829 and new["worker_round_cpu_s_range"] == [0.5, 1.5]
-    assert new["verdict"] == "NOT met"
+    assert new["guard_us"]["target"] == {"median": 2.4, "ci95": [2.4, 2.4]}
+    assert new["guard_us"]["draft"]["median"] == 7.1 and new["builds"] == {"target": 250, "draft": 750}
+    # 250 target builds over two guarded rounds: 125 steps a round; the median of 0.62 s and 0.6 s over 125 steps;
+    # the guard's 27.7 us a step (all its checks over the target builds) against that
+    assert new["worker_step_cpu_ms"] == 4.88 and new["guard_share_of_step_pct"] == 0.57
+    assert new["verdict"] == "NOT met" and new["server_exit_code"] == 0
+    assert new["worker_cost_pct"] == {"median": 1.67, "ci95": [1.67, 1.67]}  # one block: the interval is it
+    assert new["worker_round_cpu_s_range"] == [0.5, 1.5] and new["guard_ms"] == 6.9
 
 
 def test_fix_write_window_records_each_measure(tmp_path: Path) -> None:

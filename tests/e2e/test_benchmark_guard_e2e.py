@@ -53,10 +53,14 @@ def test_the_toggling_benchmark_runs(e2e_python: str, tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert [b["kind"] for b in result["blocks"]] == ["ABBA", "AA"]
     assert all(r["worker"] > 0 and r["all"] >= r["worker"] for b in result["blocks"] for r in b["rounds"])
-    # the guarded rounds ran the guard, and it timed itself: G0 checks and ns from the counter lines
-    assert result["g0_checks"] > 0 and result["guard_ns"] > 0 and result["g0_target_builds"] > 0
-    assert result["exit_code"] == 0
-    assert "A/A control: median" in proc.stdout and "us per build" in proc.stdout
+    # the guarded rounds ran the guard, and it timed itself: each ABBA block's counters at its switches
+    totals = result["guard_totals"]
+    assert totals["builds_target"] > 0 and totals["builds_draft"] > 0 and totals["ns_all"] > 0
+    assert result["exit_code"] == 0 and "guard" in result["blocks"][0] and "guard" not in result["blocks"][1]
+    assert "A/A control: median" in proc.stdout and "per target build:" in proc.stdout
+    last = proc.stdout.strip().splitlines()[-2]  # the verdict's line, before the line naming the record
+    assert last.endswith(f"this script exits {proc.returncode}") and "the server exited with code 0" in last
     (run,) = json.loads((tmp_path / "results.json").read_text()).values()
-    assert run["script"] == "benchmarks/guard_toggle.py" and run["g0_checks"] == result["g0_checks"]
-    assert run["steps_per_guarded_round"] > 0 and run["guard_share_of_step_pct"] > 0
+    assert run["script"] == "benchmarks/guard_toggle.py"
+    assert run["builds"] == {"target": totals["builds_target"], "draft": totals["builds_draft"]}
+    assert run["guard_us"]["target"]["median"] > 0 and run["guard_share_of_step_pct"] > 0

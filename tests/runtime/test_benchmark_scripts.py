@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 from sg_runtime_helpers import REPO, venv_python
+
+sys.path.insert(0, str(REPO / "benchmarks"))  # the scripts import their siblings as modules
+import guard_build  # noqa: E402
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
@@ -49,12 +53,21 @@ def test_build_benchmark_measures_every_case(tmp_path) -> None:
     out = tmp_path / "build.json"
     recorded = tmp_path / "results.json"
     proc = _run(
-        ["benchmarks/guard_build.py", "--pairs", "3", "--builds", "2", "--json", str(out), "--results", str(recorded)]
+        ["benchmarks/guard_build.py", "--rounds", "5", "--warmup", "1", "--builds", "3", "--seed", "7"]
+        + ["--cold-rounds", "2", "--cold-builds", "3"]
+        + ["--json", str(out), "--results", str(recorded)]
     )
     assert proc.returncode in (0, 1), proc.stderr[-4000:]
     result = json.loads(out.read_text())
-    assert [r["case"] for r in result["rows"]][0] == "decode b=8" and len(result["rows"]) == 5
-    assert all(r["unguarded_us"] > 0 and r["self_timed_us"] > 0 for r in result["rows"])
-    assert result["met"] is (proc.returncode == 0) and "worst added:" in proc.stdout
+    # every case hot and cold, measured in the order the seed drew, and reported in the table's order
+    cases = list(guard_build.CASES)
+    assert [(r["cache"], r["case"]) for r in result["rows"]] == [(c, n) for c in ("hot", "cold") for n in cases]
+    assert result["seed"] == 7
+    assert sorted(result["order"]) == sorted(guard_build.CASES)
+    assert f"(seed 7): {', '.join(result['order'])}" in proc.stdout
+    assert all(r[what]["median"] > 0 for r in result["rows"] for what in ("unguarded", "self_timed"))
+    assert result["met"] is (proc.returncode == 0) and "worst hot case by the guard's clock:" in proc.stdout
     (run,) = json.loads(recorded.read_text()).values()
-    assert run["verdict"] == ("met" if result["met"] else "NOT met") and len(run["paper_estimate"]["us_per_step"]) == 2
+    assert run["verdict"] == ("met" if result["met"] else "NOT met") and run["seed"] == 7
+    assert len(run["gpu_step_share"]["us_per_step"]) == 2 and run["warmup"] == 1 and run["cold_rounds"] == 2
+    assert list(run["rows"][cases[0]]) == ["hot", "cold"]

@@ -149,10 +149,13 @@ TOGGLE_POLL_S = 0.05
 def _toggle_loop(path: str) -> None:
     """benchmarks/guard_toggle.py turns the guard on and off in a serving process between its rounds: while
     the file says `on` the guard is installed as VLLM_SPECGUARD=1 installs it, while it says anything else it
-    is uninstalled. Each process acknowledges the state it is in through `<path>.<pid>`."""
+    is uninstalled. Each process acknowledges the state it is in through `<path>.<pid>`, after writing its
+    counters at the switch (what the guard timed and checked so far) to `<path>.<pid>.counters`."""
+    import json
     import time
 
     from specguard.runtime import install
+    from specguard.runtime.policy import POLICY
     from specguard.runtime.reporting import parse_interval
 
     ack = f"{path}.{os.getpid()}"
@@ -165,9 +168,10 @@ def _toggle_loop(path: str) -> None:
             else:
                 install.uninstall()
             state = want
-            with open(ack + ".tmp", "w") as f:
-                f.write(state)
-            os.replace(ack + ".tmp", ack)
+            for name, text in ((ack + ".counters", json.dumps(POLICY.snapshot())), (ack, state)):
+                with open(name + ".tmp", "w") as f:
+                    f.write(text)
+                os.replace(name + ".tmp", name)
         time.sleep(TOGGLE_POLL_S)
 
 
