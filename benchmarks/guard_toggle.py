@@ -17,10 +17,10 @@ method reads when nothing differs. Both come as a median with a distribution-fre
 
 The guard's own clock (its counters' `guard_ns`, the timer benchmarks/guard_build.py reports) over each ABBA
 block's two guarded rounds gives the in-server cost per target build, per draft build and per step, each a
-median with its interval over the blocks; the script prints beside them the latest guard_build run's figures
-for the same builds (one request, four tokens a target build; draft steps of the draft model) and says whether
-the intervals overlap, and whether the CPU-time interval is narrow enough to see the share of a step the clock
-claims.
+median with its interval over the blocks; the script prints beside them the latest guard_build run's hot and cold
+medians for the same builds (one request, four tokens a target build; draft steps of the draft model) and where
+the server's lie, and whether the CPU-time interval is narrow enough to see the share of a step the clock claims
+and where that share lies against it.
 
     python benchmarks/guard_toggle.py [--blocks 20] [--requests 4] [--max-tokens 96] [--json F]
 
