@@ -32,7 +32,6 @@ import json
 import random
 import statistics
 import sys
-import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results as results_file  # noqa: E402 - benchmarks/results.py, beside this script
 from guard_e2e import median_ci95  # noqa: E402
-from guard_overhead import guard_states  # noqa: E402
+from guard_overhead import _block_ns, guard_states  # noqa: E402
 
 # torch is imported where a build needs it, so that the tests import summary() without it.
 TARGET_US = 3.0
@@ -159,13 +158,6 @@ def guard_ns() -> int:
     return sum(site.ns for site in POLICY.sites.values())
 
 
-def _block(fn: Callable[[], None], n: int) -> int:
-    start = time.perf_counter_ns()
-    for _ in range(n):
-        fn()
-    return time.perf_counter_ns() - start
-
-
 def cache_size() -> int:
     """This CPU's L2 cache in bytes (sysfs), 2 MiB where it does not say."""
     try:
@@ -233,7 +225,7 @@ def measure(fn: Callable[[], None], builds_per_call: int, plan: tuple[int, int, 
             for state in STATES[k:] + STATES[:k]:
                 switches[state]()
                 before = guard_ns()
-                ns[state] = _block(fn, n_calls)
+                ns[state] = _block_ns(fn, n_calls)
                 if state == "guarded":
                     ns["self_timed"] = guard_ns() - before
             if i >= warmup:

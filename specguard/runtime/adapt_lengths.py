@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from specguard.runtime import lengths
-from specguard.runtime.host import host_array
+from specguard.runtime.host import host_list
 from specguard.runtime.patching import Skip
 from specguard.runtime.policy import POLICY, Site
 
@@ -104,14 +104,6 @@ def dcp_geometry(builder: Any) -> tuple[int, int, int]:
     with contextlib.suppress(TypeError):  # not weakly referenceable: read again next time
         _geometry[builder] = geometry
     return geometry
-
-
-def _ints(t: Any, n: int, what: str) -> list[int]:
-    """The first n entries of a host 1-D tensor as a list: a tensor of exactly n entries (vLLM slices its
-    buffers to the batch) is read without a numpy view, which costs more than the read."""
-    if getattr(t, "is_cpu", None) is True and t.shape[0] == n:
-        return t.tolist()
-    return host_array(t, what)[:n].tolist()
 
 
 def _draft_label(draft_index: int | None) -> str:
@@ -215,9 +207,9 @@ def check(
 def _first_broken(builder: Any, cm: Any, draft_index: int | None, site: Site, offsets: list[int] | None) -> Any:
     n = cm.num_reqs
     local_t = getattr(cm, "dcp_local_seq_lens", None)
-    seq = _ints(cm.seq_lens, n, "seq_lens")  # host memory: the caller skipped device lengths
+    seq = host_list(cm.seq_lens, n, "seq_lens")  # host memory: the caller skipped device lengths
     if offsets is None:
-        offsets = _ints(cm.query_start_loc_cpu, n + 1, "query_start_loc_cpu")
+        offsets = host_list(cm.query_start_loc_cpu, n + 1, "query_start_loc_cpu")
     q = list(map(operator.sub, offsets[1:], offsets[:-1]))
     label = _draft_label(draft_index)
     facts = builder_facts(builder)
@@ -235,7 +227,7 @@ def _first_broken(builder: Any, cm: Any, draft_index: int | None, site: Site, of
         return violation
     world = 1
     if local_t is not None:
-        local = _ints(local_t, n, "dcp_local_seq_lens")
+        local = host_list(local_t, n, "dcp_local_seq_lens")
         world, rank, interleave = dcp_geometry(builder)
         violation = lengths.check_dcp_local_lengths(
             seq, local, q, world=world, rank=rank, interleave=interleave, step=label, site=site.name, subject=""

@@ -29,7 +29,7 @@ from typing import Any
 
 from specguard.runtime import adapt_lengths, adapt_speculator, batch_mode
 from specguard.runtime import invariants as inv
-from specguard.runtime.host import host_array, host_int
+from specguard.runtime.host import host_array, host_int, host_list
 from specguard.runtime.patching import (
     ORIGINAL_ATTR,
     Patcher,
@@ -131,12 +131,6 @@ def _rows(t: Any) -> int:
     return t.shape[0]
 
 
-def _head(t: Any, n: int) -> list:
-    """The first n + 1 entries of a host 1-D index tensor as a list (the whole tensor when that is all it has:
-    cheaper than a numpy view's slice)."""
-    return t.tolist() if t.shape[0] == n + 1 else t.numpy()[: n + 1].tolist()
-
-
 def _host_copy_desync(cm: Any, head: list, n: int) -> tuple[int, int, int] | None:
     """Where query_start_loc is host memory too, its first entry that differs from the CPU copy's."""
     dev = cm.query_start_loc
@@ -145,7 +139,7 @@ def _host_copy_desync(cm: Any, head: list, n: int) -> tuple[int, int, int] | Non
     host_ptr = getattr(cm.query_start_loc_cpu, "data_ptr", None)
     if host_ptr is not None and dev.data_ptr() == host_ptr():
         return None  # one buffer: nothing to compare
-    other = _head(dev, n)
+    other = host_list(dev, n + 1, "query_start_loc")
     return next(((i, d, h) for i, (d, h) in enumerate(zip(other, head, strict=False)) if d != h), None)
 
 
@@ -192,10 +186,10 @@ def _healthy_offsets(cm: Any) -> list[int] | None:
     rows = qsl.shape[0]
     if qsl.is_cpu is not True or rows < entries or dev.shape[0] < entries:
         return None
-    head = qsl.tolist() if rows == entries else qsl.numpy()[:entries].tolist()
+    head = host_list(qsl, entries, "query_start_loc_cpu")
     if head[0] != 0 or head[n] != tokens:
         return None
-    if dev.is_cpu is True and dev.data_ptr() != qsl.data_ptr() and _head(dev, n) != head:
+    if dev.is_cpu is True and dev.data_ptr() != qsl.data_ptr() and host_list(dev, entries, "query_start_loc") != head:
         return None  # both copies in host memory, and they disagree
     if n > 1:
         steps = sorted(map(operator.sub, head[1:], head[:-1]))  # one pass for the shortest and the longest

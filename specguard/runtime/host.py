@@ -53,6 +53,14 @@ def host_array(t: Any, what: str) -> Any:
         raise Skip(f"{what} has no numpy view ({type(exc).__name__})") from exc
 
 
+def host_list(t: Any, n: int, what: str) -> list:
+    """The first n entries of a host 1-D tensor as a list. A tensor of exactly n entries (vLLM slices its buffers
+    to the batch) is read whole, without a numpy view, which costs more than the read; a device tensor is a Skip."""
+    if getattr(t, "is_cpu", None) is True and t.shape[0] == n:
+        return t.tolist()
+    return host_array(t, what)[:n].tolist()
+
+
 def host_last_int(t: Any, what: str) -> int:
     arr = host_array(t, what)
     if len(arr) == 0:
