@@ -357,6 +357,9 @@ class Builtins(ObjectModel):
                 return UNKNOWN
             if len(values) <= MAX_ITERATIONS:
                 return list(values)
+        start, step = (bounds[0] if len(bounds) > 1 else 0), (bounds[2] if len(bounds) == 3 else 1)
+        if type(start) is int and type(step) is int and step > 0:
+            return Many(UNKNOWN, first=start)  # a loop over it starts at `start`, if it runs at all
         return Many(UNKNOWN)
 
     def _collection(self, kind: str, source: Any, kwargs: dict[str, Any]) -> Any:

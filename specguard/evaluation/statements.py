@@ -305,7 +305,9 @@ class Statements(Builtins):
         if items is None and self.semantics.loops == "once":
             return self._loop_once(stmt, stmt.iter, stmt.body, frame, state)
         if items is None:
-            return self._loop_unknown(stmt, self.element_of(iterable), stmt.body, frame, state)
+            inner = plain(iterable)
+            first = inner.first if isinstance(inner, Many) else None
+            return self._loop_unknown(stmt, self.element_of(iterable), stmt.body, frame, state, first)
         flow = Flow()
         current: State | None = state
         broke: list[State] = []
@@ -350,19 +352,22 @@ class Statements(Builtins):
                 after.locals[name] = UNKNOWN
         return Flow(normal=after, returns=res.returns)
 
-    def _loop_unknown(self, stmt: ast.stmt, element: Any, body: list[ast.stmt], frame: Frame, state: State) -> Flow:
+    def _loop_unknown(
+        self, stmt: ast.stmt, element: Any, body: list[ast.stmt], frame: Frame, state: State, first: Any = None
+    ) -> Flow:
         """A loop that runs an unknown number of times: its body runs from the state before it and from the state
-        after each run until its locals settle (LOOP_ROUNDS at most), and every one of those states is a way out."""
+        after each run until its locals settle (LOOP_ROUNDS at most), and every one of those states is a way out.
+        `first`, where known, is the target's value on the first run (`for i in range(n)`: 0)."""
         flow = Flow()
         target = getattr(stmt, "target", None)
         exits: list[State] = [state]
         current = state
         containers = _containers(state)
         unsettled: set[str] = set()
-        for _ in range(LOOP_ROUNDS):
+        for round_ in range(LOOP_ROUNDS):
             entry = current.copy()
             if target is not None:
-                self.assign(target, element, frame, entry, stmt)
+                self.assign(target, first if round_ == 0 and first is not None else element, frame, entry, stmt)
             res = self._round(stmt, frame, entry, body)
             flow.returns += res.returns
             flow.raises += res.raises
@@ -500,14 +505,23 @@ class Statements(Builtins):
         if truth is False:
             return self.exec_block(orelse, frame, state)
         choosing = self.choosing(frame)
+        sides = None
+        doubt = self.is_doubt(value)
+        if isinstance(test, ast.BoolOp) and not self.semantics.name_every_doubt and (doubt or choosing is not None):
+            # operand by operand, as Python runs it: an operand forked freely (one of a few values, a setting) is
+            # not made a doubt by another one beside it; each side's states joined, each block run once. Where an
+            # operand decides it whatever the undecided ones are (`unknown or True`), one side has no state, and a
+            # run taking tests one way (path by path) must not take the side no state reaches.
+            sides = self._sides(test, frame, state)
+            if not sides[0] or not sides[1]:
+                decided = self.merge_states(sides[0] or sides[1])
+                return self.exec_block(body if sides[0] else orelse, frame, decided)  # type: ignore[arg-type]
         side = choosing.take(test, frame, state) if choosing is not None else None
         if side is not None:  # path by path (see `choices`): this run takes one side
             self.narrow(test, side, frame, state)
             return self.exec_block(body if side else orelse, frame, state)
-        if self.is_doubt(value) and isinstance(test, ast.BoolOp) and not self.semantics.name_every_doubt:
-            # operand by operand, as Python runs it: an operand forked freely (one of a few values, a setting) is
-            # not made a doubt by another one beside it; each side's states joined, each block run once
-            trues, falses = self._sides(test, frame, state)
+        if sides is not None and doubt:
+            trues, falses = sides
         else:
             trues, falses = self._forked(test, value, frame, state)
         if not trues or not falses:  # the path decides it (a doubt it passed already)

@@ -183,10 +183,12 @@ def one_of(options: list[Any], labels: frozenset[Label] = NO_LABELS) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class Many:
-    """A collection of unknown size whose every element is like `element` (a `list[X]` parameter)."""
+    """A collection of unknown size whose every element is like `element` (a `list[X]` parameter); `first`, where
+    known, is what a loop over it takes on its first round (`range(n)`: 0)."""
 
     element: Any
     labels: frozenset[Label] = NO_LABELS
+    first: Any = None
 
 
 @dataclass(frozen=True, eq=False)
