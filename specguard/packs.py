@@ -1,6 +1,7 @@
-"""Rule packs: the vLLM names the rules match, as validated data (rules/*.toml).
+"""Rule packs: the framework names the rules match, as validated data (rules/*.toml).
 
-The built-in pack ships inside the wheel as `specguard._packs`; a fork's pack overlays it section by section:
+The built-in packs (vLLM's, then SGLang's laid over it) ship inside the wheel as `specguard._packs`; a fork's pack
+overlays them section by section:
 lists extend (or replace, with `replace = true` in the section), strings override. The schema is plain frozen
 dataclasses that pydantic validates (strictly: unknown keys are errors), so that a validated pack can be reused
 from the snapshot cache without importing pydantic (see _snapshots.py).
@@ -22,12 +23,13 @@ from specguard._snapshots import validated
 from specguard._toml import load_toml, parse_toml
 from specguard.errors import UserError
 
-BUILTIN_PACK = "vllm.toml"
+BUILTIN_PACKS = ("vllm.toml", "sglang.toml")  # laid over each other in this order
 # Keys a pack may leave empty.
 _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
+    | {"batch_types", "batch_params", "dp_tests", "dp_field", "token_field", "model_forwards"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -121,6 +123,32 @@ class Mla(_Section):
 
 
 @dataclass(frozen=True)
+class Batches(_Section):
+    """A batch object whose attention metadata is planned ahead of its forward (SG106): the calls that plan it, the
+    batch's own methods that pad it, the forwards that run it, and the predicate a forward asks before planning
+    again (evaluated on the batch where the tree defines it, never trusted by name)."""
+
+    plan: list[str] = field(default_factory=list)
+    pad_methods: list[str] = field(default_factory=list)
+    forwards: list[str] = field(default_factory=list)
+    replan_predicate: str | None = None
+    count_field: str | None = None
+    # how a batch is recognised where nothing built it in the evaluation (optional): a parameter of these types or
+    # names
+    batch_types: list[str] = field(default_factory=list)
+    batch_params: list[str] = field(default_factory=list)
+    # tests that say whether DP attention is on (optional; the rule evaluates with it on), and the batch's field
+    # that is set (not None) when the batch is synchronised across DP ranks: a forward pads only such a batch
+    dp_tests: list[str] = field(default_factory=list)
+    dp_field: str | None = None
+    # the batch's query tokens (optional), whose first dimension padding changes too
+    token_field: str | None = None
+    # calls of the model itself (optional), as the end of their dotted name (`model.forward`): they never plan, so
+    # the batch they run must be the one its latest plan was made for
+    model_forwards: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Pack:
     """One pack file, or the overlay of several. Every rule reads its names from here."""
 
@@ -132,6 +160,7 @@ class Pack:
     dcp: Dcp = field(default_factory=Dcp)
     kv_groups: KvGroups = field(default_factory=KvGroups)
     mla: Mla = field(default_factory=Mla)
+    batches: Batches = field(default_factory=Batches)
 
     @cached_property
     def fingerprint(self) -> str:
@@ -148,6 +177,7 @@ class Pack:
             *self.dcp.prepare,
             *self.kv_groups.flags,
             *self.mla.decode_entry,
+            *self.batches.plan,
         ]
         if self.mla.global_bound_param:
             names.append(self.mla.global_bound_param)
@@ -167,6 +197,7 @@ class Pack:
             *self.speculators.shared_helpers,
             *self.speculators.file_marks,
             *self.dcp.prepare,
+            *self.batches.plan,
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}
         groups |= {(f, m) for f in self.kv_groups.flags for m in self.kv_groups.merge_methods}
@@ -203,15 +234,17 @@ def _validate(raw: dict[str, Any], origin: str) -> Pack:
         raise UserError(f"{origin}: rule pack key '{key}': {problem}{more}") from None
 
 
-def builtin_pack_text() -> str:
+def builtin_pack_text(name: str) -> str:
     try:
-        return resources.files("specguard._packs").joinpath(BUILTIN_PACK).read_text(encoding="utf-8")
+        return resources.files("specguard._packs").joinpath(name).read_text(encoding="utf-8")
     except ModuleNotFoundError:  # running from a source checkout that was never installed
-        return (Path(__file__).resolve().parent.parent / "rules" / BUILTIN_PACK).read_text(encoding="utf-8")
+        return (Path(__file__).resolve().parent.parent / "rules" / name).read_text(encoding="utf-8")
 
 
-def _build(builtin: str, extra: list[Path]) -> Pack:
-    raw = parse_toml(builtin, origin=f"built-in {BUILTIN_PACK}", what="rule pack")
+def _build(builtins: list[str], extra: list[Path]) -> Pack:
+    raw: dict[str, Any] = {}
+    for name, text in zip(BUILTIN_PACKS, builtins, strict=True):
+        raw = _overlay(raw, parse_toml(text, origin=f"built-in {name}", what="rule pack"))
     for path in extra:
         layer = load_toml(path, what="rule pack")
         if not all(isinstance(v, dict) for v in layer.values()):
@@ -231,12 +264,12 @@ def _build(builtin: str, extra: list[Path]) -> Pack:
 
 
 def load_pack(extra: list[Path] | tuple[Path, ...] = ()) -> Pack:
-    """The built-in vLLM pack with each extra pack laid over it in order (validated once per distinct text)."""
-    builtin = builtin_pack_text()
-    material = [builtin.encode()]
+    """The built-in packs with each extra pack laid over them in order (validated once per distinct text)."""
+    builtins = [builtin_pack_text(name) for name in BUILTIN_PACKS]
+    material = [text.encode() for text in builtins]
     for path in extra:
         try:
             material.append(str(path).encode() + b"\0" + read_regular(path, DATA_CAP))
         except UnreadableFile:
             material.append(str(path).encode())  # unreadable: _build reports it
-    return validated("pack", material, Pack, lambda: _build(builtin, list(extra)))
+    return validated("pack", material, Pack, lambda: _build(builtins, list(extra)))

@@ -18,7 +18,7 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 
 # set folder, package, (bugs, labelled functions) as LABELS.md totals them, found at least, false positives at most
 SETS = {
-    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 0, 0),
+    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 7, 1),
 }
 
 

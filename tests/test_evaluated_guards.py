@@ -35,6 +35,14 @@ MUTATIONS = [
     ("SG202", "dcp_tot_seq_lens.repeat_interleave(query_len)", "dcp_tot_seq_lens"),
     # SG101: the capture keyword, evaluated through a local and a partial
     ("SG101", "capturing = True", "capturing = not True"),
+    # SG106: the mark that lets a padded batch be planned again, and the predicate that reads it
+    (
+        "SG106",
+        "mark_forward_metadata_ready(replan_equivalent=True)",
+        "mark_forward_metadata_ready(replan_equivalent=0)",
+    ),
+    ("SG106", "self.batch_size != self.planned_batch_size", "self.batch_size > self.planned_batch_size + 1"),
+    ("SG106", "    forward_batch.prepare_mlp_sync_batch(self.draft_runner)\n        self.draft", "    self.draft"),
 ]
 
 

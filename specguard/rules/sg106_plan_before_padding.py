@@ -1,0 +1,518 @@
+"""SG106 plan-before-padding: a batch's attention metadata is planned, the batch is padded, and its forward does
+not plan again."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from specguard.evaluation.choices import Choices, each_path
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.paths import Frame, State, doubts
+from specguard.evaluation.values import (
+    NOT_HANDLED,
+    UNKNOWN,
+    Bound,
+    ClassRef,
+    Function,
+    Label,
+    Method,
+    Obj,
+    Partial,
+    Tagged,
+    labels_of,
+    maybe_of,
+    plain,
+    same_value,
+)
+from specguard.findings import Judgement
+from specguard.packs import Pack
+from specguard.program.ast_tools import annotation_names, dotted, span
+from specguard.program.tree import ClassInfo
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
+from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, words
+
+# The batch the rule evaluates: this many requests when planned, one more once padded. Concrete counts, so that a
+# predicate comparing the batch's shapes with the ones recorded at the plan decides.
+REAL_COUNT, PADDED_COUNT = 3, 4
+# Fields of a batch the evaluation keeps, each a value whose label says what happened to the batch: the plan (the
+# count it was for, where), the pad (what padded it). A label survives where paths that did and did not plan meet
+# (as a `maybe` label), so each path's forward reads what happened on it or on some path to it.
+PLANNED, PADDED = "<sg106 planned>", "<sg106 padded>"
+# ... and what its own methods did (`mark_forward_metadata_ready()` under a test): the fields they write are read
+# path by path where a test decides whether one ran
+CALLED = "<sg106 called>"
+PADDED_BY_FORWARD = "the forward's own padding for DP attention"
+
+
+class Event(NamedTuple):
+    """A forward of a batch planned for fewer requests than it runs, that its predicate lets run unplanned."""
+
+    forward: ast.AST  # the call in the judged function that reaches the forward (or the forward itself)
+    plan: Label  # the count it was planned for, where
+    pad: str  # what padded it: a call, or the forward's own DP padding
+    path: frozenset
+    model: bool = False  # the model itself runs it (which never plans), not a forward that may plan again
+
+
+def _happened(state: State, batch: Obj, what: str) -> frozenset[Label]:
+    """What happened to the batch on this path, or on some of the paths that met on the way to it."""
+    value = state.writes.get((id(batch), what))
+    if value is None:
+        return frozenset()
+    return frozenset(label for label in labels_of(value) | maybe_of(value) if label.kind == what)
+
+
+def _same_shape(then: tuple[Any, Any], now: tuple[Any, Any]) -> bool:
+    """Whether the batch has the count and tokens a plan was made for: the same values, or both known and equal."""
+    return all(a is b or same_value(a, b) for a, b in zip(then, now, strict=True))
+
+
+def _name(func: Any) -> str | None:
+    """The name a call reaches, whatever it was reached through (a bound method, a partial, a method of an object
+    the evaluation cannot see into)."""
+    func = plain(func)
+    while isinstance(func, Partial):
+        func = plain(func.func)
+    if isinstance(func, Bound):
+        return func.func.name
+    if isinstance(func, (Function, Method)):
+        return func.name
+    return None
+
+
+def _receiver(func: Any) -> Any:
+    func = plain(func)
+    if isinstance(func, Bound):
+        return plain(func.self_value)
+    if isinstance(func, Method):
+        return plain(func.receiver)
+    return None
+
+
+class _Batches(Hooks):
+    """One evaluation of a function with DP attention on: plans, pads and forwards of batch objects."""
+
+    def __init__(self, q: Question) -> None:
+        self.q, names = q, q.pack.batches
+        self.plan, self.pads, self.forwards = set(names.plan), set(names.pad_methods), set(names.forwards)
+        self.dp_tests, self.types = set(names.dp_tests), set(names.batch_types)
+        self.count, self.predicate = names.count_field or "", names.replan_predicate or ""
+        self.dp_field, self.tokens = names.dp_field or "", names.token_field or ""
+        self.model_forwards = {tuple(name.split(".")) for name in names.model_forwards}
+        self.shapes: dict[Label, tuple[Any, Any]] = {}  # each plan -> the batch's count and tokens it was made for
+        self.events: list[Event] = []
+        self.undecided: list[tuple[ast.AST, str]] = []
+
+    def is_batch(self, value: Any) -> bool:
+        value = plain(value)
+        if not isinstance(value, Obj):
+            return False
+        if value.label == "batch":
+            return True
+        return value.cls is not None and self.is_batch_class(value.cls)
+
+    def batches_in(self, args: list[Any], kwargs: dict[str, Any]) -> list[Obj]:
+        return [plain(v) for v in (*args, *kwargs.values()) if self.is_batch(v)]
+
+    def call(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: State
+    ) -> Any:
+        made = self._made_batch(func)
+        if made is not None:
+            return made
+        name = _name(func)
+        if name is None:
+            return NOT_HANDLED
+        if name in self.dp_tests:
+            return True  # the question is about a batch synchronised across DP ranks
+        if name in self.plan:
+            for batch in self.batches_in(args, kwargs):
+                count = ev.getattr(batch, self.count, state, frame.depth)
+                if not isinstance(plain(count), int):  # a batch of unknown size: take one of REAL_COUNT requests
+                    ev.store(batch, self.count, REAL_COUNT, state)
+                    count = REAL_COUNT
+                where = "" if ev.here == ev.home else self.q.program.relpath(ev.here)
+                entry = repr(span(ev.calls[0] if ev.calls else node))  # the judged function's call that planned it
+                label = Label(PLANNED, str(plain(count)), span(node), where, entry)
+                self.shapes[label] = self._shape(ev, batch, state, frame.depth)
+                ev.store(batch, PLANNED, Tagged(True, frozenset({label})), state)
+            return UNKNOWN  # what the plan computes is not the question
+        receiver = _receiver(func)
+        if name in self.pads and self.is_batch(receiver):
+            self._pad(ev, receiver, state)
+            what = f"`{ast.unparse(node)}` ({ev.place(frame, node)})"
+            ev.store(receiver, PADDED, Tagged(True, frozenset({Label(PADDED, what)})), state)
+            return None
+        if self._runs_model(node):
+            for batch in self.batches_in(args, kwargs):
+                self._model_forward(ev, batch, node, frame, state)
+            return NOT_HANDLED
+        if name in self.forwards:
+            for batch in self.batches_in(args, kwargs):
+                self._forward(ev, batch, node, frame, state)
+            return NOT_HANDLED
+        if isinstance(plain(func), Bound) and self.is_batch(receiver) and name != self.predicate:
+            result = ev.call(func, args, kwargs, node, frame, state)  # the batch's own method, run as written
+            ev.store(receiver, CALLED, Tagged(True, frozenset({Label(CALLED, name)})), state)
+            return result
+        return NOT_HANDLED
+
+    def _runs_model(self, node: ast.Call) -> bool:
+        """A call of the model itself (`model_runner.model.forward(...)`), which never plans."""
+        called = tuple((dotted(node.func) or "").split("."))
+        return any(called[-len(name) :] == name for name in self.model_forwards)
+
+    def _shape(self, ev: Any, batch: Obj, state: State, depth: int) -> tuple[Any, Any]:
+        count = plain(ev.getattr(batch, self.count, state, depth))
+        tokens = plain(ev.getattr(batch, self.tokens, state, depth)) if self.tokens else None
+        return count, tokens
+
+    def _model_forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> None:
+        """The model runs the batch as it is now, with the metadata of its latest plan: a pad since is one."""
+        plans = _happened(state, batch, PLANNED)
+        at = ev.calls[0] if ev.calls else node
+        if not plans or (ev.calls and all(label.origin == repr(span(at)) for label in plans)):
+            return
+        now = self._shape(ev, batch, state, frame.depth)
+        changed = [label for label in plans if label in self.shapes and not _same_shape(self.shapes[label], now)]
+        if len(changed) < len(plans):
+            return  # on some path to it the batch is as it was planned (or the paths could not be told apart)
+        pads = _happened(state, batch, PADDED)
+        written = batch.nodes.get(self.count) or (batch.nodes.get(self.tokens) if self.tokens else None)
+        pad = min(pads, key=lambda label: label.text).text if pads else None
+        pad = pad or (f"the assignment at line {written.lineno}" if written is not None else "code after the plan")
+        self.events.append(Event(at, min(plans, key=lambda label: label.span or (0, 0, 0, 0)), pad, state.path, True))
+
+    def _pad(self, ev: Any, batch: Obj, state: State) -> None:
+        ev.store(batch, self.count, PADDED_COUNT, state)
+        if self.tokens:
+            ev.store(batch, self.tokens, tokens(PADDED_COUNT), state)
+
+    def _made_batch(self, func: Any) -> Obj | None:
+        """A batch a call makes: the batch class called, or one of its classmethods (`ForwardBatch.init_new`)."""
+        func = plain(func)
+        made = func.info if isinstance(func, ClassRef) else None
+        if isinstance(func, Bound) and isinstance(plain(func.self_value), ClassRef):
+            made = plain(func.self_value).info
+        if made is None or not self.is_batch_class(made):
+            return None
+        return fresh_batch(self.q, made)
+
+    def is_batch_class(self, cls: ClassInfo) -> bool:
+        return any(k.name in self.types for k in self.q.program.ancestors(cls))
+
+    def annotation(self, ev: Any, annotation: ast.expr, frame: Frame) -> Any:
+        """A value an annotation promises to be a batch (a helper's return, a parameter) is a fresh one."""
+        name = (dotted(annotation) or "").rpartition(".")[2]
+        if name not in self.types:
+            return NOT_HANDLED
+        return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name))
+
+    def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> None:
+        plans = _happened(state, batch, PLANNED)
+        if not plans:
+            return
+        at = ev.calls[0] if ev.calls else node
+        if len({plan.text for plan in plans}) > 1:
+            self.undecided.append((at, "the paths that reach it planned the batch for different counts"))
+            return
+        plan = min(plans, key=lambda label: label.span or (0, 0, 0, 0))
+        if ev.calls and all(label.origin == repr(span(at)) for label in plans):
+            return  # planned and run inside one call of the judged function: judged in that callee, where it is
+        planned_count = int(plan.text)
+        pads = _happened(state, batch, PADDED)
+        pad = min(pads, key=lambda label: label.text).text if pads else None
+        ran = state
+        if pad is None and plain(ev.getattr(batch, self.count, state, frame.depth)) == planned_count:
+            if self.dp_field and plain(ev.getattr(batch, self.dp_field, state, frame.depth)) is None:
+                return  # not synchronised across DP ranks: the forward does not pad it
+            # a forward pads a batch synchronised across DP ranks to the agreed count before it decides to plan
+            ran = state.copy()
+            self._pad(ev, batch, ran)
+            pad = PADDED_BY_FORWARD
+        elif pad is None:
+            written = batch.nodes.get(self.count)
+            pad = f"the assignment at line {written.lineno}" if written is not None else "code after the plan"
+        if plain(ev.getattr(batch, self.count, ran, frame.depth)) == planned_count:
+            return  # it runs the batch it was planned for (padded before the plan)
+        predicate = ev.getattr(batch, self.predicate, ran, frame.depth)
+        if not isinstance(plain(predicate), (Bound, Function)):
+            self.undecided.append((at, f"the batch's `{self.predicate}()` is not in the analyzed tree"))
+            return
+        replans = plain(ev.call(predicate, [], {}, node, frame, ran))
+        if not isinstance(replans, (bool, int, type(None))):
+            self.undecided.append((at, f"`{self.predicate}()` is not decided on the padded batch"))
+        elif not replans:
+            self.events.append(Event(at, plan, str(pad), state.path))
+
+
+def _bindings(q: Question, scope: Scope) -> dict[str, Any]:
+    """The function's parameters: `self`, and a fresh batch for each parameter that is one by its annotation or
+    name (an instance of the tree's batch class where the annotation names it, so its methods run)."""
+    names = q.pack.batches
+    params = [*scope.node.args.posonlyargs, *scope.node.args.args, *scope.node.args.kwonlyargs]
+    bindings: dict[str, Any] = {p.arg: UNKNOWN for p in params}
+    if scope.bound and params:
+        bindings[params[0].arg] = q.self_value(scope)
+    for param in params[1 if scope.bound else 0 :]:
+        if annotation_names(param.annotation) & set(names.batch_types) or param.arg in names.batch_params:
+            bindings[param.arg] = fresh_batch(q, _batch_class(q, scope, param))
+    return bindings
+
+
+def fresh_batch(q: Question, cls: ClassInfo | None) -> Obj:
+    """A batch of REAL_COUNT requests synchronised across DP ranks with one of PADDED_COUNT (its per-rank counts
+    where the pack names the field), its other fields as its class declares them."""
+    names = q.pack.batches
+    fields: dict[str, Any] = {names.count_field or "": REAL_COUNT}
+    if names.dp_field:
+        fields[names.dp_field] = [REAL_COUNT, PADDED_COUNT]
+    if names.token_field:
+        fields[names.token_field] = tokens(REAL_COUNT)
+    return Obj(cls, fields, defaults=True, label="batch")
+
+
+def tokens(count: int) -> Obj:
+    """A batch's query tokens, one per request: what the rule reads of them is how many there are."""
+    return Obj(None, {"shape": (count,)}, label="tokens")
+
+
+def _batch_class(q: Question, scope: Scope, param: ast.arg) -> ClassInfo | None:
+    """The tree's class a batch parameter's annotation names (None: unannotated, or a class outside the tree)."""
+    for name in annotation_names(param.annotation):
+        found = q.program.resolve_class(scope.module.name, name)
+        if found is not None and _Batches(q).is_batch_class(found):
+            return found
+    return None
+
+
+def _planning_names(q: Question) -> frozenset[str]:
+    """The pack's planning and padding calls, and the names in this module that reach one: its functions and
+    methods whose text names one, attributes assigned from an expression that names one (a stored `partial`),
+    and module functions of the tree it imports whose text plans (SGLang's `prepare_for_draft_extend`); to a fixed
+    point. A cheap preselection, by reading: the evaluation decides."""
+    names = q.pack.batches
+    found = {*names.plan, *names.pad_methods}
+    for scope in q.scopes:
+        for node in ast.walk(scope.node):
+            called = dotted(node.func) if isinstance(node, ast.Call) else None
+            target = q.program.resolve(scope.module.name, called) if called and "." not in called else None
+            plans = isinstance(target, tuple) and isinstance(target[1], ast.FunctionDef)
+            if plans and any(isinstance(n, ast.Attribute) and n.attr in names.plan for n in ast.walk(target[1])):  # type: ignore[index]
+                found.add(called)  # type: ignore[arg-type]
+    while True:
+        more = {scope.node.name for scope in q.scopes if scope.node.name not in found and scope.mentions(found)}
+        for scope in q.scopes:
+            for node in ast.walk(scope.node):
+                if isinstance(node, ast.Assign) and words(frozenset(found)).search(ast.unparse(node.value)):
+                    more |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)} - found
+        if not more:
+            return frozenset(found)
+        found |= more
+
+
+def judge(q: Question) -> Iterator[Judgement]:
+    reaching = _planning_names(q)
+    for scope in q.scopes:
+        if not scope.mentions(reaching):
+            continue
+        found = _judge(q, scope)
+        if found is not None:
+            yield found
+
+
+def _judge(q: Question, scope: Scope) -> Judgement | None:
+    runs: list[_Batches] = []  # every run made, each one path (or the paths it joined): a forward on any is one
+
+    def run(choices: Choices) -> _Batches:
+        hooks = _Batches(q)
+        ev = q.evaluator(hooks)
+        ev.choices = choices
+        ev.run(scope.function, _bindings(q, scope))
+        runs.append(hooks)
+        return hooks
+
+    # the tests that matter: those whose sides plan, pad or mark the batch or not (a plan and a mark under one
+    # test, a forward after both sides met, read path by path)
+    kinds = frozenset({PLANNED, PADDED, CALLED})
+    noted = Choices(kinds, kept_kinds=kinds)
+    complete = True  # whether the paths run after the joined one are every path through the tests that matter
+    try:
+        joined = run(noted)
+        if not joined.events and joined.undecided:
+            complete = each_path(run, noted) is not None
+            if not complete:  # too many paths through its callees' tests: its own tests alone
+                own = Choices(kinds, kept_kinds=kinds, depth=0)
+                run(own)
+                complete = each_path(run, own) is not None
+    except (OutOfBudget, RecursionError):
+        return q.out_of_budget("SG106", scope)
+    events = [e for hooks in runs for e in hooks.events]
+    if events:
+        event = min(events, key=lambda e: (len(e.path), getattr(e.forward, "lineno", 0)))
+        unplanned = (
+            "the model runs it with no plan in between: plan after padding"
+            if event.model
+            else f"the batch's `{q.pack.batches.replan_predicate}()` says not to plan again: plan after padding, "
+            "or mark the batch so that a padded batch is planned again"
+        )
+        message = (
+            f"this forward runs a batch whose attention metadata was planned at {_place(event.plan)} for another "
+            f"shape than it now has ({event.pad} padded it after the plan), and {unplanned}"
+        )
+        return q.judgement("SG106", scope, event.forward, message, doubts="; ".join(doubts(event.path)))
+    # not decided where some path could not be judged and none was found wrong; where every path was run after the
+    # joined one and each decided, the joined run's doubt was only the joining
+    by_path = len(runs) > 1 and complete
+    undecided = [u for hooks in (runs[1:] if by_path else runs) for u in hooks.undecided]
+    if undecided:
+        at, why = undecided[0]
+        return q.undecided("SG106", scope, at, f"`{scope.qualname}`", why)
+    return None
+
+
+def _place(plan: Label) -> str:
+    line = plan.span[0] if plan.span else 0
+    return f"{plan.path}:{line}" if plan.path else f"line {line}"
+
+
+def check(ctx: RuleContext) -> Iterator[Diagnostic]:
+    for judgement in report_judgements("SG106", ctx):
+        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span)
+
+
+def _plans(facts: Any, pack: Pack, mentions: frozenset[str]) -> bool:
+    return any(name in mentions for name in pack.batches.plan)
+
+
+RULE = Rule(
+    code="SG106",
+    name="plan-before-padding",
+    title="attention metadata planned for a batch that is padded before a forward that does not plan again",
+    summary=(
+        "Flags a function in which a batch's attention metadata is planned (`init_forward_metadata(batch)`, or "
+        "another call the pack's `[batches] plan` names), the batch is then padded to more requests (the batch's "
+        "`prepare_mlp_sync_batch()`, or the forward's own padding for DP attention), and a forward runs it whose "
+        "decision to plan again, the batch's `needs_forward_metadata_init()`, says no. The rule evaluates that "
+        "predicate on the batch as the function leaves it (its readiness mark, the shapes recorded when it was "
+        "marked, the padded count), with DP attention on."
+    ),
+    why=(
+        "The plan describes the real batch (its request count, its `qo_indptr`), the query the forward runs has "
+        "the padded count: FlashInfer's prefill `run` refuses (`q.shape[0] ... does not match qo_indptr[-1]`) and "
+        "its decode path runs silently on the wrong geometry. SGLang's EAGLE draft path does this when the batch "
+        "will not replay a CUDA graph: it plans for the real batch and marks it ready, and the model runner then "
+        "pads the batch for DP attention and skips planning because the batch is marked."
+    ),
+    bad="""
+        from dataclasses import dataclass
+
+
+        @dataclass
+        class ForwardBatch:
+            batch_size: int
+            forward_metadata_ready: bool = False
+            planned_batch_size: int = 0
+            replan_equivalent: bool = False
+
+            def mark_forward_metadata_ready(self, replan_equivalent=False):
+                self.forward_metadata_ready = True
+                self.planned_batch_size = self.batch_size
+                self.replan_equivalent = replan_equivalent
+
+            def needs_forward_metadata_init(self):
+                if not self.forward_metadata_ready:
+                    return True
+                return self.replan_equivalent and self.batch_size != self.planned_batch_size
+
+            def prepare_mlp_sync_batch(self, runner):
+                self.batch_size = runner.padded_batch_size
+
+
+        class DraftWorker:
+            def draft(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                forward_batch.prepare_mlp_sync_batch(self.draft_runner)
+                return self.draft_runner.forward(forward_batch)  # SG106
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)  # SG106: the forward pads it for DP attention
+    """,
+    good="""
+        from dataclasses import dataclass
+
+
+        @dataclass
+        class ForwardBatch:
+            batch_size: int
+            forward_metadata_ready: bool = False
+            planned_batch_size: int = 0
+            replan_equivalent: bool = False
+
+            def mark_forward_metadata_ready(self, replan_equivalent=False):
+                self.forward_metadata_ready = True
+                self.planned_batch_size = self.batch_size
+                self.replan_equivalent = replan_equivalent
+
+            def needs_forward_metadata_init(self):
+                if not self.forward_metadata_ready:
+                    return True
+                return self.replan_equivalent and self.batch_size != self.planned_batch_size
+
+            def prepare_mlp_sync_batch(self, runner):
+                self.batch_size = runner.padded_batch_size
+
+
+        class DraftWorker:
+            def draft(self, forward_batch: ForwardBatch):
+                forward_batch.prepare_mlp_sync_batch(self.draft_runner)
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready(replan_equivalent=True)
+                return self.draft_runner.forward(forward_batch)  # planned again once padded
+
+            def draft_unmarked(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                return self.draft_runner.forward(forward_batch)  # the forward plans the padded batch again
+    """,
+    check=check,
+    applies=_plans,
+    judge=judge,
+    analysis=(
+        "Each function that names a planning call is evaluated once with DP attention on (the pack's "
+        "`[batches] dp_tests` answer true): a parameter that is a batch by its annotation or name is a fresh batch "
+        "of the tree's batch class, whose methods run as written (`mark_forward_metadata_ready` records what it "
+        "records). A plan records the count it was made for; a pad method of the batch pads it; at a forward the "
+        "batch is padded by the forward itself where nothing padded it before, and the batch's predicate is "
+        f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
+        "in a helper, in another module.",
+    ),
+    limits=(
+        Limit(
+            "Only functions that name a planning call are judged: a function that reaches the plan through a "
+            "helper and forwards the batch itself is judged only where the helper's own text forwards it."
+        ),
+        Limit(
+            "The batch is judged with DP attention on: a forward (known by the names the pack lists) pads a batch "
+            "synchronised across DP ranks before it decides to plan, as SGLang's model runner does, so a function "
+            "only ever run without DP attention, where nothing pads the batch, may be flagged; say so with "
+            "`# noqa: SG106`. A batch planned and handed on to a caller that forwards it is judged in the caller "
+            "where the caller's own text names the plan."
+        ),
+    ),
+    references=(
+        "sgl-project/sglang#38580 (open): the EAGLE draft path plans the real batch and marks it ready "
+        "(`speculative/eagle_worker_v2.py`, `eagle_worker_common.py`), and `ModelRunner.forward` pads it for DP "
+        "attention afterwards without planning again; earlier releases do the same with "
+        "`skip_attn_backend_init=True`.",
+    ),
+)
