@@ -102,6 +102,26 @@ def within_budget(text: str) -> None:
         raise TooLarge(f"too large for the budget (about {tokens:,} tokens; a file may have {MAX_TOKENS:,})")
 
 
+# Module trees parsed from the same text in this process, most recent last: several source trees that hold one
+# file alike (a fork's copy of a release, the config pre-flight run case after case) parse it once. A tree is
+# shared only where nothing changes it: what the program view and the evaluator keep on its nodes is computed
+# from the nodes alone.
+_SHARED: dict[str, ast.Module] = {}
+_SHARED_TREES = 256
+
+
+def parse_shared(text: str, filename: str) -> ast.Module:
+    """`parse_ast`, the tree shared with every earlier parse of the same text in this process (a few hundred
+    kept); for the read-only views of source trees, never for a tree anything edits."""
+    found = _SHARED.pop(text, None)
+    if found is None:
+        found = parse_ast(text, filename)
+        if len(_SHARED) >= _SHARED_TREES:
+            del _SHARED[next(iter(_SHARED))]
+    _SHARED[text] = found
+    return found
+
+
 def parse_ast(text: str, filename: str) -> ast.Module:
     """CPython's own parser: fast, and it refuses pathological nesting with an error instead of a crash. A file over
     the per-file budget is TooLarge, before the parser runs."""

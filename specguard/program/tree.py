@@ -19,7 +19,7 @@ from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.errors import SourceError, UserError
 from specguard.program.ast_tools import absolute_module, dotted
 from specguard.program.discover import discover
-from specguard.program.reading import decode, parse_ast
+from specguard.program.reading import decode, parse_shared
 
 ENUM_BASES = {"Enum", "IntEnum", "StrEnum", "Flag", "enum.Enum", "enum.IntEnum", "enum.StrEnum"}
 
@@ -261,7 +261,7 @@ class SourceTree:
             tree = None
             if self.relpath(path) not in self.unreadable:
                 try:  # what `specguard check` may parse of one file, refused as it refuses it
-                    tree = parse_ast(text, str(path))
+                    tree = parse_shared(text, str(path))
                 except SourceError as exc:
                     self.unreadable[self.relpath(path)] = str(exc)
             if tree is not None:
