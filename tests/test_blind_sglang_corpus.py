@@ -5,16 +5,10 @@ run is in its RUNS.md."""
 
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
-
 import pytest
 
 from tests.conftest import unpacked
-from tests.test_adversarial_corpus import corpus_cases, score
-
-CORPUS = Path(__file__).resolve().parent / "corpus"
+from tests.test_blind_objects_corpus import assert_no_worse
 
 # set folder, package, (bugs, labelled functions) as LABELS.md totals them, found at least, false positives at most
 SETS = {
@@ -24,14 +18,4 @@ SETS = {
 
 @pytest.mark.parametrize("name", list(SETS))
 def test_a_blind_sglang_set_is_no_worse_than_today(name: str, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    folder, package, totals, found, false_positives = SETS[name]
-    project = tmp_path / "project"
-    shutil.copytree(CORPUS / folder / package, project / package)
-    (project / "sglang").symlink_to(unpacked("sglang", "0.5.23"))
-    out = cli("check", package, "--format", "json", "--no-cache", cwd=project)
-    assert out.returncode in (0, 1), out.stderr
-    cases = corpus_cases(CORPUS / folder / package)
-    assert (len([c for c in cases if c.expected != "clean"]), len(cases)) == totals
-    result = score(json.loads(out.stdout), project, cases, package=package)
-    assert len(result.bugs) - len(result.missed) >= found, result.summary()
-    assert len(result.false_positives) <= false_positives, result.summary()
+    assert_no_worse(cli, tmp_path, *SETS[name], framework=unpacked("sglang", "0.5.23"))

@@ -387,6 +387,33 @@ def _plans(facts: Any, pack: Pack, mentions: frozenset[str]) -> bool:
     return any(name in mentions for name in pack.batches.plan)
 
 
+# The batch class of the examples: a plan mark that records the shape planned, and the predicate that reads it.
+_BATCH = """
+        from dataclasses import dataclass
+
+
+        @dataclass
+        class ForwardBatch:
+            batch_size: int
+            forward_metadata_ready: bool = False
+            planned_batch_size: int = 0
+            replan_equivalent: bool = False
+
+            def mark_forward_metadata_ready(self, replan_equivalent=False):
+                self.forward_metadata_ready = True
+                self.planned_batch_size = self.batch_size
+                self.replan_equivalent = replan_equivalent
+
+            def needs_forward_metadata_init(self):
+                if not self.forward_metadata_ready:
+                    return True
+                return self.replan_equivalent and self.batch_size != self.planned_batch_size
+
+            def prepare_mlp_sync_batch(self, runner):
+                self.batch_size = runner.padded_batch_size
+"""
+
+
 RULE = Rule(
     code="SG106",
     name="plan-before-padding",
@@ -406,30 +433,8 @@ RULE = Rule(
         "will not replay a CUDA graph: it plans for the real batch and marks it ready, and the model runner then "
         "pads the batch for DP attention and skips planning because the batch is marked."
     ),
-    bad="""
-        from dataclasses import dataclass
-
-
-        @dataclass
-        class ForwardBatch:
-            batch_size: int
-            forward_metadata_ready: bool = False
-            planned_batch_size: int = 0
-            replan_equivalent: bool = False
-
-            def mark_forward_metadata_ready(self, replan_equivalent=False):
-                self.forward_metadata_ready = True
-                self.planned_batch_size = self.batch_size
-                self.replan_equivalent = replan_equivalent
-
-            def needs_forward_metadata_init(self):
-                if not self.forward_metadata_ready:
-                    return True
-                return self.replan_equivalent and self.batch_size != self.planned_batch_size
-
-            def prepare_mlp_sync_batch(self, runner):
-                self.batch_size = runner.padded_batch_size
-
+    bad=_BATCH
+    + """
 
         class DraftWorker:
             def draft(self, forward_batch: ForwardBatch):
@@ -443,30 +448,8 @@ RULE = Rule(
                 forward_batch.mark_forward_metadata_ready()
                 return self.draft_runner.forward(forward_batch)  # SG106: the forward pads it for DP attention
     """,
-    good="""
-        from dataclasses import dataclass
-
-
-        @dataclass
-        class ForwardBatch:
-            batch_size: int
-            forward_metadata_ready: bool = False
-            planned_batch_size: int = 0
-            replan_equivalent: bool = False
-
-            def mark_forward_metadata_ready(self, replan_equivalent=False):
-                self.forward_metadata_ready = True
-                self.planned_batch_size = self.batch_size
-                self.replan_equivalent = replan_equivalent
-
-            def needs_forward_metadata_init(self):
-                if not self.forward_metadata_ready:
-                    return True
-                return self.replan_equivalent and self.batch_size != self.planned_batch_size
-
-            def prepare_mlp_sync_batch(self, runner):
-                self.batch_size = runner.padded_batch_size
-
+    good=_BATCH
+    + """
 
         class DraftWorker:
             def draft(self, forward_batch: ForwardBatch):
