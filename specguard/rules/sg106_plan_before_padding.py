@@ -64,6 +64,11 @@ def _happened(state: State, batch: Obj, what: str) -> frozenset[Label]:
     return frozenset(label for label in labels_of(value) | maybe_of(value) if label.kind == what)
 
 
+def _first(plans: frozenset[Label]) -> Label:
+    """The plan a message names where several paths planned the batch alike: the first in the source."""
+    return min(plans, key=lambda label: (label.path, label.span or (0, 0, 0, 0)))
+
+
 def _same_shape(then: tuple[Any, Any], now: tuple[Any, Any]) -> bool:
     """Whether the batch has the count and tokens a plan was made for: the same values, or both known and equal."""
     return all(a is b or same_value(a, b) for a, b in zip(then, now, strict=True))
@@ -171,19 +176,32 @@ class _Batches(Hooks):
 
     def _model_forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> None:
         """The model runs the batch as it is now, with the metadata of its latest plan: a pad since is one."""
+        reached = self._planned_here(ev, batch, node, state)
+        if reached is None:
+            return
+        at, plans = reached
+        now = self._shape(ev, batch, state, frame.depth)
+        if any(label not in self.shapes or _same_shape(self.shapes[label], now) for label in plans):
+            return  # on some path to it the batch is as it was planned (or the paths could not be told apart)
+        pad = self._pad_said(batch, state) or "code after the plan"
+        self.events.append(Event(at, _first(plans), pad, state.path, model=True))
+
+    def _planned_here(self, ev: Any, batch: Obj, node: ast.Call, state: State) -> tuple[ast.AST, frozenset] | None:
+        """The call of the judged function that reaches this forward, and the plans the batch had on the way; None
+        where it had none, or where the plans and the forward all lie inside that one call (judged in the callee)."""
         plans = _happened(state, batch, PLANNED)
         at = ev.calls[0] if ev.calls else node
         if not plans or (ev.calls and all(label.origin == repr(span(at)) for label in plans)):
-            return
-        now = self._shape(ev, batch, state, frame.depth)
-        changed = [label for label in plans if label in self.shapes and not _same_shape(self.shapes[label], now)]
-        if len(changed) < len(plans):
-            return  # on some path to it the batch is as it was planned (or the paths could not be told apart)
+            return None
+        return at, plans
+
+    def _pad_said(self, batch: Obj, state: State) -> str | None:
+        """What padded the batch since it was made, as a message says it: a pad method, or an assignment."""
         pads = _happened(state, batch, PADDED)
+        if pads:
+            return min(pads, key=lambda label: label.text).text
         written = batch.nodes.get(self.count) or (batch.nodes.get(self.tokens) if self.tokens else None)
-        pad = min(pads, key=lambda label: label.text).text if pads else None
-        pad = pad or (f"the assignment at line {written.lineno}" if written is not None else "code after the plan")
-        self.events.append(Event(at, min(plans, key=lambda label: label.span or (0, 0, 0, 0)), pad, state.path, True))
+        return f"the assignment at line {written.lineno}" if written is not None else None
 
     def _pad(self, ev: Any, batch: Obj, state: State) -> None:
         ev.store(batch, self.count, PADDED_COUNT, state)
@@ -211,20 +229,17 @@ class _Batches(Hooks):
         return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name))
 
     def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> None:
-        plans = _happened(state, batch, PLANNED)
-        if not plans:
+        """A forward that plans again only where the batch's predicate says so, padding a DP-synchronised batch
+        first."""
+        reached = self._planned_here(ev, batch, node, state)
+        if reached is None:
             return
-        at = ev.calls[0] if ev.calls else node
+        at, plans = reached
         if len({plan.text for plan in plans}) > 1:
             self.undecided.append((at, "the paths that reach it planned the batch for different counts"))
             return
-        plan = min(plans, key=lambda label: label.span or (0, 0, 0, 0))
-        if ev.calls and all(label.origin == repr(span(at)) for label in plans):
-            return  # planned and run inside one call of the judged function: judged in that callee, where it is
-        planned_count = int(plan.text)
-        pads = _happened(state, batch, PADDED)
-        pad = min(pads, key=lambda label: label.text).text if pads else None
-        ran = state
+        planned_count = int(_first(plans).text)
+        pad, ran = self._pad_said(batch, state), state
         if pad is None and plain(ev.getattr(batch, self.count, state, frame.depth)) == planned_count:
             if self.dp_field and plain(ev.getattr(batch, self.dp_field, state, frame.depth)) is None:
                 return  # not synchronised across DP ranks: the forward does not pad it
@@ -232,9 +247,6 @@ class _Batches(Hooks):
             ran = state.copy()
             self._pad(ev, batch, ran)
             pad = PADDED_BY_FORWARD
-        elif pad is None:
-            written = batch.nodes.get(self.count)
-            pad = f"the assignment at line {written.lineno}" if written is not None else "code after the plan"
         if plain(ev.getattr(batch, self.count, ran, frame.depth)) == planned_count:
             return  # it runs the batch it was planned for (padded before the plan)
         predicate = ev.getattr(batch, self.predicate, ran, frame.depth)
@@ -245,7 +257,7 @@ class _Batches(Hooks):
         if not isinstance(replans, (bool, int, type(None))):
             self.undecided.append((at, f"`{self.predicate}()` is not decided on the padded batch"))
         elif not replans:
-            self.events.append(Event(at, plan, str(pad), state.path))
+            self.events.append(Event(at, _first(plans), pad or "code after the plan", state.path))
 
 
 def _bindings(q: Question, scope: Scope) -> dict[str, Any]:
