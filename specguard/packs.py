@@ -29,7 +29,7 @@ _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
-    | {"batch_types", "batch_params", "dp_tests", "dp_field", "token_field", "model_forwards"}
+    | {"batch_types", "batch_params", "dp_tests", "dp_field", "token_field", "model_forwards", "skip_keywords"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -146,6 +146,8 @@ class Batches(_Section):
     # calls of the model itself (optional), as the end of their dotted name (`model.forward`): they never plan, so
     # the batch they run must be the one its latest plan was made for
     model_forwards: list[str] = field(default_factory=list)
+    # keywords that tell a forward not to plan (optional; SGLang before the readiness mark: `skip_attn_backend_init`)
+    skip_keywords: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -9,26 +9,59 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli, unpacked
 
-# SG106 on 0.5.23, each read in the code (sgl-project/sglang#38580 quotes the first two): the EAGLE draft path plans
-# the real batch and marks it ready, and `ModelRunner.forward` pads it for DP attention without planning again.
-SG106_0_5_23 = {
-    # EagleDraftWorker.draft: `init_forward_metadata` at 711, `mark_forward_metadata_ready()` at 712
-    ("sglang/srt/speculative/eagle_worker_v2.py", 714),
-    # EagleDraftWorker._draft_extend_for_decode: planned and marked in eagle_worker_common.prepare_for_draft_extend
-    ("sglang/srt/speculative/eagle_worker_v2.py", 1211),
-    # the attention unit-test kit's eager draft runner, which mirrors the production path ("mirror production:
-    # pre-plan marks") with a batch the rule cannot tell is never synchronised across DP ranks
-    ("sglang/test/kits/attention_unittest/runner_modes/speculative_draft_runner.py", 428),
-}
-# Listed as not decided: the multi-layer EAGLE worker's draft extend, whose paths through its helpers' tests are more
-# than the evaluation follows one by one (its own tests alone leave the readiness mark joined); and the Dots hybrid
-# attention backend's `forward`, which re-plans after DP padding and hands an unannotated batch on to another
-# backend's `forward` (whose class, and so whose predicate, the evaluation cannot tell).
-UNDECIDED_0_5_23 = {
-    "sglang/srt/speculative/multi_layer_eagle_worker_v2.py",
-    "sglang/srt/layers/attention/dots_hybrid_backend.py",
+KIT = "sglang/test/kits/attention_unittest/runner_modes/speculative_draft_runner.py"
+# SG106 per release, each read in the code: the EAGLE draft path plans the real batch (and marks it ready, or hands
+# `skip_attn_backend_init=True` to the forward in older releases), and the model runner pads it for DP attention
+# without planning again (sgl-project/sglang#38580 quotes 0.5.23's). Then the sites listed as not decided.
+RELEASES = {
+    "0.5.23": (
+        {
+            # EagleDraftWorker.draft: `init_forward_metadata` at 711, `mark_forward_metadata_ready()` at 712
+            ("sglang/srt/speculative/eagle_worker_v2.py", 714),
+            # EagleDraftWorker._draft_extend_for_decode: planned and marked in prepare_for_draft_extend
+            ("sglang/srt/speculative/eagle_worker_v2.py", 1211),
+            # the attention unit-test kit's eager draft runner, which mirrors the production path ("mirror
+            # production: pre-plan marks") with a batch the rule cannot tell is never synchronised across DP ranks
+            (KIT, 428),
+        },
+        {
+            # the multi-layer EAGLE worker's draft extend: more paths through its helpers' tests than the evaluation
+            # follows one by one (its own tests alone leave the readiness mark joined)
+            "sglang/srt/speculative/multi_layer_eagle_worker_v2.py",
+            # the Dots hybrid attention backend's `forward`: it re-plans after DP padding and hands an unannotated
+            # batch on to another backend's `forward`, whose class (and so predicate) the evaluation cannot tell
+            "sglang/srt/layers/attention/dots_hybrid_backend.py",
+        },
+    ),
+    "0.5.18": (
+        {
+            ("sglang/srt/speculative/eagle_worker_v2.py", 542),  # the same two, before 0.5.23's lines moved
+            ("sglang/srt/speculative/eagle_worker_v2.py", 935),
+            (KIT, 423),
+        },
+        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py"},
+    ),
+    "0.5.6": (
+        {
+            # EAGLEWorker.forward_draft_extend_after_decode: planned at 984, then `forward(..., skip_attn_backend_init
+            # =True)`
+            ("sglang/srt/speculative/eagle_worker.py", 987),
+            # EAGLEWorkerV2's draft extend: planned in eagle_info_v2.py's `prepare_for_extend_to_fill_draft_kvcache`
+            ("sglang/srt/speculative/eagle_worker_v2.py", 514),
+        },
+        {
+            # EAGLEWorker.draft hands the planned batch to its `draft_forward`, and 0.5.6's batch has no
+            # `needs_forward_metadata_init()` to ask (its steps pass `skip_attn_backend_init=True` inside)
+            "sglang/srt/speculative/eagle_worker.py",
+            # two attention backend tests that plan a batch and run a backend's `forward` with it
+            "sglang/test/attention/test_flashattn_backend.py",
+            "sglang/test/attention/test_flashattn_mla_backend.py",
+        },
+    ),
 }
 
 
@@ -41,14 +74,16 @@ def test_sglang_0_5_23_is_read_whole_without_a_note() -> None:
     assert len(out.stdout.splitlines()) == len(list(tree.rglob("*.py")))
 
 
-def test_sglang_0_5_23_findings_are_the_live_eagle_instances() -> None:
-    tree = unpacked("sglang", "0.5.23")
+@pytest.mark.parametrize("version", list(RELEASES))
+def test_a_release_gives_exactly_its_findings(version: str) -> None:
+    tree = unpacked("sglang", version)
+    findings, undecided = RELEASES[version]
     out = run_cli("check", "sglang", "--no-cache", "--format", "json", "-v", cwd=tree.parent)
     assert out.returncode == 1, out.stderr
     found = {(_in_tree(f["filename"]), f["location"]["row"], f["code"]) for f in json.loads(out.stdout)}
-    assert found == {(path, row, "SG106") for path, row in SG106_0_5_23}
+    assert found == {(path, row, "SG106") for path, row in findings}
     said = [line.split("not decided: ", 1)[1] for line in out.stderr.splitlines() if "not decided: " in line]
-    assert {_in_tree(line.split(":", 1)[0]) for line in said} == UNDECIDED_0_5_23, out.stderr
+    assert {_in_tree(line.split(":", 1)[0]) for line in said} == undecided, out.stderr
     assert "internal error" not in out.stderr and "cannot locate" not in out.stderr
 
 

@@ -54,6 +54,7 @@ class Event(NamedTuple):
     pad: str  # what padded it: a call, or the forward's own DP padding
     path: frozenset
     model: bool = False  # the model itself runs it (which never plans), not a forward that may plan again
+    skipped: bool = False  # the forward was told not to plan (`skip_attn_backend_init=True`)
 
 
 def _happened(state: State, batch: Obj, what: str) -> frozenset[Label]:
@@ -106,6 +107,7 @@ class _Batches(Hooks):
         self.count, self.predicate = names.count_field or "", names.replan_predicate or ""
         self.dp_field, self.tokens = names.dp_field or "", names.token_field or ""
         self.model_forwards = {tuple(name.split(".")) for name in names.model_forwards}
+        self.skip_keywords = list(names.skip_keywords)
         self.shapes: dict[Label, tuple[Any, Any]] = {}  # each plan -> the batch's count and tokens it was made for
         self.events: list[Event] = []
         self.undecided: list[tuple[ast.AST, str]] = []
@@ -155,8 +157,9 @@ class _Batches(Hooks):
                 self._model_forward(ev, batch, node, frame, state)
             return NOT_HANDLED
         if name in self.forwards:
+            skips = any(plain(kwargs.get(keyword)) is True for keyword in self.skip_keywords)
             for batch in self.batches_in(args, kwargs):
-                self._forward(ev, batch, node, frame, state)
+                self._forward(ev, batch, node, frame, state, skips)
             return NOT_HANDLED
         if isinstance(plain(func), Bound) and self.is_batch(receiver) and name != self.predicate:
             result = ev.call(func, args, kwargs, node, frame, state)  # the batch's own method, run as written
@@ -228,9 +231,9 @@ class _Batches(Hooks):
             return NOT_HANDLED
         return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name))
 
-    def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> None:
-        """A forward that plans again only where the batch's predicate says so, padding a DP-synchronised batch
-        first."""
+    def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool) -> None:
+        """A forward that plans again only where the batch's predicate says so (never where it is told to skip
+        planning), padding a DP-synchronised batch first."""
         reached = self._planned_here(ev, batch, node, state)
         if reached is None:
             return
@@ -249,6 +252,9 @@ class _Batches(Hooks):
             pad = PADDED_BY_FORWARD
         if plain(ev.getattr(batch, self.count, ran, frame.depth)) == planned_count:
             return  # it runs the batch it was planned for (padded before the plan)
+        if skips:
+            self.events.append(Event(at, _first(plans), pad or "code after the plan", state.path, skipped=True))
+            return
         predicate = ev.getattr(batch, self.predicate, ran, frame.depth)
         if not isinstance(plain(predicate), (Bound, Function)):
             self.undecided.append((at, f"the batch's `{self.predicate}()` is not in the analyzed tree"))
@@ -367,6 +373,8 @@ def _judge(q: Question, scope: Scope) -> Judgement | None:
         unplanned = (
             "the model runs it with no plan in between: plan after padding"
             if event.model
+            else "the forward is told not to plan it again: plan after padding, or let the forward plan"
+            if event.skipped
             else f"the batch's `{q.pack.batches.replan_predicate}()` says not to plan again: plan after padding, "
             "or mark the batch so that a padded batch is planned again"
         )
@@ -490,6 +498,11 @@ RULE = Rule(
         "batch is padded by the forward itself where nothing padded it before, and the batch's predicate is "
         f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
         "in a helper, in another module.",
+        "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
+        "before the readiness mark) does not plan at all; the model's own forward (`model_forwards`: "
+        "`model_runner.model.forward(...)`) never does, so the batch it runs must have the shape its latest plan "
+        "was made for. Where the plan, the pad and the forward all lie inside one call of the function judged, the "
+        "finding is the callee's.",
     ),
     limits=(
         Limit(
