@@ -184,6 +184,8 @@ class Rule:
     # Where the pattern comes from and where to read more, as ruff's "References": plain text (no links), so
     # every link specguard prints is to its own documentation.
     references: tuple[str, ...] = ()
+    # The framework whose code the rule's names come from (the built-in pack that names them): vllm or sglang.
+    framework: str = "vllm"
     # Fixes, as ruff declares them: whether the rule offers one, what it does and how safe it is (`fix_summary`),
     # and, as fixit does, what the bad example becomes under `--fix --unsafe-fixes` (run as a test).
     fix_availability: FixAvailability = "never"

@@ -489,6 +489,7 @@ RULE = Rule(
     """,
     check=check,
     applies=_plans,
+    framework="sglang",
     judge=judge,
     analysis=(
         "Each function that names a planning call is evaluated once with DP attention on (the pack's "
