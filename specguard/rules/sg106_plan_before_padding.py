@@ -118,7 +118,7 @@ class _Batches(Hooks):
             return False
         if value.label == "batch":
             return True
-        return value.cls is not None and self.is_batch_class(value.cls)
+        return value.cls is not None and _is_batch_class(self.q, value.cls)
 
     def batches_in(self, args: list[Any], kwargs: dict[str, Any]) -> list[Obj]:
         return [plain(v) for v in (*args, *kwargs.values()) if self.is_batch(v)]
@@ -217,12 +217,9 @@ class _Batches(Hooks):
         made = func.info if isinstance(func, ClassRef) else None
         if isinstance(func, Bound) and isinstance(plain(func.self_value), ClassRef):
             made = plain(func.self_value).info
-        if made is None or not self.is_batch_class(made):
+        if made is None or not _is_batch_class(self.q, made):
             return None
         return fresh_batch(self.q, made)
-
-    def is_batch_class(self, cls: ClassInfo) -> bool:
-        return any(k.name in self.types for k in self.q.program.ancestors(cls))
 
     def annotation(self, ev: Any, annotation: ast.expr, frame: Frame) -> Any:
         """A value an annotation promises to be a batch (a helper's return, a parameter) is a fresh one."""
@@ -297,11 +294,15 @@ def tokens(count: int) -> Obj:
     return Obj(None, {"shape": (count,)}, label="tokens")
 
 
+def _is_batch_class(q: Question, cls: ClassInfo) -> bool:
+    return any(k.name in q.pack.batches.batch_types for k in q.program.ancestors(cls))
+
+
 def _batch_class(q: Question, scope: Scope, param: ast.arg) -> ClassInfo | None:
     """The tree's class a batch parameter's annotation names (None: unannotated, or a class outside the tree)."""
     for name in annotation_names(param.annotation):
         found = q.program.resolve_class(scope.module.name, name)
-        if found is not None and _Batches(q).is_batch_class(found):
+        if found is not None and _is_batch_class(q, found):
             return found
     return None
 
@@ -313,19 +314,30 @@ def _planning_names(q: Question) -> frozenset[str]:
     point. A cheap preselection, by reading: the evaluation decides."""
     names = q.pack.batches
     found = {*names.plan, *names.pad_methods}
+    plans: dict[str, bool] = {}  # a module function called by its name here -> whether its text plans
+    stores: list[tuple[str, set[str]]] = []  # each assignment to attributes: the value's text, the attributes
     for scope in q.scopes:
         for node in ast.walk(scope.node):
             called = dotted(node.func) if isinstance(node, ast.Call) else None
-            target = q.program.resolve(scope.module.name, called) if called and "." not in called else None
-            plans = isinstance(target, tuple) and isinstance(target[1], ast.FunctionDef)
-            if plans and any(isinstance(n, ast.Attribute) and n.attr in names.plan for n in ast.walk(target[1])):  # type: ignore[index]
-                found.add(called)  # type: ignore[arg-type]
+            if called and "." not in called:
+                if called not in plans:
+                    target = q.program.resolve(scope.module.name, called)
+                    function = target[1] if isinstance(target, tuple) else None
+                    plans[called] = isinstance(function, ast.FunctionDef) and any(
+                        isinstance(n, ast.Attribute) and n.attr in names.plan for n in ast.walk(function)
+                    )
+                if plans[called]:
+                    found.add(called)
+            elif isinstance(node, ast.Assign):
+                attributes = {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+                if attributes:
+                    stores.append((ast.unparse(node.value), attributes))
     while True:
         more = {scope.node.name for scope in q.scopes if scope.node.name not in found and scope.mentions(found)}
-        for scope in q.scopes:
-            for node in ast.walk(scope.node):
-                if isinstance(node, ast.Assign) and words(frozenset(found)).search(ast.unparse(node.value)):
-                    more |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)} - found
+        named = words(frozenset(found))
+        for text, attributes in stores:
+            if named.search(text):
+                more |= attributes - found
         if not more:
             return frozenset(found)
         found |= more
