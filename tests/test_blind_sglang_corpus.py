@@ -1,7 +1,7 @@
 """Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 and _r2, each written by someone who never read
-specguard), run as its RUNS.md says: the package beside SGLang 0.5.23's real tree, JSON output, scored per function like the blind
-object sets. Today's numbers are floors no change may fall below (and false positives a ceiling); the set's first
-run is in its RUNS.md."""
+specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
+like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
+each set's first run is in its RUNS.md."""
 
 from __future__ import annotations
 
