@@ -105,6 +105,18 @@ class Dcp(_Section):
     # are the target's, not the draft's own
     target_batch_types: list[str] = field(default_factory=list)
     target_batch_params: list[str] = field(default_factory=list)
+    # what says DCP is on (optional; SG203 evaluates with it on): calls or attributes, by their last name
+    enabled_tests: list[str] = field(default_factory=list)
+    # what gives the number of DCP ranks (optional; SG203 evaluates with two)
+    sizes: list[str] = field(default_factory=list)
+    # calls that give this rank's share of a request's lengths or pages (SG203): what they return is rank-local
+    localizers: list[str] = field(default_factory=list)
+    # calls that rewrite the lengths handed as their first argument to this rank's share, in place
+    in_place_localizers: list[str] = field(default_factory=list)
+    # the batch's fields that hold every rank's lengths together (SG203), read on a batch as `[batches]` knows one,
+    # and fields that hold them on any object (`metadata.global_seq_lens_k`)
+    batch_global_lens: list[str] = field(default_factory=list)
+    global_lens: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,13 @@ class Mla(_Section):
     global_bound_param: str | None = None
     row_params: list[str] = field(default_factory=list)
     row_expanders: list[str] = field(default_factory=list)
+    # the entry's lengths argument (SG203): under DCP it must be this rank's share, as its page table is
+    lens_param: str | None = None
+    # FlashInfer's MLA wrapper methods that plan a decode (optional; SG203), and their lengths argument by name and
+    # by position (`wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_len_arr, ...)`)
+    plan_methods: list[str] = field(default_factory=list)
+    plan_lens_param: str | None = None
+    plan_lens_position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +198,7 @@ class Pack:
             *self.dcp.prepare,
             *self.kv_groups.flags,
             *self.mla.decode_entry,
+            *self.dcp.enabled_tests,
             *self.batches.plan,
         ]
         if self.mla.global_bound_param:
@@ -199,6 +219,7 @@ class Pack:
             *self.speculators.shared_helpers,
             *self.speculators.file_marks,
             *self.dcp.prepare,
+            *self.dcp.enabled_tests,
             *self.batches.plan,
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}

@@ -12,7 +12,7 @@ from tests.test_blind_objects_corpus import assert_no_worse
 
 # set folder, package, (bugs, labelled functions) as LABELS.md totals them, found at least, false positives at most
 SETS = {
-    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 7, 1),
+    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 18, 1),
     "second": ("blind_sglang_r2", "blindsg2", (11, 21), 9, 1),
 }
 

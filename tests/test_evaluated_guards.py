@@ -43,6 +43,9 @@ MUTATIONS = [
     ),
     ("SG106", "self.batch_size != self.planned_batch_size", "self.batch_size > self.planned_batch_size + 1"),
     ("SG106", "    forward_batch.prepare_mlp_sync_batch(self.draft_runner)\n        self.draft", "    self.draft"),
+    # SG203: this rank's share computed from the batch's lengths, and handed on rather than the whole
+    ("SG203", "local = get_dcp_lens(forward_batch.seq_lens,", "local = max(forward_batch.seq_lens,"),
+    ("SG203", "seq_lens=local.to(torch.int32)", "seq_lens=forward_batch.seq_lens_cpu[: len(local)]"),
 ]
 
 

@@ -33,7 +33,7 @@ RUFF_OF = {
 }
 SPECGUARD_OF = {v: k for k, v in RUFF_OF.items()}
 # Rules with no ruff rule to stand for them: ruff enables five F40x rules by default, and SG101-SG105 take them.
-UNMAPPED = {"SG106"}
+UNMAPPED = {"SG106", "SG203"}
 
 # A speculator with two findings of different rules: SG101 on line 7, SG102 on line 9 (its `def`).
 TWO_FINDINGS = """\

@@ -14,19 +14,22 @@ import pytest
 from tests.conftest import run_cli, unpacked
 
 KIT = "sglang/test/kits/attention_unittest/runner_modes/speculative_draft_runner.py"
-# SG106 per release, each read in the code: the EAGLE draft path plans the real batch (and marks it ready, or hands
-# `skip_attn_backend_init=True` to the forward in older releases), and the model runner pads it for DP attention
-# without planning again (sgl-project/sglang#38580 quotes 0.5.23's). Then the sites listed as not decided.
+TRTLLM_MLA = "sglang/srt/layers/attention/trtllm_mla_backend.py"
+# The findings per release, each read in the code. SG106: the EAGLE draft path plans the real batch (and marks it
+# ready, or hands `skip_attn_backend_init=True` to the forward in older releases), and the model runner pads it for
+# DP attention without planning again (sgl-project/sglang#38580 quotes 0.5.23's). SG203: 0.5.18's trtllm MLA decode
+# under DCP walks the whole sequence's lengths (sgl-project/sglang#33926, which 0.5.23 has). Then the sites listed
+# as not decided.
 RELEASES = {
     "0.5.23": (
         {
             # EagleDraftWorker.draft: `init_forward_metadata` at 711, `mark_forward_metadata_ready()` at 712
-            ("sglang/srt/speculative/eagle_worker_v2.py", 714),
+            ("sglang/srt/speculative/eagle_worker_v2.py", 714, "SG106"),
             # EagleDraftWorker._draft_extend_for_decode: planned and marked in prepare_for_draft_extend
-            ("sglang/srt/speculative/eagle_worker_v2.py", 1211),
+            ("sglang/srt/speculative/eagle_worker_v2.py", 1211, "SG106"),
             # the attention unit-test kit's eager draft runner, which mirrors the production path ("mirror
             # production: pre-plan marks") with a batch the rule cannot tell is never synchronised across DP ranks
-            (KIT, 428),
+            (KIT, 428, "SG106"),
         },
         {
             # the multi-layer EAGLE worker's draft extend: more paths through its helpers' tests than the evaluation
@@ -39,9 +42,13 @@ RELEASES = {
     ),
     "0.5.18": (
         {
-            ("sglang/srt/speculative/eagle_worker_v2.py", 542),  # the same two, before 0.5.23's lines moved
-            ("sglang/srt/speculative/eagle_worker_v2.py", 935),
-            (KIT, 423),
+            ("sglang/srt/speculative/eagle_worker_v2.py", 542, "SG106"),  # the same two, before 0.5.23's lines moved
+            ("sglang/srt/speculative/eagle_worker_v2.py", 935, "SG106"),
+            (KIT, 423, "SG106"),
+            # TRTLLMMLABackend.forward_decode: `metadata.seq_lens_k` (the whole lengths, hoisted) or, where it is
+            # None, `forward_batch.seq_lens`, beside a page table built from the same whole lengths, while the MLA
+            # cache is written cyclically sharded across the DCP ranks (`set_mla_kv_concat_q_fp8(dcp_world_size=)`)
+            (TRTLLM_MLA, 1181, "SG203"),
         },
         {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py"},
     ),
@@ -49,9 +56,9 @@ RELEASES = {
         {
             # EAGLEWorker.forward_draft_extend_after_decode: planned at 984, then `forward(..., skip_attn_backend_init
             # =True)`
-            ("sglang/srt/speculative/eagle_worker.py", 987),
+            ("sglang/srt/speculative/eagle_worker.py", 987, "SG106"),
             # EAGLEWorkerV2's draft extend: planned in eagle_info_v2.py's `prepare_for_extend_to_fill_draft_kvcache`
-            ("sglang/srt/speculative/eagle_worker_v2.py", 514),
+            ("sglang/srt/speculative/eagle_worker_v2.py", 514, "SG106"),
         },
         {
             # EAGLEWorker.draft hands the planned batch to its `draft_forward`, and 0.5.6's batch has no
@@ -81,7 +88,7 @@ def test_a_release_gives_exactly_its_findings(version: str) -> None:
     out = run_cli("check", "sglang", "--no-cache", "--format", "json", "-v", cwd=tree.parent)
     assert out.returncode == 1, out.stderr
     found = {(_in_tree(f["filename"]), f["location"]["row"], f["code"]) for f in json.loads(out.stdout)}
-    assert found == {(path, row, "SG106") for path, row in findings}
+    assert found == findings
     said = [line.split("not decided: ", 1)[1] for line in out.stderr.splitlines() if "not decided: " in line]
     assert {_in_tree(line.split(":", 1)[0]) for line in said} == undecided, out.stderr
     assert "internal error" not in out.stderr and "cannot locate" not in out.stderr

@@ -55,7 +55,7 @@ def _modules() -> dict[str, str]:
 ALL_CODES: list[str] = list(_modules())
 # The rules on the evaluator (their Rule has a `judge`): they judge files in the main process, which never imports
 # the others (tests/test_rule_examples.py keeps this list true).
-EVALUATED = frozenset({"SG101", "SG103", "SG105", "SG106", "SG201", "SG202"})
+EVALUATED = frozenset({"SG101", "SG103", "SG105", "SG106", "SG201", "SG202", "SG203"})
 # Rules on libcst that the evaluator judges too (their Rule has a `judge` as well): libcst reports what is written
 # in the function, with its fix; the evaluator what the function reaches through other code.
 JUDGED_TOO = frozenset({"SG104"})

@@ -1,0 +1,361 @@
+"""SG203 dcp-global-lens: under DCP, the MLA decode entry handed every rank's lengths beside this rank's pages."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any
+
+from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
+from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.paths import Frame
+from specguard.evaluation.values import (
+    NOT_HANDLED,
+    UNKNOWN,
+    Abstract,
+    Function,
+    Label,
+    Method,
+    Obj,
+    Opaque,
+    Partial,
+    Sym,
+    labels_of,
+    maybe_of,
+    place_text,
+    plain,
+)
+from specguard.findings import Judgement
+from specguard.program.ast_tools import span
+from specguard.program.tree import ClassInfo
+from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
+from specguard.rules.judging import (
+    OutOfBudget,
+    Question,
+    Scope,
+    bind_arguments,
+    bind_parameters,
+    callee,
+    reaching_functions,
+    reaching_imports,
+    reaching_methods,
+    words,
+    writes_of,
+)
+
+# Label kinds: lengths of the whole sequence, summed over the DCP ranks (where they were read), and this rank's share.
+GLOBAL, LOCAL = "global-lens", "rank-local"
+# a launch: (the call in the judged function, the lengths handed to the entry, the entry's call)
+Site = tuple[ast.AST, Any, ast.Call]
+DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation runs with DCP on
+
+
+class _Locality(Hooks):
+    """Under DCP, which lengths each MLA decode launch gets: every rank's together, or this rank's share."""
+
+    def __init__(self, q: Question) -> None:
+        dcp, batches = q.pack.dcp, q.pack.batches
+        self.q, self.entries, self.lens = q, set(q.pack.mla.decode_entry), q.pack.mla.lens_param or ""
+        self.tests, self.sizes, self.localizers = set(dcp.enabled_tests), set(dcp.sizes), set(dcp.localizers)
+        self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
+        self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
+        self.plan_lens, self.plan_position = q.pack.mla.plan_lens_param or "", q.pack.mla.plan_lens_position
+        self.batch_types, self.batch_params = set(batches.batch_types), set(batches.batch_params)
+        self.sites: list[Site] = []
+
+    def call(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
+    ) -> Any:
+        inner = plain(func)
+        name = inner.name.rpartition(".")[2] if isinstance(inner, (Opaque, Method)) else None
+        if name is None:
+            target = callee(func)
+            name = target.name if target is not None else None
+        if name in self.tests:
+            return True  # the question is about a run under DCP
+        if name in self.sizes:
+            return DCP_SIZE
+        if name in self.entries:
+            target = callee(func)
+            values = (
+                dict(kwargs)
+                if target is None
+                else {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
+            )
+            self.sites.append((ev.calls[0] if ev.calls else node, values.get(self.lens, UNKNOWN), node))
+            return UNKNOWN
+        if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
+            at = self.plan_position
+            lens = kwargs.get(self.plan_lens, args[at] if at is not None and len(args) > at else UNKNOWN)
+            self.sites.append((ev.calls[0] if ev.calls else node, lens, node))
+            return NOT_HANDLED
+        if name in self.localizers or name in self.in_place:
+            share = Label(LOCAL, f"`{ast.unparse(node.func)}`", span(node), str(frame.module.path))
+            made = Abstract(frozenset({share}))
+            out = node.args[0] if node.args else None
+            if name in self.in_place and isinstance(out, (ast.Name, ast.Attribute, ast.Subscript)):
+                ev.assign(out, made, frame, state, node)  # the lengths it was handed are this rank's now
+                return NOT_HANDLED
+            return made
+        if isinstance(inner, Method) and _locality([inner.receiver]):
+            return Abstract(_locality([inner.receiver]), exists=True)  # `.to(...)`, `.int()`: the same lengths
+        return NOT_HANDLED
+
+    def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
+        if attr in self.tests:
+            return True
+        if attr in self.sizes:
+            return DCP_SIZE
+        if _locality([value]) or node is None:
+            return NOT_HANDLED  # what the evaluation knows of the field (lengths stored there) stands
+        if attr in self.fields or (attr in self.batch_fields and self._is_batch(base)):
+            read = Label(GLOBAL, f"`{ast.unparse(node)}`", span(node), str(ev.here))
+            return Abstract(frozenset({read}), exists=True)
+        return NOT_HANDLED
+
+    def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
+        """Lengths a method of the judged instance kept on it (once a step, for every layer's launch): what its
+        writers store there, run as they are written (an override's writer, where the class has one)."""
+        if obj.label != "self" or obj.cls is None:
+            return NOT_HANDLED
+        kept = self.q.instance_attributes("SG203").value(obj.cls, attr, None, self._writes)
+        # lengths, the batch they are read from, or a kernel bound once with `partial` (the same every call)
+        useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), Partial)
+        return kept if useful else NOT_HANDLED
+
+    def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
+        return writes_of(self.q, _Locality(self.q), function, me, lambda param, frame: Sym(param.arg), writes)
+
+    def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
+        return Abstract(_locality([base]), exists=True) if _locality([base]) else NOT_HANDLED
+
+    def _is_batch(self, value: Any) -> bool:
+        inner = plain(value)
+        if isinstance(inner, Obj):
+            cls = inner.cls
+            names = {cls.name, *(ast.unparse(b).rpartition(".")[2] for b in cls.bases)} if cls else set()
+            return bool(names & self.batch_types) or inner.label in self.batch_params
+        return isinstance(inner, Sym) and inner.name in self.batch_params
+
+
+def _locality(values: list[Any]) -> frozenset[Label]:
+    return frozenset(x for v in values for x in labels_of(v) if x.kind in (GLOBAL, LOCAL))
+
+
+def _global(value: Any) -> list[Label]:
+    """Where the lengths were read as every rank's, if they come from such a read and never from a localizer
+    (labels say where a value may come from: both, where paths met, is for each path to say)."""
+    labels = labels_of(value) | maybe_of(value)
+    if any(x.kind == LOCAL for x in labels):
+        return []
+    return sorted((x for x in labels if x.kind == GLOBAL), key=lambda x: x.span)
+
+
+def judge(q: Question) -> Iterator[Judgement]:
+    mla, dcp = q.pack.mla, q.pack.dcp
+    if not (mla.lens_param and dcp.enabled_tests and (dcp.global_lens or dcp.batch_global_lens)):
+        return
+    names = set(mla.decode_entry) | set(mla.plan_methods)
+    names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names)) | reaching_imports(q, names)
+    reads = set(dcp.global_lens) | set(dcp.batch_global_lens)
+    for scope in q.scopes:
+        if scope.mentions(names) and scope.mentions(reads | set(dcp.enabled_tests)):
+            yield from _judge_scope(q, scope)
+
+
+def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
+    def run(choices: Choices) -> list[Site]:
+        hooks = _Locality(q)
+        ev = q.evaluator(hooks)
+        ev.choices = choices
+
+        def parameter(param: ast.arg, frame: Frame) -> Any:
+            """A parameter of a class the tree defines is an instance of it, so that its methods run."""
+            promised = ev.reading(param.annotation, frame.module, frame.owner) if param.annotation else UNKNOWN
+            inner = plain(promised)
+            if isinstance(inner, Abstract) and isinstance(inner.kind, ClassInfo):
+                return Obj(inner.kind, label=param.arg)
+            return Sym(param.arg)
+
+        ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), parameter, q.program))
+        return hooks.sites
+
+    noted = Choices(frozenset({GLOBAL, LOCAL}))
+    try:
+        joined = run(noted)
+        # where paths meet, lengths read on one of them and unknown on another are one value that carries the read:
+        # each path through the tests that choose them says which paths hand the kernel the whole lengths
+        paths = each_path(run, noted) if _doubtful(joined) else []
+    except (OutOfBudget, RecursionError):
+        yield q.out_of_budget("SG203", scope)
+        return
+    verdict = _verdict(q, scope, joined)
+    if paths is None:
+        if verdict is None:
+            why = f"the lengths are chosen under tests with more than {MAX_PATHS} paths through them"
+            yield q.undecided("SG203", scope, scope.node, "whether each path hands the kernel this rank's lengths", why)
+            return
+        yield verdict
+        return
+    found = [_verdict(q, scope, path.result, path) for path in paths]
+    if found and None not in found and verdict is not None:
+        yield verdict  # every path does: no path to name
+        return
+    verdict = next((v for v in found if v is not None and v.decided), verdict)
+    if verdict is not None:
+        yield verdict
+
+
+def _doubtful(sites: list[Site]) -> bool:
+    """Whether some launch may get every rank's lengths on some path and this rank's on another."""
+    return any(x.kind == GLOBAL for _, lens, _ in sites for x in labels_of(lens) | maybe_of(lens))
+
+
+def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None) -> Judgement | None:
+    on = f" on the path where {path.describe()}" if path is not None else ""
+    home = str(scope.module.path)
+    for where, lens, kernel in sites:
+        read = _global(lens)
+        if not read:
+            continue
+        entry = kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
+        sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
+        message = (
+            f"`{scope.qualname}` hands `{entry}` the whole sequence's lengths as `{q.pack.mla.lens_param}` "
+            f"({sources}) under DCP{on}, where this rank's KV cache holds only its share of each request: hand it "
+            f"this rank's share ({_localizers(q)}) and a page table of this rank's pages"
+        )
+        return q.judgement("SG203", scope, where, message)
+    return None
+
+
+def _localizers(q: Question) -> str:
+    return " or ".join(f"`{name}(...)`" for name in q.pack.dcp.localizers[:2]) or "the rank-local lengths"
+
+
+def check(ctx: RuleContext) -> Iterator[Diagnostic]:
+    for judgement in report_judgements("SG203", ctx):
+        yield Diagnostic(None, judgement.message, judgement.scope, judgement.span)
+
+
+def _names_dcp(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
+    return any(test in mentions for test in pack.dcp.enabled_tests)
+
+
+RULE = Rule(
+    code="SG203",
+    name="dcp-global-lens",
+    title="MLA decode under DCP handed every rank's lengths beside this rank's pages",
+    summary=(
+        "Flags a launch of the MLA decode entry (`trtllm_batch_decode_with_kv_cache_mla`, reached through the "
+        "backend's own helpers), or a plan of FlashInfer's MLA wrapper, that with DCP on gets the lengths of the "
+        "whole sequence (the batch's `seq_lens`, a metadata's `global_seq_lens_k`, or anything computed from "
+        "them) on some path, where this rank's KV cache holds only its share of each request."
+    ),
+    analysis=(
+        "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
+        "the tree, a base class's `_run_decode_kernel` in the framework's own source included) or a plan method "
+        "of FlashInfer's MLA wrapper (`[mla] plan_methods`, its lengths by `plan_lens_param` or "
+        "`plan_lens_position`), and reads DCP lengths or tests DCP, with DCP on over two ranks: the pack's "
+        "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two.",
+        "Lengths carry where they come from as a property of the value: a field of the pack's `global_lens` "
+        "(on any object) or `batch_global_lens` (on a batch: a parameter typed or named as one, or one kept on "
+        "the instance) holds the whole sequence's lengths; a call of the pack's `localizers` "
+        "(`get_dcp_lens(lens, size, rank)`) gives this rank's share, and one of its `in_place_localizers` "
+        "rewrites the lengths it is handed into it; slices, `.to(...)` and other methods of the lengths keep "
+        "what they are. Helpers of the tree and of the framework, properties, `functools.partial` kernels and "
+        "what the instance's other methods keep on it are followed, so lengths read in one place and launched "
+        "in another are compared. Where lengths read on one path meet others, each path through the tests that "
+        f"choose them is evaluated on its own, up to {MAX_PATHS} paths, and the finding names the path; more is "
+        "listed as not decided.",
+    ),
+    why=(
+        "Under decode context parallelism each rank holds an interleaved slice of every request's KV cache, so "
+        "the page table it decodes with must list only its own pages and the lengths only its share. The decode "
+        "kernel walks `seq_lens[i]` tokens of request i through that table: with the whole sequence's length it "
+        "reads past this rank's share (pages the table does not hold, or another request's), and the softmax "
+        "statistics the ranks merge are wrong, silently."
+    ),
+    bad="""
+        import flashinfer
+        import torch
+        from sglang.srt.runtime_context import get_parallel
+
+        class DcpDecodeBackend:
+            def forward_decode(self, q, kv_cache, layer, forward_batch):
+                metadata = forward_batch.decode_trtllm_mla_metadata
+                if get_parallel().dcp_enabled:
+                    return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                        query=q, kv_cache=kv_cache, block_tables=metadata.block_kv_indices,
+                        seq_lens=forward_batch.seq_lens.to(torch.int32), max_seq_len=metadata.max_seq_len_k,
+                        return_lse=True,
+                    )
+    """,
+    good="""
+        import flashinfer
+        import torch
+        from sglang.srt.layers.dcp.layout import get_dcp_lens
+        from sglang.srt.runtime_context import get_parallel
+
+        class DcpDecodeBackend:
+            def forward_decode(self, q, kv_cache, layer, forward_batch):
+                metadata = forward_batch.decode_trtllm_mla_metadata
+                if get_parallel().dcp_enabled:
+                    parallel = get_parallel()
+                    local = get_dcp_lens(forward_batch.seq_lens, parallel.dcp_size, parallel.dcp_rank)
+                    return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                        query=q, kv_cache=kv_cache, block_tables=metadata.block_kv_indices,
+                        seq_lens=local.to(torch.int32), max_seq_len=metadata.max_seq_len_k,
+                        return_lse=True,
+                    )
+    """,
+    check=check,
+    applies=_names_dcp,
+    judge=judge,
+    framework="sglang",
+    limits=(
+        Limit(
+            "Lengths the evaluation cannot trace to a read (a metadata field another method of the backend wrote, "
+            "on an object the judged function did not build) are not known to be every rank's, so handing them "
+            "on is not flagged.",
+            missed="""
+                import flashinfer
+                from sglang.srt.runtime_context import get_parallel
+
+                class DcpDecodeBackend:
+                    def init_forward_metadata(self, forward_batch):
+                        forward_batch.decode_lens = forward_batch.seq_lens
+
+                    def forward_decode(self, q, kv_cache, layer, forward_batch):
+                        if get_parallel().dcp_enabled:
+                            return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                                query=q, kv_cache=kv_cache, block_tables=forward_batch.block_kv_indices,
+                                seq_lens=forward_batch.decode_lens, return_lse=True,
+                            )
+            """,
+        ),
+        Limit(
+            "The second half of SGLang's class, a multi-token query (target verify, draft extend) reaching the "
+            "kernel under DCP without the global causal bound and without a refusal, is not judged yet: the query's "
+            "shape is rarely known where the kernel is reached.",
+            missed="""
+                import flashinfer
+                from sglang.srt.runtime_context import get_parallel
+
+                class DcpVerifyBackend:
+                    def forward_extend(self, q, kv_cache, layer, forward_batch, metadata, draft_token_num):
+                        if get_parallel().dcp_enabled:
+                            query = q.view(-1, draft_token_num, layer.tp_q_head_num, layer.head_dim)
+                            return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                                query=query, kv_cache=kv_cache, block_tables=metadata.block_kv_indices,
+                                seq_lens=metadata.seq_lens_k, return_lse=True,
+                            )
+            """,
+        ),
+    ),
+    references=(
+        "sgl-project/sglang#33926, #39737 and #31785: DCP decode and speculative verify on the MLA backends, where "
+        "the rank-local lengths (`TRTLLMMLABackend._get_dcp_local_seq_lens`, `get_dcp_lens`) go beside the "
+        "rank-local page table (`_fill_dcp_block_kv_indices`) and the global ones only as the causal bound.",
+    ),
+)
