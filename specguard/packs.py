@@ -134,11 +134,11 @@ class Mla(_Section):
     row_expanders: list[str] = field(default_factory=list)
     # the entry's lengths argument (SG203): under DCP it must be this rank's share, as its page table is
     lens_param: str | None = None
-    # FlashInfer's MLA wrapper methods that plan a decode (optional; SG203), and their lengths argument by name and
-    # by position (`wrapper.plan(qo_indptr, kv_indptr, kv_indices, kv_len_arr, ...)`)
+    # FlashInfer's MLA wrapper methods that plan a decode (optional; SG203), their parameters in order (a call that
+    # does not give each of them is another method of that name) and which of them is the lengths
     plan_methods: list[str] = field(default_factory=list)
+    plan_params: list[str] = field(default_factory=list)
     plan_lens_param: str | None = None
-    plan_lens_position: int | None = None
 
 
 @dataclass(frozen=True)

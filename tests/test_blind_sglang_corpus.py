@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 and _r2, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r3, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -14,6 +14,7 @@ from tests.test_blind_objects_corpus import assert_no_worse
 SETS = {
     "first": ("blind_sglang_r1", "blindsg1", (42, 85), 18, 1),
     "second": ("blind_sglang_r2", "blindsg2", (11, 21), 9, 1),
+    "third": ("blind_sglang_r3", "blindsg3", (15, 32), 9, 0),
 }
 
 

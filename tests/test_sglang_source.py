@@ -15,6 +15,10 @@ from tests.conftest import run_cli, unpacked
 
 KIT = "sglang/test/kits/attention_unittest/runner_modes/speculative_draft_runner.py"
 TRTLLM_MLA = "sglang/srt/layers/attention/trtllm_mla_backend.py"
+# SG203 not decided: FlashInferMLAIndicesUpdaterPrefill.update plans its paged prefill with the host lengths it is
+# handed (`kv_len_arr_cpu`) where `attn_dcp_metadata` is None, and drops them where it is set (under DCP); which of
+# the two a DCP run takes is its callers' to say (another object's), which the evaluation does not follow
+FLASHINFER_MLA_PREFILL = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
 # The findings per release, each read in the code. SG106: the EAGLE draft path plans the real batch (and marks it
 # ready, or hands `skip_attn_backend_init=True` to the forward in older releases), and the model runner pads it for
 # DP attention without planning again (sgl-project/sglang#38580 quotes 0.5.23's). SG203: 0.5.18's trtllm MLA decode
@@ -38,6 +42,7 @@ RELEASES = {
             # the Dots hybrid attention backend's `forward`: it re-plans after DP padding and hands an unannotated
             # batch on to another backend's `forward`, whose class (and so predicate) the evaluation cannot tell
             "sglang/srt/layers/attention/dots_hybrid_backend.py",
+            FLASHINFER_MLA_PREFILL,
         },
     ),
     "0.5.18": (
@@ -50,7 +55,7 @@ RELEASES = {
             # cache is written cyclically sharded across the DCP ranks (`set_mla_kv_concat_q_fp8(dcp_world_size=)`)
             (TRTLLM_MLA, 1181, "SG203"),
         },
-        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py"},
+        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA_PREFILL},
     ),
     "0.5.6": (
         {

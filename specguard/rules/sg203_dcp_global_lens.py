@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
@@ -36,6 +37,7 @@ from specguard.rules.judging import (
     bind_arguments,
     bind_parameters,
     callee,
+    definition_text,
     reaching_functions,
     reaching_imports,
     reaching_methods,
@@ -43,8 +45,9 @@ from specguard.rules.judging import (
     writes_of,
 )
 
-# Label kinds: lengths of the whole sequence, summed over the DCP ranks (where they were read), and this rank's share.
-GLOBAL, LOCAL = "global-lens", "rank-local"
+# Label kinds: lengths of the whole sequence (where they were read), this rank's share, and a parameter of the
+# judged function (whose lengths they are, its callers say).
+GLOBAL, LOCAL, PARAM = "global-lens", "rank-local", "param"
 # a launch: (the call in the judged function, the lengths handed to the entry, the entry's call)
 Site = tuple[ast.AST, Any, ast.Call]
 DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation runs with DCP on
@@ -53,20 +56,27 @@ DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation run
 class _Locality(Hooks):
     """Under DCP, which lengths each MLA decode launch gets: every rank's together, or this rank's share."""
 
-    def __init__(self, q: Question) -> None:
+    def __init__(self, q: Question, into: ast.AST | None = None) -> None:
         dcp, batches = q.pack.dcp, q.pack.batches
         self.q, self.entries, self.lens = q, set(q.pack.mla.decode_entry), q.pack.mla.lens_param or ""
         self.tests, self.sizes, self.localizers = set(dcp.enabled_tests), set(dcp.sizes), set(dcp.localizers)
         self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
-        self.plan_lens, self.plan_position = q.pack.mla.plan_lens_param or "", q.pack.mla.plan_lens_position
+        self.plan_lens, self.plan_params = q.pack.mla.plan_lens_param or "", list(q.pack.mla.plan_params)
         self.batch_types, self.batch_params = set(batches.batch_types), set(batches.batch_params)
         self.sites: list[Site] = []
+        # a caller's evaluation: the calls of the function `into` are not followed, what they hand it is kept
+        self.into, self.handed = into, []  # type: list[dict[str, Any]]
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
     ) -> Any:
         inner = plain(func)
+        if self.into is not None:
+            target = callee(func)
+            if target is not None and target.function is not None and target.function.node is self.into:
+                self.handed.append({k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()})
+                return UNKNOWN
         name = inner.name.rpartition(".")[2] if isinstance(inner, (Opaque, Method)) else None
         if name is None:
             target = callee(func)
@@ -85,9 +95,9 @@ class _Locality(Hooks):
             self.sites.append((ev.calls[0] if ev.calls else node, values.get(self.lens, UNKNOWN), node))
             return UNKNOWN
         if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
-            at = self.plan_position
-            lens = kwargs.get(self.plan_lens, args[at] if at is not None and len(args) > at else UNKNOWN)
-            self.sites.append((ev.calls[0] if ev.calls else node, lens, node))
+            given = {**dict(zip(self.plan_params, args, strict=False)), **kwargs}
+            if self.plan_params and all(p in given for p in self.plan_params):
+                self.sites.append((ev.calls[0] if ev.calls else node, given.get(self.plan_lens, UNKNOWN), node))
             return NOT_HANDLED
         if name in self.localizers or name in self.in_place:
             share = Label(LOCAL, f"`{ast.unparse(node.func)}`", span(node), str(frame.module.path))
@@ -106,6 +116,9 @@ class _Locality(Hooks):
             return True
         if attr in self.sizes:
             return DCP_SIZE
+        handed = _params(value)
+        if handed and isinstance(value, Abstract):  # a field of a parameter is not the parameter
+            return replace(value, labels=value.labels - handed, maybe=value.maybe - handed)
         if _locality([value]) or node is None:
             return NOT_HANDLED  # what the evaluation knows of the field (lengths stored there) stands
         if attr in self.fields or (attr in self.batch_fields and self._is_batch(base)):
@@ -139,7 +152,7 @@ class _Locality(Hooks):
 
 
 def _locality(values: list[Any]) -> frozenset[Label]:
-    return frozenset(x for v in values for x in labels_of(v) if x.kind in (GLOBAL, LOCAL))
+    return frozenset(x for v in values for x in labels_of(v) if x.kind in (GLOBAL, LOCAL, PARAM))
 
 
 def _global(value: Any) -> list[Label]:
@@ -157,27 +170,39 @@ def judge(q: Question) -> Iterator[Judgement]:
         return
     names = set(mla.decode_entry) | set(mla.plan_methods)
     names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names)) | reaching_imports(q, names)
-    reads = set(dcp.global_lens) | set(dcp.batch_global_lens)
     for scope in q.scopes:
-        if scope.mentions(names) and scope.mentions(reads | set(dcp.enabled_tests)):
+        if scope.mentions(names):
             yield from _judge_scope(q, scope)
+
+
+def _evaluation(q: Question, function: Function, self_value: Any, hooks: _Locality, choices: Choices) -> None:
+    """`function` run with DCP on: each parameter an instance of the class the tree defines for its annotation (so
+    that its methods run), a batch where it is one, else lengths its callers hand it."""
+    ev = q.evaluator(hooks)
+    ev.choices = choices
+
+    def parameter(param: ast.arg, frame: Frame) -> Any:
+        promised = ev.reading(param.annotation, frame.module, frame.owner) if param.annotation else UNKNOWN
+        inner = plain(promised)
+        if isinstance(inner, Abstract) and isinstance(inner.kind, ClassInfo) and not _optional(param.annotation):
+            return Obj(inner.kind, label=param.arg)
+        if param.arg in hooks.batch_params:
+            return Sym(param.arg)
+        return Abstract(frozenset({Label(PARAM, param.arg)}))
+
+    ev.run(function, bind_parameters(function, self_value, parameter, q.program))
+
+
+def _optional(annotation: ast.expr | None) -> bool:
+    """`Optional[X]`, `X | None`: the caller may hand None, so no instance is assumed."""
+    text = ast.unparse(annotation) if annotation is not None else ""
+    return "Optional[" in text or "None" in text.replace("NoneType", "")
 
 
 def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     def run(choices: Choices) -> list[Site]:
         hooks = _Locality(q)
-        ev = q.evaluator(hooks)
-        ev.choices = choices
-
-        def parameter(param: ast.arg, frame: Frame) -> Any:
-            """A parameter of a class the tree defines is an instance of it, so that its methods run."""
-            promised = ev.reading(param.annotation, frame.module, frame.owner) if param.annotation else UNKNOWN
-            inner = plain(promised)
-            if isinstance(inner, Abstract) and isinstance(inner.kind, ClassInfo):
-                return Obj(inner.kind, label=param.arg)
-            return Sym(param.arg)
-
-        ev.run(scope.function, bind_parameters(scope.function, q.self_value(scope), parameter, q.program))
+        _evaluation(q, scope.function, q.self_value(scope), hooks, choices)
         return hooks.sites
 
     noted = Choices(frozenset({GLOBAL, LOCAL}))
@@ -186,10 +211,11 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         # where paths meet, lengths read on one of them and unknown on another are one value that carries the read:
         # each path through the tests that choose them says which paths hand the kernel the whole lengths
         paths = each_path(run, noted) if _doubtful(joined) else []
+        handed = _handed(q, scope, joined)
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG203", scope)
         return
-    verdict = _verdict(q, scope, joined)
+    verdict = _verdict(q, scope, joined) or handed
     if paths is None:
         if verdict is None:
             why = f"the lengths are chosen under tests with more than {MAX_PATHS} paths through them"
@@ -204,6 +230,74 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     verdict = next((v for v in found if v is not None and v.decided), verdict)
     if verdict is not None:
         yield verdict
+
+
+def _handed(q: Question, scope: Scope, sites: list[Site]) -> Judgement | None:
+    """A launch handed lengths that are the judged method's parameter, unchanged in whose they are: what the
+    methods of its class (the framework's base classes included) that call it on `self` pass for it decides."""
+    launch = next(((where, lens) for where, lens, _ in sites if _passed_on(lens)), None)
+    if launch is None:
+        return None
+    where, lens = launch
+    params = sorted({x.text for x in labels_of(lens) | maybe_of(lens) if x.kind == PARAM})
+    named = " and ".join(f"`{p}`" for p in params)
+    calls = words({f"self.{scope.node.name}" if scope.bound else scope.node.name})
+    if any(other is not scope and calls.search(other.text) for other in q.scopes):
+        return None  # a helper of this file's other functions: they are judged with what they hand it
+    callers = list(_callers(q, scope))
+    if not callers:
+        why = (
+            "it is its parameter and nothing in its file, its class or their bases calls it: its callers are not known"
+        )
+        return q.undecided("SG203", scope, where, f"whether the lengths {named} are this rank's share", why)
+    others = []
+    for klass, function in callers:
+        hooks = _Locality(q, into=scope.node)
+        _evaluation(q, function, q.self_value(scope), hooks, Choices(frozenset()))
+        for handed in hooks.handed:
+            for param in params:
+                value = handed.get(param, UNKNOWN)
+                if read := _global(value):
+                    sources = ", ".join(
+                        f"{x.text} ({place_text(x.path, x.span[0], str(scope.module.path))})" for x in read
+                    )
+                    message = (
+                        f"`{scope.qualname}` hands `{param}` on as the lengths of an MLA decode under DCP, and "
+                        f"`{klass.name}.{function.node.name}` passes the whole sequence's ({sources}), where this "
+                        f"rank's KV cache holds only its share of each request: hand it this rank's share "
+                        f"({_localizers(q)})"
+                    )
+                    return q.judgement("SG203", scope, where, message)
+                if any(x.kind == PARAM for x in labels_of(value)) and not _locality([value]) - _params(value):
+                    others.append(f"`{klass.name}.{function.node.name}` passes its own parameter")
+    if others:
+        why = f"it is its parameter, and {others[0]}: whose lengths they are is decided by callers further up"
+        return q.undecided("SG203", scope, where, f"whether the lengths {named} are this rank's share", why)
+    return None
+
+
+def _passed_on(lens: Any) -> bool:
+    """Lengths that are a parameter of the judged function, neither localized nor read as the whole ones."""
+    kinds = {x.kind for x in labels_of(lens) | maybe_of(lens)}
+    return PARAM in kinds and not kinds & {GLOBAL, LOCAL}
+
+
+def _params(value: Any) -> frozenset[Label]:
+    return frozenset(x for x in labels_of(value) if x.kind == PARAM)
+
+
+def _callers(q: Question, scope: Scope) -> Iterator[tuple[ClassInfo, Function]]:
+    """The methods of the judged method's class and its bases that call it on `self` (by reading)."""
+    if scope.cls is None or not scope.bound:
+        return
+    calls = words({f"self.{scope.node.name}"})
+    for klass in q.program.ancestors(scope.cls):
+        module = q.program.module(klass.module)
+        if module is None:
+            continue
+        for name, node in klass.methods.items():
+            if name != scope.node.name and calls.search(definition_text(module, node)):
+                yield klass, Function(module, node, klass)
 
 
 def _doubtful(sites: list[Site]) -> bool:
@@ -255,8 +349,8 @@ RULE = Rule(
     analysis=(
         "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
         "the tree, a base class's `_run_decode_kernel` in the framework's own source included) or a plan method "
-        "of FlashInfer's MLA wrapper (`[mla] plan_methods`, its lengths by `plan_lens_param` or "
-        "`plan_lens_position`), and reads DCP lengths or tests DCP, with DCP on over two ranks: the pack's "
+        "of FlashInfer's MLA wrapper (`[mla] plan_methods` given each of `plan_params`, its lengths "
+        "`plan_lens_param`), and reads DCP lengths or tests DCP, with DCP on over two ranks: the pack's "
         "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two.",
         "Lengths carry where they come from as a property of the value: a field of the pack's `global_lens` "
         "(on any object) or `batch_global_lens` (on a batch: a parameter typed or named as one, or one kept on "
@@ -268,6 +362,11 @@ RULE = Rule(
         "in another are compared. Where lengths read on one path meet others, each path through the tests that "
         f"choose them is evaluated on its own, up to {MAX_PATHS} paths, and the finding names the path; more is "
         "listed as not decided.",
+        "Lengths the judged function was handed as a parameter, passed on unchanged in whose they are, are its "
+        "callers': where other functions of its file call it, they are judged with what they hand it; otherwise "
+        "the methods of its class and their bases (the framework's included) that call it on `self` are "
+        "evaluated, and the whole lengths passed by one are a finding. Where one passes its own parameter, or "
+        "nothing calls it, the launch is listed as not decided.",
     ),
     why=(
         "Under decode context parallelism each rank holds an interleaved slice of every request's KV cache, so "

@@ -1,0 +1,1 @@
+"""Out-of-tree MLA attention backends for a DeepSeek serving fork (DCP work)."""
