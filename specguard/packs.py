@@ -134,6 +134,9 @@ class Mla(_Section):
     row_expanders: list[str] = field(default_factory=list)
     # the entry's lengths argument (SG203): under DCP it must be this rank's share, as its page table is
     lens_param: str | None = None
+    # the entry's query argument (SG203): viewed as [requests, tokens, heads, dim] with more than one token per
+    # request, it needs the global causal bound under DCP
+    query_param: str | None = None
     # FlashInfer's MLA wrapper methods that plan a decode (optional; SG203), their parameters in order (a call that
     # does not give each of them is another method of that name) and which of them is the lengths
     plan_methods: list[str] = field(default_factory=list)

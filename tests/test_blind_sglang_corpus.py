@@ -12,9 +12,9 @@ from tests.test_blind_objects_corpus import assert_no_worse
 
 # set folder, package, (bugs, labelled functions) as LABELS.md totals them, found at least, false positives at most
 SETS = {
-    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 18, 1),
+    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 21, 1),
     "second": ("blind_sglang_r2", "blindsg2", (11, 21), 9, 1),
-    "third": ("blind_sglang_r3", "blindsg3", (15, 32), 9, 0),
+    "third": ("blind_sglang_r3", "blindsg3", (15, 32), 12, 0),
 }
 
 

@@ -22,8 +22,8 @@ FLASHINFER_MLA_PREFILL = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
 # The findings per release, each read in the code. SG106: the EAGLE draft path plans the real batch (and marks it
 # ready, or hands `skip_attn_backend_init=True` to the forward in older releases), and the model runner pads it for
 # DP attention without planning again (sgl-project/sglang#38580 quotes 0.5.23's). SG203: 0.5.18's trtllm MLA decode
-# under DCP walks the whole sequence's lengths (sgl-project/sglang#33926, which 0.5.23 has). Then the sites listed
-# as not decided.
+# under DCP walks the whole sequence's lengths, and its draft extend reaches the kernel with a multi-token query and
+# no global bound (sgl-project/sglang#33926, which 0.5.23 has). Then the sites listed as not decided.
 RELEASES = {
     "0.5.23": (
         {
@@ -54,6 +54,11 @@ RELEASES = {
             # None, `forward_batch.seq_lens`, beside a page table built from the same whole lengths, while the MLA
             # cache is written cyclically sharded across the DCP ranks (`set_mla_kv_concat_q_fp8(dcp_world_size=)`)
             (TRTLLM_MLA, 1181, "SG203"),
+            # TRTLLMMLABackend.forward_extend's draft extend: the query viewed as [bs, tokens_per_seq, ...] reaches
+            # the kernel under DCP with no global bound, and 0.5.18's refusal keys on `cp_world`/`return_lse`,
+            # which draft extend does not pass (the review of sgl-project/sglang#33926 names it: "`causal_seqs is
+            # not None` proxies `q_len > 1`, but `draft_extend_v2` breaks it"; 0.5.23 keys on `q_len > 1`)
+            (TRTLLM_MLA, 1430, "SG203"),
         },
         {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA_PREFILL},
     ),

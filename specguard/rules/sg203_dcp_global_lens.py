@@ -12,6 +12,7 @@ from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.values import (
     NOT_HANDLED,
+    STAR_KWARGS,
     UNKNOWN,
     Abstract,
     Function,
@@ -48,6 +49,8 @@ from specguard.rules.judging import (
 # Label kinds: lengths of the whole sequence (where they were read), this rank's share, and a parameter of the
 # judged function (whose lengths they are, its callers say).
 GLOBAL, LOCAL, PARAM = "global-lens", "rank-local", "param"
+MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with more than one token per request
+QUERY_TOKENS = 2  # the tokens per request of such a query where the evaluation runs (target verify, draft extend)
 # a launch: (the call in the judged function, the lengths handed to the entry, the entry's call)
 Site = tuple[ast.AST, Any, ast.Call]
 DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation runs with DCP on
@@ -65,8 +68,13 @@ class _Locality(Hooks):
         self.plan_lens, self.plan_params = q.pack.mla.plan_lens_param or "", list(q.pack.mla.plan_params)
         self.batch_types, self.batch_params = set(batches.batch_types), set(batches.batch_params)
         self.sites: list[Site] = []
+        self.bound, self.query = q.pack.mla.global_bound_param or "", q.pack.mla.query_param or ""
+        self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
+        self.unbounded: list[tuple[ast.AST, Any, ast.Call]] = []  # multi-token launches under DCP with no bound
+        self.open_queries: list[tuple[ast.AST, Any]] = []  # launches with no bound of a query the function is handed
         # a caller's evaluation: the calls of the function `into` are not followed, what they hand it is kept
-        self.into, self.handed = into, []  # type: list[dict[str, Any]]
+        # (with whether DCP was asked by then)
+        self.into, self.handed = into, []  # type: list[tuple[dict[str, Any], bool]]
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
@@ -75,15 +83,18 @@ class _Locality(Hooks):
         if self.into is not None:
             target = callee(func)
             if target is not None and target.function is not None and target.function.node is self.into:
-                self.handed.append({k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()})
+                given = {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
+                self.handed.append((given, self.dcp_tested))
                 return UNKNOWN
         name = inner.name.rpartition(".")[2] if isinstance(inner, (Opaque, Method)) else None
         if name is None:
             target = callee(func)
             name = target.name if target is not None else None
         if name in self.tests:
+            self.dcp_tested = True
             return True  # the question is about a run under DCP
         if name in self.sizes:
+            self.dcp_tested = True
             return DCP_SIZE
         if name in self.entries:
             target = callee(func)
@@ -92,8 +103,29 @@ class _Locality(Hooks):
                 if target is None
                 else {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
             )
-            self.sites.append((ev.calls[0] if ev.calls else node, values.get(self.lens, UNKNOWN), node))
+            where = ev.calls[0] if ev.calls else node
+            self.sites.append((where, values.get(self.lens, UNKNOWN), node))
+            query, bound = values.get(self.query, UNKNOWN), values.get(self.bound)
+            unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
+            if plain(bound) is None and not unread:
+                if _multi(query) and self.dcp_tested:
+                    self.unbounded.append((where, query, node))
+                elif _handed_on(query, node, self.query):
+                    self.open_queries.append((where, query))  # what the callers hand it decides (and DCP's asking)
             return UNKNOWN
+        if isinstance(inner, Method) and inner.name in ("view", "reshape"):
+            tokens = plain(args[1]) if len(args) == 4 else 1
+            if tokens != 1 and not (isinstance(tokens, int) and tokens < 1):
+                # [requests, tokens, heads, dim] with a token count that is not one: a target verify or draft extend
+                count = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
+                made = Label(MULTI, f"`{ast.unparse(node)}`", span(node), str(frame.module.path), origin=count)
+                return Abstract(frozenset({made}), exists=True)
+            if _multi(inner.receiver):  # one token per row now (or no token axis): not such a query any more
+                return Abstract(_locality([inner.receiver]), exists=True)
+        if isinstance(inner, Method) and _multi(inner.receiver):
+            if inner.name == "dim":
+                return 4
+            return Abstract(_kept([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same query
         if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
             given = {**dict(zip(self.plan_params, args, strict=False)), **kwargs}
             if self.plan_params and all(p in given for p in self.plan_params):
@@ -113,9 +145,13 @@ class _Locality(Hooks):
 
     def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
         if attr in self.tests:
+            self.dcp_tested = True
             return True
         if attr in self.sizes:
+            self.dcp_tested = True
             return DCP_SIZE
+        if attr == "shape" and _multi(base):
+            return (UNKNOWN, QUERY_TOKENS, UNKNOWN, UNKNOWN)
         handed = _params(value)
         if handed and isinstance(value, Abstract):  # a field of a parameter is not the parameter
             return replace(value, labels=value.labels - handed, maybe=value.maybe - handed)
@@ -151,6 +187,21 @@ class _Locality(Hooks):
         return isinstance(inner, Sym) and inner.name in self.batch_params
 
 
+def _handed_on(query: Any, call: ast.Call, param: str) -> bool:
+    """A query that is a parameter of the function judged, handed on as it came (`query=query`)."""
+    given = next((kw.value for kw in call.keywords if kw.arg == param), None)
+    names = {x.text for x in _params(query)}
+    return isinstance(given, ast.Name) and names == {given.id}
+
+
+def _multi(value: Any) -> bool:
+    return any(x.kind == MULTI for x in labels_of(value))
+
+
+def _kept(values: list[Any]) -> frozenset[Label]:
+    return frozenset(x for v in values for x in labels_of(v) if x.kind == MULTI)
+
+
 def _locality(values: list[Any]) -> frozenset[Label]:
     return frozenset(x for v in values for x in labels_of(v) if x.kind in (GLOBAL, LOCAL, PARAM))
 
@@ -175,13 +226,23 @@ def judge(q: Question) -> Iterator[Judgement]:
             yield from _judge_scope(q, scope)
 
 
-def _evaluation(q: Question, function: Function, self_value: Any, hooks: _Locality, choices: Choices) -> None:
-    """`function` run with DCP on: each parameter an instance of the class the tree defines for its annotation (so
-    that its methods run), a batch where it is one, else lengths its callers hand it."""
+def _evaluation(
+    q: Question,
+    function: Function,
+    self_value: Any,
+    hooks: _Locality,
+    choices: Choices,
+    given: dict[str, Any] | None = None,
+) -> None:
+    """`function` run with DCP on: each parameter what a caller gave (`given`), else an instance of the class the
+    tree defines for its annotation (so that its methods run), a batch where it is one, else what its callers hand
+    it."""
     ev = q.evaluator(hooks)
     ev.choices = choices
 
     def parameter(param: ast.arg, frame: Frame) -> Any:
+        if given is not None and param.arg in given:
+            return given[param.arg]
         promised = ev.reading(param.annotation, frame.module, frame.owner) if param.annotation else UNKNOWN
         inner = plain(promised)
         if isinstance(inner, Abstract) and isinstance(inner.kind, ClassInfo) and not _optional(param.annotation):
@@ -200,22 +261,27 @@ def _optional(annotation: ast.expr | None) -> bool:
 
 
 def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
+    hooks_of: list[_Locality] = []
+
     def run(choices: Choices) -> list[Site]:
         hooks = _Locality(q)
         _evaluation(q, scope.function, q.self_value(scope), hooks, choices)
+        hooks_of[:] = [hooks]
         return hooks.sites
 
     noted = Choices(frozenset({GLOBAL, LOCAL}))
     try:
         joined = run(noted)
+        first = hooks_of[0]
+        unbounded = _unbounded(q, scope, first.unbounded)
         # where paths meet, lengths read on one of them and unknown on another are one value that carries the read:
         # each path through the tests that choose them says which paths hand the kernel the whole lengths
         paths = each_path(run, noted) if _doubtful(joined) else []
-        handed = _handed(q, scope, joined)
+        handed = _handed(q, scope, first)
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG203", scope)
         return
-    verdict = _verdict(q, scope, joined) or handed
+    verdict = _verdict(q, scope, joined) or handed or unbounded
     if paths is None:
         if verdict is None:
             why = f"the lengths are chosen under tests with more than {MAX_PATHS} paths through them"
@@ -232,48 +298,88 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         yield verdict
 
 
-def _handed(q: Question, scope: Scope, sites: list[Site]) -> Judgement | None:
-    """A launch handed lengths that are the judged method's parameter, unchanged in whose they are: what the
-    methods of its class (the framework's base classes included) that call it on `self` pass for it decides."""
-    launch = next(((where, lens) for where, lens, _ in sites if _passed_on(lens)), None)
-    if launch is None:
+def _unbounded(
+    q: Question, scope: Scope, launches: list[tuple[ast.AST, Any, ast.Call]], how: str = ""
+) -> Judgement | None:
+    """A launch under DCP of a query with more than one token per request, without the global causal bound."""
+    for where, query, kernel in launches:
+        made = sorted((x for x in labels_of(query) if x.kind == MULTI), key=lambda x: x.span)[0]
+        entry = kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
+        at = place_text(made.path, made.span[0], str(scope.module.path))
+        tested = _compared(scope, made.origin)
+        if tested is not None:
+            what = f"whether a query of more than one token per request reaches `{entry}` under DCP"
+            why = (
+                f"its token count is compared in `{ast.unparse(tested)}` (line {tested.lineno}), and what a "
+                "comparison leaves a count is not narrowed by the evaluation"
+            )
+            return q.undecided("SG203", scope, where, what, why)
+        message = (
+            f"`{scope.qualname}` launches `{entry}` under DCP{how} with a query of more than one token per request "
+            f"({made.text}, {at}) and no `{q.pack.mla.global_bound_param}`: each rank holds only its share of the "
+            f"KV, so each query token's causal limit must be given as a global position; pass the global bound "
+            f"(to a kernel that takes it) or refuse that query under DCP"
+        )
+        return q.judgement("SG203", scope, where, message)
+    return None
+
+
+def _compared(scope: Scope, count: str) -> ast.Compare | None:
+    """A comparison in the judged function of the count a query was viewed with (`if n > 1: raise ...`)."""
+    for node in ast.walk(scope.node):
+        if isinstance(node, ast.Compare) and count in {ast.unparse(x) for x in (node.left, *node.comparators)}:
+            return node
+    return None
+
+
+def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
+    """A launch handed lengths, or a query, that are the judged method's parameter, unchanged in what they are:
+    the method is run again with what each method of its class (the framework's base classes included) that calls
+    it on `self` hands it."""
+    passed = [(where, lens) for where, lens, _ in hooks.sites if _passed_on(lens)] + hooks.open_queries
+    if not passed:
         return None
-    where, lens = launch
-    params = sorted({x.text for x in labels_of(lens) | maybe_of(lens) if x.kind == PARAM})
-    named = " and ".join(f"`{p}`" for p in params)
-    calls = words({f"self.{scope.node.name}" if scope.bound else scope.node.name})
-    if any(other is not scope and calls.search(other.text) for other in q.scopes):
+    where = passed[0][0]
+    params = sorted({x.text for _, value in passed for x in labels_of(value) | maybe_of(value) if x.kind == PARAM})
+    what = f"whether what it is handed as {' and '.join(f'`{p}`' for p in params)} is safe under DCP"
+    if any(_calls(q, other, scope) for other in q.scopes):
         return None  # a helper of this file's other functions: they are judged with what they hand it
     callers = list(_callers(q, scope))
     if not callers:
         why = (
             "it is its parameter and nothing in its file, its class or their bases calls it: its callers are not known"
         )
-        return q.undecided("SG203", scope, where, f"whether the lengths {named} are this rank's share", why)
+        return q.undecided("SG203", scope, where, what, why)
     others = []
     for klass, function in callers:
-        hooks = _Locality(q, into=scope.node)
-        _evaluation(q, function, q.self_value(scope), hooks, Choices(frozenset()))
-        for handed in hooks.handed:
-            for param in params:
-                value = handed.get(param, UNKNOWN)
-                if read := _global(value):
-                    sources = ", ".join(
-                        f"{x.text} ({place_text(x.path, x.span[0], str(scope.module.path))})" for x in read
-                    )
-                    message = (
-                        f"`{scope.qualname}` hands `{param}` on as the lengths of an MLA decode under DCP, and "
-                        f"`{klass.name}.{function.node.name}` passes the whole sequence's ({sources}), where this "
-                        f"rank's KV cache holds only its share of each request: hand it this rank's share "
-                        f"({_localizers(q)})"
-                    )
-                    return q.judgement("SG203", scope, where, message)
-                if any(x.kind == PARAM for x in labels_of(value)) and not _locality([value]) - _params(value):
-                    others.append(f"`{klass.name}.{function.node.name}` passes its own parameter")
+        found = _Locality(q, into=scope.node)
+        _evaluation(q, function, q.self_value(scope), found, Choices(frozenset()))
+        caller = f"`{klass.name}.{function.node.name}`"
+        for handed, asked in found.handed:
+            again = _Locality(q)
+            again.dcp_tested = asked
+            _evaluation(q, scope.function, q.self_value(scope), again, Choices(frozenset()), given=handed)
+            how = f" as {caller} calls it"
+            verdict = _verdict(q, scope, again.sites, how=how) or _unbounded(q, scope, again.unbounded, how=how)
+            if verdict is not None and verdict.decided:
+                return verdict
+            if any(_params(handed.get(p)) for p in params):
+                others.append(f"{caller} passes its own parameter")
     if others:
-        why = f"it is its parameter, and {others[0]}: whose lengths they are is decided by callers further up"
-        return q.undecided("SG203", scope, where, f"whether the lengths {named} are this rank's share", why)
+        why = f"it is its parameter, and {others[0]}: what it is is decided by callers further up"
+        return q.undecided("SG203", scope, where, what, why)
     return None
+
+
+def _calls(q: Question, other: Scope, scope: Scope) -> bool:
+    """Whether another function of the file calls the judged one: by name, or a method of its class or of a
+    subclass on `self`."""
+    if other is scope:
+        return False
+    if not scope.bound:
+        return words({scope.node.name}).search(other.text) is not None
+    related = other.cls is not None and scope.cls in q.program.ancestors(other.cls)
+    return related and words({f"self.{scope.node.name}"}).search(other.text) is not None
 
 
 def _passed_on(lens: Any) -> bool:
@@ -305,8 +411,8 @@ def _doubtful(sites: list[Site]) -> bool:
     return any(x.kind == GLOBAL for _, lens, _ in sites for x in labels_of(lens) | maybe_of(lens))
 
 
-def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None) -> Judgement | None:
-    on = f" on the path where {path.describe()}" if path is not None else ""
+def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None, how: str = "") -> Judgement | None:
+    on = (f" on the path where {path.describe()}" if path is not None else "") + how
     home = str(scope.module.path)
     for where, lens, kernel in sites:
         read = _global(lens)
@@ -344,7 +450,9 @@ RULE = Rule(
         "Flags a launch of the MLA decode entry (`trtllm_batch_decode_with_kv_cache_mla`, reached through the "
         "backend's own helpers), or a plan of FlashInfer's MLA wrapper, that with DCP on gets the lengths of the "
         "whole sequence (the batch's `seq_lens`, a metadata's `global_seq_lens_k`, or anything computed from "
-        "them) on some path, where this rank's KV cache holds only its share of each request."
+        "them) on some path, where this rank's KV cache holds only its share of each request; and a launch, in "
+        "code that asks whether DCP is on, of a query with more than one token per request (target verify, draft "
+        "extend) without the global causal bound `causal_seqlens_kv_global` and without refusing it."
     ),
     analysis=(
         "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
@@ -367,13 +475,24 @@ RULE = Rule(
         "the methods of its class and their bases (the framework's included) that call it on `self` are "
         "evaluated, and the whole lengths passed by one are a finding. Where one passes its own parameter, or "
         "nothing calls it, the launch is listed as not decided.",
+        "A query has more than one token per request where it is viewed as `[requests, tokens, heads, dim]` "
+        "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one; the evaluation then "
+        f"takes {QUERY_TOKENS} tokens per request, so that a refusal written on the query's shape "
+        "(`q_len = query.shape[1] if query.dim() == 4 else 1`, `if dcp and q_len > 1: raise`) ends the path as "
+        "it would. A launch of such a query under DCP without the entry's global bound (the pack's "
+        "`global_bound_param`) is a finding where the code asked whether DCP is on or how many ranks it has; one "
+        "whose token count the "
+        "function compares before (a refusal on the count) is listed as not decided, since a comparison does not "
+        "narrow a count in the evaluation.",
     ),
     why=(
         "Under decode context parallelism each rank holds an interleaved slice of every request's KV cache, so "
         "the page table it decodes with must list only its own pages and the lengths only its share. The decode "
         "kernel walks `seq_lens[i]` tokens of request i through that table: with the whole sequence's length it "
         "reads past this rank's share (pages the table does not hold, or another request's), and the softmax "
-        "statistics the ranks merge are wrong, silently."
+        "statistics the ranks merge are wrong, silently. With more than one query token per request, each "
+        "token's causal limit differs, and only a global bound lets the kernel place it within this rank's "
+        "interleaved slice: the rank-local lengths alone let every token see as far as the last one."
     ),
     bad="""
         import flashinfer
@@ -434,20 +553,22 @@ RULE = Rule(
             """,
         ),
         Limit(
-            "The second half of SGLang's class, a multi-token query (target verify, draft extend) reaching the "
-            "kernel under DCP without the global causal bound and without a refusal, is not judged yet: the query's "
-            "shape is rarely known where the kernel is reached.",
+            "A multi-token query is known by its view as `[requests, tokens, heads, dim]` with a token count other "
+            "than one; one flattened to a row per token (`[requests * tokens, 1, heads, dim]`) beside lengths "
+            "expanded per row is a question of row geometry (SG202's), which SG203 does not ask: rows whose "
+            "per-row bound is missing are not flagged.",
             missed="""
                 import flashinfer
                 from sglang.srt.runtime_context import get_parallel
 
-                class DcpVerifyBackend:
-                    def forward_extend(self, q, kv_cache, layer, forward_batch, metadata, draft_token_num):
+                class DcpRowsBackend:
+                    def forward_extend(self, q, kv_cache, layer, metadata, bs, draft_token_num):
                         if get_parallel().dcp_enabled:
-                            query = q.view(-1, draft_token_num, layer.tp_q_head_num, layer.head_dim)
+                            rows = q.view(bs * draft_token_num, 1, layer.tp_q_head_num, layer.head_dim)
                             return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
-                                query=query, kv_cache=kv_cache, block_tables=metadata.block_kv_indices,
-                                seq_lens=metadata.seq_lens_k, return_lse=True,
+                                query=rows, kv_cache=kv_cache,
+                                block_tables=metadata.block_kv_indices.repeat_interleave(draft_token_num, dim=0),
+                                seq_lens=metadata.seq_lens_k.repeat_interleave(draft_token_num), return_lse=True,
                             )
             """,
         ),
