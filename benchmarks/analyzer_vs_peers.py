@@ -2,6 +2,7 @@
 """How fast `specguard check` is on a real vLLM release, against ruff, fixit and semgrep, in one run.
 
     python benchmarks/analyzer_vs_peers.py [--vllm-version 0.33.0] [--repeat N] [--skip-slow] [--json FILE]
+    python benchmarks/analyzer_vs_peers.py --sglang-version 0.5.23   # SGLang's release, against ruff only
 
 The targets (issue #20 tightened the first two), on the full tree and on the 2-core machine every developer and
 CI has:
@@ -106,6 +107,13 @@ def vllm_tree(version: str) -> Path:
     from conftest import unpacked_vllm  # noqa: PLC0415 - the tests' own download-and-cache helper
 
     return unpacked_vllm(version)
+
+
+def sglang_tree(version: str) -> Path:
+    sys.path.insert(0, str(REPO / "tests"))
+    from conftest import unpacked  # noqa: PLC0415 - the tests' own download-and-cache helper
+
+    return unpacked("sglang", version)
 
 
 def tree_size(folder: Path) -> tuple[int, int]:
@@ -443,7 +451,8 @@ def peer_summary(name: str, r: Result, coverage: str) -> str:
 
 def summary(
     started: datetime,
-    vllm_version: str,
+    framework: str,
+    version: str,
     files: int,
     size: int,
     cores: int | None,
@@ -455,7 +464,7 @@ def summary(
     return {
         "script": "benchmarks/analyzer_vs_peers.py",
         "date": started.isoformat(timespec="minutes"),
-        "vllm_version": vllm_version,
+        f"{framework}_version": version,
         "files": files,
         "megabytes": round(size / 1e6),
         "cores": cores,
@@ -472,6 +481,10 @@ def summary(
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm-version", default="0.33.0")
+    ap.add_argument(
+        "--sglang-version",
+        help="time SGLang's release instead, against ruff only (the peers' one-rule configs are vLLM's class)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs of ruff and specguard; the best counts (3)")
     ap.add_argument("--slow-repeat", type=int, default=1, help="runs of fixit and semgrep (1)")
     ap.add_argument("--skip-slow", action="store_true", help="leave fixit out (it parses every file with libcst)")
@@ -486,56 +499,60 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     started = datetime.now(timezone.utc)
-    source = vllm_tree(args.vllm_version)
+    framework, version = ("sglang", args.sglang_version) if args.sglang_version else ("vllm", args.vllm_version)
+    name = {"vllm": "vLLM", "sglang": "SGLang"}[framework]
+    source = sglang_tree(version) if framework == "sglang" else vllm_tree(version)
     files, size = tree_size(source)
-    log(f"vLLM {args.vllm_version}: {files} Python files, {size / 1e6:.1f} MB ({source})")
+    log(f"{name} {version}: {files} Python files, {size / 1e6:.1f} MB ({source})")
+    peers = framework == "vllm"
     versions = ensure_venv()
     log("tools: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
     log(f"machine: {cores} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
-    log("checking that the peers' one-rule configs fire")
-    verify_peer_rules(args.skip_slow)
+    if peers:
+        log("checking that the peers' one-rule configs fire")
+        verify_peer_rules(args.skip_slow)
 
     results: dict[str, Result] = {}
     with tempfile.TemporaryDirectory(prefix="specguard-bench-") as tmp:
         work = Path(tmp)
-        shutil.copytree(source, work / "vllm")
+        shutil.copytree(source, work / framework)
         (work / "fixit.toml").write_text(FIXIT_CONFIG)
         cache_dir = work / "sg-cache"
 
         log(
-            f"timing on {work / 'vllm'} (best of {args.repeat} for ruff and specguard, "
+            f"timing on {work / framework} (best of {args.repeat} for ruff and specguard, "
             f"{args.slow_repeat} for fixit and semgrep)"
         )
         results["ruff"] = best_of(
             "ruff",
-            [str(venv_bin("ruff")), "check", "--no-cache", "--select", "E9", "vllm"],
+            [str(venv_bin("ruff")), "check", "--no-cache", "--select", "E9", framework],
             work,
             args.repeat,
             check_ruff,
         )
         sg = str(venv_bin("specguard"))
         results["specguard-cold"] = best_of(
-            "specguard-cold", [sg, "check", "vllm", "--no-cache"], work, args.repeat, check_specguard
+            "specguard-cold", [sg, "check", framework, "--no-cache"], work, args.repeat, check_specguard
         )
-        fill = timed([sg, "check", "vllm", "--cache-dir", str(cache_dir)], work)
+        fill = timed([sg, "check", framework, "--cache-dir", str(cache_dir)], work)
         log(f"  specguard cache fill: {fill.seconds:8.2f} s  rc {fill.returncode}")
-        results["specguard-warm"] = best_of(
-            "specguard-warm", [sg, "check", "vllm", "--cache-dir", str(cache_dir)], work, args.repeat, check_specguard
-        )
-        if not args.skip_slow:
+        warm = [sg, "check", framework, "--cache-dir", str(cache_dir)]
+        results["specguard-warm"] = best_of("specguard-warm", warm, work, args.repeat, check_specguard)
+        if peers and not args.skip_slow:
             results["fixit"] = best_of(
                 "fixit", fixit_cmd("vllm"), work, args.slow_repeat, check_fixit, args.slow_timeout
             )
-        results["semgrep"] = best_of(
-            "semgrep", semgrep_cmd("vllm"), work, args.slow_repeat, check_semgrep, args.slow_timeout
-        )
+        if peers:
+            results["semgrep"] = best_of(
+                "semgrep", semgrep_cmd("vllm"), work, args.slow_repeat, check_semgrep, args.slow_timeout
+            )
 
     # ------------------------------------------------------------------ report
     log("")
-    log(f"vLLM {args.vllm_version}, {files} files, {size / 1e6:.1f} MB; {cores} cores; {started:%Y-%m-%d %H:%M} UTC")
+    log(f"{name} {version}, {files} files, {size / 1e6:.1f} MB; {cores} cores; {started:%Y-%m-%d %H:%M} UTC")
     header = f"{'tool':16} {'seconds':>9} {'cpu s':>8} {'max proc MB':>12} {'tree MB':>8} {'findings':>9}  runs"
     log(header)
     log("-" * len(header))
@@ -569,19 +586,20 @@ def main(argv: list[str] | None = None) -> int:
     if "fixit" in results:
         f = results["fixit"]
         log(peer_summary("fixit", f, f"{f.files_seen} files checked"))
-    s = results["semgrep"]
-    log(peer_summary("semgrep", s, f"{s.files_seen} of {files} files scanned"))
+    if "semgrep" in results:
+        s = results["semgrep"]
+        log(peer_summary("semgrep", s, f"{s.files_seen} of {files} files scanned"))
 
     if not args.no_record:
-        key = f"analyzer/{started:%Y-%m-%dT%H:%M}"
+        key = f"{'analyzer' if framework == 'vllm' else 'analyzer-sglang'}/{started:%Y-%m-%dT%H:%M}"
         results_file.record(
-            key, summary(started, args.vllm_version, files, size, cores, load, results, ratios), args.results
+            key, summary(started, framework, version, files, size, cores, load, results, ratios), args.results
         )
         log(f"recorded {key} in {args.results}")
     if args.json:
         payload = {
             "date": started.isoformat(timespec="seconds"),
-            "vllm_version": args.vllm_version,
+            f"{framework}_version": version,
             "files": files,
             "megabytes": round(size / 1e6, 1),
             "machine": {

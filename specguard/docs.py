@@ -33,6 +33,11 @@ INDEX = {
     "rules/README.md": ("Rules", "what `specguard check` flags, a page per rule"),
     "settings.md": ("Settings", "every `[tool.specguard]` key, its type, default and meaning"),
     "integrations.md": ("Integrations", "pre-commit, GitHub Actions code scanning, running beside ruff"),
+    "sglang.md": (
+        "SGLang",
+        "the two classes in SGLang's shape, what `specguard check` reports on its releases, and what is not "
+        "covered when you serve with SGLang",
+    ),
     "runtime-guard.md": (
         "Runtime guard",
         "the operator's page: enabling it, modes, messages, counters and `/metrics`, turning it off, what each "

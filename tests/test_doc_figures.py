@@ -22,6 +22,8 @@ import results  # noqa: E402
 
 RUNS = {k: v for k, v in results.load().items() if k.startswith("analyzer/")}
 LATEST = RUNS[max(RUNS)]
+SGLANG_RUNS = {k: v for k, v in results.load().items() if k.startswith("analyzer-sglang/")}
+SGLANG_LATEST = SGLANG_RUNS[max(SGLANG_RUNS)]
 # A decimal that is not part of a version or a date (0.33.0, 2026-12-03 05:46), or a whole number given as a ratio.
 FIGURE = re.compile(r"(?<![\d.:-])(\d+\.\d+|\d+(?=x\b| times\b))(?!\d|\.\d|:)")
 
@@ -36,10 +38,12 @@ REGIONS = {
     "README.md": _region("README.md", "On vLLM 0.28.0 (before both upstream fixes)", "\n## "),
     "docs/check.md": _region("docs/check.md", "On the full vLLM 0.33.0 tree (3,231 files)", None),
     "docs/benchmarks.md": _region("docs/benchmarks.md", "## `specguard check` against", "\n## The runtime guard"),
+    "docs/sglang.md": _region("docs/sglang.md", "Speed: on SGLang", "\n## "),
 }
 
 
-KNOWN = results.numbers_in(RUNS) + [bound for *_, bound in analyzer_vs_peers.TARGETS.values()]
+KNOWN = results.numbers_in(RUNS) + results.numbers_in(SGLANG_RUNS)
+KNOWN += [bound for *_, bound in analyzer_vs_peers.TARGETS.values()]
 
 
 @pytest.mark.parametrize("page", sorted(REGIONS))
@@ -58,6 +62,14 @@ def test_the_readme_and_check_md_quote_the_latest_run(page: str) -> None:
     assert cold in text and warm in text, (page, cold, warm)
     when = datetime.fromisoformat(LATEST["date"]).strftime("%Y-%m-%d %H:%M")
     assert when in text
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/sglang.md"])
+def test_the_readme_and_sglang_md_quote_the_latest_sglang_run(page: str) -> None:
+    text = " ".join(REGIONS[page].split())
+    for ratio in ("specguard cold / ruff", "specguard warm / ruff"):
+        assert f"{SGLANG_LATEST['ratios'][ratio]:.2f} times" in text, (page, ratio)
+    assert datetime.fromisoformat(SGLANG_LATEST["date"]).strftime("%Y-%m-%d %H:%M") in text
 
 
 def _table(text: str, header: str) -> list[list[str]]:
@@ -115,7 +127,7 @@ def test_a_run_is_recorded_with_its_figures_and_replaces_one_of_its_key(tmp_path
         "fixit / specguard cold": {"ratio": None, "verdict": "SKIPPED"},
     }
     started = datetime(2030, 1, 2, 3, 4, tzinfo=timezone.utc)
-    run = analyzer_vs_peers.summary(started, "0.33.0", 3231, 50_123_456, 2, (0.52, 0.4, 0.3), fake, ratios)
+    run = analyzer_vs_peers.summary(started, "vllm", "0.33.0", 3231, 50_123_456, 2, (0.52, 0.4, 0.3), fake, ratios)
     results.record("analyzer/2030-01-02T03:04", run, path)
     results.record("analyzer/2000-01-01T00:00", {"seconds": {"ruff": 1.0}}, path)  # the same key again: replaced
     kept = json.loads(path.read_text())
