@@ -29,9 +29,10 @@ class Case:
 
 
 def corpus_cases(folder: Path = CORPUS) -> list[Case]:
-    """Every function of the corpus with an `# expect:` comment right above its `def` (or its decorators)."""
+    """Every function of the corpus with an `# expect:` comment right above its `def` (or its decorators), in its
+    modules and its subpackages' (a case's module is its path in the corpus, `dp/draft_worker`)."""
     cases = []
-    for path in sorted(folder.glob("*.py")):
+    for path in sorted(folder.rglob("*.py")):
         lines = path.read_text().splitlines()
         tree = ast.parse("\n".join(lines))
 
@@ -47,7 +48,7 @@ def corpus_cases(folder: Path = CORPUS) -> list[Case]:
                         end = node.end_lineno or node.lineno
                         cases.append(Case(module, prefix + node.name, (top, end), match.group(1)))
 
-        visit(tree.body, "", path.stem, lines)
+        visit(tree.body, "", path.relative_to(folder).with_suffix("").as_posix(), lines)
     return cases
 
 

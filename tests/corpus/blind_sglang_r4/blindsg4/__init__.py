@@ -1,0 +1,1 @@
+"""Fork-local extensions to SGLang's speculative workers and MLA backends."""

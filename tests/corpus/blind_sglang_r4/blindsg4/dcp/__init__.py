@@ -1,0 +1,1 @@
+"""Decode-context-parallel extensions for the fork's MLA backends."""

@@ -1,0 +1,1 @@
+"""DP-attention helpers for the fork's speculative workers."""
