@@ -74,7 +74,8 @@ class _Locality(Hooks):
         self.open_queries: list[tuple[ast.AST, Any]] = []  # launches with no bound of a query the function is handed
         # a caller's evaluation: the calls of the function `into` are not followed, what they hand it is kept
         # (with whether DCP was asked by then)
-        self.into, self.handed = into, []  # type: list[tuple[dict[str, Any], bool]]
+        self.into = into
+        self.handed: list[tuple[dict[str, Any], bool]] = []
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
@@ -125,7 +126,7 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and _multi(inner.receiver):
             if inner.name == "dim":
                 return 4
-            return Abstract(_kept([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same query
+            return Abstract(_multi_labels([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same
         if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
             given = {**dict(zip(self.plan_params, args, strict=False)), **kwargs}
             if self.plan_params and all(p in given for p in self.plan_params):
@@ -198,7 +199,7 @@ def _multi(value: Any) -> bool:
     return any(x.kind == MULTI for x in labels_of(value))
 
 
-def _kept(values: list[Any]) -> frozenset[Label]:
+def _multi_labels(values: list[Any]) -> frozenset[Label]:
     return frozenset(x for v in values for x in labels_of(v) if x.kind == MULTI)
 
 
@@ -281,7 +282,8 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG203", scope)
         return
-    verdict = _verdict(q, scope, joined) or handed or unbounded
+    judged = [v for v in (_verdict(q, scope, joined), unbounded, handed) if v is not None]
+    verdict = next((v for v in judged if v.decided), judged[0] if judged else None)
     if paths is None:
         if verdict is None:
             why = f"the lengths are chosen under tests with more than {MAX_PATHS} paths through them"
@@ -304,7 +306,7 @@ def _unbounded(
     """A launch under DCP of a query with more than one token per request, without the global causal bound."""
     for where, query, kernel in launches:
         made = sorted((x for x in labels_of(query) if x.kind == MULTI), key=lambda x: x.span)[0]
-        entry = kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
+        entry = _entry(kernel)
         at = place_text(made.path, made.span[0], str(scope.module.path))
         tested = _compared(scope, made.origin)
         if tested is not None:
@@ -322,6 +324,10 @@ def _unbounded(
         )
         return q.judgement("SG203", scope, where, message)
     return None
+
+
+def _entry(kernel: ast.Call) -> str:
+    return kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
 
 
 def _compared(scope: Scope, count: str) -> ast.Compare | None:
@@ -418,7 +424,7 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
         read = _global(lens)
         if not read:
             continue
-        entry = kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
+        entry = _entry(kernel)
         sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
         message = (
             f"`{scope.qualname}` hands `{entry}` the whole sequence's lengths as `{q.pack.mla.lens_param}` "
