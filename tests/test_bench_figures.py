@@ -168,7 +168,8 @@ def test_the_config_passage_quotes_the_latest_run() -> None:
 def test_every_seeded_run_says_where_it_came_from() -> None:
     for key, run in RUNS.items():
         kind = key.partition("/")[0]
-        assert run["script"] == f"benchmarks/{'analyzer_vs_peers' if kind == 'analyzer' else kind}.py", key
+        script = "analyzer_vs_peers" if kind in ("analyzer", "analyzer-sglang") else kind
+        assert run["script"] == f"benchmarks/{script}.py", key
         assert run.get("date") or "seeded from" in run.get("source", ""), key
 
 
