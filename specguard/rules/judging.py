@@ -426,6 +426,11 @@ def _reaching(texts: dict[str, str], pattern: re.Pattern[str], seeds: set[str] |
     return found
 
 
+def is_batch_class(q: Question, cls: ClassInfo) -> bool:
+    """Whether a class of the tree is a batch as `[batches] batch_types` names one: it or one of its ancestors."""
+    return any(k.name in q.pack.batches.batch_types for k in q.program.ancestors(cls))
+
+
 def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
     """Methods the classes of this module have or inherit (from any module of the tree, the speculator bases and
     the shared helpers aside) whose text `pattern` finds, or names such a method: a method calling one may reach

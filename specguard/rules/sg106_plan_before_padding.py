@@ -31,7 +31,7 @@ from specguard.packs import Pack
 from specguard.program.ast_tools import annotation_names, dotted, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
-from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, words
+from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, is_batch_class, words
 
 # The batch the rule evaluates: this many requests when planned, one more once padded. Concrete counts, so that a
 # predicate comparing the batch's shapes with the ones recorded at the plan decides.
@@ -118,7 +118,7 @@ class _Batches(Hooks):
             return False
         if value.label == "batch":
             return True
-        return value.cls is not None and _is_batch_class(self.q, value.cls)
+        return value.cls is not None and is_batch_class(self.q, value.cls)
 
     def batches_in(self, args: list[Any], kwargs: dict[str, Any]) -> list[Obj]:
         return [plain(v) for v in (*args, *kwargs.values()) if self.is_batch(v)]
@@ -217,7 +217,7 @@ class _Batches(Hooks):
         made = func.info if isinstance(func, ClassRef) else None
         if isinstance(func, Bound) and isinstance(plain(func.self_value), ClassRef):
             made = plain(func.self_value).info
-        if made is None or not _is_batch_class(self.q, made):
+        if made is None or not is_batch_class(self.q, made):
             return None
         return fresh_batch(self.q, made)
 
@@ -294,15 +294,11 @@ def tokens(count: int) -> Obj:
     return Obj(None, {"shape": (count,)}, label="tokens")
 
 
-def _is_batch_class(q: Question, cls: ClassInfo) -> bool:
-    return any(k.name in q.pack.batches.batch_types for k in q.program.ancestors(cls))
-
-
 def _batch_class(q: Question, scope: Scope, param: ast.arg) -> ClassInfo | None:
     """The tree's class a batch parameter's annotation names (None: unannotated, or a class outside the tree)."""
     for name in annotation_names(param.annotation):
         found = q.program.resolve_class(scope.module.name, name)
-        if found is not None and _is_batch_class(q, found):
+        if found is not None and is_batch_class(q, found):
             return found
     return None
 

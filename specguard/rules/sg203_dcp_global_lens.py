@@ -39,6 +39,7 @@ from specguard.rules.judging import (
     bind_parameters,
     callee,
     definition_text,
+    is_batch_class,
     reaching_functions,
     reaching_imports,
     reaching_methods,
@@ -66,7 +67,7 @@ class _Locality(Hooks):
         self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
         self.plan_lens, self.plan_params = q.pack.mla.plan_lens_param or "", list(q.pack.mla.plan_params)
-        self.batch_types, self.batch_params = set(batches.batch_types), set(batches.batch_params)
+        self.batch_params = set(batches.batch_params)
         self.sites: list[Site] = []
         self.bound, self.query = q.pack.mla.global_bound_param or "", q.pack.mla.query_param or ""
         self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
@@ -182,9 +183,7 @@ class _Locality(Hooks):
     def _is_batch(self, value: Any) -> bool:
         inner = plain(value)
         if isinstance(inner, Obj):
-            cls = inner.cls
-            names = {cls.name, *(ast.unparse(b).rpartition(".")[2] for b in cls.bases)} if cls else set()
-            return bool(names & self.batch_types) or inner.label in self.batch_params
+            return (inner.cls is not None and is_batch_class(self.q, inner.cls)) or inner.label in self.batch_params
         return isinstance(inner, Sym) and inner.name in self.batch_params
 
 
