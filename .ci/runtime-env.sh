@@ -9,7 +9,10 @@
 #   flashinfer-0.7.4/    flashinfer-python 0.7.4's code (--no-deps, --target), put first on PYTHONPATH by the test
 #                        that runs the FlashInfer-dependent runtime tests a second time on it
 #                        (tests/runtime/test_flashinfer_next.py)
-#   wheels/              the vLLM / FlashInfer wheels (downloaded once when missing, `pip download --no-deps`)
+#   sglang-0.5.23-rt/    SGLang 0.5.23's code and the modules its ForwardBatch, plugin loader and FlashInfer
+#                        backend import (--no-deps, --target), put first on PYTHONPATH by the SGLang guard tests
+#                        (tests/runtime_sglang), which run it in subprocesses of the venv's python
+#   wheels/              the vLLM / FlashInfer / SGLang wheels (downloaded once when missing, `pip download --no-deps`)
 # Usage:  PY=$(bash .ci/runtime-env.sh | tail -n1); "$PY" -m pip install -e ".[test]"; "$PY" -m pytest
 # (tests find vLLM 0.28.0 at $SPECGUARD_CACHE/vllm-0.28.0 or $SPECGUARD_VLLM_OLD_PATH, and flashinfer-python 0.7.4 at
 # $SPECGUARD_CACHE/flashinfer-0.7.4 or $SPECGUARD_FLASHINFER_NEXT_PATH; all logs go to stderr)
@@ -30,6 +33,13 @@ FLASHINFER="0.7.2.post1"
 # ASSESSED); its code goes in a folder of its own, like vLLM 0.28.0's.
 FLASHINFER_NEXT="0.7.4"
 NEXT_FLASHINFER="$SG_CACHE/flashinfer-$FLASHINFER_NEXT"
+SGLANG="0.5.23"
+SGLANG_RT="$SG_CACHE/sglang-$SGLANG-rt"
+# What importing 0.5.23's forward_batch_info, plugins and FlashInfer backends pulls in besides torch and the
+# venv's packages (found by importing them here). torchvision is the public build: on a CPU torch its compiled
+# ops cannot load, and tests/runtime_sglang/sglang_env.py declares the two op schemas its import registers.
+SGLANG_DEPS=("orjson==3.13.0" "triton==3.9.0" "ipython==9.18.1" "traitlets==5.16.1" "torchvision==0.28.0"
+  "dill==0.4.1" "sentencepiece==0.2.3" "compressed-tensors==0.20.1" "loguru==0.7.3" "gguf==0.19.0")
 # Bump when the package set below changes, so an old venv is rebuilt rather than trusted.
 STAMP_VERSION="2"
 
@@ -112,7 +122,19 @@ if [[ ! -f "$next_stamp" || "$(cat "$next_stamp")" != "flashinfer-python=$FLASHI
   echo "flashinfer-python=$FLASHINFER_NEXT" > "$next_stamp"
 fi
 
+sglang_stamp="$SGLANG_RT/.specguard-stamp"
+want_sglang="sglang=$SGLANG ${SGLANG_DEPS[*]}"
+if [[ ! -f "$sglang_stamp" || "$(cat "$sglang_stamp")" != "$want_sglang" ]]; then
+  log "installing SGLang $SGLANG code and its import-time modules into $SGLANG_RT"
+  rm -rf "$SGLANG_RT"
+  sglang_whl=$(fetch_wheel sglang "$SGLANG")
+  "$VENV/bin/python" -m pip install --quiet --no-deps --target "$SGLANG_RT" "$sglang_whl" \
+    "${SGLANG_DEPS[@]}" >&2
+  echo "$want_sglang" > "$sglang_stamp"
+fi
+
 export SPECGUARD_TEST_PYTHON="$VENV/bin/python"
+export SPECGUARD_SGLANG_RT_PATH="$SGLANG_RT"
 export SPECGUARD_VLLM_OLD_PATH="$OLD_VLLM"
 export SPECGUARD_FLASHINFER_NEXT_PATH="$NEXT_FLASHINFER"
 echo "$SPECGUARD_TEST_PYTHON"

@@ -1,6 +1,9 @@
-"""specguard's runtime guard: attention-metadata and FlashInfer launch invariants checked inside vLLM serving.
+"""specguard's runtime guard: attention-metadata and FlashInfer launch invariants checked inside vLLM and SGLang
+serving.
 
-Loaded by vLLM in every process as the general plugin `specguard` (entry point group `vllm.general_plugins`).
+Loaded by vLLM in every process as the general plugin `specguard` (entry point group `vllm.general_plugins`), and
+by SGLang as the general plugin `specguard` (group `sglang.srt.plugins`, `register_sglang`, SGLANG_SPECGUARD with
+the same values; SGLang applies the hooks it registers through its HookRegistry).
 With VLLM_SPECGUARD unset, empty, `0` or `off`, `register()` patches nothing and imports neither torch nor
 vllm; `1`/`raise` raises SpecGuardViolation before a bad build or launch (vLLM then ends the engine); `warn`
 logs each new kind of violation per site, counts every one, and lets it proceed unless it would touch memory
@@ -10,9 +13,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from specguard.runtime.errors import SpecGuardViolation, Violation
-from specguard.runtime.policy import ENV_VAR, POLICY, SpecGuardConfigError, parse_mode
+from specguard.runtime.policy import ENV_VAR, POLICY, SGLANG_ENV_VAR, SpecGuardConfigError, parse_mode
 
 __all__ = [
     "ENV_VAR",
@@ -21,6 +26,7 @@ __all__ = [
     "Violation",
     "installed_checks",
     "register",
+    "register_sglang",
     "reset_stats",
     "stats",
 ]
@@ -42,6 +48,39 @@ def register() -> None:
     from specguard.runtime import install  # torch/vllm/flashinfer are imported only from here on
 
     install.install(mode, interval)
+
+
+def register_sglang() -> None:
+    """SGLang general-plugin entry point (`sglang.srt.plugins`): the same guard, turned on by SGLANG_SPECGUARD.
+    Hooks on SGLang's own methods are registered with SGLang's HookRegistry, which its plugin loader applies
+    once every plugin has registered."""
+    mode = _sglang_setting(lambda: parse_mode(os.environ.get(SGLANG_ENV_VAR), SGLANG_ENV_VAR))
+    if mode is _INVALID or mode == "off":
+        return
+    from specguard.runtime.frameworks import SGLANG
+    from specguard.runtime.reporting import parse_interval
+
+    interval = _sglang_setting(lambda: parse_interval(os.environ.get(SGLANG.stats_env), SGLANG.stats_env))
+    if interval is _INVALID:
+        return
+    from specguard.runtime import install
+
+    install.install(mode, interval, SGLANG)
+
+
+_INVALID = object()
+
+
+def _sglang_setting(read: Callable[[], Any]) -> Any:
+    """SGLang's plugin loader turns a plugin's exception into a logged traceback and goes on without it: a bad
+    value is said in one error line instead, and the guard stays off."""
+    try:
+        return read()
+    except SpecGuardConfigError as exc:
+        from specguard.runtime.policy import get_logger
+
+        get_logger().error("specguard runtime guard not installed: %s", exc)
+        return _INVALID
 
 
 def stats() -> dict[str, object]:

@@ -1,8 +1,14 @@
 """G1 on FlashInfer's paged wrappers (flashinfer-python 0.7.2.post1 and 0.7.4): `plan()` records the query layout
 it was given, host-side; `run()` checks `q.shape[0]` against it before the kernel.
 
-Prefill records qo_indptr[-1] from the host indptr `plan()` receives (vLLM passes CPU copies); a device
+Prefill records qo_indptr[-1] from the host indptr `plan()` receives (vLLM and SGLang pass CPU copies); a device
 indptr is skipped, never read. Decode needs no value at all: its batch is `indptr.shape[0] - 1`.
+
+FlashInfer's `fast_decode_plan(wrapper, ...)`, which vLLM calls and SGLang installs per instance
+(`wrapper.begin_forward = partial(fast_decode_plan, wrapper)`), plans without `plan()`: it is wrapped to record
+too, in FlashInfer and in every loaded module that imported it, so SGLang's test of which planner a wrapper uses
+(`begin_forward.func == fast_decode_plan`) keeps its answer. A wrapper whose instance holds any other planner the
+guard did not wrap is not judged (its recorded layout could be stale).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ RECORD_ATTR = "_specguard_planned_layout"
 LEGACY_DECODE_ARGS = "_BATCH_DECODE_PLAN_LEGACY_POS_ARGS"  # flashinfer.decode's names for plan()'s *args
 # Backends whose decode kernels tile a per-request query length different from the planned one.
 _FLEXIBLE_DECODE_BACKENDS = ("trtllm-gen", "cute-dsl")
+# Packages whose modules may hold FlashInfer's planners under their own names (`from flashinfer import ...`).
+FRAMEWORKS = ("flashinfer", "vllm.", "sglang.")
 
 
 def _prefill_recorder(plan: Any) -> Any:
@@ -58,6 +66,9 @@ def _decode_recorder(plan: Any) -> Any:
 
 
 def _planned(self: Any) -> tuple:
+    own = self.__dict__.get("begin_forward") if hasattr(self, "__dict__") else None
+    if isinstance(own, functools.partial) and not is_wrapped(own.func):
+        raise Skip(f"this wrapper plans through {getattr(own.func, '__qualname__', own.func)!r}, which is not recorded")
     record = getattr(self, RECORD_ATTR, None)
     if record is None:
         raise Skip("run() without a plan() the guard recorded")
@@ -134,6 +145,21 @@ def _install_wrapper(
     installed.append(f"G1@{cls_name}.plan/run")
 
 
+def wrap_planner(patcher: Patcher, module: Any, name: str, make_recorder: Any, prefixes: tuple[str, ...]) -> bool:
+    """Make the planning function `module.name(wrapper, ...)` record like `plan()`, in its module and in every
+    loaded module under `prefixes` that imported it by name. False when the module has no such function."""
+    original = module.__dict__.get(name)
+    if not inspect.isfunction(original) or is_wrapped(original):
+        return is_wrapped(original)
+    new = make_plan(original, make_recorder, name)
+    patcher.rebind_everywhere(module, name, new, prefix=prefixes)
+    patcher.replace(module, name, new)
+    return True
+
+
 def install(patcher: Patcher, installed: list[str], skipped: list[str]) -> None:
     _install_wrapper(patcher, *PREFILL, _prefill_recorder, _check_prefill_run, installed, skipped)
     _install_wrapper(patcher, *DECODE, _decode_recorder, _check_decode_run, installed, skipped)
+    decode = sys.modules.get(DECODE[0])
+    if decode is not None and wrap_planner(patcher, decode, "fast_decode_plan", _decode_recorder, FRAMEWORKS):
+        installed.append("G1@fast_decode_plan")

@@ -21,6 +21,7 @@ RULE_NAMES: dict[str, str] = {
     "SG101": "metadata-outside-helper",
     "SG103": "padded-token-count",
     "SG105": "stale-dcp-lens",
+    "SG106": "plan-before-padding",
     "SG201": "group-flag-any-merge",
     "SG202": "dcp-causal-bound-geometry",
 }
@@ -32,6 +33,7 @@ CHECK_TITLES: dict[str, str] = {
     "G3": "group causal consistency",
     "G4": "draft token count",
     "G5": "draft lengths",
+    "G6": "pre-planned metadata vs the batch",
 }
 
 
@@ -44,7 +46,7 @@ def count(n: int, noun: str) -> str:
 class Violation:
     """One broken launch invariant, with everything an operator needs to act on it."""
 
-    check: str  # "G0".."G4"
+    check: str  # "G0".."G6"
     site: str  # the guarded entry point, e.g. "FlashInferMLAImpl.forward_mqa"
     subject: str  # the layer, wrapper, builder or speculator involved
     summary: str  # the disagreement, with its numbers

@@ -1,9 +1,9 @@
-"""Install every guard whose target exists in this process's vLLM/FlashInfer, and log one line saying
-which were installed, which were skipped (with the reason), and which of the installed ones can fire on this
-vLLM release. On a vLLM release or a flashinfer-python release outside what the guard was assessed on
-(coverage.ASSESSED) raise mode runs as warn: an invariant, signature or dtype rule the project has not read in
-that release's code may have changed, and a guard that raises on it would turn a healthy server into an outage.
-Imported only when the guard is on."""
+"""Install every guard whose target exists in this process's engine (vLLM or SGLang, frameworks.py) and
+FlashInfer, and log one line saying which were installed, which were skipped (with the reason), and which of the
+installed ones can fire on this release. On an engine release or a flashinfer-python release outside what the
+guard was assessed on (coverage.ASSESSED, frameworks.SGLANG.assessed) raise mode runs as warn: an invariant,
+signature or dtype rule the project has not read in that release's code may have changed, and a guard that
+raises on it would turn a healthy server into an outage. Imported only when the guard is on."""
 
 from __future__ import annotations
 
@@ -15,17 +15,9 @@ import threading
 from dataclasses import dataclass, field
 
 from specguard.runtime import batch_mode, coverage, metrics, reporting, vllm_env
+from specguard.runtime.frameworks import VLLM, Framework
 from specguard.runtime.patching import Patcher
 from specguard.runtime.policy import POLICY
-
-# (key, label, module): the key names the adapter in coverage.PARTS
-ADAPTERS = (
-    ("G0", "G0 attention-metadata builders", "specguard.runtime.adapt_metadata"),
-    ("G1", "G1 FlashInfer paged wrappers", "specguard.runtime.adapt_flashinfer"),
-    ("MLA", "G1/G2/G3 FlashInfer MLA backend", "specguard.runtime.adapt_mla"),
-    ("G3", "G3 KV-cache group merge", "specguard.runtime.adapt_kvspec"),
-    ("G4", "G4 draft metadata helper", "specguard.runtime.adapt_speculator"),
-)
 
 
 @dataclass
@@ -38,6 +30,7 @@ class State:
     active: bool = False
     pid: int | None = None  # the process these lines are for: a forked child inherits the patches, not the lines
     stats_interval: float | None = None
+    framework: Framework = VLLM
 
 
 STATE = State()
@@ -55,10 +48,10 @@ def _version(dist: str) -> str:
         return NOT_INSTALLED
 
 
-def _detect_versions() -> dict[str, str]:
+def _detect_versions(framework: Framework) -> dict[str, str]:
     # the packages actually imported (a PYTHONPATH copy can shadow the installed distribution)
     versions: dict[str, str] = {}
-    for dist, module in (("vllm", "vllm"), ("flashinfer-python", "flashinfer")):
+    for dist, module in ((framework.dist, framework.dist), ("flashinfer-python", "flashinfer")):
         try:
             versions[dist] = str(getattr(importlib.import_module(module), "__version__", None) or _version(dist))
         except Exception:  # noqa: BLE001 -- not importable here (vLLM's CPU build has no FlashInfer)
@@ -67,17 +60,24 @@ def _detect_versions() -> dict[str, str]:
 
 
 def startup_line(mode: str) -> str:
-    vllm_version = STATE.versions.get("vllm", "?")
-    clause = coverage.describe(vllm_version, STATE.coverage) if STATE.coverage else ""
+    framework = STATE.framework
+    version = STATE.versions.get(framework.dist, "?")
+    clause = coverage.describe(version, STATE.coverage) if STATE.coverage else _unplanned_clause(framework, version)
     why = f" ({POLICY.mode_reason})" if POLICY.mode_reason else ""
     flashinfer = STATE.versions.get("flashinfer-python", NOT_INSTALLED)
     if flashinfer != NOT_INSTALLED and not coverage.flashinfer_assessed(flashinfer):
         flashinfer += f" (not assessed: the table covers {', '.join(coverage.ASSESSED.flashinfer)})"
     return (
-        f"specguard runtime guard (VLLM_SPECGUARD mode={mode}, pid {os.getpid()}){why} for vLLM {vllm_version}, "
-        f"flashinfer-python {flashinfer}: "
+        f"specguard runtime guard ({framework.env_var} mode={mode}, pid {os.getpid()}){why} for {framework.name} "
+        f"{version}, flashinfer-python {flashinfer}: "
         f"installed [{', '.join(STATE.installed) or 'none'}]; skipped [{'; '.join(STATE.skipped) or 'none'}]; " + clause
     )
+
+
+def _unplanned_clause(framework: Framework, version: str) -> str:
+    """An engine without a table of regression nets (SGLang): every installed check is live."""
+    assessed = "" if framework.is_assessed(version) else f" (not assessed: {framework.assessed_range()})"
+    return f"on {framework.name} {version}{assessed} every installed check is live"
 
 
 def _after_fork_in_child() -> None:
@@ -96,16 +96,17 @@ def _after_fork_in_child() -> None:
     reporting.arm(STATE.stats_interval)
 
 
-def effective_mode(requested: str, versions: dict[str, str]) -> tuple[str, str]:
+def effective_mode(requested: str, versions: dict[str, str], framework: Framework = VLLM) -> tuple[str, str]:
     """(the mode the checks run in, why it differs from the requested one, or ""), from the versions
     _detect_versions found. A FlashInfer that is not installed (vLLM's CPU build) installs no FlashInfer check."""
     if requested != "raise":
         return requested, ""
     outside = []
-    vllm_version = versions.get("vllm", "")
-    if not coverage.assessed(vllm_version):
+    version = versions.get(framework.dist, "")
+    if not framework.is_assessed(version):
         outside.append(
-            f"vLLM {vllm_version} is outside the releases this guard was assessed on ({coverage.vllm_range()})"
+            f"{framework.name} {version} is outside the releases this guard was assessed on "
+            f"({framework.assessed_range()})"
         )
     flashinfer = versions.get("flashinfer-python", NOT_INSTALLED)
     if flashinfer != NOT_INSTALLED and not coverage.flashinfer_assessed(flashinfer):
@@ -121,16 +122,17 @@ def effective_mode(requested: str, versions: dict[str, str]) -> tuple[str, str]:
     )
 
 
-def install(mode: str, stats_interval: float | None = None) -> State:
+def install(mode: str, stats_interval: float | None = None, framework: Framework = VLLM) -> State:
     global _fork_hook_registered
     with _lock:
         if STATE.active:
-            POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions)
+            POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions, STATE.framework)
             return STATE
-        STATE.versions = _detect_versions()
-        POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions)
+        STATE.framework = framework
+        STATE.versions = _detect_versions(framework)
+        POLICY.mode, POLICY.mode_reason = effective_mode(mode, STATE.versions, framework)
         adapters: set[str] = set()
-        for key, label, module in ADAPTERS:
+        for key, label, module in framework.adapters:
             before = len(STATE.installed)
             try:
                 adapter = importlib.import_module(module)
@@ -139,14 +141,16 @@ def install(mode: str, stats_interval: float | None = None) -> State:
                 STATE.skipped.append(f"{label} ({type(exc).__name__}: {exc})")
             if len(STATE.installed) > before:
                 adapters.add(key)
-        STATE.coverage = coverage.coverage(STATE.versions.get("vllm", ""), adapters)
+        if framework is VLLM:
+            STATE.coverage = coverage.coverage(STATE.versions.get("vllm", ""), adapters)
         STATE.active = True
         STATE.pid = os.getpid()
         STATE.stats_interval = stats_interval
         if not _fork_hook_registered:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _fork_hook_registered = True
-        vllm_env.keep_out_of_compile_key()
+        if framework is VLLM:
+            vllm_env.keep_out_of_compile_key()
         try:
             metrics.setup()
         except Exception as exc:  # noqa: BLE001 -- no /metrics for the guard, never no server

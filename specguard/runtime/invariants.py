@@ -28,6 +28,13 @@ _PADDING_CAUSE = (
 )
 
 
+_PREPLAN_CAUSE = (
+    "the batch was padded after its metadata was planned and marked ready (DP-attention padding in "
+    "prepare_mlp_sync_batch runs after a pre-planner such as the EAGLE draft path); plan after padding, or mark "
+    "with replan_equivalent=True where the forward's own plan is equivalent"
+)
+
+
 def _padding_cause(got: int, wanted: int) -> str | None:
     """Padding explains a count only when it is larger than the real one."""
     return _PADDING_CAUSE if got > wanted else None
@@ -52,6 +59,36 @@ def check_prefill_rows(
             "qo_indptr_last": planned_rows,
             "difference": q_rows - planned_rows,
             "planned_requests": planned_reqs,
+        },
+    )
+
+
+def check_preplanned_batch(
+    planned_bs: int | None, planned_tokens: int | None, bs: int, tokens: int, *, site: str, subject: str
+) -> Violation | None:
+    """G6: attention that runs on metadata planned before the forward (pre-planned, marked ready, not planned
+    again) must run the batch that was planned: its batch size and tokens equal to those recorded at the mark.
+    DP padding between the mark and the forward is the known cause. A mark that recorded no shape is not
+    judged."""
+    if planned_bs is None or planned_tokens is None or (planned_bs, planned_tokens) == (bs, tokens):
+        return None
+    return Violation(
+        check="G6",
+        site=site,
+        subject=subject,
+        summary=(
+            f"attention runs on metadata planned for {count(planned_bs, 'request')} and "
+            f"{count(planned_tokens, 'token')} (recorded when the batch was marked ready) while the batch has "
+            f"{count(bs, 'request')} and {count(tokens, 'token')}: the forward was told not to plan again and "
+            "no backend planned it since"
+        ),
+        cause=_PREPLAN_CAUSE if bs > planned_bs or tokens > planned_tokens else None,
+        rules=("SG106",),
+        facts={
+            "planned_batch_size": planned_bs,
+            "planned_num_tokens": planned_tokens,
+            "batch_size": bs,
+            "num_tokens": tokens,
         },
     )
 

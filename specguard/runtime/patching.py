@@ -167,7 +167,9 @@ class Patcher:
         setattr(owner, name, new)
         self.patches.append(Patch(owner, name, raw))
 
-    def rebind_everywhere(self, defining_module: Any, name: str, new: Any, prefix: str = "vllm.") -> int:
+    def rebind_everywhere(
+        self, defining_module: Any, name: str, new: Any, prefix: str | tuple[str, ...] = "vllm."
+    ) -> int:
         """Replace a function in its module and in every loaded module that imported it by name, so both
         already-imported and later-imported callers reach the wrapper."""
         original = getattr(defining_module, name)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from specguard.runtime.errors import SpecGuardViolation, Violation
 
 ENV_VAR = "VLLM_SPECGUARD"
+SGLANG_ENV_VAR = "SGLANG_SPECGUARD"  # the same values, read by the SGLang plugin
 OFF_VALUES = ("", "0", "off")
 RAISE_VALUES = ("1", "raise")
 WARN_VALUES = ("warn",)
@@ -30,11 +31,12 @@ WARN_STOP_NOTE = (
 
 
 class SpecGuardConfigError(ValueError):
-    """VLLM_SPECGUARD holds a value the guard does not know."""
+    """VLLM_SPECGUARD (or SGLANG_SPECGUARD) holds a value the guard does not know."""
 
 
-def parse_mode(value: str | None) -> str:
-    """Map the env var to "off", "raise" or "warn"; anything else is a startup error."""
+def parse_mode(value: str | None, env_var: str = ENV_VAR) -> str:
+    """Map the env var (VLLM_SPECGUARD, or SGLANG_SPECGUARD) to "off", "raise" or "warn"; anything else is a
+    startup error."""
     if value is None:
         return "off"
     v = value.strip().lower()
@@ -45,7 +47,7 @@ def parse_mode(value: str | None) -> str:
     if v in WARN_VALUES:
         return "warn"
     valid = ", ".join(repr(x) if x != "unset" else "unset" for x in VALID_VALUES)
-    raise SpecGuardConfigError(f"{ENV_VAR}={value!r} is not a valid value; use one of: {valid}")
+    raise SpecGuardConfigError(f"{env_var}={value!r} is not a valid value; use one of: {valid}")
 
 
 def get_logger() -> logging.Logger:

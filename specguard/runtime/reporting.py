@@ -34,7 +34,7 @@ MIN_INTERVAL_S = 1.0  # below it the lines would flood the log (one line per pro
 _FORMAT = "%(levelname)s %(asctime)s [specguard] %(message)s"
 
 
-def parse_interval(value: str | None) -> float | None:
+def parse_interval(value: str | None, env_var: str = STATS_ENV) -> float | None:
     """Seconds between counter lines: DEFAULT_INTERVAL_S when unset or empty, None (no periodic line) for 0
     or off; a number of seconds from MIN_INTERVAL_S on; anything else is a startup error."""
     if value is None or not value.strip():
@@ -47,7 +47,7 @@ def parse_interval(value: str | None) -> float | None:
         seconds = float("nan")
     if not MIN_INTERVAL_S <= seconds < float("inf"):
         raise SpecGuardConfigError(
-            f"{STATS_ENV}={value!r} is not a valid value; use a number of seconds from {MIN_INTERVAL_S:g} on "
+            f"{env_var}={value!r} is not a valid value; use a number of seconds from {MIN_INTERVAL_S:g} on "
             f"(unset: every {DEFAULT_INTERVAL_S:g}s), or 0/off for no periodic counter line"
         )
     return seconds

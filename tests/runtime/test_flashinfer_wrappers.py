@@ -120,3 +120,63 @@ def test_decode_plan_binds_q_len_per_req_positionally(calls, guard) -> None:
     Decode.plan(w, indptr, idx, last, 4, 4, 64, 16, q_len_per_req=2)
     Decode.run(w, q=torch.randn(8, 4, 64), paged_kv_cache=torch.zeros(4, 16, 4, 64))
     assert stats()["violations"] == {"G1:BatchDecodeWithPagedKVCacheWrapper.run": 1}
+
+
+def _decode_plan_args(n: int) -> tuple:
+    return (torch.arange(n + 1, dtype=I32), torch.arange(n, dtype=I32), torch.ones(n, dtype=I32), 4, 4, 64, 16)
+
+
+@pytest.fixture
+def fast_decode_plan(monkeypatch) -> list[str]:
+    """FlashInfer's fast_decode_plan (it needs CUDA) as a recording stand-in with its signature, in flashinfer.decode
+    and in the package, as vLLM and SGLang import it; request it before `guard`, which then wraps the stand-in."""
+    import flashinfer
+    import flashinfer.decode
+
+    record: list[str] = []
+    real = flashinfer.decode.fast_decode_plan
+
+    @functools.wraps(real)
+    def stand_in(self, *args, **kwargs) -> None:
+        record.append("fast_decode_plan")
+
+    monkeypatch.setattr(flashinfer.decode, "fast_decode_plan", stand_in)
+    monkeypatch.setattr(flashinfer, "fast_decode_plan", stand_in)
+    return record
+
+
+def test_per_instance_fast_decode_plan_records(calls, fast_decode_plan, guard) -> None:
+    """SGLang's `begin_forward = partial(fast_decode_plan, w)` (and vLLM's direct call) plan without plan():
+    the guard wraps FlashInfer's function wherever it is bound, so run() is judged against the latest plan."""
+    import flashinfer
+
+    guard("raise")
+    assert flashinfer.fast_decode_plan is flashinfer.decode.fast_decode_plan  # one wrapper, both bindings
+    w = paged_wrapper(Decode)
+    Decode.plan(w, *_decode_plan_args(4))  # the capture's real plan(): 4 requests
+    w.begin_forward = functools.partial(flashinfer.fast_decode_plan, w)
+    assert w.begin_forward.func == flashinfer.fast_decode_plan  # SGLang's test of which planner a wrapper uses
+    w.begin_forward(*_decode_plan_args(3))
+    Decode.run(w, torch.randn(3, 4, 64), torch.zeros(4, 16, 4, 64))
+    with pytest.raises(SpecGuardViolation, match=r"q.shape\[0\] \(4\) does not match the decode plan: expected 3"):
+        Decode.run(w, torch.randn(4, 4, 64), torch.zeros(4, 16, 4, 64))
+    assert fast_decode_plan == ["fast_decode_plan"]
+    assert calls.count("BatchDecodeWithPagedKVCacheWrapper.run") == 1
+
+
+def test_unrecorded_per_instance_planner_is_skipped(calls, guard) -> None:
+    """A planner the guard did not wrap, installed on the instance, leaves the recorded layout possibly stale:
+    run() is not judged (counted as a skip), never reported."""
+    guard("raise")
+    w = paged_wrapper(Decode)
+    Decode.plan(w, *_decode_plan_args(4))
+
+    def own_planner(wrapper, *args, **kwargs) -> None:  # a fork's planner
+        pass
+
+    w.begin_forward = functools.partial(own_planner, w)
+    w.begin_forward(*_decode_plan_args(3))
+    Decode.run(w, torch.randn(3, 4, 64), torch.zeros(4, 16, 4, 64))  # 3 rows against a recorded 4: not judged
+    assert calls.count("BatchDecodeWithPagedKVCacheWrapper.run") == 1
+    (skip,) = stats()["skips"]
+    assert skip.startswith("G1:BatchDecodeWithPagedKVCacheWrapper.run:this wrapper plans through")

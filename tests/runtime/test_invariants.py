@@ -215,3 +215,29 @@ def test_common_metadata_invariants() -> None:
     assert "slot_mapping has 48 rows for num_actual_tokens=52" in sliced.message
     dcp = check(dcp_local_seq_lens_rows=11)
     assert dcp.rules == ("SG105",) and "dcp_local_seq_lens has 11 rows for num_reqs=12" in dcp.message
+
+
+def test_preplanned_batch_judges_the_recorded_shape() -> None:
+    """G6: the shape recorded at the mark against the batch's now; padding (larger) names the cause."""
+    assert inv.check_preplanned_batch(3, 3, 3, 3, site="s", subject="b") is None
+    assert inv.check_preplanned_batch(None, None, 4, 4, site="s", subject="b") is None  # nothing recorded
+    grown = inv.check_preplanned_batch(2, 6, 4, 12, site="s", subject="b")
+    assert grown is not None and grown.check == "G6" and grown.rules == ("SG106",)
+    assert "planned for 2 requests and 6 tokens" in grown.summary and "has 4 requests and 12 tokens" in grown.summary
+    assert grown.cause is not None and "padded after its metadata was planned" in grown.cause
+    assert grown.facts == {"planned_batch_size": 2, "planned_num_tokens": 6, "batch_size": 4, "num_tokens": 12}
+    rows_only = inv.check_preplanned_batch(3, 12, 3, 16, site="s", subject="b")
+    assert rows_only is not None and rows_only.cause is not None
+    shrunk = inv.check_preplanned_batch(4, 4, 2, 2, site="s", subject="b")
+    assert shrunk is not None and shrunk.cause is None  # not padding: the numbers do not say why
+
+
+def test_an_unassessed_sglang_runs_raise_as_warn() -> None:
+    from specguard.runtime.frameworks import SGLANG
+    from specguard.runtime.install import effective_mode
+
+    assert effective_mode("raise", {"sglang": "0.5.23"}, SGLANG) == ("raise", "")
+    mode, why = effective_mode("raise", {"sglang": "0.5.24"}, SGLANG)
+    assert mode == "warn" and why.startswith(
+        "asked for raise; SGLang 0.5.24 is outside the releases this guard was assessed on (0.5.23)"
+    )

@@ -88,7 +88,7 @@ def test_an_unassessed_vllm_runs_raise_as_warn_and_says_why(cpu_builder, guard, 
     from specguard.runtime import install
 
     real = install._detect_versions
-    monkeypatch.setattr(install, "_detect_versions", lambda: {**real(), "vllm": "0.99.0"})
+    monkeypatch.setattr(install, "_detect_versions", lambda framework: {**real(framework), "vllm": "0.99.0"})
     guard("raise")
     assert POLICY.mode == "warn" and stats()["mode"] == "warn"
     startup = install.startup_line(POLICY.mode)
@@ -112,7 +112,9 @@ def test_an_unassessed_flashinfer_runs_raise_as_warn_and_says_why(cpu_builder, g
     from specguard.runtime import install
 
     real = install._detect_versions
-    monkeypatch.setattr(install, "_detect_versions", lambda: {**real(), "flashinfer-python": "0.7.9"})
+    monkeypatch.setattr(
+        install, "_detect_versions", lambda framework: {**real(framework), "flashinfer-python": "0.7.9"}
+    )
     guard("raise")
     assert POLICY.mode == "warn" and stats()["mode"] == "warn"
     startup = install.startup_line(POLICY.mode)
