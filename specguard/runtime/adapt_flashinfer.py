@@ -1,5 +1,5 @@
-"""G1 on FlashInfer's paged wrappers (flashinfer-python 0.7.2.post1 and 0.7.4): `plan()` records the query layout
-it was given, host-side; `run()` checks `q.shape[0]` against it before the kernel.
+"""G1 on FlashInfer's paged wrappers and its ragged prefill wrapper (flashinfer-python 0.7.2.post1 and 0.7.4):
+`plan()` records the query layout it was given, host-side; `run()` checks `q.shape[0]` against it before the kernel.
 
 Prefill records qo_indptr[-1] from the host indptr `plan()` receives (vLLM and SGLang pass CPU copies); a device
 indptr is skipped, never read. Decode needs no value at all: its batch is `indptr.shape[0] - 1`.
@@ -25,6 +25,7 @@ from specguard.runtime.patching import Patcher, Skip, arg_binder, guard_call, is
 from specguard.runtime.policy import POLICY
 
 PREFILL = ("flashinfer.prefill", "BatchPrefillWithPagedKVCacheWrapper")
+RAGGED = ("flashinfer.prefill", "BatchPrefillWithRaggedKVCacheWrapper")  # SGLang's and vLLM's MLA prefill
 DECODE = ("flashinfer.decode", "BatchDecodeWithPagedKVCacheWrapper")
 RECORD_ATTR = "_specguard_planned_layout"
 LEGACY_DECODE_ARGS = "_BATCH_DECODE_PLAN_LEGACY_POS_ARGS"  # flashinfer.decode's names for plan()'s *args
@@ -159,6 +160,7 @@ def wrap_planner(patcher: Patcher, module: Any, name: str, make_recorder: Any, p
 
 def install(patcher: Patcher, installed: list[str], skipped: list[str]) -> None:
     _install_wrapper(patcher, *PREFILL, _prefill_recorder, _check_prefill_run, installed, skipped)
+    _install_wrapper(patcher, *RAGGED, _prefill_recorder, _check_prefill_run, installed, skipped)
     _install_wrapper(patcher, *DECODE, _decode_recorder, _check_decode_run, installed, skipped)
     decode = sys.modules.get(DECODE[0])
     if decode is not None and wrap_planner(patcher, decode, "fast_decode_plan", _decode_recorder, FRAMEWORKS):

@@ -177,10 +177,14 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """FlashInfer's paged prefill/decode wrappers with recording stand-ins for plan/run (carrying their
     signatures): the real ones need CUDA. Request it before `guard`, which then wraps the stand-ins."""
     from flashinfer.decode import BatchDecodeWithPagedKVCacheWrapper
-    from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper
+    from flashinfer.prefill import BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper
 
     record: list[str] = []
-    for cls in (BatchPrefillWithPagedKVCacheWrapper, BatchDecodeWithPagedKVCacheWrapper):
+    for cls in (
+        BatchPrefillWithPagedKVCacheWrapper,
+        BatchPrefillWithRaggedKVCacheWrapper,
+        BatchDecodeWithPagedKVCacheWrapper,
+    ):
         for name in ("plan", "run"):
             real = cls.__dict__[name]
 

@@ -180,3 +180,17 @@ def test_unrecorded_per_instance_planner_is_skipped(calls, guard) -> None:
     assert calls.count("BatchDecodeWithPagedKVCacheWrapper.run") == 1
     (skip,) = stats()["skips"]
     assert skip.startswith("G1:BatchDecodeWithPagedKVCacheWrapper.run:this wrapper plans through")
+
+
+def test_ragged_prefill_run_matches_plan(calls, guard) -> None:
+    """The ragged prefill wrapper (SGLang's and vLLM's MLA prefill) is judged as the paged one."""
+    from flashinfer.prefill import BatchPrefillWithRaggedKVCacheWrapper as Ragged
+
+    guard("raise")
+    w = paged_wrapper(Ragged)
+    indptr = torch.tensor([0, 5, 9], dtype=I32)
+    Ragged.plan(w, indptr, indptr, 4, 4, 64)
+    Ragged.run(w, torch.randn(9, 4, 64), torch.zeros(9, 4, 64), torch.zeros(9, 4, 64))
+    with pytest.raises(SpecGuardViolation, match=r"q.shape\[0\] \(12\) does not match qo_indptr\[-1\] \(9\)"):
+        Ragged.run(w, torch.randn(12, 4, 64), torch.zeros(12, 4, 64), torch.zeros(12, 4, 64))
+    assert calls == ["BatchPrefillWithRaggedKVCacheWrapper.plan", "BatchPrefillWithRaggedKVCacheWrapper.run"]

@@ -62,7 +62,9 @@ def test_enabled_installs_every_check(value) -> None:
     for check in (
         "G0@AttentionMetadataBuilder.build/build_for_drafting/build_for_cudagraph_capture",
         "G1@BatchPrefillWithPagedKVCacheWrapper.plan/run",
+        "G1@BatchPrefillWithRaggedKVCacheWrapper.plan/run",
         "G1@BatchDecodeWithPagedKVCacheWrapper",
+        "G1@fast_decode_plan",
         "G1+G3@FlashInferMLAImpl.forward_mqa",
         "G2@flashinfer_mla.trtllm_batch_decode_with_kv_cache_mla",
         "G3@MLAAttentionSpec.merge",

@@ -20,6 +20,7 @@ INSTALLED = [
     "G6@ForwardBatch.needs_forward_metadata_init->AttentionBackend.forward (HookRegistry)",
     "G1@fast_prefill_plan",
     "G1@BatchPrefillWithPagedKVCacheWrapper.plan/run",
+    "G1@BatchPrefillWithRaggedKVCacheWrapper.plan/run",
     "G1@BatchDecodeWithPagedKVCacheWrapper.plan/run",
     "G1@fast_decode_plan",
 ]
