@@ -30,6 +30,10 @@ def add_options(check: argparse.ArgumentParser) -> None:
     check.add_argument("--config", type=Path, help="a pyproject.toml or TOML file to read settings from")
     check.add_argument("--rule-pack", action="append", type=Path, default=[], help="an extra rule pack (TOML)")
     check.add_argument(
+        "--builtin-packs",
+        help="comma-separated built-in packs to read (vllm, sglang), instead of those of the framework the paths are",
+    )
+    check.add_argument(
         "--output-format",
         "--format",
         dest="output_format",
@@ -172,6 +176,8 @@ def settings_for(args: argparse.Namespace, paths: list[Path]) -> Settings:
             updates[key] = getattr(args, key)
     if args.rule_pack:
         updates["rule_packs"] = [*settings.rule_packs, *args.rule_pack]
+    if args.builtin_packs is not None:
+        updates["builtin_packs"] = [name.strip() for name in args.builtin_packs.split(",") if name.strip()]
     settings = dataclasses.replace(settings, **updates)
     _reject_unknown_codes(settings)
     args.output_format = _output_format(args, settings)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from specguard.analysis import engine
 from specguard.findings import Finding, Judgement
 from specguard.fixes.line_length import DEFAULT as DEFAULT_LINE_LENGTH
-from specguard.packs import Pack, load_pack
+from specguard.packs import Pack, check_builtin_packs, load_pack, packs_for
 from specguard.rules import RuleSet
 from specguard.settings import Settings, served_tree_settings
 
@@ -24,17 +24,25 @@ if TYPE_CHECKING:  # imported where used: `specguard check` never loads deploy/
 RULES = RuleSet()
 
 
+def _composed(paths: Sequence[str | Path], settings: Settings) -> tuple[Pack, RuleSet]:
+    """The packs the settings name (by default, those of the framework the paths are) and the rules they feed."""
+    chosen = settings.builtin_packs
+    builtin = check_builtin_packs(chosen) if chosen is not None else packs_for([Path(p) for p in paths])
+    return load_pack(settings.rule_packs, builtin), RuleSet.for_packs(builtin)
+
+
 def check_paths(
     paths: Sequence[str | Path], settings: Settings | None = None, *, use_cache: bool = True, pack: Pack | None = None
 ) -> engine.CheckResult:
-    """`specguard check PATHS`: every rule the settings enable, with their packs (or `pack`)."""
+    """`specguard check PATHS`: every rule the settings enable, with their packs (or `pack`, and every rule)."""
     settings = settings or Settings()
-    return engine.check_paths(paths, settings, pack or load_pack(settings.rule_packs), RULES, use_cache=use_cache)
+    packs, rules = (pack, RULES) if pack is not None else _composed(paths, settings)
+    return engine.check_paths(paths, settings, packs, rules, use_cache=use_cache)
 
 
 def check_given(path: str, data: bytes, settings: Settings) -> engine.CheckResult:
     """`specguard check - --stdin-filename PATH`: the bytes given as the file `path` of its project."""
-    return engine.check_given(path, data, settings, load_pack(settings.rule_packs), RULES)
+    return engine.check_given(path, data, settings, *_composed([path], settings))
 
 
 def check_source(

@@ -24,6 +24,8 @@ from specguard._toml import load_toml, parse_toml
 from specguard.errors import UserError
 
 BUILTIN_PACKS = ("vllm.toml", "sglang.toml")  # laid over each other in this order
+BASE_PACK = "vllm"  # laid under every other: its FlashInfer and MLA names are the other frameworks' too
+FRAMEWORK_PACKS = tuple(name.removesuffix(".toml") for name in BUILTIN_PACKS)
 # Keys a pack may leave empty.
 _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
@@ -267,10 +269,12 @@ def builtin_pack_text(name: str) -> str:
         return (Path(__file__).resolve().parent.parent / "rules" / name).read_text(encoding="utf-8")
 
 
-def _build(builtins: list[str], extra: list[Path]) -> Pack:
+def _build(builtins: list[tuple[str, str]], extra: list[Path]) -> Pack:
     raw: dict[str, Any] = {}
-    for name, text in zip(BUILTIN_PACKS, builtins, strict=True):
+    for name, text in builtins:
         raw = _overlay(raw, parse_toml(text, origin=f"built-in {name}", what="rule pack"))
+    # What the built-in packs read fill must stay filled (a key of a pack not read, SGLang's, may stay empty).
+    required = _filled(_validate(raw, "built-in rule packs"))
     for path in extra:
         layer = load_toml(path, what="rule pack")
         if not all(isinstance(v, dict) for v in layer.values()):
@@ -278,24 +282,59 @@ def _build(builtins: list[str], extra: list[Path]) -> Pack:
         _validate(layer, str(path))  # name the file that is wrong, not the merged result
         raw = _overlay(raw, layer)
     pack = _validate(raw, "merged rule packs")
-    missing = [
-        f"{section}.{key}"
-        for section, values in dataclasses.asdict(pack).items()
-        for key, value in values.items()
-        if value in (None, []) and key not in _OPTIONAL
-    ]
+    filled = set(_filled(pack))
+    missing = [key for key in required if key not in filled]
     if missing:
         raise UserError(f"rule packs leave required keys empty: {', '.join(missing)}")
     return pack
 
 
-def load_pack(extra: list[Path] | tuple[Path, ...] = ()) -> Pack:
-    """The built-in packs with each extra pack laid over them in order (validated once per distinct text)."""
-    builtins = [builtin_pack_text(name) for name in BUILTIN_PACKS]
-    material = [text.encode() for text in builtins]
+def _filled(pack: Pack) -> list[str]:
+    """The required keys (`section.key`) a pack gives a value, in the schema's order."""
+    return [
+        f"{section}.{key}"
+        for section, values in dataclasses.asdict(pack).items()
+        for key, value in values.items()
+        if value not in (None, []) and key not in _OPTIONAL
+    ]
+
+
+def check_builtin_packs(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The built-in packs a setting names, in the order they are laid; a UserError for an unknown one or a list
+    without the base pack."""
+    unknown = [n for n in names if n not in FRAMEWORK_PACKS]
+    if unknown:
+        known = ", ".join(FRAMEWORK_PACKS)
+        raise UserError(f"builtin-packs: unknown pack {unknown[0]!r}; the built-in packs are {known}")
+    if BASE_PACK not in names:
+        raise UserError(f"builtin-packs must include {BASE_PACK!r}: every other built-in pack is laid over it")
+    return tuple(n for n in FRAMEWORK_PACKS if n in names)
+
+
+def load_pack(extra: list[Path] | tuple[Path, ...] = (), builtin: tuple[str, ...] = FRAMEWORK_PACKS) -> Pack:
+    """The built-in packs named (all by default) with each extra pack laid over them in order (validated once per
+    distinct text)."""
+    builtins = [(f"{name}.toml", builtin_pack_text(f"{name}.toml")) for name in check_builtin_packs(builtin)]
+    material = [f"{name}\0{text}".encode() for name, text in builtins]
     for path in extra:
         try:
             material.append(str(path).encode() + b"\0" + read_regular(path, DATA_CAP))
         except UnreadableFile:
             material.append(str(path).encode())  # unreadable: _build reports it
     return validated("pack", material, Pack, lambda: _build(builtins, list(extra)))
+
+
+def packs_for(paths: list[Path]) -> tuple[str, ...]:
+    """The built-in packs for a check of `paths` when the settings name none: the base alone where every path is
+    vLLM's, SGLang's laid over it otherwise (an SGLang tree, a mixed one, or code of no known framework)."""
+    return (BASE_PACK,) if paths and all(_framework_of(p) == BASE_PACK for p in paths) else FRAMEWORK_PACKS
+
+
+def _framework_of(path: Path) -> str | None:
+    """The one framework a path is the code of: by a package folder it is inside, else by the package folders it
+    holds (a checkout: `vllm/`, SGLang's `python/sglang/`); None for neither or both."""
+    parts = set(path.resolve().parts)
+    found = {name for name in FRAMEWORK_PACKS if name in parts}
+    if not found and path.is_dir():
+        found = {name for name in FRAMEWORK_PACKS if (path / name).is_dir() or (path / "python" / name).is_dir()}
+    return found.pop() if len(found) == 1 else None

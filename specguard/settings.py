@@ -135,6 +135,15 @@ class Settings:
         default_factory=list,
         metadata=_doc("Rule packs (TOML) that adapt the rules to a fork, relative to the configuration root."),
     )
+    builtin_packs: list[str] | None = field(
+        default=None,
+        metadata=_doc(
+            "The built-in rule packs to read, and so the frameworks whose rules run: `vllm` (the base every other "
+            "pack is laid over; its FlashInfer names are SGLang's too) and `sglang` (SG106, SG203). Unset: `vllm`, "
+            "with `sglang` unless every checked path is vLLM's (inside a `vllm` package, or a folder holding one "
+            "and no `sglang`/`python/sglang`). A fork's `rule-packs` are laid over them."
+        ),
+    )
     cache_dir: Path | None = field(
         default=None,
         metadata=_doc(

@@ -480,3 +480,42 @@ def test_clean_removes_the_configured_cache_dir_too(cli, project: Path) -> None:
     out = cli("clean", cwd=project)
     assert (out.returncode, out.stderr) == (0, "Removing cache at: caches/sg\n")
     assert not (project / "caches" / "sg").exists() and (project / "caches").is_dir()
+
+
+def _sglang_tree(root: Path, package: str) -> Path:
+    """SG106's own bad example as a module of a package folder named `package`."""
+    from specguard.rules import load_rule
+
+    (root / package).mkdir(parents=True)
+    (root / package / "worker.py").write_text(textwrap.dedent(load_rule("SG106").bad))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("package", "flags", "found"),
+    [
+        ("sglang", [], True),  # an SGLang tree: SGLang's pack is read
+        ("mine", [], True),  # no known framework: every built-in pack
+        ("vllm", [], False),  # a vLLM tree: the vLLM pack alone, SGLang's rules do not run
+        ("vllm", ["--builtin-packs", "vllm,sglang"], True),
+        ("sglang", ["--builtin-packs", "vllm"], False),
+    ],
+)
+def test_builtin_packs_follow_the_framework_of_the_tree(cli, tmp_path: Path, package, flags, found) -> None:  # type: ignore[no-untyped-def]
+    tree = _sglang_tree(tmp_path, package)
+    out = cli("check", package, "--no-cache", *flags, cwd=tree)
+    assert out.returncode == (1 if found else 0), out.stdout + out.stderr
+    assert ("SG106" in out.stdout) is found
+
+
+def test_builtin_packs_setting_and_its_errors(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    tree = _sglang_tree(tmp_path, "sglang")
+    (tree / "pyproject.toml").write_text('[tool.specguard]\nbuiltin-packs = ["vllm"]\n')
+    assert cli("check", "sglang", "--no-cache", cwd=tree).returncode == 0
+    for value, message in (
+        ("sglang", "builtin-packs must include 'vllm': every other built-in pack is laid over it"),
+        ("vllm,tensorrt", "builtin-packs: unknown pack 'tensorrt'; the built-in packs are vllm, sglang"),
+    ):
+        out = cli("check", "sglang", "--builtin-packs", value, cwd=tree)
+        assert out.returncode == 2 and out.stdout == ""
+        assert out.stderr.strip() == f"specguard: error: {message}", out.stderr

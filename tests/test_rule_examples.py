@@ -108,3 +108,14 @@ def test_a_limits_example_is_code_the_rule_misses(code: str) -> None:
             text = textwrap.dedent(limit.missed)
             compile(text, "missed.py", "exec")
             assert [f for f in check_source(text) if f.code == code] == [], limit.text
+
+
+def test_framework_rules_list_each_rule_of_a_non_base_pack() -> None:
+    """A rule runs only where its built-in pack is read (rules.FRAMEWORK_RULES, read before any rule is loaded);
+    that table and each rule's own `framework` say the same."""
+    from specguard.rules import ALL_CODES, FRAMEWORK_RULES, load_rule
+
+    declared = {code: pack for pack, codes in FRAMEWORK_RULES.items() for code in codes}
+    assert {code: load_rule(code).framework for code in ALL_CODES} == {
+        code: declared.get(code, "vllm") for code in ALL_CODES
+    }

@@ -81,6 +81,11 @@ def all_rules() -> dict[str, Rule]:
     return {code: load_rule(code) for code in ALL_CODES}
 
 
+# The rules whose names come from a built-in pack other than the base (`Rule.framework`; a test holds the two
+# equal): a rule runs only where its pack is read.
+FRAMEWORK_RULES: dict[str, frozenset[str]] = {"sglang": frozenset({"SG106", "SG203"})}
+
+
 @dataclass(frozen=True)
 class RuleSet:
     """These rules as the engine is handed them (`analysis.handed.RuleSet`): plain data, so it reaches worker
@@ -90,6 +95,12 @@ class RuleSet:
     codes: tuple[str, ...] = tuple(ALL_CODES)
     evaluated: frozenset[str] = EVALUATED
     judged: frozenset[str] = EVALUATED | JUDGED_TOO
+
+    @classmethod
+    def for_packs(cls, packs: tuple[str, ...]) -> RuleSet:
+        """The rules whose built-in pack is among `packs`."""
+        left_out = set().union(*(codes for pack, codes in FRAMEWORK_RULES.items() if pack not in packs))
+        return cls(codes=tuple(c for c in ALL_CODES if c not in left_out))
 
     def load(self, code: str) -> Rule:
         return load_rule(code)
