@@ -5,12 +5,14 @@ G6. A pre-planner (the EAGLE draft path, a graph runner's load_batch) plans a ba
 the forward and marks it ready; `ForwardBatch.mark_forward_metadata_ready` records the batch size and token rows
 it had. DP-attention padding (`prepare_mlp_sync_batch`) can reshape the batch afterwards, and
 `ForwardBatch.needs_forward_metadata_init()` is where the forward is told whether to plan again. Its answer is not
-the last word: the eager extend path plans target-verify and context-parallel batches whatever it says. So the
-decision is only noted (an AFTER hook, registered with SGLang's HookRegistry: a False answer on a batch whose
-shape differs from the recorded one, from host integers), any attention backend's `init_forward_metadata*` call
-on the batch clears the note, and the judgment is made where the kernels would run: the first
-`AttentionBackend.forward` on the noted batch (a BEFORE hook, also through the HookRegistry). The hooks return
-None, so SGLang's answers and arguments are never changed; the note is one private attribute on the batch.
+the last word: the eager extend path plans target-verify and context-parallel batches whatever it says. So every
+attention backend's `init_forward_metadata*` records on the batch the shape it planned it for (the eager runner's
+copy of a batch keeps that record), the decision is only noted (an AFTER hook, registered with SGLang's
+HookRegistry: a False answer on a marked batch whose shape differs from the one last planned, or the mark's where
+no plan was seen; host integers), a plan since clears the note, and the judgment is made where the kernels would
+run: the first `AttentionBackend.forward` on the noted batch (a BEFORE hook, also through the HookRegistry). The
+hooks return None, so SGLang's answers, arguments and copies are never changed; the record and the note are
+private attributes on the batch.
 
 G1. SGLang installs `fast_prefill_plan` as a per-instance `begin_forward` of FlashInfer prefill wrappers; it is
 wrapped to record the layout as `plan()` does (FlashInfer's own `fast_decode_plan` is wrapped by
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 from typing import Any
 
 from specguard.runtime import invariants as inv
@@ -36,12 +39,15 @@ DECISION = f"{BATCH_MODULE}.ForwardBatch.needs_forward_metadata_init"
 LAUNCH = f"{BACKEND_MODULE}.AttentionBackend.forward"
 SITE = "AttentionBackend.forward after ForwardBatch.needs_forward_metadata_init"
 NOTE_ATTR = "_specguard_stale_plan"  # on a ForwardBatch: the violation its next attention launch would be
+PLANNED_ATTR = "_specguard_planned"  # on a ForwardBatch: (batch size, rows) a backend last planned it for
+COPY = "sglang.srt.model_executor.runner.eager_runner.EagerRunner.load_batch"
 PLANS = "init_forward_metadata"  # every backend method whose name starts so plans (eager, graph capture, replay)
 
 
 class _Installed:
     patcher: Patcher | None = None
     planners_seen = 0  # AttentionBackend subclasses whose planners were wrapped (walked again when more exist)
+    decided = False  # whether a decision was seen since install
 
 
 def _rows(batch: Any) -> int:
@@ -51,12 +57,16 @@ def _rows(batch: Any) -> int:
 
 
 def _note_decision(batch: Any) -> None:
-    """After a False answer: note the violation a launch on this batch would be, unless the shapes agree."""
+    """After a False answer: note the violation a launch on this batch would be, unless the batch has the shape
+    it was last planned for (by a backend since the guard wraps them, else as the mark recorded)."""
     note = None
     if batch.forward_metadata_ready:
-        note = inv.check_preplanned_batch(
+        planned = _planned_shape(batch) or (
             batch.forward_metadata_planned_bs,
             batch.forward_metadata_planned_num_tokens,
+        )
+        note = inv.check_preplanned_batch(
+            *planned,
             int(batch.batch_size),
             _rows(batch),
             site=SITE,
@@ -69,6 +79,26 @@ def _note_decision(batch: Any) -> None:
     _wrap_planners()
 
 
+def _planned_shape(batch: Any) -> tuple[int, int] | None:
+    """The shape a backend last planned this batch for, since the guard wraps the backends."""
+    return batch.__dict__.get(PLANNED_ATTR)
+
+
+def _record_plan(batch: Any) -> None:
+    state = getattr(batch, "__dict__", None)
+    if state is not None and hasattr(batch, "batch_size"):
+        state.pop(NOTE_ATTR, None)
+        state[PLANNED_ATTR] = (int(batch.batch_size), _rows(batch))
+
+
+def after_copy(result: Any, runner: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+    """The eager runner's copy of a batch (its input buffers, the same shape) keeps the batch's plan record."""
+    planned = getattr(batch, "__dict__", {}).get(PLANNED_ATTR)
+    if planned is not None and result is not batch and hasattr(result, "__dict__"):
+        result.__dict__[PLANNED_ATTR] = planned
+    return None  # HookRegistry keeps SGLang's copy
+
+
 def _forget(batch: Any) -> None:
     state = getattr(batch, "__dict__", None)
     if state is not None:
@@ -76,6 +106,9 @@ def _forget(batch: Any) -> None:
 
 
 def after_decision(result: Any, batch: Any, *args: Any, **kwargs: Any) -> None:
+    if not _Installed.decided:  # every backend of the server exists by the first forward's decision
+        _Installed.decided = True
+        guard_call("G6", SITE, _wrap_planners)
     if result is False:
         guard_call("G6", SITE, _note_decision, batch)
     else:
@@ -101,15 +134,19 @@ def _make_planner(original: Any) -> Any:
     get_batch = arg_binder(original, "forward_batch")
 
     def planner(self: Any, *args: Any, **kwargs: Any) -> Any:
-        guard_call("G6", SITE, _forget, get_batch(args, kwargs))
-        return original(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
+        batch = get_batch(args, kwargs)
+        if batch is not None:
+            guard_call("G6", SITE, _record_plan, batch)
+        return result
 
     return mark(planner, original)
 
 
 def _wrap_planners() -> None:
-    """Wrap every attention backend's planning methods so a plan after the decision clears its note. Done when
-    a note is first made (every backend class of the server is imported by then) and again when more exist."""
+    """Wrap every attention backend's planning methods so a plan records the shape it was for and clears a note.
+    Done at install, at the first decision (every backend class of the server is imported by then) and at each
+    note where more classes exist."""
     base = importlib.import_module(BACKEND_MODULE).AttentionBackend
     classes = [base, *subclasses(base)]
     if len(classes) == _Installed.planners_seen or _Installed.patcher is None:
@@ -145,21 +182,31 @@ def _install_launch_judgment(patcher: Patcher, installed: list[str], skipped: li
         return
     _Installed.patcher = patcher
     ours = {DECISION: (after_decision, HookType.AFTER), LAUNCH: (_make_before_launch(launch), HookType.BEFORE)}
+    originals = {DECISION: (batch_cls, decision), LAUNCH: (backend_cls, launch)}
+    runner_module, _, copy_name = COPY.rpartition(".")
+    try:  # where the eager runner copies a batch (0.5.23), the copy keeps the plan record
+        runner_cls = pkgutil.resolve_name(runner_module)
+        copier = runner_cls.__dict__.get(copy_name)
+    except Exception:  # noqa: BLE001 -- another SGLang: its copies start without a record (the mark's shape)
+        runner_cls, copier = None, None
+    if inspect.isfunction(copier):
+        ours[COPY] = (after_copy, HookType.AFTER)
+        originals[COPY] = (runner_cls, copier)
     for target, (hook, kind) in ours.items():
         hook.__specguard_hook__ = True  # type: ignore[attr-defined]
         if not any(getattr(h, "__specguard_hook__", False) for _, h, _ in _hooked(target)):
             HookRegistry.register(target, hook, kind)
 
     def unhook() -> None:
-        for target in ours:
+        for target, (owner, original) in originals.items():
             hooks = _hooked(target)
             hooks[:] = [entry for entry in hooks if not getattr(entry[1], "__specguard_hook__", False)]
             HookRegistry._patched.discard(target)
-        batch_cls.needs_forward_metadata_init = decision
-        backend_cls.forward = launch
-        _Installed.patcher, _Installed.planners_seen = None, 0
+            setattr(owner, target.rpartition(".")[2], original)
+        _Installed.patcher, _Installed.planners_seen, _Installed.decided = None, 0, False
 
     patcher.at_restore(unhook)
+    guard_call("G6", SITE, _wrap_planners)
     installed.append("G6@ForwardBatch.needs_forward_metadata_init->AttentionBackend.forward (HookRegistry)")
 
 
