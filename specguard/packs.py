@@ -32,6 +32,7 @@ _OPTIONAL = frozenset(
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_field", "token_field", "model_forwards", "skip_keywords"}
+    | {"dcp_flag_param"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -139,6 +140,9 @@ class Mla(_Section):
     # the entry's query argument (SG203): viewed as [requests, tokens, heads, dim] with more than one token per
     # request, it needs the global causal bound under DCP
     query_param: str | None = None
+    # the entry's switch for DCP (optional; SG203): a launch that passes it true runs under DCP, whether or not the
+    # code around it asked
+    dcp_flag_param: str | None = None
     # FlashInfer's MLA wrapper methods that plan a decode (optional; SG203), their parameters in order (a call that
     # does not give each of them is another method of that name) and which of them is the lengths
     plan_methods: list[str] = field(default_factory=list)
@@ -204,10 +208,10 @@ class Pack:
             *self.kv_groups.flags,
             *self.mla.decode_entry,
             *self.dcp.enabled_tests,
+            *self.dcp.sizes,
             *self.batches.plan,
         ]
-        if self.mla.global_bound_param:
-            names.append(self.mla.global_bound_param)
+        names += [n for n in (self.mla.global_bound_param, self.mla.dcp_flag_param) if n]
         return tuple(sorted({n.encode() for n in names if n}))
 
     @cached_property

@@ -210,7 +210,8 @@ class Builtins(ObjectModel):
             from specguard.evaluation.objects import MISSING
 
             value = self.getattr(args[0], plain(args[1]), state, frame.depth, missing=MISSING)
-            return UNKNOWN if is_unknown(value) else value is not MISSING
+            # an attribute of code outside the tree (`torch.npu`) is named, not known to exist
+            return UNKNOWN if is_unknown(value) or isinstance(plain(value), Opaque) else value is not MISSING
         if short in ("setattr", "object.__setattr__") and len(args) == 3 and isinstance(plain(args[1]), str):
             self.store(args[0], plain(args[1]), args[2], state, node)
             return None

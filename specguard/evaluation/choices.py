@@ -46,6 +46,9 @@ class Choices:
     facts: dict[tuple[str, tuple[Any, ...]], tuple[bool, frozenset[str]]] = field(default_factory=dict)
     frames: list[Any] = field(default_factory=list)  # the frames and objects facts are kept for (ids stay theirs)
     kept_kinds: frozenset[str] = frozenset()  # more kinds that matter in what is written on objects (a cache)
+    # attributes whose known value written on an object makes a test matter where its sides write it differently
+    # (a flag a client's predicate reads, written directly rather than through a labelled call)
+    fields: frozenset[str] = frozenset()
 
     def take(self, test: ast.expr, frame: Any, state: State) -> bool | None:
         """Which side of `test` this run takes (None: both, joined as usual)."""
@@ -128,12 +131,19 @@ class Choices:
         kept = self.kinds | self.kept_kinds
         shape = {("local", k): self._labels(v, self.kinds) for k, v in state.locals.items()}
         shape |= {key: self._labels(v, kept) for key, v in state.writes.items()}
-        return {key: labels for key, labels in shape.items() if labels}
+        shape |= {("field", key): _scalar(v) for key, v in state.writes.items() if key[1] in self.fields}
+        return {key: labels for key, labels in shape.items() if labels is not None and labels != frozenset()}
 
     def _labels(self, value: Any, kinds: frozenset[str] | None = None) -> frozenset[Label] | int:
         if isinstance(value, Deferred):
             return id(value)
         return frozenset(x for x in labels_of(value) if x.kind in (kinds or self.kinds))
+
+
+def _scalar(value: Any) -> Any:
+    """A written value as a test's sides compare it: a known bool, int or None (as itself), else None."""
+    value = plain(value)
+    return ("value", value) if isinstance(value, (bool, int, type(None))) else None
 
 
 def _named(node: ast.AST) -> bool:
@@ -172,7 +182,9 @@ def each_path(run: Callable[[Choices], T], noted: Choices, limit: int = MAX_PATH
     paths: list[Path[T]] = []
     replay: list[bool] = []
     while len(paths) <= limit:
-        choices = Choices(noted.kinds, noted.noted, replay, depth=noted.depth, kept_kinds=noted.kept_kinds)
+        choices = Choices(
+            noted.kinds, noted.noted, replay, depth=noted.depth, kept_kinds=noted.kept_kinds, fields=noted.fields
+        )
         paths.append(Path(choices.taken, run(choices)))
         sides = [side for _, side in choices.taken]
         # the next path: the last test taken False now taken True, the ones before it as they were

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -587,6 +588,9 @@ class Statements(Builtins):
         parts of an `and` that holds or an `or` that does not."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self.narrow(test.operand, not truth, frame, state)
+        if isinstance(test, ast.Call):  # a predicate helper: narrowed by the test it returns, on the caller's names
+            inlined = self._predicate_test(test, frame, state)
+            return state if inlined is None else self.narrow(inlined, truth, frame, state)
         if isinstance(test, ast.BoolOp) and truth == isinstance(test.op, ast.And):
             for part in test.values:
                 self.narrow(part, truth, frame, state)
@@ -612,6 +616,30 @@ class Statements(Builtins):
         else:
             self.store(self.eval(target.value, frame, state), target.attr, value, state)
         return state
+
+    def _predicate_test(self, call: ast.Call, frame: Frame, state: State) -> ast.expr | None:
+        """The test a call of a one-line predicate (`def active(b): return b.counts is not None`) returns, written
+        over the call's own arguments (`fb.counts is not None`); None where the callee is not such a function of
+        the tree, an argument is not a name or attribute, or the test reads anything but its parameters."""
+        if not isinstance(call.func, (ast.Name, ast.Attribute)) or any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        func = plain(self.eval(call.func, frame, state))
+        node = func.node if isinstance(func, Function) else None
+        body = [b for b in node.body if not _is_docstring(b)] if isinstance(node, ast.FunctionDef) else []
+        if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+            return None
+        params = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+        given = dict(zip(params, call.args, strict=False))  # more arguments than parameters: see below
+        given.update({k.arg: k.value for k in call.keywords if k.arg is not None})
+        if len(given) != len(call.args) + len(call.keywords) or not all(_is_reference(v) for v in given.values()):
+            return None
+        test = body[0].value
+        if any(isinstance(n, ast.Name) and n.id not in given for n in ast.walk(test)):
+            return None
+        key = (id(call), id(test))
+        if key not in _INLINED:  # kept, with the nodes it is for: the evaluation may key what it learns by node
+            _INLINED[key] = (call, test, _Substitute(given).visit(copy.deepcopy(test)))
+        return _INLINED[key][2]
 
     def assign(self, target: ast.expr, value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
         if self.choices is not None and isinstance(target, (ast.Name, ast.Attribute)):  # at any depth
@@ -838,3 +866,28 @@ def _pattern_names(pattern: ast.pattern) -> set[str]:
         if isinstance(name, str):
             names.add(name)
     return names
+
+
+# Each predicate call's test written over its arguments, with the call and the test it was made from.
+_INLINED: dict[tuple[int, int], tuple[ast.Call, ast.expr, ast.expr]] = {}
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _is_reference(node: ast.expr) -> bool:
+    """A name, or attributes of one: evaluated again where it is written into a test, it reads the same value."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+class _Substitute(ast.NodeTransformer):
+    """A predicate's parameters replaced by the caller's arguments."""
+
+    def __init__(self, given: dict[str, ast.expr]) -> None:
+        self.given = given
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return copy.deepcopy(self.given[node.id]) if node.id in self.given else node

@@ -20,6 +20,7 @@ from specguard.evaluation.values import (
     Method,
     Obj,
     Partial,
+    Sym,
     Tagged,
     labels_of,
     maybe_of,
@@ -85,7 +86,22 @@ def _name(func: Any) -> str | None:
         return func.func.name
     if isinstance(func, (Function, Method)):
         return func.name
+    if isinstance(func, Sym):  # a member of an object the evaluation names but cannot see into, read and then called
+        return func.name.rpartition(".")[2] or None
     return None
+
+
+def _inherited(func: Any) -> bool:
+    """A method called on an object of a subclass of the class that defines it."""
+    func = plain(func)
+    if not isinstance(func, Bound) or func.func.owner is None:
+        return False
+    receiver = plain(func.self_value)
+    return isinstance(receiver, Obj) and receiver.cls is not None and receiver.cls != func.func.owner
+
+
+def _known(value: Any) -> bool:
+    return isinstance(value, (bool, int, type(None)))
 
 
 def _receiver(func: Any) -> Any:
@@ -111,6 +127,10 @@ class _Batches(Hooks):
         self.shapes: dict[Label, tuple[Any, Any]] = {}  # each plan -> the batch's count and tokens it was made for
         self.events: list[Event] = []
         self.undecided: list[tuple[ast.AST, str]] = []
+        # calls of the judged function whose callee is decided here: a method its `self` inherits (run with this
+        # class's overrides; judged alone, with its own class's) or a callable held in a local (a `partial` a
+        # factory returned): what happens inside is judged here, where the batch is handed to it
+        self.decided_here: set[int] = set()
 
     def is_batch(self, value: Any) -> bool:
         value = plain(value)
@@ -126,6 +146,8 @@ class _Batches(Hooks):
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: State
     ) -> Any:
+        if not ev.calls and (_inherited(func) or (isinstance(node.func, ast.Name) and node.func.id in state.locals)):
+            self.decided_here.add(id(node))
         made = self._made_batch(func)
         if made is not None:
             return made
@@ -157,7 +179,9 @@ class _Batches(Hooks):
                 self._model_forward(ev, batch, node, frame, state)
             return NOT_HANDLED
         if name in self.forwards:
-            skips = any(plain(kwargs.get(keyword)) is True for keyword in self.skip_keywords)
+            told = [plain(kwargs[keyword]) for keyword in self.skip_keywords if keyword in kwargs]
+            # True: told not to plan; None: not known here (a keyword set on some paths only), judged path by path
+            skips = True if any(v is True for v in told) else None if any(not _known(v) for v in told) else False
             for batch in self.batches_in(args, kwargs):
                 self._forward(ev, batch, node, frame, state, skips)
             return NOT_HANDLED
@@ -194,7 +218,8 @@ class _Batches(Hooks):
         where it had none, or where the plans and the forward all lie inside that one call (judged in the callee)."""
         plans = _happened(state, batch, PLANNED)
         at = ev.calls[0] if ev.calls else node
-        if not plans or (ev.calls and all(label.origin == repr(span(at)) for label in plans)):
+        inside = ev.calls and id(at) not in self.decided_here
+        if not plans or (inside and all(label.origin == repr(span(at)) for label in plans)):
             return None
         return at, plans
 
@@ -228,13 +253,17 @@ class _Batches(Hooks):
             return NOT_HANDLED
         return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name))
 
-    def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool) -> None:
+    def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool | None) -> None:
         """A forward that plans again only where the batch's predicate says so (never where it is told to skip
         planning), padding a DP-synchronised batch first."""
         reached = self._planned_here(ev, batch, node, state)
         if reached is None:
             return
         at, plans = reached
+        if skips is None:
+            said = ", ".join(f"`{k}`" for k in self.skip_keywords)
+            self.undecided.append((at, f"whether the forward is told not to plan ({said}) is not known here"))
+            return
         if len({plan.text for plan in plans}) > 1:
             self.undecided.append((at, "the paths that reach it planned the batch for different counts"))
             return
@@ -317,11 +346,7 @@ def _planning_names(q: Question) -> frozenset[str]:
             called = dotted(node.func) if isinstance(node, ast.Call) else None
             if called and "." not in called:
                 if called not in plans:
-                    target = q.program.resolve(scope.module.name, called)
-                    function = target[1] if isinstance(target, tuple) else None
-                    plans[called] = isinstance(function, ast.FunctionDef) and any(
-                        isinstance(n, ast.Attribute) and n.attr in names.plan for n in ast.walk(function)
-                    )
+                    plans[called] = _function_plans(q, scope.module.name, called, names.plan, hops=2)
                 if plans[called]:
                     found.add(called)
             elif isinstance(node, ast.Assign):
@@ -337,6 +362,22 @@ def _planning_names(q: Question) -> frozenset[str]:
         if not more:
             return frozenset(found)
         found |= more
+
+
+def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: int) -> bool:
+    """Whether the module function `name` (as `module` sees it) plans by its text, or names a function of its own
+    module that does (a factory returning a `partial` of a planning forward), up to `hops` functions deep."""
+    target = q.program.resolve(module, name)
+    if not isinstance(target, tuple) or not isinstance(target[1], ast.FunctionDef):
+        return False
+    home, function = target[0], target[1]
+    if any(isinstance(n, ast.Attribute) and n.attr in plan for n in ast.walk(function)):
+        return True
+    if hops <= 1:
+        return False
+    defined = {n.name for n in home.tree.body if isinstance(n, ast.FunctionDef)} - {function.name}
+    named = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in defined}
+    return any(_function_plans(q, home.name, other, plan, hops - 1) for other in sorted(named))
 
 
 def judge(q: Question) -> Iterator[Judgement]:
@@ -363,14 +404,15 @@ def _judge(q: Question, scope: Scope) -> Judgement | None:
     # the tests that matter: those whose sides plan, pad or mark the batch or not (a plan and a mark under one
     # test, a forward after both sides met, read path by path)
     kinds = frozenset({PLANNED, PADDED, CALLED})
-    noted = Choices(kinds, kept_kinds=kinds)
+    fields = _predicate_fields(q)
+    noted = Choices(kinds, kept_kinds=kinds, fields=fields)
     complete = True  # whether the paths run after the joined one are every path through the tests that matter
     try:
         joined = run(noted)
         if not joined.events and joined.undecided:
             complete = each_path(run, noted) is not None
             if not complete:  # too many paths through its callees' tests: its own tests alone
-                own = Choices(kinds, kept_kinds=kinds, depth=0)
+                own = Choices(kinds, kept_kinds=kinds, depth=0, fields=fields)
                 run(own)
                 complete = each_path(run, own) is not None
     except (OutOfBudget, RecursionError):
@@ -399,6 +441,27 @@ def _judge(q: Question, scope: Scope) -> Judgement | None:
         at, why = undecided[0]
         return q.undecided("SG106", scope, at, f"`{scope.qualname}`", why)
     return None
+
+
+def _predicate_fields(q: Question) -> frozenset[str]:
+    """The fields of the batch that its re-plan predicate reads on `self` (the readiness mark, the shapes recorded),
+    for each batch class this file names: a test whose sides write one of them differently (a mark dropped by
+    assigning the field) is taken path by path, as one whose sides call the batch's marking method is."""
+    names = q.pack.batches
+    fields: set[str] = set()
+    for type_name in names.batch_types:
+        cls = q.program.resolve_class(q.module.name, type_name)
+        found = q.program.method(cls, names.replan_predicate or "") if cls is not None else None
+        if found is None:
+            continue
+        method = found[0]
+        first = method.args.args[0].arg if method.args.args else "self"
+        fields |= {
+            n.attr
+            for n in ast.walk(method)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == first
+        }
+    return frozenset(fields)
 
 
 def _place(plan: Label) -> str:
@@ -511,7 +574,14 @@ RULE = Rule(
         "before the readiness mark) does not plan at all; the model's own forward (`model_forwards`: "
         "`model_runner.model.forward(...)`) never does, so the batch it runs must have the shape its latest plan "
         "was made for. Where the plan, the pad and the forward all lie inside one call of the function judged, the "
-        "finding is the callee's.",
+        "finding is the callee's, unless that call's callee is decided by the judged function: a method its `self` "
+        "inherits (run with this class's overrides) or a callable it holds in a local (a `partial` a factory "
+        "returned).",
+        "Where the tests that matter are taken path by path (a plan, a pad or a mark on one side only), a test whose "
+        "sides write a field the batch's predicate reads differently (`forward_metadata_ready = False` under a "
+        "test) is one of them, and a test that calls a one-line predicate of the tree (`def active(b): return "
+        "b.global_num_tokens_cpu is not None`) narrows what that predicate tests; a skip keyword set on some paths "
+        "only is read on each.",
     ),
     limits=(
         Limit(

@@ -70,6 +70,7 @@ class _Locality(Hooks):
         self.batch_params = set(batches.batch_params)
         self.sites: list[Site] = []
         self.bound, self.query = q.pack.mla.global_bound_param or "", q.pack.mla.query_param or ""
+        self.switch = q.pack.mla.dcp_flag_param or ""
         self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
         self.unbounded: list[tuple[ast.AST, Any, ast.Call]] = []  # multi-token launches under DCP with no bound
         self.open_queries: list[tuple[ast.AST, Any]] = []  # launches with no bound of a query the function is handed
@@ -108,6 +109,8 @@ class _Locality(Hooks):
             where = ev.calls[0] if ev.calls else node
             self.sites.append((where, values.get(self.lens, UNKNOWN), node))
             query, bound = values.get(self.query, UNKNOWN), values.get(self.bound)
+            if self.switch and plain(values.get(self.switch)) is True:
+                self.dcp_tested = True  # the launch itself says it runs under DCP
             unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
             if plain(bound) is None and not unread:
                 if _multi(query) and self.dcp_tested:
@@ -444,7 +447,9 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 def _names_dcp(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
-    return any(test in mentions for test in pack.dcp.enabled_tests)
+    """A file that asks whether DCP is on, how many ranks it has, or launches with the entry's DCP switch."""
+    names = (*pack.dcp.enabled_tests, *pack.dcp.sizes, pack.mla.dcp_flag_param)
+    return any(name and name in mentions for name in names)
 
 
 RULE = Rule(
@@ -485,10 +490,10 @@ RULE = Rule(
         f"takes {QUERY_TOKENS} tokens per request, so that a refusal written on the query's shape "
         "(`q_len = query.shape[1] if query.dim() == 4 else 1`, `if dcp and q_len > 1: raise`) ends the path as "
         "it would. A launch of such a query under DCP without the entry's global bound (the pack's "
-        "`global_bound_param`) is a finding where the code asked whether DCP is on or how many ranks it has; one "
-        "whose token count the "
-        "function compares before (a refusal on the count) is listed as not decided, since a comparison does not "
-        "narrow a count in the evaluation.",
+        "`global_bound_param`) is a finding where the code asked whether DCP is on or how many ranks it has, or "
+        "the launch is handed the entry's DCP switch as true (`[mla] dcp_flag_param`, `enable_dcp=True`); one "
+        "whose token count the function compares before (a refusal on the count) is listed as not decided, "
+        "since a comparison does not narrow a count in the evaluation.",
     ),
     why=(
         "Under decode context parallelism each rank holds an interleaved slice of every request's KV cache, so "

@@ -1,0 +1,1 @@
+"""MLA decode kernels under decode context parallelism (DCP)."""

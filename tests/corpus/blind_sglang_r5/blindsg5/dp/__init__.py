@@ -1,0 +1,1 @@
+"""Draft-side planning glue (EAGLE v2 / multi-layer / frozen-KV forks)."""
