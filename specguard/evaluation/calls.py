@@ -108,9 +108,10 @@ class Calls(Builtins):
         self, func: Any, args: list[Any], kwargs: dict[str, Any], e: ast.Call, frame: Frame, state: State
     ) -> Any:
         """A call written in the code, its callee and arguments evaluated: the client's answer, or the call. A
-        client is asked about the function a `functools.partial` reaches, with every argument it gets."""
+        client that asks (`Hooks.through_partials`) is asked about the function a `functools.partial` reaches, with
+        every argument it gets."""
         inner = plain(func)
-        while isinstance(inner, Partial):
+        while self.hooks.through_partials and isinstance(inner, Partial):
             func, args, kwargs = inner.func, [*inner.args, *args], {**inner.kwargs, **kwargs}
             inner = plain(func)
         answered = self.hooks.call(self, func, args, kwargs, e, frame, state)

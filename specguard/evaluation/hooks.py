@@ -32,6 +32,10 @@ class Hooks:
     # Whether a call the evaluator cannot follow, given a subject, may end the path by raising (the question is
     # whether the code fails): the path goes on under a condition that names the call.
     unresolved_may_raise: bool = False
+    # Whether `call` is asked about the function a `functools.partial` reaches, with the partial's arguments before
+    # the call's (a client that judges what a call does); otherwise it sees the partial itself (a client that points
+    # at the argument the partial bound).
+    through_partials: bool = False
 
     def call(
         self,

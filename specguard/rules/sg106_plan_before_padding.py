@@ -116,6 +116,8 @@ def _receiver(func: Any) -> Any:
 class _Batches(Hooks):
     """One evaluation of a function with DP attention on: plans, pads and forwards of batch objects."""
 
+    through_partials = True  # a forward reached through a partial is judged with the keywords it bound
+
     def __init__(self, q: Question) -> None:
         self.q, names = q, q.pack.batches
         self.plan, self.pads, self.forwards = set(names.plan), set(names.pad_methods), set(names.forwards)
