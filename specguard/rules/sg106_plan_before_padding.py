@@ -384,15 +384,17 @@ def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: 
 
 def judge(q: Question) -> Iterator[Judgement]:
     reaching = _planning_names(q)
+    fields: frozenset[str] | None = None  # the predicate's fields, read once per file where a scope is judged
     for scope in q.scopes:
         if not scope.mentions(reaching):
             continue
-        found = _judge(q, scope)
+        fields = _predicate_fields(q) if fields is None else fields
+        found = _judge(q, scope, fields)
         if found is not None:
             yield found
 
 
-def _judge(q: Question, scope: Scope) -> Judgement | None:
+def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | None:
     runs: list[_Batches] = []  # every run made, each one path (or the paths it joined): a forward on any is one
 
     def run(choices: Choices) -> _Batches:
@@ -406,7 +408,6 @@ def _judge(q: Question, scope: Scope) -> Judgement | None:
     # the tests that matter: those whose sides plan, pad or mark the batch or not (a plan and a mark under one
     # test, a forward after both sides met, read path by path)
     kinds = frozenset({PLANNED, PADDED, CALLED})
-    fields = _predicate_fields(q)
     noted = Choices(kinds, kept_kinds=kinds, fields=fields)
     complete = True  # whether the paths run after the joined one are every path through the tests that matter
     try:
