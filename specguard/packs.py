@@ -211,7 +211,7 @@ class Pack:
             *self.dcp.sizes,
             *self.batches.plan,
         ]
-        names += [n for n in (self.mla.global_bound_param, self.mla.dcp_flag_param) if n]
+        names += [n for n in (self.mla.global_bound_param, self.mla.dcp_flag_param, self.batches.replan_predicate) if n]
         return tuple(sorted({n.encode() for n in names if n}))
 
     @cached_property
@@ -230,6 +230,7 @@ class Pack:
             *self.dcp.prepare,
             *self.dcp.enabled_tests,
             *self.batches.plan,
+            *([self.batches.replan_predicate] if self.batches.replan_predicate else []),
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}
         groups |= {(f, m) for f in self.kv_groups.flags for m in self.kv_groups.merge_methods}

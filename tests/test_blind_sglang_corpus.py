@@ -12,11 +12,11 @@ from tests.test_blind_objects_corpus import assert_no_worse
 
 # set folder, package, (bugs, labelled functions) as LABELS.md totals them, found at least, false positives at most
 SETS = {
-    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 23, 1),
+    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 25, 1),
     "second": ("blind_sglang_r2", "blindsg2", (11, 21), 11, 1),
     "third": ("blind_sglang_r3", "blindsg3", (15, 32), 12, 0),
     "fourth": ("blind_sglang_r4", "blindsg4", (24, 51), 23, 0),
-    "fifth": ("blind_sglang_r5", "blindsg5", (28, 58), 22, 1),
+    "fifth": ("blind_sglang_r5", "blindsg5", (28, 58), 23, 1),
 }
 
 

@@ -31,6 +31,11 @@ RELEASES = {
             ("sglang/srt/speculative/eagle_worker_v2.py", 714, "SG106"),
             # EagleDraftWorker._draft_extend_for_decode: planned and marked in prepare_for_draft_extend
             ("sglang/srt/speculative/eagle_worker_v2.py", 1211, "SG106"),
+            # FrozenKVMTPDraftWorker.draft_forward: `_init_frozen_kv_metadata` plans (341) and marks the batch ready
+            # without `replan_equivalent`, then `draft_model_runner.forward` pads it for DP attention and skips the
+            # plan (found once a batch handed in stopped carrying its class's `spec_info = None`, which failed the
+            # method's `assert isinstance(spec_info, ...)` on every path)
+            ("sglang/srt/speculative/frozen_kv_mtp_worker_v2.py", 579, "SG106"),
             # the attention unit-test kit's eager draft runner, which mirrors the production path ("mirror
             # production: pre-plan marks") with a batch the rule cannot tell is never synchronised across DP ranks
             (KIT, 428, "SG106"),
@@ -49,6 +54,7 @@ RELEASES = {
         {
             ("sglang/srt/speculative/eagle_worker_v2.py", 542, "SG106"),  # the same two, before 0.5.23's lines moved
             ("sglang/srt/speculative/eagle_worker_v2.py", 935, "SG106"),
+            ("sglang/srt/speculative/frozen_kv_mtp_worker_v2.py", 560, "SG106"),  # the same as 0.5.23's 579
             (KIT, 423, "SG106"),
             # TRTLLMMLABackend.forward_decode: `metadata.seq_lens_k` (the whole lengths, hoisted) or, where it is
             # None, `forward_batch.seq_lens`, beside a page table built from the same whole lengths, while the MLA
@@ -60,7 +66,14 @@ RELEASES = {
             # not None` proxies `q_len > 1`, but `draft_extend_v2` breaks it"; 0.5.23 keys on `q_len > 1`)
             (TRTLLM_MLA, 1430, "SG203"),
         },
-        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA_PREFILL},
+        {
+            "sglang/srt/speculative/multi_layer_eagle_worker_v2.py",
+            FLASHINFER_MLA_PREFILL,
+            # the CUDA-graph capture loops of the decode runner and the multi-layer EAGLE draft-extend runner,
+            # judged since a file that asks `needs_forward_metadata_init()` is read for SG106: past the budget
+            "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+            "sglang/srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner.py",
+        },
     ),
     "0.5.6": (
         {

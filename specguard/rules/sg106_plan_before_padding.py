@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from specguard.evaluation.choices import Choices, each_path
 from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.objects import field_default
 from specguard.evaluation.paths import Frame, State, doubts
 from specguard.evaluation.values import (
     NOT_HANDLED,
@@ -32,7 +33,7 @@ from specguard.packs import Pack
 from specguard.program.ast_tools import annotation_names, dotted, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
-from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, is_batch_class, words
+from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, is_batch_class, reaching_methods, words
 
 # The batch the rule evaluates: this many requests when planned, one more once padded. Concrete counts, so that a
 # predicate comparing the batch's shapes with the ones recorded at the plan decides.
@@ -118,8 +119,9 @@ class _Batches(Hooks):
 
     through_partials = True  # a forward reached through a partial is judged with the keywords it bound
 
-    def __init__(self, q: Question) -> None:
+    def __init__(self, q: Question, fields: frozenset[str]) -> None:
         self.q, names = q, q.pack.batches
+        self.fields = fields  # what the batch's predicate reads: a batch handed in is not marked yet
         self.plan, self.pads, self.forwards = set(names.plan), set(names.pad_methods), set(names.forwards)
         self.dp_tests, self.types = set(names.dp_tests), set(names.batch_types)
         self.count, self.predicate = names.count_field or "", names.replan_predicate or ""
@@ -133,6 +135,10 @@ class _Batches(Hooks):
         # class's overrides; judged alone, with its own class's) or a callable held in a local (a `partial` a
         # factory returned): what happens inside is judged here, where the batch is handed to it
         self.decided_here: set[int] = set()
+        # plans of a batch whose count code before them computed and the evaluation could not (a join of paths, an
+        # alignment the pack does not name): planned for REAL_COUNT by assumption, so a forward of another shape
+        # is not decided by them
+        self.assumed: set[Label] = set()
 
     def is_batch(self, value: Any) -> bool:
         value = plain(value)
@@ -161,12 +167,15 @@ class _Batches(Hooks):
         if name in self.plan:
             for batch in self.batches_in(args, kwargs):
                 count = ev.getattr(batch, self.count, state, frame.depth)
-                if not isinstance(plain(count), int):  # a batch of unknown size: take one of REAL_COUNT requests
+                assumed = not isinstance(plain(count), int)
+                if assumed:  # a batch of unknown size: take one of REAL_COUNT requests
                     ev.store(batch, self.count, REAL_COUNT, state)
                     count = REAL_COUNT
                 where = "" if ev.here == ev.home else self.q.program.relpath(ev.here)
                 entry = repr(span(ev.calls[0] if ev.calls else node))  # the judged function's call that planned it
                 label = Label(PLANNED, str(plain(count)), span(node), where, entry)
+                if assumed:
+                    self.assumed.add(label)
                 self.shapes[label] = self._shape(ev, batch, state, frame.depth)
                 ev.store(batch, PLANNED, Tagged(True, frozenset({label})), state)
             return UNKNOWN  # what the plan computes is not the question
@@ -212,6 +221,9 @@ class _Batches(Hooks):
         now = self._shape(ev, batch, state, frame.depth)
         if any(label not in self.shapes or _same_shape(self.shapes[label], now) for label in plans):
             return  # on some path to it the batch is as it was planned (or the paths could not be told apart)
+        if plans & self.assumed:
+            self.undecided.append((at, _ASSUMED))
+            return
         pad = self._pad_said(batch, state) or "code after the plan"
         self.events.append(Event(at, _first(plans), pad, state.path, model=True))
 
@@ -253,7 +265,7 @@ class _Batches(Hooks):
         name = (dotted(annotation) or "").rpartition(".")[2]
         if name not in self.types:
             return NOT_HANDLED
-        return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name))
+        return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name), self.fields)
 
     def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool | None) -> None:
         """A forward that plans again only where the batch's predicate says so (never where it is told to skip
@@ -266,15 +278,19 @@ class _Batches(Hooks):
             said = ", ".join(f"`{k}`" for k in self.skip_keywords)
             self.undecided.append((at, f"whether the forward is told not to plan ({said}) is not known here"))
             return
+        if plans & self.assumed:
+            self.undecided.append((at, _ASSUMED))
+            return
         if len({plan.text for plan in plans}) > 1:
             self.undecided.append((at, "the paths that reach it planned the batch for different counts"))
             return
         planned_count = int(_first(plans).text)
         pad, ran = self._pad_said(batch, state), state
-        if pad is None and plain(ev.getattr(batch, self.count, state, frame.depth)) == planned_count:
+        if plain(ev.getattr(batch, self.count, state, frame.depth)) == planned_count:
             if self.dp_field and plain(ev.getattr(batch, self.dp_field, state, frame.depth)) is None:
                 return  # not synchronised across DP ranks: the forward does not pad it
-            # a forward pads a batch synchronised across DP ranks to the agreed count before it decides to plan
+            # a forward pads a batch synchronised across DP ranks to the agreed count before it decides to plan,
+            # whatever else was written to it since the plan (its query tokens, say)
             ran = state.copy()
             self._pad(ev, batch, ran)
             pad = PADDED_BY_FORWARD
@@ -294,7 +310,10 @@ class _Batches(Hooks):
             self.events.append(Event(at, _first(plans), pad or "code after the plan", state.path))
 
 
-def _bindings(q: Question, scope: Scope) -> dict[str, Any]:
+_ASSUMED = "the count the batch was planned for is one the evaluation could not compute"
+
+
+def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, Any]:
     """The function's parameters: `self`, and a fresh batch for each parameter that is one by its annotation or
     name (an instance of the tree's batch class where the annotation names it, so its methods run)."""
     names = q.pack.batches
@@ -304,20 +323,44 @@ def _bindings(q: Question, scope: Scope) -> dict[str, Any]:
         bindings[params[0].arg] = q.self_value(scope)
     for param in params[1 if scope.bound else 0 :]:
         if annotation_names(param.annotation) & set(names.batch_types) or param.arg in names.batch_params:
-            bindings[param.arg] = fresh_batch(q, _batch_class(q, scope, param))
+            bindings[param.arg] = fresh_batch(q, _batch_class(q, scope, param), fields)
     return bindings
 
 
-def fresh_batch(q: Question, cls: ClassInfo | None) -> Obj:
+def fresh_batch(q: Question, cls: ClassInfo | None, handed: frozenset[str] | None = None) -> Obj:
     """A batch of REAL_COUNT requests synchronised across DP ranks with one of PADDED_COUNT (its per-rank counts
-    where the pack names the field), its other fields as its class declares them."""
+    where the pack names the field). A batch the code builds has its other fields as its class declares them; one
+    `handed` to it (a parameter, a helper's return) was filled by code not evaluated here, so only the fields its
+    predicate reads (`handed`: not marked yet) are the declared ones, and the others are unknown (`spec_info` is
+    not the class's None)."""
     names = q.pack.batches
     fields: dict[str, Any] = {names.count_field or "": REAL_COUNT}
     if names.dp_field:
         fields[names.dp_field] = [REAL_COUNT, PADDED_COUNT]
     if names.token_field:
         fields[names.token_field] = tokens(REAL_COUNT)
-    return Obj(cls, fields, defaults=True, label="batch")
+    if handed is None or cls is None:
+        return Obj(cls, fields, defaults=True, label="batch")
+    for name in handed - set(fields):
+        declared = _declared_default(q, cls, name)
+        if declared is not _UNDECLARED:
+            fields[name] = declared
+    return Obj(cls, fields, defaults=False, label="batch")
+
+
+_UNDECLARED = object()
+
+
+def _declared_default(q: Question, cls: ClassInfo, name: str) -> Any:
+    """The literal a class (or an ancestor) declares for a field (`= False`, `= field(default=False)`)."""
+    for klass in q.program.ancestors(cls):
+        if name in klass.attributes:
+            value = field_default(klass.attributes[name])
+            try:
+                return ast.literal_eval(value) if value is not None else _UNDECLARED
+            except ValueError:
+                return _UNDECLARED
+    return _UNDECLARED
 
 
 def tokens(count: int) -> Obj:
@@ -341,6 +384,7 @@ def _planning_names(q: Question) -> frozenset[str]:
     point. A cheap preselection, by reading: the evaluation decides."""
     names = q.pack.batches
     found = {*names.plan, *names.pad_methods}
+    found |= reaching_methods(q, words(frozenset(names.plan)))  # an inherited method that plans (a worker's own)
     plans: dict[str, bool] = {}  # a module function called by its name here -> whether its text plans
     stores: list[tuple[str, set[str]]] = []  # each assignment to attributes: the value's text, the attributes
     for scope in q.scopes:
@@ -398,10 +442,10 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
     runs: list[_Batches] = []  # every run made, each one path (or the paths it joined): a forward on any is one
 
     def run(choices: Choices) -> _Batches:
-        hooks = _Batches(q)
+        hooks = _Batches(q, fields)
         ev = q.evaluator(hooks)
         ev.choices = choices
-        ev.run(scope.function, _bindings(q, scope))
+        ev.run(scope.function, _bindings(q, scope, fields))
         runs.append(hooks)
         return hooks
 
@@ -478,7 +522,8 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 def _plans(facts: Any, pack: Pack, mentions: frozenset[str]) -> bool:
-    return any(name in mentions for name in pack.batches.plan)
+    """A file that names a plan, or asks the batch whether to plan (and may plan through an inherited method)."""
+    return any(name in mentions for name in [*pack.batches.plan, pack.batches.replan_predicate] if name)
 
 
 # The batch class of the examples: a plan mark that records the shape planned, and the predicate that reads it.
@@ -490,6 +535,7 @@ _BATCH = """
         class ForwardBatch:
             batch_size: int
             forward_metadata_ready: bool = False
+            spec_info: object = None
             planned_batch_size: int = 0
             replan_equivalent: bool = False
 
@@ -541,6 +587,19 @@ RULE = Rule(
                 self.draft_attn_backend.init_forward_metadata(forward_batch)
                 forward_batch.mark_forward_metadata_ready()
                 return self.draft_runner.forward(forward_batch)  # SG106: the forward pads it for DP attention
+
+            def _plan_seed(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+
+
+        class SeedDraftWorker(DraftWorker):
+            def draft_seed(self, forward_batch: ForwardBatch):
+                assert forward_batch.spec_info is not None  # its caller filled it, whatever the class declares
+                if forward_batch.needs_forward_metadata_init():
+                    self._plan_seed(forward_batch)  # an inherited method plans and marks
+                forward_batch.input_ids = forward_batch.spec_info.bonus_tokens
+                return self.draft_runner.forward(forward_batch)  # SG106
     """,
     good=_BATCH
     + """
@@ -566,11 +625,13 @@ RULE = Rule(
     framework="sglang",
     judge=judge,
     analysis=(
-        "Each function that names a planning call is evaluated once with DP attention on (the pack's "
-        "`[batches] dp_tests` answer true): a parameter that is a batch by its annotation or name is a fresh batch "
-        "of the tree's batch class, whose methods run as written (`mark_forward_metadata_ready` records what it "
-        "records). A plan records the count it was made for; a pad method of the batch pads it; at a forward the "
-        "batch is padded by the forward itself where nothing padded it before, and the batch's predicate is "
+        "Each function that names a planning call, or a method it has or inherits whose text plans, is evaluated "
+        "once with DP attention on (the pack's `[batches] dp_tests` answer true): a parameter that is a batch by "
+        "its annotation or name is a batch of the tree's batch class that is not marked yet (the fields its "
+        "predicate reads are the declared ones; the others, filled by code not evaluated, are unknown), whose "
+        "methods run as written (`mark_forward_metadata_ready` records what it records). A plan records the count "
+        "it was made for; a pad method of the batch pads it; at a forward a batch synchronised across DP ranks "
+        "that still has the planned count is padded by the forward itself, and the batch's predicate is "
         f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
         "in a helper, in another module.",
         "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
@@ -588,8 +649,9 @@ RULE = Rule(
     ),
     limits=(
         Limit(
-            "Only functions that name a planning call are judged: a function that reaches the plan through a "
-            "helper and forwards the batch itself is judged only where the helper's own text forwards it."
+            "Only functions that name a planning call, or a function or method of theirs whose text plans, are "
+            "judged: a function that reaches the plan through another object's method and forwards the batch "
+            "itself is judged only where that method's own text forwards it."
         ),
         Limit(
             "The batch is judged with DP attention on: a forward (known by the names the pack lists) pads a batch "
