@@ -66,14 +66,7 @@ RELEASES = {
             # not None` proxies `q_len > 1`, but `draft_extend_v2` breaks it"; 0.5.23 keys on `q_len > 1`)
             (TRTLLM_MLA, 1430, "SG203"),
         },
-        {
-            "sglang/srt/speculative/multi_layer_eagle_worker_v2.py",
-            FLASHINFER_MLA_PREFILL,
-            # the CUDA-graph capture loops of the decode runner and the multi-layer EAGLE draft-extend runner,
-            # judged since a file that asks `needs_forward_metadata_init()` is read for SG106: past the budget
-            "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
-            "sglang/srt/speculative/multi_layer_eagle_draft_extend_cuda_graph_runner.py",
-        },
+        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA_PREFILL},
     ),
     "0.5.6": (
         {

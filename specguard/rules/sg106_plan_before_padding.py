@@ -33,7 +33,15 @@ from specguard.packs import Pack
 from specguard.program.ast_tools import annotation_names, dotted, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
-from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope, is_batch_class, reaching_methods, words
+from specguard.rules.judging import (
+    MAX_DEPTH,
+    OutOfBudget,
+    Question,
+    Scope,
+    definition_text,
+    is_batch_class,
+    words,
+)
 
 # The batch the rule evaluates: this many requests when planned, one more once padded. Concrete counts, so that a
 # predicate comparing the batch's shapes with the ones recorded at the plan decides.
@@ -378,27 +386,27 @@ def _batch_class(q: Question, scope: Scope, param: ast.arg) -> ClassInfo | None:
 
 
 def _planning_names(q: Question) -> frozenset[str]:
-    """The pack's planning and padding calls, and the names in this module that reach one: its functions and
-    methods whose text names one, attributes assigned from an expression that names one (a stored `partial`),
-    and module functions of the tree it imports whose text plans (SGLang's `prepare_for_draft_extend`); to a fixed
-    point. A cheap preselection, by reading: the evaluation decides."""
+    """The pack's planning and padding calls, and the names in this module that reach one (see `_reaching_names`)."""
     names = q.pack.batches
-    found = {*names.plan, *names.pad_methods}
-    found |= reaching_methods(q, words(frozenset(names.plan)))  # an inherited method that plans (a worker's own)
-    plans: dict[str, bool] = {}  # a module function called by its name here -> whether its text plans
-    stores: list[tuple[str, set[str]]] = []  # each assignment to attributes: the value's text, the attributes
-    for scope in q.scopes:
-        for node in ast.walk(scope.node):
-            called = dotted(node.func) if isinstance(node, ast.Call) else None
-            if called and "." not in called:
-                if called not in plans:
-                    plans[called] = _function_plans(q, scope.module.name, called, names.plan, hops=2)
-                if plans[called]:
-                    found.add(called)
-            elif isinstance(node, ast.Assign):
-                attributes = {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
-                if attributes:
-                    stores.append((ast.unparse(node.value), attributes))
+    return _reaching_names(q, {*names.plan, *names.pad_methods}, names.plan)
+
+
+def _forwarding_names(q: Question) -> frozenset[str]:
+    """The pack's forwards (the model's own by their last name), and the names in this module that reach one: a
+    function reaching none cannot run a planned batch, so it has nothing to judge."""
+    names = q.pack.batches
+    calls = sorted({*names.forwards, *(name.rpartition(".")[2] for name in names.model_forwards)})
+    return _reaching_names(q, set(calls), calls)
+
+
+def _reaching_names(q: Question, seeds: set[str], calls: list[str]) -> frozenset[str]:
+    """`seeds`, and the names in this module that reach one of `calls`: its functions and methods whose text names
+    one, methods its classes inherit whose own text does, attributes assigned from an expression that names one (a
+    stored `partial`), and module functions of the tree it calls whose text calls one (SGLang's
+    `prepare_for_draft_extend`); to a fixed point. A cheap preselection, by reading: the evaluation decides."""
+    found = set(seeds) | _inherited_callers(q, calls)
+    called, stores = _calls_and_stores(q)
+    found |= {name.rpartition(".")[2] for module, name in called if _function_plans(q, module, name, calls, hops=2)}
     while True:
         more = {scope.node.name for scope in q.scopes if scope.node.name not in found and scope.mentions(found)}
         named = words(frozenset(found))
@@ -408,6 +416,46 @@ def _planning_names(q: Question) -> frozenset[str]:
         if not more:
             return frozenset(found)
         found |= more
+
+
+def _inherited_callers(q: Question, calls: list[str]) -> set[str]:
+    """Methods the classes of this module inherit whose own text names one of `calls` (SGLang's
+    `_init_frozen_kv_metadata`, which plans and marks); not those that only name another such method, nor the
+    pack's forwards and plans or dunders: every method of an attention backend would reach a plan that way."""
+    pattern = words(frozenset(calls))
+    skip = {*q.pack.batches.forwards, *q.pack.batches.plan}
+    found: set[str] = set()
+    for cls in {id(s.cls): s.cls for s in q.scopes if s.cls is not None}.values():
+        for klass in q.program.ancestors(cls)[1:]:
+            module = q.program.module(klass.module)
+            for name, node in klass.methods.items():
+                if name in skip or name in found or (name.startswith("__") and name.endswith("__")):
+                    continue
+                if pattern.search(definition_text(module, node)):
+                    found.add(name)
+    return found
+
+
+def _calls_and_stores(q: Question) -> tuple[set[tuple[str, str]], list[tuple[str, set[str]]]]:
+    """The functions this module calls by a bare name or through a module it imports (`plan_utils.run_model(...)`),
+    with the module that calls them, and each assignment to attributes (the value's text, the attributes): read
+    once per file."""
+    key = ("sg106-calls-and-stores", q.module.name)
+    if key not in q.program.memo:
+        imported = {*q.module.imports, *q.module.module_imports}
+        called: set[tuple[str, str]] = set()
+        stores: list[tuple[str, set[str]]] = []
+        for scope in q.scopes:
+            for node in ast.walk(scope.node):
+                name = dotted(node.func) if isinstance(node, ast.Call) else None
+                if name and ("." not in name or name.count(".") == 1 and name.partition(".")[0] in imported):
+                    called.add((scope.module.name, name))
+                elif isinstance(node, ast.Assign):
+                    attributes = {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+                    if attributes:
+                        stores.append((ast.unparse(node.value), attributes))
+        q.program.memo[key] = (called, stores)
+    return q.program.memo[key]  # type: ignore[no-any-return]
 
 
 def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: int) -> bool:
@@ -428,9 +476,13 @@ def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: 
 
 def judge(q: Question) -> Iterator[Judgement]:
     reaching = _planning_names(q)
+    forwarding: frozenset[str] | None = None
     fields: frozenset[str] | None = None  # the predicate's fields, read once per file where a scope is judged
     for scope in q.scopes:
         if not scope.mentions(reaching):
+            continue
+        forwarding = _forwarding_names(q) if forwarding is None else forwarding
+        if not scope.mentions(forwarding):
             continue
         fields = _predicate_fields(q) if fields is None else fields
         found = _judge(q, scope, fields)
@@ -649,9 +701,10 @@ RULE = Rule(
     ),
     limits=(
         Limit(
-            "Only functions that name a planning call, or a function or method of theirs whose text plans, are "
-            "judged: a function that reaches the plan through another object's method and forwards the batch "
-            "itself is judged only where that method's own text forwards it."
+            "Only functions that name a planning call and a forward, or a function or method of theirs (one their "
+            "class inherits, one of the tree they call) whose text does, are judged: a function that reaches the "
+            "plan or the forward only through another object's method is judged where that method's own text "
+            "names both."
         ),
         Limit(
             "The batch is judged with DP attention on: a forward (known by the names the pack lists) pads a batch "
