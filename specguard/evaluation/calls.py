@@ -51,6 +51,9 @@ class Calls(Builtins):
 
     # ---- calls ----------------------------------------------------------------------------------------------
 
+    def _owns(self, self_value: Any) -> bool:
+        return self.own_calls and self_value is not None and plain(self_value) is self.lazy_owner
+
     def _e_call(self, e: ast.Call, frame: Frame, state: State) -> Any:
         if not self.inline_unused and id(e) in self._dropped and self._module_level(e.func, frame, state):
             values = [self.eval(a.value if isinstance(a, ast.Starred) else a, frame, state) for a in e.args]
@@ -223,7 +226,10 @@ class Calls(Builtins):
                 and node is not None
                 and id(node) in self._dropped
                 and not any(labels_of(v) or maybe_of(v) for v in [self_value, *args, *kwargs.values()])
-                and not (self.lazy_owner is None and stores_state(func.node))  # a writer's run reads attributes lazily
+                # a method that stores state is followed, except in a writer's run (it reads attributes lazily)
+                # where only the instance's own (`self._init_policy(True)`, `super().__init__(...)`) is, for a
+                # client that asks for constructors run whole
+                and not (stores_state(func.node) and (self.lazy_owner is None or self._owns(self_value)))
             ):
                 return UNKNOWN
         bindings = self.bind(func, self_value, args, kwargs, depth)

@@ -96,6 +96,9 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         self.quiet = 0  # > 0 while a module-level value is computed: its branches decide no verdict
         self._module_reads: dict[tuple[str, str], list[str]] = {}
         self.inline_unused = inline_unused  # also inline calls whose result is dropped and that get nothing labelled
+        # in a writer's run (`lazy_owner` set), also follow the calls whose results it drops that the instance makes
+        # on itself: a client that reads constructors as a whole (see evaluation/instances.py) sets it
+        self.own_calls = False
         # A writer run's instance: a module-level call stored straight into one of its attributes is evaluated
         # when something reads the attribute (a Deferred), so the calls behind attributes no one reads cost nothing.
         self.lazy_owner: Obj | None = None

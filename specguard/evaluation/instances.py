@@ -29,6 +29,41 @@ def writers(
     return found
 
 
+def _effective_writers(
+    cls: ClassInfo, tree: SourceTree, attr: str
+) -> list[tuple[ClassInfo, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """The writers an instance of `cls` meets: of the constructors, only the one that runs (the nearest
+    `__init__`), whose evaluation carries, in order, what the ones it calls through `super()` write and what its
+    own private helpers write with the arguments it passes (`self._init_policy(True)`); and every other method."""
+    found = writers(cls, tree, attr)
+    constructor = next((klass for klass in tree.ancestors(cls) if "__init__" in klass.methods), None)
+    if constructor is None:
+        return found
+    init = constructor.methods["__init__"]
+    helpers = _private_calls(init)
+    during = [(klass, method) for klass, method in found if method.name == "__init__" or method.name in helpers]
+    if not during:
+        return found
+    return [(constructor, init), *((klass, method) for klass, method in found if (klass, method) not in during)]
+
+
+def _private_calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The private methods (`_name`) a method calls on its own instance: part of what it does, run with the
+    arguments it passes, not on their own."""
+    params = [*method.args.posonlyargs, *method.args.args]
+    me = params[0].arg if params else None
+    return frozenset(
+        node.func.attr
+        for node in ast.walk(method)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == me
+        and node.func.attr.startswith("_")
+        and not node.func.attr.startswith("__")
+    )
+
+
 def _assigned(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     return cached_on(method, "assigned", _self_attributes)
 
@@ -63,8 +98,11 @@ class InstanceAttributes:
     directly or through others) runs a second time after the first, as a second call would, on what the first
     left: so `self.total = self.total + n` still carries what `n` carries."""
 
-    def __init__(self, tree: SourceTree) -> None:
+    def __init__(self, tree: SourceTree, constructed: bool = False) -> None:
         self.tree = tree
+        # whether an attribute holds what the constructor that runs leaves (see `_effective_writers`), or the join
+        # of what every constructor and helper of the lineage writes, each run on its own
+        self.constructed = constructed
         self._values: dict[tuple[Any, ...], Any] = {}
         self._runs: dict[tuple[Any, ...], list[tuple[dict[str, Any], dict[str, int]]]] = {}
         self._computing: set[tuple[Any, ...]] = set()
@@ -85,7 +123,8 @@ class InstanceAttributes:
         self._computing.add(ident)
         try:
             options = []
-            for klass, method in writers(cls, self.tree, attr):
+            chosen = _effective_writers if self.constructed else writers
+            for klass, method in chosen(cls, self.tree, attr):
                 for written, line in self._run(cls, klass, method, key, evaluate):
                     if attr in written:
                         hop = f"`self.{attr}`, set in `{klass.name}.{method.name}` (line {line.get(attr, 0)})"

@@ -114,10 +114,11 @@ class Question:
     def scopes(self) -> list[Scope]:
         return list(_scopes(self.module, self.module.tree.body, None, "", methods=True))
 
-    def instance_attributes(self, key: Any) -> InstanceAttributes:
-        """What instance attributes hold, shared by the rules of this file that ask with the same key."""
+    def instance_attributes(self, key: Any, constructed: bool = False) -> InstanceAttributes:
+        """What instance attributes hold, shared by the rules of this file that ask with the same key (and, for
+        `constructed`, read constructors as a whole: see `InstanceAttributes`)."""
         if key not in self.instances:
-            self.instances[key] = InstanceAttributes(self.program)
+            self.instances[key] = InstanceAttributes(self.program, constructed)
         return self.instances[key]
 
     def evaluator(self, hooks: Hooks, **options: Any) -> Evaluator:
@@ -295,13 +296,19 @@ def inherited_annotations(tree: SourceTree, function: Function) -> dict[str, tup
 
 
 def writes_of(
-    q: Question, hooks: Hooks, function: Function, me: Obj, parameter: Parameter, writes: dict | None = None
+    q: Question,
+    hooks: Hooks,
+    function: Function,
+    me: Obj,
+    parameter: Parameter,
+    writes: dict | None = None,
+    own_calls: bool = False,
 ) -> list[tuple[Any, dict]]:
     """A method that writes an instance attribute, run on its own (calls in it followed one level deep) from the
     instance's state `writes` (of an earlier call, or none): what each of its paths leaves written. What it assigns
     that cannot write the instance is evaluated when read, so an attribute costs only the statements it needs."""
     ev = q.evaluator(hooks, max_depth=1, inline_unused=False)
-    ev.lazy_owner = me
+    ev.lazy_owner, ev.own_calls = me, own_calls
     try:
         flow = ev.run(function, bind_parameters(function, me, parameter, q.program), writes=writes)
     except (OutOfBudget, RecursionError):

@@ -40,7 +40,9 @@ from specguard.rules.judging import (
     Scope,
     definition_text,
     is_batch_class,
+    unknown_parameter,
     words,
+    writes_of,
 )
 
 # The batch the rule evaluates: this many requests when planned, one more once padded. Concrete counts, so that a
@@ -210,6 +212,18 @@ class _Batches(Hooks):
             return result
         return NOT_HANDLED
 
+    def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
+        """A setting the judged instance keeps (`replan_equivalent=self._replan_after_pad`): what its writers store
+        there, run as written, the constructor with what it passes its own helpers; a plain value only (a flag, a
+        count, a name), so the objects it holds stay what they were (names the rule reads calls by)."""
+        if obj.label != "self" or obj.cls is None:
+            return NOT_HANDLED
+        kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
+        return kept if _setting(kept) else NOT_HANDLED
+
+    def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
+        return writes_of(self.q, _Batches(self.q, self.fields), function, me, unknown_parameter, writes, own_calls=True)
+
     def _runs_model(self, node: ast.Call) -> bool:
         """A call of the model itself (`model_runner.model.forward(...)`), which never plans."""
         called = tuple((dotted(node.func) or "").split("."))
@@ -319,6 +333,16 @@ class _Batches(Hooks):
 
 
 _ASSUMED = "the count the batch was planned for is one the evaluation could not compute"
+
+
+def _setting(value: Any) -> bool:
+    """A plain value: a flag, a count, a name, None, or a dict, list or tuple of such (keywords kept to pass on)."""
+    value = plain(value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _setting(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_setting(v) for v in value)
+    return isinstance(value, (bool, int, float, str, type(None)))
 
 
 def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, Any]:
@@ -652,6 +676,19 @@ RULE = Rule(
                     self._plan_seed(forward_batch)  # an inherited method plans and marks
                 forward_batch.input_ids = forward_batch.spec_info.bonus_tokens
                 return self.draft_runner.forward(forward_batch)  # SG106
+
+
+        class StrictWorker(DraftWorker):
+            def __init__(self):
+                self._set_policy(False)  # the backend cannot re-plan a padded batch
+
+            def _set_policy(self, replan):
+                self._replan = replan
+
+            def draft_step(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready(replan_equivalent=self._replan)
+                return self.draft_runner.forward(forward_batch)  # SG106
     """,
     good=_BATCH
     + """
@@ -671,6 +708,24 @@ RULE = Rule(
             def draft_unmarked(self, forward_batch: ForwardBatch):
                 self.draft_attn_backend.init_forward_metadata(forward_batch)
                 return self.draft_runner.forward(forward_batch)  # the forward plans the padded batch again
+
+        class PolicyWorker:
+            def __init__(self):
+                self._replan = False
+
+
+        class ReplanningWorker(PolicyWorker):
+            def __init__(self):
+                super().__init__()
+                self._set_policy(True)  # the constructor that runs leaves True
+
+            def _set_policy(self, replan):
+                self._replan = replan
+
+            def draft_step(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready(replan_equivalent=self._replan)
+                return self.draft_runner.forward(forward_batch)  # planned again once padded
     """,
     check=check,
     applies=_plans,
@@ -697,7 +752,9 @@ RULE = Rule(
         "sides write a field the batch's predicate reads differently (`forward_metadata_ready = False` under a "
         "test) is one of them, and a test that calls a one-line predicate of the tree (`def active(b): return "
         "b.global_num_tokens_cpu is not None`) narrows what that predicate tests; a skip keyword set on some paths "
-        "only is read on each.",
+        "only is read on each. A setting the instance keeps (`replan_equivalent=self._replan_after_pad`) is what "
+        "the constructor that runs leaves in it (the nearest `__init__`, with what it passes its own helpers), "
+        "joined with what its other methods write, where that is a plain value.",
     ),
     limits=(
         Limit(

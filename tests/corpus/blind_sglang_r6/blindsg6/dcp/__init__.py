@@ -1,0 +1,1 @@
+"""Decode-context-parallel (DCP) MLA decode length handling."""

@@ -1,0 +1,1 @@
+"""DP-attention padding vs. pre-planned attention metadata."""
