@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from specguard.evaluation.choices import Choices, each_path
 from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.instances import writers
 from specguard.evaluation.objects import field_default
 from specguard.evaluation.paths import Frame, State, doubts
 from specguard.evaluation.values import (
@@ -216,7 +217,7 @@ class _Batches(Hooks):
         """A setting the judged instance keeps (`replan_equivalent=self._replan_after_pad`): what its writers store
         there, run as written, the constructor with what it passes its own helpers; a plain value only (a flag, a
         count, a name), so the objects it holds stay what they were (names the rule reads calls by)."""
-        if obj.label != "self" or obj.cls is None:
+        if obj.label != "self" or obj.cls is None or not _settings_only(self.q, obj.cls, attr):
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
         return kept if _setting(kept) else NOT_HANDLED
@@ -333,6 +334,39 @@ class _Batches(Hooks):
 
 
 _ASSUMED = "the count the batch was planned for is one the evaluation could not compute"
+
+
+def _settings_only(q: Question, cls: ClassInfo, attr: str) -> bool:
+    """Whether every write of `self.<attr>` in the lineage stores a literal, a name or a container of those (a
+    setting, as `_setting` keeps): read by the syntax alone, so that the writers of the objects an instance holds
+    (its runners, its backends) are never run for it."""
+    key = ("sg106-settings", cls.key, attr)
+    if key not in q.program.memo:
+        values = [
+            node.value
+            for _, method in writers(cls, q.program, attr)
+            for node in ast.walk(method)
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            and node.value is not None
+            and any(isinstance(t, ast.Attribute) and t.attr == attr for t in _targets(node))
+        ]
+        q.program.memo[key] = bool(values) and all(_literal_or_name(v) for v in values)
+    return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
+def _literal_or_name(node: ast.expr) -> bool:
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, ast.Dict):
+        pairs = zip(node.keys, node.values, strict=True)
+        return all(k is not None and _literal_or_name(k) and _literal_or_name(v) for k, v in pairs)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_literal_or_name(e) for e in node.elts)
+    return isinstance(node, ast.UnaryOp) and _literal_or_name(node.operand)
 
 
 def _setting(value: Any) -> bool:
