@@ -159,7 +159,9 @@ class _Locality(Hooks):
             return (UNKNOWN, QUERY_TOKENS, UNKNOWN, UNKNOWN)
         handed = _params(value)
         if handed and isinstance(value, Abstract):  # a field of a parameter is not the parameter
-            return replace(value, labels=value.labels - handed, maybe=value.maybe - handed)
+            value = replace(value, labels=value.labels - handed, maybe=value.maybe - handed)
+            if attr not in self.fields:
+                return value  # (a whole-lengths field, `metadata.global_seq_lens_k`, is read as one, below)
         if _locality([value]) or node is None:
             return NOT_HANDLED  # what the evaluation knows of the field (lengths stored there) stands
         if attr in self.fields or (attr in self.batch_fields and self._is_batch(base)):
@@ -513,9 +515,17 @@ RULE = Rule(
             def forward_decode(self, q, kv_cache, layer, forward_batch):
                 metadata = forward_batch.decode_trtllm_mla_metadata
                 if get_parallel().dcp_enabled:
-                    return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                    return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(  # SG203
                         query=q, kv_cache=kv_cache, block_tables=metadata.block_kv_indices,
                         seq_lens=forward_batch.seq_lens.to(torch.int32), max_seq_len=metadata.max_seq_len_k,
+                        return_lse=True,
+                    )
+
+            def _decode_with(self, q, kv_cache, metadata):  # its metadata is handed in: its whole lengths are whole
+                if get_parallel().dcp_enabled:
+                    return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(  # SG203
+                        query=q, kv_cache=kv_cache, block_tables=metadata.block_kv_indices,
+                        seq_lens=metadata.global_seq_lens_k, max_seq_len=metadata.max_seq_len_k,
                         return_lse=True,
                     )
     """,
