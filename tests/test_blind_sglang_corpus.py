@@ -17,7 +17,7 @@ SETS = {
     "third": ("blind_sglang_r3", "blindsg3", (15, 32), 12, 0),
     "fourth": ("blind_sglang_r4", "blindsg4", (24, 51), 23, 0),
     "fifth": ("blind_sglang_r5", "blindsg5", (28, 58), 23, 0),
-    "sixth": ("blind_sglang_r6", "blindsg6", (30, 66), 27, 1),
+    "sixth": ("blind_sglang_r6", "blindsg6", (30, 66), 27, 0),
 }
 
 

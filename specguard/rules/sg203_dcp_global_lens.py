@@ -15,6 +15,7 @@ from specguard.evaluation.values import (
     STAR_KWARGS,
     UNKNOWN,
     Abstract,
+    EnumMember,
     Function,
     Label,
     Method,
@@ -175,8 +176,9 @@ class _Locality(Hooks):
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG203").value(obj.cls, attr, None, self._writes)
-        # lengths, the batch they are read from, or a kernel bound once with `partial` (the same every call)
-        useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), Partial)
+        # lengths, the batch they are read from, a kernel bound once with `partial` (the same every call), or a
+        # setting its constructor chose under DCP (`LenSource.RANK_SHARD if get_parallel().dcp_enabled else ...`)
+        useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), (Partial, EnumMember, bool))
         return kept if useful else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
