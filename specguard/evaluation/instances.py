@@ -50,8 +50,7 @@ def _effective_writers(
 def _private_calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     """The private methods (`_name`) a method calls on its own instance: part of what it does, run with the
     arguments it passes, not on their own."""
-    params = [*method.args.posonlyargs, *method.args.args]
-    me = params[0].arg if params else None
+    me = _instance(method)
     return frozenset(
         node.func.attr
         for node in ast.walk(method)
@@ -68,9 +67,14 @@ def _assigned(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     return cached_on(method, "assigned", _self_attributes)
 
 
-def _self_attributes(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+def _instance(method: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The name a method calls its instance by (its first parameter)."""
     params = [*method.args.posonlyargs, *method.args.args]
-    me = params[0].arg if params else None
+    return params[0].arg if params else None
+
+
+def _self_attributes(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    me = _instance(method)
     return frozenset(
         target.attr
         for node in ast.walk(method)
