@@ -11,16 +11,21 @@ ignored) one at a time, so the batches, steps, accepted drafts and metadata buil
 and measures the CPU time (the scheduler's per-thread account, /proc/PID/task/*/schedstat) the server's
 processes spent from the first request to the last response.
 
-Blocks of four rounds: ABBA blocks (off, on, on, off) give the cost, (on1 + on2) / (off1 + off2), and cancel a
-linear drift of the machine within the block; A/A blocks (off, off, off, off, the same formula) say what the
-method reads when nothing differs. Both come as a median with a distribution-free 95 % confidence interval.
+Blocks of four rounds, each kind giving a ratio (rounds 2 + 3) / (rounds 1 + 4) that cancels a linear drift of the
+machine within the block, as a median over its blocks with a distribution-free 95 % confidence interval:
+- cost (off, on, on, off): what the guard costs;
+- interception (off, pass, pass, off): the guard installed with every function it patched replaced by a
+  pass-through wrapper that checks nothing, the part of the cost the guard's clock cannot see;
+- checks (pass, on, on, pass): the checks themselves, what the guard's clock times;
+- A/A control (off, off, off, off): what the method reads when nothing differs.
 
-The guard's own clock (its counters' `guard_ns`, the timer benchmarks/guard_build.py reports) over each ABBA
-block's two guarded rounds gives the in-server cost per target build, per draft build and per step, each a
-median with its interval over the blocks; the script prints beside them the latest guard_build run's hot and cold
-medians for the same builds (one request, four tokens a target build; draft steps of the draft model) and where
-the server's lie, and whether the CPU-time interval is narrow enough to see the share of a step the clock claims
-and where that share lies against it.
+The guard's own clock (its counters' `guard_ns`, the timer benchmarks/guard_build.py reports) over each block's
+two guarded rounds gives the in-server cost per target build, per draft build and per step, and its share of the
+block's unguarded CPU time, the cost it claims; the script prints beside them the latest guard_build run's hot and
+cold medians for the same builds (one request, four tokens a target build; draft steps of the draft model). Then
+it says whether the figures agree within their intervals: the clock's share with the checks' cost, the clock's
+share plus the interception with the whole cost, and the interception plus the checks with the whole cost (a sum's
+interval taken as the sum of the ends, which is wider than its own 95 % interval).
 
     python benchmarks/guard_toggle.py [--blocks 20] [--requests 4] [--max-tokens 96] [--json F]
 
@@ -28,8 +33,8 @@ Needs `openai` in the python that runs it and the e2e venv's python for the serv
 $SPECGUARD_E2E_PYTHON). Target (issue 18): the upper end of the cost's 95 % interval at most 2 %, on the worker
 process's CPU time. Exit status 0 when met, 1 when not, 2 when it cannot run (the server's own exit code is
 printed and recorded apart). Each run is recorded in benchmarks/results.json (`guard_toggle/DATE`,
-`--no-record` for a trial run), where the docs' figures come from, with the guard's share of a step: its own
-time per step against the worker's CPU time per step of a guarded round, and against a 30 ms GPU step.
+`--no-record` for a trial run), where the docs' figures come from, with the guard's clock per step against a
+30 ms GPU step.
 """
 
 from __future__ import annotations
@@ -60,8 +65,13 @@ ACK_TIMEOUT_S = 60
 KINDS = ("target", "draft")  # the builds the guard's sites name: "G0:Builder.build(target)", "G5:...(draft)"
 # guard_build.py's cases for the builds this server makes (one request at a time, k = 3 of a draft model)
 LIKE_GUARD_BUILD = {"target": "spec verify b=1 x4", "draft": "draft steps b=1 k=3"}
-ABBA = ("off", "on", "on", "off")
-AA = ("off", "off", "off", "off")
+# Each kind of block: its rounds' guard states, and what its ratio is called.
+BLOCKS = {
+    "ABBA": (("off", "on", "on", "off"), "cost"),
+    "PASS": (("off", "pass", "pass", "off"), "interception"),
+    "CHECKS": (("pass", "on", "on", "pass"), "checks"),
+    "AA": (("off", "off", "off", "off"), "control"),
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -206,58 +216,100 @@ def serve_blocks(opts: argparse.Namespace) -> tuple[list[dict], int | None]:
                 set_guard(srv, toggle, state, pids["all"])
                 for _ in range(opts.warmup):
                     run_round(srv, opts, pids)
-            for i in range(2 * opts.blocks):
-                order = ABBA if i % 2 == 0 else AA
+            for i in range(len(BLOCKS) * opts.blocks):
+                kind = list(BLOCKS)[i % len(BLOCKS)]
+                order = BLOCKS[kind][0]
                 rounds, switches = [], []
                 for state in order:
                     switches.append(set_guard(srv, toggle, state, pids["all"]))
                     rounds.append(run_round(srv, opts, pids))
-                block = {"kind": "ABBA" if order is ABBA else "AA", "rounds": rounds}
-                if order is ABBA:  # the guard was on from the second switch to the fourth
-                    block["guard"] = guard_delta(switches[1], switches[3])
+                block = {"kind": kind, "rounds": rounds}
+                # what the guard's counters added from the second switch to the fourth: its checks, or, in
+                # pass-through rounds, nothing (kept to show it)
+                if order[1] != "off":
+                    block["guard" if order[1] == "on" else "unchecked"] = guard_delta(switches[1], switches[3])
                 blocks.append(block)
         finally:
             code = srv.stop()
     return blocks, code
 
 
+def ratio(block: dict, what: str) -> float:
+    """A block's rounds 2 + 3 over its rounds 1 + 4, in CPU time of the worker or of all processes."""
+    x = [r[what] for r in block["rounds"]]
+    return (x[1] + x[2]) / (x[0] + x[3])
+
+
+def clock_share(block: dict) -> float:
+    """What the guard's clock timed over a block's two guarded rounds against the worker's CPU time over its two
+    other rounds: the part of the ratio the clock claims (1 + share is the ratio it predicts)."""
+    x = [r["worker"] for r in block["rounds"]]
+    return 1 + block["guard"]["ns_all"] / 1e9 / (x[0] + x[3])
+
+
 def analyse(blocks: list[dict], code: int | None) -> dict:
-    """The cost and control ratios of the CPU time (worker, all processes), and the guard's own clock per build
-    and per step over the ABBA blocks, each as (median, low, high)."""
+    """Per kind of block, the ratios of the CPU time (worker, all processes); the guard's own clock per build, per
+    step and as a share of the CPU time (its predicted ratio), over the blocks whose guard checked; and whether
+    the figures agree. Each figure as (median, low, high)."""
     result: dict = {"exit_code": code}
     for what in ("worker", "all"):
-        ratios: dict[str, list[float]] = {"ABBA": [], "AA": []}
-        for b in blocks:
-            x = [r[what] for r in b["rounds"]]
-            ratios[b["kind"]].append((x[1] + x[2]) / (x[0] + x[3]))
-        result[what] = {"abba": ratios["ABBA"], "aa": ratios["AA"]}
-        result[what] |= {"cost": summary(ratios["ABBA"]), "control": summary(ratios["AA"])}
+        result[what] = {}
+        for kind, (_, name) in BLOCKS.items():
+            ratios = [ratio(b, what) for b in blocks if b["kind"] == kind]
+            if ratios:
+                result[what][name] = summary(ratios)
     figures = [per_build(b["guard"]) for b in blocks if "guard" in b]
     result["guard_us"] = {
         what: summary(values) for what in (*KINDS, "step") if (values := [f[what] for f in figures if what in f])
     }
+    result["clock"] = {
+        name: summary(shares)
+        for kind, (_, name) in BLOCKS.items()
+        if (shares := [clock_share(b) for b in blocks if b["kind"] == kind and "guard" in b])
+    }
+    worker, clock = result["worker"], result["clock"]
+    result["sums"] = {
+        name: total
+        for name, total in (
+            ("clock + interception", added(clock.get("cost"), worker.get("interception"))),
+            ("interception + checks", added(worker.get("interception"), worker.get("checks"))),
+        )
+        if total
+    }
+    result["agreement"] = agreement(worker, clock, result["sums"])
     totals = {k: sum(b["guard"][k] for b in blocks if "guard" in b) for k in guard_delta({}, {})}
     result["guard_totals"] = totals
     return result
 
 
+def agreement(worker: dict, clock: dict, sums: dict) -> dict[str, bool]:
+    """Whether each pair of figures that measure the same thing overlap within their 95 % intervals: the clock
+    with the checks, and each sum of parts (`sums`) with the whole cost."""
+    pairs = {"clock = checks": (clock.get("checks"), worker.get("checks"))}
+    pairs |= {f"{name} = cost": (total, worker.get("cost")) for name, total in sums.items()}
+    return {name: a[1] <= b[2] and b[1] <= a[2] for name, (a, b) in pairs.items() if a and b}
+
+
+def added(a: tuple | None, b: tuple | None) -> tuple[float, float, float] | None:
+    """Two ratios' added parts (ratio - 1) as one ratio, with the sum of their ends as the interval."""
+    if not a or not b:
+        return None
+    return tuple(x + y - 1 for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
+
+
 def report(blocks: list[dict], result: dict, met: bool, like: tuple[str, dict] | None) -> None:
-    print(f"{'block':>5}  {'kind':>4}  " + "  ".join(f"{'cpu s ' + str(k + 1):>9}" for k in range(4)) + "  ratio")
+    print(f"{'block':>5}  {'kind':>6}  " + "  ".join(f"{'cpu s ' + str(k + 1):>9}" for k in range(4)) + "  ratio")
     for n, b in enumerate(blocks):
         x = [r["worker"] for r in b["rounds"]]
-        print(
-            f"{n:>5}  {b['kind']:>4}  " + "  ".join(f"{v:>9.3f}" for v in x) + f"  {(x[1] + x[2]) / (x[0] + x[3]):.4f}"
-        )
+        print(f"{n:>5}  {b['kind']:>6}  " + "  ".join(f"{v:>9.3f}" for v in x) + f"  {ratio(b, 'worker'):.4f}")
     for what in ("worker", "all"):
-        cost, control = result[what]["cost"], result[what]["control"]
         print(
-            f"{what} CPU time, guard on/off (ABBA): median {cost[0]:.4f} (95 % CI {cost[1]:.4f}-{cost[2]:.4f}): "
-            f"cost {100 * (cost[0] - 1):+.2f} %, upper end {100 * (cost[2] - 1):+.2f} %; "
-            f"A/A control: median {control[0]:.4f} (95 % CI {control[1]:.4f}-{control[2]:.4f})"
+            f"{what} CPU time, ratio of a block's middle rounds to its outer ones, median (95 % CI), added %: "
+            + "; ".join(f"{name} {shown_ratio(r)}" for name, r in result[what].items())
         )
     t = result["guard_totals"]
     print(
-        f"the guard's own clock over the ABBA blocks' guarded rounds: {t['ns_all'] / 1e6:.1f} ms, "
+        f"the guard's own clock over the guarded rounds: {t['ns_all'] / 1e6:.1f} ms, "
         f"{t['builds_target']} target and {t['builds_draft']} draft builds; us per block, median (95 % CI):"
     )
     for what, (median, low, high) in result["guard_us"].items():
@@ -267,33 +319,23 @@ def report(blocks: list[dict], result: dict, met: bool, like: tuple[str, dict] |
             where = "between them" if hot <= low and high <= cold else "above cold" if low > cold else "not between"
             beside = f"; {like[0]} ({LIKE_GUARD_BUILD[what]}): hot {hot:.2f}, cold {cold:.2f}: {where}"
         print(f"  per {what + (' build' if what != 'step' else '')}: {median:.2f} ({low:.2f}-{high:.2f}){beside}")
-    share = claimed_share_pct(blocks, result)
-    if share is not None:
-        cost = result["worker"]["cost"]
-        width = 100 * (cost[2] - cost[1])
-        low, high = 100 * (cost[1] - 1), 100 * (cost[2] - 1)
-        where = "within" if low <= share <= high else "below" if share < low else "above"
-        print(
-            f"the share of a step the guard's clock claims: {share:.2f} % of the worker's CPU, {where} the CPU-time "
-            f"cost's interval ({low:.2f}-{high:.2f} %), which is {width:.2f} points wide, "
-            + (
-                "narrower than that share: it can see it"
-                if width < share
-                else "wider than that share: it cannot see it"
-            )
-        )
+    print(
+        "the clock's share of the worker's unguarded CPU time, added %: "
+        + "; ".join(f"in the {name} blocks {shown_ratio(r)}" for name, r in result["clock"].items())
+    )
+    for name, total in result["sums"].items():
+        print(f"{name}, added % (the interval the sum of its parts' ends): {shown_ratio(total)}")
+    for name, agree in result["agreement"].items():
+        print(f"figures {name}: {'agree' if agree else 'DO NOT agree'} within their intervals")
+
+
+def shown_ratio(r: tuple[float, float, float] | list[float]) -> str:
+    return f"{100 * (r[0] - 1):+.2f} % ({100 * (r[1] - 1):+.2f} to {100 * (r[2] - 1):+.2f})"
 
 
 def cost_pct(cost: tuple[float, float, float] | list[float]) -> dict[str, Any]:
-    """The worker's cost ratio (median, low, high) as percent added, rounded as the docs quote it."""
+    """A ratio (median, low, high) as percent added, rounded as the docs quote it."""
     return {"median": round(100 * (cost[0] - 1), 2), "ci95": [round(100 * (v - 1), 2) for v in cost[1:]]}
-
-
-def claimed_share_pct(blocks: list[dict], result: dict) -> float | None:
-    """The guard's clock per step against the worker's CPU time per step of a guarded round, in %."""
-    step_ms = worker_step_ms(blocks)
-    step_us = result["guard_us"].get("step")
-    return 100 * step_us[0] / (1e3 * step_ms) if step_ms and step_us else None
 
 
 def worker_step_ms(blocks: list[dict]) -> float | None:
@@ -311,7 +353,6 @@ def record_of(
     them."""
     every_round = [r["worker"] for b in blocks for r in b["rounds"]]
     step_ms = worker_step_ms(blocks)
-    share = claimed_share_pct(blocks, result)
     step_us = result["guard_us"].get("step")
     totals = result["guard_totals"]
     return {
@@ -322,15 +363,11 @@ def record_of(
         "requests": opts.requests,
         "max_tokens": opts.max_tokens,
         "settle_s": opts.settle,
-        **{
-            what: {
-                "cost_median": round(result[what]["cost"][0], 4),
-                "cost_ci95": [round(v, 4) for v in result[what]["cost"][1:]],
-                "control_median": round(result[what]["control"][0], 4),
-                "control_ci95": [round(v, 4) for v in result[what]["control"][1:]],
-            }
-            for what in ("worker", "all")
-        },
+        # per kind of block, the worker's and all processes' ratio as percent added
+        **{what: {name: cost_pct(r) for name, r in result[what].items()} for what in ("worker", "all")},
+        "clock_pct": {name: cost_pct(r) for name, r in result["clock"].items()},
+        "sums_pct": {name: cost_pct(r) for name, r in result["sums"].items()},
+        "agreement": result["agreement"],
         "guard_ms": round(totals["ns_all"] / 1e6, 1),
         "builds": {kind: totals[f"builds_{kind}"] for kind in KINDS},
         "guard_us": {
@@ -339,9 +376,6 @@ def record_of(
         },
         "worker_round_cpu_s_range": [round(min(every_round), 2), round(max(every_round), 2)] if every_round else None,
         "worker_step_cpu_ms": None if step_ms is None else round(step_ms, 2),
-        "guard_share_of_step_pct": None if share is None else round(share, 2),
-        "cost_interval_width_pct": round(100 * (result["worker"]["cost"][2] - result["worker"]["cost"][1]), 2),
-        "worker_cost_pct": cost_pct(result["worker"]["cost"]),
         "guard_share_of_gpu_step_pct": None if step_us is None else round(100 * step_us[0] / (1e3 * GPU_STEP_MS), 3),
         "gpu_step_ms": GPU_STEP_MS,
         "target_upper_end_pct": 100 * TARGET,

@@ -9,7 +9,8 @@ running its main (nor torch, vLLM or a server).
 A figure is a number with a decimal point, one with thousands separators or of four digits and more, or a whole
 number with a unit (µs, us, ms, s, min, minutes, %, x, times, MB, GB); versions, dates and times, "95 %" of a
 confidence interval and the numbers in a name (b=8, x4, sm90, G0) are not figures. Counts without a unit
-("4 requests", "k = 3") are the scripts' settings and are not checked."""
+("4 requests", "k = 3") are the scripts' settings and are not checked. A minus sign before a figure is part of it
+("-3.18 to +2.15": -3.18 and 2.15); a hyphen between two figures is a range ("2.9-9.03": 2.9 and 9.03)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ NOT_FIGURES = re.compile(
     r"|95 % (?:CI|confidence|interval)"  # the confidence level, not a measurement
 )
 NUMBER = re.compile(
-    r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?![\d.,]\d)"
+    r"(?<![\w.])([-+]?)(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)(?![\d.,]\d)"
     r"(?=(\s?(?:µs|us|ms|s|min|minutes|x|times|MB|GB)\b|\s?%)?)"
 )
 
@@ -69,10 +70,14 @@ NUMBER = re.compile(
 def figures(text: str) -> list[str]:
     out = []
     for m in NUMBER.finditer(NOT_FIGURES.sub(" ", text)):
-        number, unit = m.group(1), m.group(2)
+        sign, number, unit = m.groups()
         if "." in number or "," in number or len(number) >= 4 or unit:
-            out.append(number)
+            out.append(number if sign != "-" else sign + number)  # a change's sign is part of its figure
     return out
+
+
+def test_a_figure_keeps_its_minus_sign_and_a_range_its_two_ends() -> None:
+    assert figures("(-3.18 to +2.15 %), 2.9-9.03 %, b=8") == ["-3.18", "2.15", "2.9", "9.03"]
 
 
 def runs_of(kind: str) -> dict[str, dict[str, Any]]:
@@ -315,20 +320,46 @@ def test_guard_toggle_takes_the_guards_clock_per_block_and_records_it(tmp_path: 
         out = {"kind": kind, "rounds": [{"worker": w, "all": 2 * w} for w in worker]}
         return out | ({"guard": guard} if guard else {})
 
-    blocks = [block("ABBA", [0.6, 0.62, 0.6, 0.6], delta), block("AA", [0.5, 0.6, 0.7, 1.5])]
+    # the guard's clock over two guarded rounds: 6.925 ms, 0.577 % of the 1.2 s its two unguarded rounds took
+    blocks = [
+        block("ABBA", [0.6, 0.612, 0.6, 0.6], delta),
+        block("PASS", [0.6, 0.603, 0.603, 0.6]),
+        block("CHECKS", [0.6, 0.605, 0.6, 0.6], delta),
+        block("AA", [0.5, 0.6, 0.7, 1.5]),
+    ]
     result = guard_toggle.analyse(blocks, 0)
-    assert result["worker"]["cost"][0] == pytest.approx((0.62 + 0.6) / (0.6 + 0.6))
-    assert result["guard_us"]["target"][0] == 2.4 and result["guard_totals"]["builds_draft"] == 750
+    assert result["worker"]["cost"][0] == pytest.approx((0.612 + 0.6) / (0.6 + 0.6))
+    assert result["worker"]["interception"][0] == pytest.approx(1.005)
+    assert result["clock"]["cost"][0] == pytest.approx(1 + 0.006925 / 1.2)
+    assert set(result["clock"]) == {"cost", "checks"}  # only blocks whose guard checked have a clock
+    assert result["guard_us"]["target"][0] == 2.4 and result["guard_totals"]["builds_draft"] == 1500
+    # one block a kind: each interval is its one value. The clock's 0.577 % is not the checks' 0.417 %, the clock
+    # and the interception's 0.5 % make 1.077 %, not the cost's 1.0 %, and 0.5 % + 0.417 % is not 1.0 % either
+    assert result["agreement"] == {
+        "clock = checks": False,
+        "clock + interception = cost": False,
+        "interception + checks = cost": False,
+    }
+    # two blocks a kind, whose checked rounds cost 0.575 % and 0.583 %: the clock's 0.577 % is all of the cost
+    around = [
+        block(kind, [0.6, 0.6 + extra, 0.6, 0.6], delta) for kind in ("ABBA", "CHECKS") for extra in (6.9e-3, 7e-3)
+    ]
+    around += [block("PASS", [0.6, 0.6, 0.6, 0.6])] * 2
+    assert guard_toggle.analyse(around, 0)["agreement"] == dict.fromkeys(result["agreement"], True)
     opts = argparse.Namespace(blocks=1, requests=4, max_tokens=96, settle=1.5, warmup=2)
     new = _kept(tmp_path, "guard_toggle", guard_toggle.record_of(STARTED, opts, MACHINE, result, blocks, False))
     assert new["guard_us"]["target"] == {"median": 2.4, "ci95": [2.4, 2.4]}
-    assert new["guard_us"]["draft"]["median"] == 7.1 and new["builds"] == {"target": 250, "draft": 750}
-    # 250 target builds over two guarded rounds: 125 steps a round; the median of 0.62 s and 0.6 s over 125 steps;
-    # the guard's 27.7 us a step (all its checks over the target builds) against that
-    assert new["worker_step_cpu_ms"] == 4.88 and new["guard_share_of_step_pct"] == 0.57
+    assert new["guard_us"]["draft"]["median"] == 7.1 and new["builds"] == {"target": 500, "draft": 1500}
+    # 250 target builds over two guarded rounds: 125 steps a round; the median guarded round (the mean of 0.6 s
+    # and 0.605 s, the middle two of four) over 125 steps
+    assert new["worker_step_cpu_ms"] == 4.82 and new["guard_share_of_gpu_step_pct"] == 0.092
     assert new["verdict"] == "NOT met" and new["server_exit_code"] == 0
-    assert new["worker_cost_pct"] == {"median": 1.67, "ci95": [1.67, 1.67]}  # one block: the interval is it
-    assert new["worker_round_cpu_s_range"] == [0.5, 1.5] and new["guard_ms"] == 6.9
+    assert new["worker"]["cost"] == {"median": 1.0, "ci95": [1.0, 1.0]}  # one block: the interval is it
+    assert new["worker"]["interception"]["median"] == 0.5 and new["clock_pct"]["cost"]["median"] == 0.58
+    assert new["agreement"] == result["agreement"]
+    assert new["sums_pct"]["clock + interception"]["median"] == 1.08  # 0.577 % + 0.5 %
+    assert new["sums_pct"]["interception + checks"] == {"median": 0.92, "ci95": [0.92, 0.92]}  # 0.5 % + 0.417 %
+    assert new["worker_round_cpu_s_range"] == [0.5, 1.5] and new["guard_ms"] == 13.8
 
 
 def test_fix_write_window_records_each_measure(tmp_path: Path) -> None:
@@ -362,3 +393,41 @@ def test_ci_cost_records_minutes_tests_and_disk(tmp_path: Path) -> None:
     assert (new["minutes"], new["tests_passed"], new["cold"], new["exit_code"]) == (19.7, 2000, False, 0)
     assert new["cache_gb"] == {"venv-e2e": 3.5, "vllm-src": 0.4, "total": 4.0}
     assert ci_cost.passed_tests("1 failed, 3 passed in 2s") == 3 and ci_cost.passed_tests("error") is None
+
+
+def test_the_toggle_plugins_pass_through_only_forwards_what_the_guard_patched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """guard_toggle.py's `pass` rounds: each function the guard patched becomes a wrapper that calls what was
+    there before (classmethods and staticmethods stay descriptors); what the guard added where a class only
+    inherited the name stays as installed."""
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "e2e" / "fault_plugin"))
+    import specguard_e2e_fault as plugin
+
+    from specguard.runtime.patching import ABSENT, Patch
+
+    def build(self: Any, n: int) -> str:
+        return f"build {n}"
+
+    def merge(cls: type, n: int) -> str:
+        return f"merge {cls.__name__} {n}"
+
+    def scale(n: int) -> int:
+        return 2 * n
+
+    def guarded(*args: Any) -> str:
+        return "checked"
+
+    class Builder:
+        pass
+
+    for name in ("build", "merge", "scale", "hook"):
+        setattr(Builder, name, guarded)
+    patches = [
+        Patch(Builder, "build", build),
+        Patch(Builder, "merge", classmethod(merge)),
+        Patch(Builder, "scale", staticmethod(scale)),
+        Patch(Builder, "hook", ABSENT),
+    ]
+    plugin._pass_through(patches)
+    assert Builder().build(3) == "build 3" and Builder.merge(4) == "merge Builder 4" and Builder.scale(5) == 10
+    assert Builder.__dict__["build"] is not build and isinstance(Builder.__dict__["merge"], classmethod)
+    assert Builder.__dict__["hook"] is guarded

@@ -21,8 +21,9 @@ builders a broken copy of the `CommonAttentionMetadata`:
           step's lengths, not advanced by the token the step adds); rows, counts and every other field right
   other   (or no file) the metadata goes through untouched
 
-For benchmarks/guard_toggle.py, SPECGUARD_E2E_TOGGLE names a file whose content (`on` or not) turns the
-guard on and off in every process of a serving server between the benchmark's rounds.
+For benchmarks/guard_toggle.py, SPECGUARD_E2E_TOGGLE names a file whose content turns the guard on (`on`),
+off (anything else) or to pass-through wrappers that check nothing (`pass`) in every process of a serving server
+between the benchmark's rounds.
 
 The trigger is a file, not an environment variable, so one server can serve healthy requests first and
 faulty ones after. The variable's name does not start with VLLM_, so vLLM's environment validation never
@@ -146,11 +147,16 @@ TOGGLE_ENV = "SPECGUARD_E2E_TOGGLE"
 TOGGLE_POLL_S = 0.05
 
 
+TOGGLE_STATES = ("on", "pass")  # anything else in the file is "off"
+
+
 def _toggle_loop(path: str) -> None:
-    """benchmarks/guard_toggle.py turns the guard on and off in a serving process between its rounds: while
-    the file says `on` the guard is installed as VLLM_SPECGUARD=1 installs it, while it says anything else it
-    is uninstalled. Each process acknowledges the state it is in through `<path>.<pid>`, after writing its
-    counters at the switch (what the guard timed and checked so far) to `<path>.<pid>.counters`."""
+    """benchmarks/guard_toggle.py switches the guard in a serving process between its rounds: while the file
+    says `on` the guard is installed as VLLM_SPECGUARD=1 installs it; while it says `pass` it is installed and
+    then every function it patched is replaced by a pass-through wrapper (the interception alone, which the
+    guard's clock cannot see); otherwise it is uninstalled. Each process acknowledges the state it is in through
+    `<path>.<pid>`, after writing its counters at the switch (what the guard timed and checked so far) to
+    `<path>.<pid>.counters`."""
     import json
     import time
 
@@ -161,18 +167,40 @@ def _toggle_loop(path: str) -> None:
     ack = f"{path}.{os.getpid()}"
     state = None
     while True:
-        want = "on" if _fault(path) == "on" else "off"
+        content = _fault(path)
+        want = content if content in TOGGLE_STATES else "off"
         if want != state:
-            if want == "on":
-                install.install("raise", parse_interval(None))
-            else:
-                install.uninstall()
+            install.uninstall()
+            if want != "off":
+                installed = install.install("raise", parse_interval(None))
+                if want == "pass":
+                    _pass_through(installed.patcher.patches)
             state = want
             for name, text in ((ack + ".counters", json.dumps(POLICY.snapshot())), (ack, state)):
                 with open(name + ".tmp", "w") as f:
                     f.write(text)
                 os.replace(name + ".tmp", name)
         time.sleep(TOGGLE_POLL_S)
+
+
+def _pass_through(patches) -> None:
+    """Each function, classmethod and staticmethod the guard patched, replaced by a wrapper that only calls what
+    the class or module held before (uninstalling puts that back, as it does after the guard's own wrappers). An
+    override the guard added where a class only inherited the name (its `__init_subclass__` hook, which runs when
+    a class is defined, not per build) stays as the guard installed it."""
+    for patch in patches:
+        raw = patch.raw_original
+        if isinstance(raw, (classmethod, staticmethod)):
+            setattr(patch.owner, patch.name, type(raw)(_forwarding(raw.__func__)))
+        elif callable(raw) and not isinstance(raw, type):
+            setattr(patch.owner, patch.name, _forwarding(raw))
+
+
+def _forwarding(original):
+    def forward(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    return forward
 
 
 def _start_toggle() -> None:
