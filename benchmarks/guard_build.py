@@ -8,6 +8,11 @@ wrappers that check nothing, and the guard as VLLM_SPECGUARD=1 installs it; the 
 to round. The cases run in a random order (the seed is printed and recorded), each after warm-up rounds of its
 own that are not kept, so no case carries the process's warm-up.
 
+Each case runs in three cache states: hot (builds back to back); cold, four times this CPU's L2 cache written
+before each build; and LLC-cold, twice its last-level cache written before each build, so nothing of the build is
+cached anywhere. A serving process's builds lie between hot and LLC-cold, where depends on what ran between two
+builds (benchmarks/guard_toggle.py sets the server's figures beside these).
+
 Per case, each a distribution over the rounds (median, its distribution-free 95 % interval, 10th and 90th
 percentiles), per build:
 - self-timed: the guard's own clock over the guarded block (`guard_ns` in its counters,
@@ -17,7 +22,8 @@ percentiles), per build:
 - unseen: added minus self-timed, what the clock cannot see: the interception (the pass-through column), the
   clock's own reads, and the wrapper's effect on the build's own code (caches).
 
-    python benchmarks/guard_build.py [--rounds 2000] [--builds 24] [--warmup 200] [--seed N] [--json F] [--no-record]
+    python benchmarks/guard_build.py [--rounds 2000] [--builds 24] [--warmup 200] [--cold-rounds 300]
+        [--llc-rounds 40] [--seed N] [--json F] [--no-record]
 
 Target (issue 18): a healthy build costs the guard at most 3 us, the median of the worst case by the guard's
 clock. Exit status 0 when met, 1 when not. Each run is recorded in benchmarks/results.json (`guard_build/DATE`),
@@ -158,18 +164,20 @@ def guard_ns() -> int:
     return sum(site.ns for site in POLICY.sites.values())
 
 
-def cache_size() -> int:
-    """This CPU's L2 cache in bytes (sysfs), 2 MiB where it does not say."""
+def cache_size(index: int = 2, default_mib: int = 2) -> int:
+    """A cache of this CPU in bytes (sysfs `index2`: L2, `index3`: the last level), `default_mib` where it does
+    not say."""
     try:
-        text = Path("/sys/devices/system/cpu/cpu0/cache/index2/size").read_text().strip()
+        text = Path(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size").read_text().strip()
         return int(text.rstrip("KkMm")) * (1024 if text[-1] in "Kk" else 1024 * 1024 if text[-1] in "Mm" else 1)
     except (OSError, ValueError, IndexError):
-        return 2 * 1024 * 1024
+        return default_mib * 1024 * 1024
 
 
 def evicting(fn: Callable[[], None], nbytes: int) -> Callable[[], None]:
     """`fn` after a write of `nbytes` (outside the guard's clock), so each call starts with none of its code or data
-    in the L1/L2 caches: the state a build meets in a server, where a model step runs between two builds."""
+    in the caches that many bytes cover: the state a build meets in a server, where a model step runs between two
+    builds."""
     import numpy as np
 
     buf = np.zeros(nbytes // 8)
@@ -257,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=200, help="rounds per case before measuring, not kept")
     parser.add_argument("--cold-rounds", type=int, default=300, help="measured rounds per case, caches evicted")
     parser.add_argument("--cold-builds", type=int, default=6, help="builds per timed block, caches evicted")
+    parser.add_argument("--llc-rounds", type=int, default=40, help="measured rounds per case, every cache evicted")
+    parser.add_argument("--llc-builds", type=int, default=3, help="builds per timed block, every cache evicted")
     parser.add_argument("--seed", type=int, help="the cases' order (default: drawn, then printed)")
     parser.add_argument("--json", help="also write the results here")
     results_file.add_record_options(parser)
@@ -278,10 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     order = random.Random(opts.seed).sample(list(CASES), len(CASES))
     unguarded, guarded = guard_states()
     switches = {"unguarded": unguarded, "passthrough": passthrough_state(), "guarded": guarded}
-    evict_bytes = 4 * cache_size()
+    evict_bytes = {"cold": 4 * cache_size(2), "llc": 2 * cache_size(3, default_mib=64)}
     plans = {
         "hot": (opts.rounds, opts.builds, opts.warmup),
         "cold": (opts.cold_rounds, opts.cold_builds, max(1, opts.warmup // 10)),
+        "llc": (opts.llc_rounds, opts.llc_builds, max(1, opts.warmup // 100)),
     }
     rows = []
     try:
@@ -289,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             fn, per_call = calls(CASES[name], b)
             for cache, plan in plans.items():
                 POLICY.reset_counters()
-                timed = fn if cache == "hot" else evicting(fn, evict_bytes)
+                timed = fn if cache == "hot" else evicting(fn, evict_bytes[cache])
                 measured = measure(timed, per_call, plan, switches)
                 snapshot = stats()
                 assert not snapshot["violations"] and not snapshot["skips"] and not snapshot["guard_errors"], snapshot
@@ -304,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         f"The guard per healthy build, vLLM {vllm.__version__} CPUAttentionMetadataBuilder, torch {torch.__version__}; "
         f"cases in random order (seed {opts.seed}): {', '.join(order)}; hot: {opts.rounds} rounds of "
         f"{opts.builds}-build blocks per state after {opts.warmup} warm-up rounds; cold: {opts.cold_rounds} rounds of "
-        f"{opts.cold_builds}-build blocks, {evict_bytes // 1024} KiB written before each build (4x this CPU's L2; "
-        "the build column is shown hot only, the write is in the cold blocks' times)"
+        f"{opts.cold_builds}-build blocks, {evict_bytes['cold'] >> 20} MiB written before each build (4x this CPU's "
+        f"L2); llc: {opts.llc_rounds} rounds of {opts.llc_builds}-build blocks, {evict_bytes['llc'] >> 20} MiB written "
+        "before each build (2x its last-level cache); the build column is shown hot only, the write is in the cold "
+        "blocks' times"
     )
     print("us per build: median [95 % interval of the median] (10th-90th percentile)")
     print(
@@ -322,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"worst hot case by the guard's clock: {run['worst_self_timed_us']:.2f} us per build "
         f"({run['verdict']}: <= {TARGET_US:g} us); cold: {run['cold_self_timed_us'][0]:.2f}-"
-        f"{run['cold_self_timed_us'][1]:.2f} us; the clock reads {run['unseen_us'][0]:.2f}-{run['unseen_us'][1]:.2f} "
+        f"{run['cold_self_timed_us'][1]:.2f} us; llc-cold: {run['llc_self_timed_us'][0]:.2f}-"
+        f"{run['llc_self_timed_us'][1]:.2f} us; the clock reads {run['unseen_us'][0]:.2f}-{run['unseen_us'][1]:.2f} "
         "us per build below the interleaved cost (the interception, its own reads, and the wrapper's effect on "
         "the build's own code)"
     )
@@ -356,7 +370,9 @@ def summary(started: datetime, vllm_version: str, opts: Any, machine: dict, rows
     to the most cold one."""
     hot = [r["self_timed"]["median"] for r in rows if r["cache"] == "hot"]
     cold = [r["self_timed"]["median"] for r in rows if r["cache"] == "cold"] or hot
-    unseen = [r["unseen"]["median"] for r in rows]
+    llc = [r["self_timed"]["median"] for r in rows if r["cache"] == "llc"] or cold
+    # the LLC-cold blocks' own write varies more than what the clock cannot see: their unseen is kept per row only
+    unseen = [r["unseen"]["median"] for r in rows if r["cache"] != "llc"]
     per_step = [BUILDS_PER_STEP[0] * min(hot), BUILDS_PER_STEP[-1] * max(cold)]
     cases: dict[str, dict] = {}
     for r in rows:
@@ -371,10 +387,13 @@ def summary(started: datetime, vllm_version: str, opts: Any, machine: dict, rows
         "warmup": opts.warmup,
         "cold_rounds": opts.cold_rounds,
         "cold_builds": opts.cold_builds,
+        "llc_rounds": opts.llc_rounds,
+        "llc_builds": opts.llc_builds,
         "seed": opts.seed,
         "rows": cases,
         "worst_self_timed_us": round(max(hot), 2),
         "cold_self_timed_us": [round(min(cold), 2), round(max(cold), 2)],
+        "llc_self_timed_us": [round(min(llc), 2), round(max(llc), 2)],
         "unseen_us": [round(min(unseen), 2), round(max(unseen), 2)],
         "target_us": TARGET_US,
         "verdict": "met" if max(hot) <= TARGET_US else "NOT met",

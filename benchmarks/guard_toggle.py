@@ -21,8 +21,9 @@ machine within the block, as a median over its blocks with a distribution-free 9
 
 The guard's own clock (its counters' `guard_ns`, the timer benchmarks/guard_build.py reports) over each block's
 two guarded rounds gives the in-server cost per target build, per draft build and per step, and its share of the
-block's unguarded CPU time, the cost it claims; the script prints beside them the latest guard_build run's hot and
-cold medians for the same builds (one request, four tokens a target build; draft steps of the draft model). Then
+block's unguarded CPU time, the cost it claims; the script prints beside them the latest guard_build run's medians
+for the same builds in each cache state (one request, four tokens a target build; draft steps of the draft model)
+and whether the server's lie between hot and the coldest. Then
 it says whether the figures agree within their intervals: the clock's share with the checks' cost, the clock's
 share plus the interception with the whole cost, and the interception plus the checks with the whole cost (a sum's
 interval taken as the sum of the ends, which is wider than its own 95 % interval).
@@ -144,16 +145,17 @@ def summary(ratios: list[float]) -> tuple[float, float, float]:
 
 
 def guard_build_figures(path: Path) -> tuple[str, dict[str, dict[str, float]]] | None:
-    """The latest guard_build run's medians by the guard's clock, hot and cold, for this server's kinds of build."""
+    """The latest guard_build run's medians by the guard's clock in each cache state it measured (hot, cold,
+    LLC-cold), for this server's kinds of build."""
     runs = {k: v for k, v in results_file.load(path).items() if k.startswith("guard_build/") and "cold_rounds" in v}
     if not runs:
         return None
     key = max(runs)
     rows = runs[key]["rows"]
     found = {
-        kind: {cache: rows[case][cache]["self_timed"]["median"] for cache in ("hot", "cold")}
+        kind: {cache: row[cache]["self_timed"]["median"] for cache in ("hot", "cold", "llc") if cache in row}
         for kind, case in LIKE_GUARD_BUILD.items()
-        if case in rows
+        if (row := rows.get(case))
     }
     return key, found
 
@@ -315,9 +317,11 @@ def report(blocks: list[dict], result: dict, met: bool, like: tuple[str, dict] |
     for what, (median, low, high) in result["guard_us"].items():
         beside = ""
         if like and what in like[1]:
-            hot, cold = like[1][what]["hot"], like[1][what]["cold"]
-            where = "between them" if hot <= low and high <= cold else "above cold" if low > cold else "not between"
-            beside = f"; {like[0]} ({LIKE_GUARD_BUILD[what]}): hot {hot:.2f}, cold {cold:.2f}: {where}"
+            states = like[1][what]
+            hot, coldest = states["hot"], states.get("llc", states["cold"])
+            where = "between hot and the coldest" if hot <= low and high <= coldest else "outside them"
+            shown = ", ".join(f"{cache} {us:.2f}" for cache, us in states.items())
+            beside = f"; {like[0]} ({LIKE_GUARD_BUILD[what]}): {shown}: {where}"
         print(f"  per {what + (' build' if what != 'step' else '')}: {median:.2f} ({low:.2f}-{high:.2f}){beside}")
     print(
         "the clock's share of the worker's unguarded CPU time, added %: "

@@ -225,16 +225,22 @@ def test_guard_build_records_its_distributions_hot_and_cold_and_the_share_of_a_g
         row("draft steps b=1 k=3", "hot", 8.25, 0.85),
         row("decode b=8", "cold", 22.4, 3.0),
         row("draft steps b=1 k=3", "cold", 29.41, 2.9),
+        row("decode b=8", "llc", 70.8, 40.0),
+        row("draft steps b=1 k=3", "llc", 74.93, -9.0),
     ]
-    opts = argparse.Namespace(rounds=10, builds=24, warmup=2, cold_rounds=5, cold_builds=6, seed=7)
+    opts = argparse.Namespace(
+        rounds=10, builds=24, warmup=2, cold_rounds=5, cold_builds=6, llc_rounds=4, llc_builds=3, seed=7
+    )
     new = _kept(tmp_path, "guard_build", guard_build.summary(STARTED, "0.33.0", opts, MACHINE, rows))
     hot = new["rows"]["decode b=8"]["hot"]
     assert hot["self_timed"] == {"median": 2.29, "ci95": [2.27, 2.3], "p10_p90": [2.09, 2.79]}
-    assert list(hot) == list(guard_build.MEASURES) and list(new["rows"]["decode b=8"]) == ["hot", "cold"]
+    assert list(hot) == list(guard_build.MEASURES) and list(new["rows"]["decode b=8"]) == ["hot", "cold", "llc"]
     # the verdict on the worst hot median; the cold range beside it
     assert new["worst_self_timed_us"] == 8.25 and new["verdict"] == "NOT met" and new["seed"] == 7
+    # the LLC-cold range beside it; what the clock cannot see from the hot and cold rows (LLC-cold: per row only)
     assert new["cold_self_timed_us"] == [22.4, 29.41] and new["unseen_us"] == [0.61, 3.0]
-    assert new["rounds"] == 10 and new["warmup"] == 2 and new["cold_rounds"] == 5
+    assert new["llc_self_timed_us"] == [70.8, 74.93] and new["rows"]["decode b=8"]["llc"]["unseen"]["median"] == 40
+    assert new["rounds"] == 10 and new["warmup"] == 2 and new["cold_rounds"] == 5 and new["llc_rounds"] == 4
     # four builds a step at the least hot median, eight at the most cold one, against a 30 ms step
     assert new["gpu_step_share"]["us_per_step"] == [9.1, 235.3]
     assert new["gpu_step_share"]["pct"] == [0.03, 0.78]

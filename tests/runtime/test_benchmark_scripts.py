@@ -54,14 +54,15 @@ def test_build_benchmark_measures_every_case(tmp_path) -> None:
     recorded = tmp_path / "results.json"
     proc = _run(
         ["benchmarks/guard_build.py", "--rounds", "5", "--warmup", "1", "--builds", "3", "--seed", "7"]
-        + ["--cold-rounds", "2", "--cold-builds", "3"]
+        + ["--cold-rounds", "2", "--cold-builds", "3", "--llc-rounds", "2", "--llc-builds", "1"]
         + ["--json", str(out), "--results", str(recorded)]
     )
     assert proc.returncode in (0, 1), proc.stderr[-4000:]
     result = json.loads(out.read_text())
-    # every case hot and cold, measured in the order the seed drew, and reported in the table's order
+    # every case in each cache state, measured in the order the seed drew, and reported in the table's order
     cases = list(guard_build.CASES)
-    assert [(r["cache"], r["case"]) for r in result["rows"]] == [(c, n) for c in ("hot", "cold") for n in cases]
+    caches = ("hot", "cold", "llc")
+    assert [(r["cache"], r["case"]) for r in result["rows"]] == [(c, n) for c in caches for n in cases]
     assert result["seed"] == 7
     assert sorted(result["order"]) == sorted(guard_build.CASES)
     assert f"(seed 7): {', '.join(result['order'])}" in proc.stdout
@@ -70,4 +71,4 @@ def test_build_benchmark_measures_every_case(tmp_path) -> None:
     (run,) = json.loads(recorded.read_text()).values()
     assert run["verdict"] == ("met" if result["met"] else "NOT met") and run["seed"] == 7
     assert len(run["gpu_step_share"]["us_per_step"]) == 2 and run["warmup"] == 1 and run["cold_rounds"] == 2
-    assert list(run["rows"][cases[0]]) == ["hot", "cold"]
+    assert list(run["rows"][cases[0]]) == list(caches) and len(run["llc_self_timed_us"]) == 2
