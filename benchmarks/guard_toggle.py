@@ -23,10 +23,10 @@ The guard's own clock (its counters' `guard_ns`, the timer benchmarks/guard_buil
 two guarded rounds gives the in-server cost per target build, per draft build and per step, and its share of the
 block's unguarded CPU time, the cost it claims; the script prints beside them the latest guard_build run's medians
 for the same builds in each cache state (one request, four tokens a target build; draft steps of the draft model)
-and whether the server's lie between hot and the coldest. Then
-it says whether the figures agree within their intervals: the clock's share with the checks' cost, the clock's
-share plus the interception with the whole cost, and the interception plus the checks with the whole cost (a sum's
-interval taken as the sum of the ends, which is wider than its own 95 % interval).
+and whether the server's lie between hot and the coldest. Then it says whether the cost's interval is narrower
+than the cost, and whether the figures agree within their intervals: the clock's share with the checks' cost, the
+clock's share plus the interception with the whole cost, and the interception plus the checks with the whole cost
+(a sum's interval taken as the sum of the ends, which is wider than its own 95 % interval).
 
     python benchmarks/guard_toggle.py [--blocks 20] [--requests 4] [--max-tokens 96] [--json F]
 
@@ -327,10 +327,21 @@ def report(blocks: list[dict], result: dict, met: bool, like: tuple[str, dict] |
         "the clock's share of the worker's unguarded CPU time, added %: "
         + "; ".join(f"in the {name} blocks {shown_ratio(r)}" for name, r in result["clock"].items())
     )
+    cost, width = result["worker"]["cost"], cost_width_pct(result)
+    print(
+        f"the worker's cost interval is {width:.2f} points wide, "
+        + ("narrower than the cost: it resolves it" if width < 100 * (cost[0] - 1) else "wider than the cost")
+    )
     for name, total in result["sums"].items():
         print(f"{name}, added % (the interval the sum of its parts' ends): {shown_ratio(total)}")
     for name, agree in result["agreement"].items():
         print(f"figures {name}: {'agree' if agree else 'DO NOT agree'} within their intervals")
+
+
+def cost_width_pct(result: dict) -> float:
+    """How wide the worker's cost interval is, in points of percent."""
+    cost = result["worker"]["cost"]
+    return 100 * (cost[2] - cost[1])
 
 
 def shown_ratio(r: tuple[float, float, float] | list[float]) -> str:
@@ -371,6 +382,7 @@ def record_of(
         **{what: {name: cost_pct(r) for name, r in result[what].items()} for what in ("worker", "all")},
         "clock_pct": {name: cost_pct(r) for name, r in result["clock"].items()},
         "sums_pct": {name: cost_pct(r) for name, r in result["sums"].items()},
+        "cost_interval_width_pct": round(cost_width_pct(result), 2),
         "agreement": result["agreement"],
         "guard_ms": round(totals["ns_all"] / 1e6, 1),
         "builds": {kind: totals[f"builds_{kind}"] for kind in KINDS},

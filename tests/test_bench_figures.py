@@ -362,7 +362,7 @@ def test_guard_toggle_takes_the_guards_clock_per_block_and_records_it(tmp_path: 
     assert new["verdict"] == "NOT met" and new["server_exit_code"] == 0
     assert new["worker"]["cost"] == {"median": 1.0, "ci95": [1.0, 1.0]}  # one block: the interval is it
     assert new["worker"]["interception"]["median"] == 0.5 and new["clock_pct"]["cost"]["median"] == 0.58
-    assert new["agreement"] == result["agreement"]
+    assert new["agreement"] == result["agreement"] and new["cost_interval_width_pct"] == 0.0
     assert new["sums_pct"]["clock + interception"]["median"] == 1.08  # 0.577 % + 0.5 %
     assert new["sums_pct"]["interception + checks"] == {"median": 0.92, "ci95": [0.92, 0.92]}  # 0.5 % + 0.417 %
     assert new["worker_round_cpu_s_range"] == [0.5, 1.5] and new["guard_ms"] == 13.8
