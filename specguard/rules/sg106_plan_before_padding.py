@@ -21,6 +21,7 @@ from specguard.evaluation.values import (
     Label,
     Method,
     Obj,
+    Opaque,
     Partial,
     Sym,
     Tagged,
@@ -98,7 +99,8 @@ def _name(func: Any) -> str | None:
         return func.func.name
     if isinstance(func, (Function, Method)):
         return func.name
-    if isinstance(func, Sym):  # a member of an object the evaluation names but cannot see into, read and then called
+    if isinstance(func, (Sym, Opaque)):  # a member of an object the evaluation cannot see into, or a function of a
+        # library it does not read (the framework, where the tree checked does not include it)
         return func.name.rpartition(".")[2] or None
     return None
 
@@ -350,7 +352,8 @@ def _settings_only(q: Question, cls: ClassInfo, attr: str) -> bool:
             and node.value is not None
             and any(isinstance(t, ast.Attribute) and t.attr == attr for t in _targets(node))
         ]
-        q.program.memo[key] = bool(values) and all(_literal_or_name(v) for v in values)
+        tests = frozenset(q.pack.batches.dp_tests)
+        q.program.memo[key] = bool(values) and all(_literal_or_name(v, tests) for v in values)
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
@@ -358,20 +361,43 @@ def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
     return node.targets if isinstance(node, ast.Assign) else [node.target]
 
 
-def _literal_or_name(node: ast.expr) -> bool:
+def _literal_or_name(node: ast.expr, tests: frozenset[str]) -> bool:
+    """A setting by its syntax: literals and names, containers and logic of those, the pack's DP tests asked with
+    no argument (`not require_mlp_sync()`: the rule knows their answer), and a partial of a method read off the
+    instance with settings bound."""
     if isinstance(node, (ast.Constant, ast.Name)):
         return True
+    if isinstance(node, ast.Call):
+        name = (dotted(node.func) or "").rpartition(".")[2]
+        if name in tests:
+            return not node.args and not node.keywords
+        if name == "partial" and node.args:
+            # a callable the instance keeps (`partial(self.backend.init_forward_metadata)`): what it calls is a
+            # name the rule reads, and what it binds are settings
+            first, rest = node.args[0], [*node.args[1:], *(k.value for k in node.keywords)]
+            return _attribute_chain(first) and all(_literal_or_name(v, tests) for v in rest)
+        return False
     if isinstance(node, ast.Dict):
         pairs = zip(node.keys, node.values, strict=True)
-        return all(k is not None and _literal_or_name(k) and _literal_or_name(v) for k, v in pairs)
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return all(_literal_or_name(e) for e in node.elts)
-    return isinstance(node, ast.UnaryOp) and _literal_or_name(node.operand)
+        return all(k is not None and _literal_or_name(k, tests) and _literal_or_name(v, tests) for k, v in pairs)
+    if isinstance(node, (ast.List, ast.Tuple, ast.BoolOp)):
+        return all(_literal_or_name(e, tests) for e in (node.values if isinstance(node, ast.BoolOp) else node.elts))
+    return isinstance(node, ast.UnaryOp) and _literal_or_name(node.operand, tests)
+
+
+def _attribute_chain(node: ast.expr) -> bool:
+    """`self.backend.init_forward_metadata`: names read off one another, nothing called."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _setting(value: Any) -> bool:
-    """A plain value: a flag, a count, a name, None, or a dict, list or tuple of such (keywords kept to pass on)."""
+    """A plain value: a flag, a count, a name, None, or a dict, list or tuple of such (keywords kept to pass on), or
+    a partial of a call the rule can name with such values bound."""
     value = plain(value)
+    if isinstance(value, Partial):
+        return _name(value) is not None and _setting(list(value.args)) and _setting(value.kwargs)
     if isinstance(value, dict):
         return all(isinstance(k, str) and _setting(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
@@ -638,7 +664,10 @@ def _plans(facts: Any, pack: Pack, mentions: frozenset[str]) -> bool:
 
 # The batch class of the examples: a plan mark that records the shape planned, and the predicate that reads it.
 _BATCH = """
+        import functools
         from dataclasses import dataclass
+
+        from sglang.srt.utils import require_mlp_sync
 
 
         @dataclass
@@ -723,6 +752,16 @@ RULE = Rule(
                 self.draft_attn_backend.init_forward_metadata(forward_batch)
                 forward_batch.mark_forward_metadata_ready(replan_equivalent=self._replan)
                 return self.draft_runner.forward(forward_batch)  # SG106
+
+
+        class BoundPlanWorker:
+            def __init__(self):
+                self._plan = functools.partial(self.draft_attn_backend.init_forward_metadata)
+
+            def draft_step(self, forward_batch: ForwardBatch):
+                self._plan(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)  # SG106
     """,
     good=_BATCH
     + """
@@ -760,6 +799,17 @@ RULE = Rule(
                 self.draft_attn_backend.init_forward_metadata(forward_batch)
                 forward_batch.mark_forward_metadata_ready(replan_equivalent=self._replan)
                 return self.draft_runner.forward(forward_batch)  # planned again once padded
+
+
+        class SyncAwareWorker:
+            def __init__(self):
+                self.preplan = not require_mlp_sync()  # never under DP attention
+
+            def draft_step(self, forward_batch: ForwardBatch):
+                if self.preplan:
+                    self.draft_attn_backend.init_forward_metadata(forward_batch)
+                    forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
     """,
     check=check,
     applies=_plans,
@@ -788,7 +838,10 @@ RULE = Rule(
         "b.global_num_tokens_cpu is not None`) narrows what that predicate tests; a skip keyword set on some paths "
         "only is read on each. A setting the instance keeps (`replan_equivalent=self._replan_after_pad`) is what "
         "the constructor that runs leaves in it (the nearest `__init__`, with what it passes its own helpers), "
-        "joined with what its other methods write, where that is a plain value.",
+        "joined with what its other methods write, where that is a plain value: a literal or a name, logic of "
+        "those and of the pack's DP tests (`not require_mlp_sync()`, whose answer the rule knows), or a `partial` "
+        "of a planning call read off the instance (`self._plan = partial(self.attn_backend.init_forward_metadata)`, "
+        "called later as `self._plan(batch)`).",
     ),
     limits=(
         Limit(

@@ -175,7 +175,7 @@ class _Locality(Hooks):
         writers store there, run as they are written (an override's writer, where the class has one)."""
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED
-        kept = self.q.instance_attributes("SG203").value(obj.cls, attr, None, self._writes)
+        kept = self.q.instance_attributes("SG203", constructed=True).value(obj.cls, attr, None, self._writes)
         # lengths, the batch they are read from, a kernel bound once with `partial` (the same every call), or a
         # setting its constructor chose under DCP (`LenSource.RANK_SHARD if get_parallel().dcp_enabled else ...`)
         useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), (Partial, EnumMember, bool))
@@ -227,7 +227,8 @@ def judge(q: Question) -> Iterator[Judgement]:
     if not (mla.lens_param and dcp.enabled_tests and (dcp.global_lens or dcp.batch_global_lens)):
         return
     names = set(mla.decode_entry) | set(mla.plan_methods)
-    names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names)) | reaching_imports(q, names)
+    names |= reaching_imports(q, names)  # first: a method may reach a launch through a helper it imports
+    names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names))
     for scope in q.scopes:
         if scope.mentions(names):
             yield from _judge_scope(q, scope)
@@ -480,10 +481,11 @@ RULE = Rule(
         "(`get_dcp_lens(lens, size, rank)`) gives this rank's share, and one of its `in_place_localizers` "
         "rewrites the lengths it is handed into it; slices, `.to(...)` and other methods of the lengths keep "
         "what they are. Helpers of the tree and of the framework, properties, `functools.partial` kernels and "
-        "what the instance's other methods keep on it are followed, so lengths read in one place and launched "
-        "in another are compared. Where lengths read on one path meet others, each path through the tests that "
-        f"choose them is evaluated on its own, up to {MAX_PATHS} paths, and the finding names the path; more is "
-        "listed as not decided.",
+        "what the instance's other methods keep on it are followed (a setting its constructor chooses is what the "
+        "constructor that runs leaves, a subclass's `__init__` over its base's), so lengths read in one place and "
+        "launched in another are compared. Where lengths read on one path meet others, each path through the "
+        f"tests that choose them is evaluated on its own, up to {MAX_PATHS} paths, and the finding names the "
+        "path; more is listed as not decided.",
         "Lengths the judged function was handed as a parameter, passed on unchanged in whose they are, are its "
         "callers': where other functions of its file call it, they are judged with what they hand it; otherwise "
         "the methods of its class and their bases (the framework's included) that call it on `self` are "
