@@ -1,4 +1,4 @@
-"""Issue 28's blind sets (tests/corpus/blind_objects_r1 to _r9, each written by someone who never read
+"""Issue 28's blind sets (tests/corpus/blind_objects_r1 to _r10, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside vLLM 0.33.0's real tree, JSON output, scored per function
 like the adversarial corpus. Today's numbers are floors no change may fall below (and false positives a ceiling);
 issue 28 raises them to its goal. Each set's first run is in its RUNS.md."""
@@ -26,6 +26,7 @@ SETS = {
     "seventh": ("blind_objects_r7", "blindobj7", (55, 94), 55, 0),
     "eighth": ("blind_objects_r8", "blindobj8", (60, 101), 59, 0),
     "ninth": ("blind_objects_r9", "blindobj9", (27, 45), 26, 0),
+    "tenth": ("blind_objects_r10", "blindobj10", (58, 95), 58, 1),
 }
 
 

@@ -101,7 +101,10 @@ class _Rows(Hooks):
             # a tensor factory's result exists; another library call may give None
             return Abstract(frozenset({made}), exists=inner.name.rpartition(".")[2] in TENSOR_MAKERS)
         if isinstance(inner, Method) and _geometry([receiver]):
-            return Abstract(_geometry([receiver]))  # an elementwise op or a view keeps the rows it has
+            # an elementwise op or a view keeps the rows it has, and a method of a tensor that exists gives one
+            # (`torch.searchsorted(...).clamp_(max=n)` is never None)
+            made = plain(receiver)
+            return Abstract(_geometry([receiver]), exists=isinstance(made, Abstract) and made.exists)
         return NOT_HANDLED
 
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:

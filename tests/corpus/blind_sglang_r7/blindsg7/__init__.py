@@ -1,0 +1,1 @@
+"""Fork-side extensions for speculative decoding and MLA attention."""

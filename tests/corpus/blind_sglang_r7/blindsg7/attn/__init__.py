@@ -1,0 +1,1 @@
+"""MLA attention backend extensions."""

@@ -1,0 +1,1 @@
+"""EAGLE draft worker extensions."""
