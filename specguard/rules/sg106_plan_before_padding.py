@@ -380,8 +380,10 @@ def _literal_or_name(node: ast.expr, tests: frozenset[str]) -> bool:
     if isinstance(node, ast.Dict):
         pairs = zip(node.keys, node.values, strict=True)
         return all(k is not None and _literal_or_name(k, tests) and _literal_or_name(v, tests) for k, v in pairs)
-    if isinstance(node, (ast.List, ast.Tuple, ast.BoolOp)):
-        return all(_literal_or_name(e, tests) for e in (node.values if isinstance(node, ast.BoolOp) else node.elts))
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(_literal_or_name(e, tests) for e in node.elts)
+    if isinstance(node, ast.BoolOp):
+        return all(_literal_or_name(v, tests) for v in node.values)
     return isinstance(node, ast.UnaryOp) and _literal_or_name(node.operand, tests)
 
 
@@ -397,7 +399,7 @@ def _setting(value: Any) -> bool:
     a partial of a call the rule can name with such values bound."""
     value = plain(value)
     if isinstance(value, Partial):
-        return _name(value) is not None and _setting(list(value.args)) and _setting(value.kwargs)
+        return _name(value) is not None and _setting(value.args) and _setting(value.kwargs)
     if isinstance(value, dict):
         return all(isinstance(k, str) and _setting(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
