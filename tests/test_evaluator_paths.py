@@ -65,6 +65,26 @@ HANDLERS = {
             except AssertionError:
                 return 2 if x is None else 3
     """,
+    # a lookup by a key the evaluation does not know may raise what the handler catches
+    "a lookup that misses into a handler": """
+        def fn(n):
+            cached = {"a": 1}
+            try:
+                found = cached[n]
+            except KeyError:
+                found = 5
+            return found
+    """,
+    # ... and a lookup no handler of the `try` catches goes on up
+    "a lookup whose miss no handler catches": """
+        def fn(n):
+            cached = {"a": 1, "7": 2}
+            try:
+                found = cached[n]
+            except ValueError:
+                found = 5
+            return found
+    """,
 }
 
 
@@ -117,3 +137,28 @@ def test_one_test_in_two_helpers_is_taken_the_same_way() -> None:
         f.code
         for f in check_source(source.replace("    if not causal:\n        bound", "    if causal:\n        bound"))
     ] == ["SG202"]
+
+
+def test_a_lookup_that_may_miss_into_a_handler_is_a_path_of_its_own() -> None:
+    """Rows cached by an earlier call, or expanded in the handler of the lookup's miss: the path where the lookup
+    raises expands the rows and not the bound (joined with the other path, the rows were only maybe expanded and
+    no path was named)."""
+    source = textwrap.dedent(
+        """
+        from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
+
+        def forward_mqa(q, kv_cache, decode, n, cache):
+            try:
+                block_table, seq_lens = cache[n]
+            except KeyError:
+                block_table = decode.block_table.repeat_interleave(n, dim=0)
+                seq_lens = decode.seq_lens.repeat_interleave(n)
+            return trtllm_batch_decode_with_kv_cache_mla(
+                query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens,
+                causal_seqlens_kv_global=decode.dcp_tot_seq_lens,
+            )
+        """
+    )
+    [finding] = check_source(source)
+    assert finding.code == "SG202" and "on the path where `cache[n]` (line 6) raises" in finding.message
+    assert check_source(source.replace("except KeyError", "except ZeroDivisionError")) == []

@@ -185,9 +185,11 @@ class Calls(Builtins):
         if self.hooks.unresolved_may_raise and any(self._holds_doubt(v, 0) for v in values):
             state.path = state.path | {(self.cond(node, frame.module, "call"), True)}
 
-    def may_raise(self, node: ast.AST, frame: Frame, state: State) -> None:
+    def may_raise(self, node: ast.AST, frame: Frame, state: State, raised: set[str] | None = None) -> None:
+        """Inside a `try`, a path into its handlers where `node` raised (`raised`: the classes it can raise, with
+        their bases; None: any)."""
         if self._trying and self.raise_ends_path:
-            self._pending.append((state.path | {(self.cond(node, frame.module, "call"), False)}, None))
+            self._pending.append((state.path | {(self.cond(node, frame.module, "call"), False)}, raised, node))
 
     def _holds_doubt(self, value: Any, depth: int) -> bool:
         if self.is_doubt(value):
@@ -266,7 +268,7 @@ class Calls(Builtins):
                 raise PathEnds(set().union(*known_raises) if len(known_raises) == len(flow.raises) else None)
             return unknown_from(*args, why=f"`{func.qualname}` never returns")
         if flow.raises and self.raise_ends_path and self._trying:
-            self._pending += [(s.path, s.raised) for s in flow.raises]
+            self._pending += [(s.path, s.raised, None) for s in flow.raises]
         if force and self.track_returns and flow.normal is not None:  # the implicit `return None` at its end
             self.record("return", func.module, func.node, "", flow.normal.path, None)
         if self.semantics.join == "unknown":  # what its paths agree on; the caller's path is not narrowed

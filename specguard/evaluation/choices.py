@@ -4,7 +4,8 @@ so that values set under tests that depend on each other are not joined before t
 A joined evaluation keeps what each value may be, but loses which options go together: rows expanded under one
 test and a bound expanded under another both read as "may be expanded", whether or not a path has one without the
 other. `Choices` is consulted at each undecided `if` and conditional expression of the run function's own body
-and of the functions it calls directly (`depth`; deeper helpers' paths stay joined): on the first run it only
+and of the functions it calls directly (`depth`; deeper helpers' paths stay joined), and at each call or lookup
+in a `try` that may raise into a handler (returned, or raised: `RaisePoint`): on the first run it only
 notes which tests matter (their two sides leave values of the client's label kinds different); `each_path` then
 replays the runs with those tests taken each way, depth first (each run replays the sides taken before its last
 new choice)."""
@@ -37,7 +38,7 @@ class Choices:
     kinds: frozenset[str]  # label kinds whose difference between the sides of a test makes it matter
     relevant: set[int] | None = None  # id of each test node that matters; None: this run notes them
     replay: list[bool] = field(default_factory=list)
-    taken: list[tuple[ast.expr, bool]] = field(default_factory=list)
+    taken: list[tuple[ast.expr | RaisePoint, bool]] = field(default_factory=list)
     noted: set[int] = field(default_factory=set)
     depth: int = 1  # the calls deep whose tests are taken one way: the run function's (0) and its callees' (1)
     joining: int = 0  # > 0 while both sides of a test that does not matter run, to be joined: nothing is taken
@@ -60,6 +61,15 @@ class Choices:
         side = self.replay[len(self.taken)] if len(self.taken) < len(self.replay) else False
         self.taken.append((test, side))
         self._learn(test, side, frame, state)
+        return side
+
+    def take_outcome(self, node: ast.AST) -> bool | None:
+        """Whether, on this run, `node` (a call or lookup in a `try` that may raise) returned: True, or raised:
+        False; None where both are joined as usual. Never a fact: the same call may answer otherwise next time."""
+        if self.relevant is None or self.joining or id(node) not in self.relevant:
+            return None
+        side = self.replay[len(self.taken)] if len(self.taken) < len(self.replay) else False
+        self.taken.append((RaisePoint(node), side))
         return side
 
     def forget(self, name: str, frame: Any, attribute: bool) -> None:
@@ -150,17 +160,26 @@ def _named(node: ast.AST) -> bool:
     return isinstance(node, (ast.Name, ast.Attribute))
 
 
+@dataclass(frozen=True)
+class RaisePoint:
+    """A call or lookup inside a `try` that may raise, as a path takes it: returned (True) or raised (False)."""
+
+    node: ast.AST
+
+
 @dataclass
 class Path(Generic[T]):
-    taken: list[tuple[ast.expr, bool]]  # each undecided test that matters, and the side this path took
+    taken: list[tuple[ast.expr | RaisePoint, bool]]  # each undecided test that matters, and the side this path took
     result: T
 
     def describe(self) -> str:
-        """The path as a message names it: each test and the side taken."""
-        return " and ".join(
-            f"`{' '.join(ast.unparse(test).split())}` (line {getattr(test, 'lineno', '?')}) is {str(side).lower()}"
-            for test, side in self.taken
-        )
+        """The path as a message names it: each test and the side taken, each raise point and what it did."""
+        parts = []
+        for test, side in self.taken:
+            node = test.node if isinstance(test, RaisePoint) else test
+            said = ("returns" if side else "raises") if isinstance(test, RaisePoint) else f"is {str(side).lower()}"
+            parts.append(f"`{' '.join(ast.unparse(node).split())}` (line {getattr(node, 'lineno', '?')}) {said}")
+        return " and ".join(parts)
 
 
 @contextlib.contextmanager

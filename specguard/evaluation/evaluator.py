@@ -115,9 +115,11 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         self._active: dict[int, int] = {}  # id(function node) -> how many of its calls are being inlined
         self._dropped: set[int] = set()  # call nodes whose result is not used (expression statements)
         self._trying = 0  # how many `try` bodies are being run: only a raise inside one needs its class's lineage
-        # Inside a `try` body, the raising paths of a call that also returns: each (path, what it raises) becomes a
-        # raise of the statement holding the call, which that statement's block adds to its flow.
-        self._pending: list[tuple[frozenset, set[str] | None]] = []
+        # Inside a `try` body, the raising paths of a call that also returns: each (path, what it raises, the node
+        # that raises where the evaluation could not tell whether it does) becomes a raise of the statement holding
+        # the call, which that statement's block adds to its flow.
+        self._pending: list[tuple[frozenset, set[str] | None, ast.AST | None]] = []
+        self._raise_points: list[ast.AST] = []  # on a noting run (`choices`), the raises taken apart if they matter
         # Objects whose attributes a state's writes hold, keyed by their id: kept alive while the evaluator is, so
         # that no object made later takes an id over, and with it what was written on one already gone.
         self._written: list[Obj] = []

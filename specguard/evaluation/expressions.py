@@ -352,8 +352,12 @@ class Expressions(Builtins):
             first = e.slice.elts[0] if isinstance(e.slice, ast.Tuple) else e.slice
             return self.eval(first, frame, state)
         if isinstance(e.slice, ast.Slice):
+            if not isinstance(inner, (list, tuple, str, Abstract)):  # a slice of what may be None, in a `try`
+                self.may_raise(e, frame, state, _SLICE_ERRORS)
             return self._slice(base, e.slice, frame, state)
         key = self.eval(e.slice, frame, state)
+        if _may_miss(inner, plain(key)):  # a lookup in a `try` may be what its handler catches
+            self.may_raise(e, frame, state, _LOOKUP_ERRORS)
         answered = self.hooks.subscript(self, base, key, e)  # type: ignore[arg-type]
         return answered if answered is not NOT_HANDLED else self.subscript(base, key, e, frame, state)
 
@@ -664,3 +668,17 @@ def _a_bool(e: ast.expr) -> bool:
     if isinstance(e, ast.UnaryOp):
         return isinstance(e.op, ast.Not)
     return isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in _BOOL_CALLS
+
+
+_SLICE_ERRORS = exceptions.python_lineage("TypeError")  # what `x[a:b]` raises where `x` cannot be sliced (None)
+# What a lookup `x[k]` raises where `k` is not in `x` (or `x` cannot be indexed), with their bases.
+_LOOKUP_ERRORS = exceptions.python_lineage("KeyError") | exceptions.python_lineage("IndexError") | _SLICE_ERRORS
+
+
+def _may_miss(container: Any, key: Any) -> bool:
+    """Whether `container[key]` may raise where the evaluation cannot tell: a lookup in a mapping or sequence it
+    does not hold whole, or by a key it does not know. A known key of a held dict or sequence is decided where it
+    is looked up (a missing one is a raise of its own); a tensor's index is its shape's business, not a lookup."""
+    if isinstance(container, (dict, list, tuple, str)):
+        return not known(key)
+    return not isinstance(container, Abstract)

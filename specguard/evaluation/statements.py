@@ -86,17 +86,35 @@ class Statements(Builtins):
             flow.breaks += res.breaks
             flow.continues += res.continues
             flow.raises += res.raises
-            self._raise_pending(flow, before, mark)
-            current = res.normal
+            simple = isinstance(stmt, _SIMPLE)
+            current = self._raise_pending(flow, before, mark, res.normal, frame if simple else None)
         flow.normal = current
         return flow
 
-    def _raise_pending(self, flow: Flow, before: State | None, mark: int) -> None:
+    def _raise_pending(
+        self, flow: Flow, before: State | None, mark: int, after: State | None = None, frame: Frame | None = None
+    ) -> State | None:
         """The raises of the calls the last statement made that raise on some of their paths only: each a path
-        from the state before that statement, as the raise leaves it (the statement's own effects not done)."""
+        from the state before that statement, as the raise leaves it (the statement's own effects not done).
+        Where paths are taken one by one (`choices`) and whether it raised matters (its `try` ends otherwise in
+        the handler than after its body, in the kinds that matter: noted by `_s_try`), a simple statement's
+        possible raise is taken one way: it returned (no raise), or it raised (no state goes on after it).
+        Returns the state after the statement."""
         pending, self._pending[mark:] = self._pending[mark:], []
-        if before is not None:
-            flow.raises += [replace(before.copy(), path=path, raised=raised) for path, raised in pending]
+        if before is None:
+            return after
+        choosing = self.choosing(frame) if frame is not None else None
+        for path, raised, node in pending:
+            returned = choosing.take_outcome(node) if choosing is not None and node is not None else None
+            if returned is None:
+                if choosing is not None and node is not None:
+                    self._raise_points.append(node)  # noted where its `try` ends otherwise in a handler
+            elif returned:
+                continue  # this run: it returned
+            else:
+                after = None  # this run: it raised here
+            flow.raises.append(replace(before.copy(), path=path, raised=raised))
+        return after
 
     def _s_expr(self, stmt: ast.Expr, frame: Frame, state: State) -> Flow:
         self.eval(stmt.value, frame, state)
@@ -401,10 +419,13 @@ class Statements(Builtins):
         if not self.raise_ends_path:
             return self._recorded_try(stmt, frame, state)
         self._trying += bool(stmt.handlers)
+        points = len(self._raise_points)
         try:
             flow = self.exec_block(stmt.body, frame, state)
         finally:
             self._trying -= bool(stmt.handlers)
+        raise_points, self._raise_points[points:] = self._raise_points[points:], []
+        finished = flow.normal
         raised: list[State] = []
         if stmt.handlers:
             raised, flow.raises = flow.raises, []
@@ -420,11 +441,16 @@ class Statements(Builtins):
                     break
             else:
                 flow.raises.append(path)  # no handler surely catches it: it may go on up
+        choosing = self.choosing(frame) if raise_points else None
         for handler, paths in zip(stmt.handlers, caught, strict=True):
             for entry in _entries(paths):
                 if handler.name:
                     entry.locals[handler.name] = UNKNOWN
-                flow = self._parallel(flow, self.exec_block(handler.body, frame, entry))
+                handled = self.exec_block(handler.body, frame, entry)
+                if choosing is not None:  # a raise that ends elsewhere than the body does matters path by path
+                    for node in raise_points:
+                        choosing.note_states(node, finished, handled.normal)  # type: ignore[arg-type]
+                flow = self._parallel(flow, handled)
         if flow.normal is not None and stmt.finalbody:
             flow = chain(flow, self.exec_block(stmt.finalbody, frame, flow.normal))
         return flow
@@ -891,3 +917,7 @@ class _Substitute(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.expr:
         return copy.deepcopy(self.given[node.id]) if node.id in self.given else node
+
+
+# Statements whose only flow onward is the next statement: a raise inside one may be taken as a path of its own.
+_SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
