@@ -110,8 +110,9 @@ class _Rows(Hooks):
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
         if known(plain(key)) or isinstance(plain(key), (tuple, slice)):
             return NOT_HANDLED
-        if not any(x.kind in (ROW_MAP, ROWS) for x in labels_of(key)) and not isinstance(plain(key), Sym):
-            return NOT_HANDLED  # an index that is not a tensor of rows the evaluation saw made (or expanded)
+        if not any(x.kind in (ROW_MAP, ROWS) for x in labels_of(key)):
+            return NOT_HANDLED  # an index that is not a tensor of rows the evaluation saw made (or expanded): a
+            # lookup by a request count or a parameter is not a gather (see the rule's limits)
         text = ast.unparse(node.slice) if isinstance(node, ast.Subscript) else "?"  # type: ignore[attr-defined]
         return _expanded(base, _map_of(key, text, str(ev.home)))
 
@@ -238,8 +239,11 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
 
 
 def _compared(sites: list[Site]) -> bool:
-    """Whether some launch gets expanded rows and the bound (which a path may then leave per request)."""
-    return any(bound is not ABSENT and any(_maps(v) for v in rows.values()) for _, rows, bound, _ in sites)
+    """Whether some launch gets rows expanded on some path, and the bound (which a path may leave per request)."""
+    return any(
+        bound is not ABSENT and any(x.kind == ROWS for v in rows.values() for x in labels_of(v) | maybe_of(v))
+        for _, rows, bound, _ in sites
+    )
 
 
 def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None) -> Judgement | None:
@@ -397,6 +401,21 @@ RULE = Rule(
                     return trtllm_batch_decode_with_kv_cache_mla(
                         query=q, kv_cache=kv_cache, block_tables=block_table, seq_lens=seq_lens,
                         causal_seqlens_kv_global=bound,
+                    )
+            """,
+        ),
+        Limit(
+            "An index the evaluation did not see made as a row map (a parameter, a field of one) is not read as "
+            "one: it may as well be a request's number (`lens_by_size[batch_size]`). Rows gathered by a map the "
+            "function is handed are flagged where the function that makes the map and launches is judged.",
+            missed="""
+                from flashinfer.decode import trtllm_batch_decode_with_kv_cache_mla
+
+                def forward_mqa(q, kv_cache, decode, rows):
+                    return trtllm_batch_decode_with_kv_cache_mla(
+                        query=q, kv_cache=kv_cache,
+                        block_tables=decode.block_table[rows], seq_lens=decode.seq_lens[rows],
+                        causal_seqlens_kv_global=decode.dcp_tot_seq_lens,
                     )
             """,
         ),
