@@ -1,0 +1,1 @@
+"""Thin launchers around FlashInfer's MLA decode kernels."""

@@ -1,0 +1,1 @@
+"""ModelRunner / EagerRunner / TpModelWorker overrides."""

@@ -1,0 +1,1 @@
+"""Speculative-decoding worker overrides (EAGLE v2, multi-layer EAGLE, frozen-KV MTP)."""
