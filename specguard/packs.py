@@ -31,7 +31,8 @@ _OPTIONAL = frozenset(
     {"replace", "description", "descriptor_params", "query_offsets", "query_requests", "query_width", "mode_enum"}
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
-    | {"batch_types", "batch_params", "dp_tests", "dp_field", "token_field", "model_forwards", "skip_keywords"}
+    | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
+    | {"skip_keywords"}
     | {"dcp_flag_param"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
@@ -148,6 +149,10 @@ class Mla(_Section):
     plan_methods: list[str] = field(default_factory=list)
     plan_params: list[str] = field(default_factory=list)
     plan_lens_param: str | None = None
+    # the same methods' page-table form (optional; SG203): keywords that all say a call is of that form, and which
+    # of them is the lengths
+    plan_table_params: list[str] = field(default_factory=list)
+    plan_table_lens_param: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,9 +170,12 @@ class Batches(_Section):
     # names
     batch_types: list[str] = field(default_factory=list)
     batch_params: list[str] = field(default_factory=list)
-    # tests that say whether DP attention is on (optional; the rule evaluates with it on), and the batch's field
-    # that is set (not None) when the batch is synchronised across DP ranks: a forward pads only such a batch
+    # tests that say whether DP attention is on, calls or flags (optional; the rule evaluates with it on), and the
+    # batch's field that is set (not None) when the batch is synchronised across DP ranks: a forward pads only such
+    # a batch
     dp_tests: list[str] = field(default_factory=list)
+    # what gives the number of DP attention ranks, calls or fields (optional; the rule evaluates with two)
+    dp_sizes: list[str] = field(default_factory=list)
     dp_field: str | None = None
     # the batch's query tokens (optional), whose first dimension padding changes too
     token_field: str | None = None

@@ -58,8 +58,9 @@ class Calls(Builtins):
         if not self.inline_unused and id(e) in self._dropped and self._module_level(e.func, frame, state):
             values = [self.eval(a.value if isinstance(a, ast.Starred) else a, frame, state) for a in e.args]
             values += [self.eval(kw.value, frame, state) for kw in e.keywords]
-            if not any(labels_of(v) or maybe_of(v) for v in values):
-                return UNKNOWN  # a module function whose result is dropped and that gets nothing labelled
+            if not any(labels_of(v) or maybe_of(v) for v in values) and not (values and self._owns(values[0])):
+                return UNKNOWN  # a module function whose result is dropped and that gets nothing labelled (and not
+                # a class's function handed the instance whose writes are asked: `Base.__init__(self, ...)`)
         if isinstance(e.func, ast.Attribute):
             receiver = self.eval(e.func.value, frame, state)
             func = self.getattr(receiver, e.func.attr, state, frame.depth, node=e.func)
@@ -231,7 +232,11 @@ class Calls(Builtins):
                 # a method that stores state is followed, except in a writer's run (it reads attributes lazily)
                 # where only the instance's own (`self._init_policy(True)`, `super().__init__(...)`) is, for a
                 # client that asks for constructors run whole
-                and not (stores_state(func.node) and (self.lazy_owner is None or self._owns(self_value)))
+                and not (
+                    stores_state(func.node)
+                    # the instance's own: a bound call, or its class's function handed it (`Base.__init__(self)`)
+                    and (self.lazy_owner is None or self._owns(self_value if self_value is not None else _first(args)))
+                )
             ):
                 return UNKNOWN
         bindings = self.bind(func, self_value, args, kwargs, depth)
@@ -454,3 +459,7 @@ def _any_callable(value: Any) -> bool:
     """One of a few values, some of which can be called (the others, None, are paths that raise)."""
     inner = plain(value)
     return isinstance(inner, OneOf) and any(_callable(x) for x in inner.options)
+
+
+def _first(args: list[Any]) -> Any:
+    return args[0] if args else None

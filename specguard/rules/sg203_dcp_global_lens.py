@@ -36,6 +36,7 @@ from specguard.rules.judging import (
     OutOfBudget,
     Question,
     Scope,
+    aliases,
     bind_arguments,
     bind_parameters,
     callee,
@@ -68,8 +69,10 @@ class _Locality(Hooks):
         self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
         self.plan_lens, self.plan_params = q.pack.mla.plan_lens_param or "", list(q.pack.mla.plan_params)
+        self.table_params, self.table_lens = list(q.pack.mla.plan_table_params), q.pack.mla.plan_table_lens_param or ""
         self.batch_params = set(batches.batch_params)
         self.sites: list[Site] = []
+        self.localized: list[Any] = []  # lengths rewritten to this rank's share in place, by identity
         self.bound, self.query = q.pack.mla.global_bound_param or "", q.pack.mla.query_param or ""
         self.switch = q.pack.mla.dcp_flag_param or ""
         self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
@@ -108,7 +111,7 @@ class _Locality(Hooks):
                 else {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
             )
             where = ev.calls[0] if ev.calls else node
-            self.sites.append((where, values.get(self.lens, UNKNOWN), node))
+            self.sites.append((where, self._as_left(values.get(self.lens, UNKNOWN)), node))
             query, bound = values.get(self.query, UNKNOWN), values.get(self.bound)
             if self.switch and plain(values.get(self.switch)) is True:
                 self.dcp_tested = True  # the launch itself says it runs under DCP
@@ -134,15 +137,24 @@ class _Locality(Hooks):
             return Abstract(_multi_labels([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same
         if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
             given = {**dict(zip(self.plan_params, args, strict=False)), **kwargs}
-            if self.plan_params and all(p in given for p in self.plan_params):
-                self.sites.append((ev.calls[0] if ev.calls else node, given.get(self.plan_lens, UNKNOWN), node))
+            table = self.table_params and not args and all(p in kwargs for p in self.table_params)
+            if table:  # the page-table form, keywords only
+                lens = self._as_left(kwargs.get(self.table_lens, UNKNOWN))
+                self.sites.append((ev.calls[0] if ev.calls else node, lens, node))
+            elif self.plan_params and all(p in given for p in self.plan_params):
+                self.sites.append(
+                    (ev.calls[0] if ev.calls else node, self._as_left(given.get(self.plan_lens, UNKNOWN)), node)
+                )
             return NOT_HANDLED
         if name in self.localizers or name in self.in_place:
             share = Label(LOCAL, f"`{ast.unparse(node.func)}`", span(node), str(frame.module.path))
             made = Abstract(frozenset({share}))
             out = node.args[0] if node.args else None
             if name in self.in_place and isinstance(out, (ast.Name, ast.Attribute, ast.Subscript)):
-                ev.assign(out, made, frame, state, node)  # the lengths it was handed are this rank's now
+                # the lengths it was handed are this rank's now, under every name that holds them (a helper's
+                # parameter and its caller's variable are one tensor)
+                self.localized.append(plain(ev.eval(out, frame, state)))
+                ev.assign(out, made, frame, state, node)
                 return NOT_HANDLED
             return made
         if isinstance(inner, Method) and _locality([inner.receiver]):
@@ -165,9 +177,11 @@ class _Locality(Hooks):
                 return value  # (a whole-lengths field, `metadata.global_seq_lens_k`, is read as one, below)
         if _locality([value]) or node is None:
             return NOT_HANDLED  # what the evaluation knows of the field (lengths stored there) stands
-        if attr in self.fields or (attr in self.batch_fields and self._is_batch(base)):
+        batch = attr in self.batch_fields and self._is_batch(base)
+        if attr in self.fields or batch:
             read = Label(GLOBAL, f"`{ast.unparse(node)}`", span(node), str(ev.here))
-            return Abstract(frozenset({read}), exists=True)
+            # a batch's lengths are always there; a metadata's field may be unset (None) until a step fills it
+            return Abstract(frozenset({read}), exists=batch)
         return NOT_HANDLED
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
@@ -182,10 +196,21 @@ class _Locality(Hooks):
         return kept if useful else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
-        return writes_of(self.q, _Locality(self.q), function, me, lambda param, frame: Sym(param.arg), writes)
+        # the constructor that runs, whole: what it has its bases' (`super().__init__(...)`) and its own private
+        # helpers write too
+        return writes_of(
+            self.q, _Locality(self.q), function, me, lambda param, frame: Sym(param.arg), writes, own_calls=True
+        )
 
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
         return Abstract(_locality([base]), exists=True) if _locality([base]) else NOT_HANDLED
+
+    def _as_left(self, lens: Any) -> Any:
+        """Lengths as a launch reads them: this rank's share where a localizer rewrote that very tensor in place."""
+        inner = plain(lens)
+        if any(inner is rewritten for rewritten in self.localized) and not isinstance(inner, (bool, int, type(None))):
+            return Abstract(frozenset({Label(LOCAL, "rewritten in place")}))
+        return lens
 
     def _is_batch(self, value: Any) -> bool:
         inner = plain(value)
@@ -226,7 +251,8 @@ def judge(q: Question) -> Iterator[Judgement]:
     mla, dcp = q.pack.mla, q.pack.dcp
     if not (mla.lens_param and dcp.enabled_tests and (dcp.global_lens or dcp.batch_global_lens)):
         return
-    names = set(mla.decode_entry) | set(mla.plan_methods)
+    # the entry under the names this module binds it to (`self._decode = functools.partial(<entry>, ...)`)
+    names = aliases(q, set(mla.decode_entry)) | set(mla.plan_methods)
     names |= reaching_imports(q, names)  # first: a method may reach a launch through a helper it imports
     names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names))
     for scope in q.scopes:
@@ -333,6 +359,15 @@ def _unbounded(
     return None
 
 
+def _lens_param(q: Question, kernel: ast.Call) -> str:
+    """The lengths' parameter of the call: the entry's, or a plan's in the form it is called in."""
+    mla = q.pack.mla
+    if _entry(kernel) not in mla.plan_methods:
+        return mla.lens_param or ""
+    table = mla.plan_table_params and {kw.arg for kw in kernel.keywords} >= set(mla.plan_table_params)
+    return (mla.plan_table_lens_param if table else mla.plan_lens_param) or ""
+
+
 def _entry(kernel: ast.Call) -> str:
     return kernel.func.attr if isinstance(kernel.func, ast.Attribute) else ast.unparse(kernel.func)
 
@@ -434,7 +469,7 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
         entry = _entry(kernel)
         sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
         message = (
-            f"`{scope.qualname}` hands `{entry}` the whole sequence's lengths as `{q.pack.mla.lens_param}` "
+            f"`{scope.qualname}` hands `{entry}` the whole sequence's lengths as `{_lens_param(q, kernel)}` "
             f"({sources}) under DCP{on}, where this rank's KV cache holds only its share of each request: hand it "
             f"this rank's share ({_localizers(q)}) and a page table of this rank's pages"
         )
@@ -473,13 +508,15 @@ RULE = Rule(
         "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
         "the tree, a base class's `_run_decode_kernel` in the framework's own source included) or a plan method "
         "of FlashInfer's MLA wrapper (`[mla] plan_methods` given each of `plan_params`, its lengths "
-        "`plan_lens_param`), and reads DCP lengths or tests DCP, with DCP on over two ranks: the pack's "
+        "`plan_lens_param`, or by keyword each of its page-table form's `plan_table_params`, its lengths "
+        "`plan_table_lens_param`), and reads DCP lengths or tests DCP, with DCP on over two ranks: the pack's "
         "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two.",
         "Lengths carry where they come from as a property of the value: a field of the pack's `global_lens` "
         "(on any object) or `batch_global_lens` (on a batch: a parameter typed or named as one, or one kept on "
         "the instance) holds the whole sequence's lengths; a call of the pack's `localizers` "
         "(`get_dcp_lens(lens, size, rank)`) gives this rank's share, and one of its `in_place_localizers` "
-        "rewrites the lengths it is handed into it; slices, `.to(...)` and other methods of the lengths keep "
+        "rewrites the lengths it is handed into it (that tensor, under every name that holds it: a helper's "
+        "parameter and its caller's variable); slices, `.to(...)` and other methods of the lengths keep "
         "what they are. Helpers of the tree and of the framework, properties, `functools.partial` kernels and "
         "what the instance's other methods keep on it are followed (a setting its constructor chooses is what the "
         "constructor that runs leaves, a subclass's `__init__` over its base's), so lengths read in one place and "
@@ -511,6 +548,8 @@ RULE = Rule(
         "interleaved slice: the rank-local lengths alone let every token see as far as the last one."
     ),
     bad="""
+        import functools
+
         import flashinfer
         import torch
         from sglang.srt.runtime_context import get_parallel
@@ -532,11 +571,32 @@ RULE = Rule(
                         seq_lens=metadata.global_seq_lens_k, max_seq_len=metadata.max_seq_len_k,
                         return_lse=True,
                     )
+
+            def plan_table(self, forward_batch, block_tables):  # FlashInfer's page-table form plans with them too
+                if get_parallel().dcp_enabled:
+                    self.decode_wrapper.plan(  # SG203
+                        cum_seq_lens_q=self.q_indptr, block_tables=block_tables, seq_lens=forward_batch.seq_lens,
+                        num_heads=16, head_dim_ckv=512, head_dim_kpe=64, page_size=1, causal=False, sm_scale=1.0,
+                        q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
+                    )
+
+        class BoundKernelBackend:  # the entry bound once with `partial`, launched from another method
+            def __init__(self, workspace):
+                self._decode = functools.partial(
+                    flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla, workspace_buffer=workspace
+                )
+
+            def decode_step(self, q, kv_cache, forward_batch):
+                if get_parallel().dcp_enabled:
+                    return self._decode(  # SG203
+                        query=q, kv_cache=kv_cache, block_tables=forward_batch.block_kv_indices,
+                        seq_lens=forward_batch.seq_lens, return_lse=True,
+                    )
     """,
     good="""
         import flashinfer
         import torch
-        from sglang.srt.layers.dcp.layout import get_dcp_lens
+        from sglang.srt.layers.dcp.layout import get_dcp_lens, update_local_kv_lens_for_dcp
         from sglang.srt.runtime_context import get_parallel
 
         class DcpDecodeBackend:
@@ -550,6 +610,18 @@ RULE = Rule(
                         seq_lens=local.to(torch.int32), max_seq_len=metadata.max_seq_len_k,
                         return_lse=True,
                     )
+
+            def plan_csr(self, forward_batch, kv_indptr, kv_indices):  # local offsets and pages handed in
+                kv_len_arr = forward_batch.seq_lens.to(torch.int32)
+                if get_parallel().dcp_enabled:
+                    _to_this_rank(kv_len_arr)  # that very tensor is this rank's share now
+                self.decode_wrapper.plan(
+                    self.q_indptr, kv_indptr, kv_indices, kv_len_arr, 16, 512, 64, 1, False, 1.0, torch.bfloat16,
+                    torch.bfloat16,
+                )
+
+        def _to_this_rank(lens):
+            update_local_kv_lens_for_dcp(lens)
     """,
     check=check,
     applies=_names_dcp,

@@ -1,0 +1,83 @@
+"""What SG203 learned from blind SGLang set 8 (issue 29): a kernel bound with `functools.partial` by a base class's
+constructor is what the instance launches, whichever constructor runs and however it calls its base's; and a
+metadata's whole-lengths field may be unset, so the branch for that case is a path of its own. Each case is written
+as that set's launcher or backend is, the finding (or its absence) checked."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from specguard.composition import check_source
+
+LAUNCHERS = """
+import functools
+
+import flashinfer
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel, get_server_args
+
+class BoundLauncher:
+    def __init__(self, backend):
+        self.backend = backend
+        self._decode = functools.partial(
+            flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla, workspace_buffer=backend.workspace_buffer
+        )
+
+class ServerArgsLauncher(BoundLauncher):
+    def __init__(self, backend, server_args=None):
+        super().__init__(backend)
+        server_args = server_args or get_server_args()
+        self.dcp_size = server_args.dcp_size
+
+class HostLensLauncher(ServerArgsLauncher):
+    def launch(self, query, kv_cache, forward_batch):
+        if self.dcp_size > 1:
+            return self._decode(query=query, kv_cache=kv_cache, seq_lens=LENS, return_lse=True)
+"""
+
+WHOLE = "forward_batch.seq_lens_cpu"
+SHARE = "get_dcp_lens(forward_batch.seq_lens_cpu, self.dcp_size, get_parallel().dcp_rank)"
+CONSTRUCTORS = {
+    "super().__init__": "super().__init__(backend)",
+    "the base's function handed the instance": "BoundLauncher.__init__(self, backend)",
+}
+
+
+@pytest.mark.parametrize("call", CONSTRUCTORS.values(), ids=list(CONSTRUCTORS))
+@pytest.mark.parametrize(("lens", "flagged"), [(WHOLE, True), (SHARE, False)], ids=["whole", "share"])
+def test_a_kernel_a_base_constructor_binds_is_the_one_launched(call: str, lens: str, flagged: bool) -> None:
+    source = textwrap.dedent(LAUNCHERS).replace("super().__init__(backend)", call).replace("LENS", lens)
+    codes = [f.code for f in check_source(source)]
+    assert codes == (["SG203"] if flagged else []), codes
+
+
+FALLBACK = """
+import flashinfer
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+class FallbackBackend:
+    def forward_decode(self, q, kv_cache, forward_batch, metadata):
+        bs = forward_batch.batch_size
+        if get_parallel().dcp_enabled:
+            if metadata.global_seq_lens_k is not None:
+                local = metadata.seq_lens_k[:bs]
+            else:  # captured metadata without the hoisted global lengths
+                local = LENS
+            return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                query=q, kv_cache=kv_cache, seq_lens=local, return_lse=True
+            )
+"""
+
+
+@pytest.mark.parametrize(
+    ("lens", "flagged"),
+    [("forward_batch.seq_lens[:bs]", True), ("get_dcp_lens(forward_batch.seq_lens[:bs], 2, 0)", False)],
+    ids=["whole", "share"],
+)
+def test_a_metadata_field_of_the_whole_lengths_may_be_unset(lens: str, flagged: bool) -> None:
+    """`metadata.global_seq_lens_k` is None until a step fills it: the branch for that case is a path too."""
+    codes = [f.code for f in check_source(textwrap.dedent(FALLBACK).replace("LENS", lens))]
+    assert codes == (["SG203"] if flagged else []), codes
