@@ -1,8 +1,9 @@
 """What the evaluator learned from the blind SGLang sets (issue 29): a test through a one-line predicate helper
 narrows what the helper tests, `hasattr` on code outside the tree is not known, a client is asked about the function
-a `functools.partial` reaches, and SG106's path-by-path runs read readiness written directly, skip keywords set on
-some paths only, inherited methods and factories' callables. Each case is SG106's own batch class with one idiom
-changed, the finding (or its absence) checked."""
+a `functools.partial` reaches, SG106's path-by-path runs read readiness written directly, skip keywords set on
+some paths only, inherited methods and factories' callables, a flag or a rank count that says DP attention is on
+is asked as a call is, and a string compared by value is a bool. Each case is SG106's own batch class with one
+idiom changed, the finding (or its absence) checked."""
 
 from __future__ import annotations
 
@@ -131,6 +132,80 @@ IDIOMS = {
             def draft_extend(self, forward_batch: ForwardBatch):
                 step = make_forward(self.draft_runner, self.draft_attn_backend)
                 return step(forward_batch)
+        """,
+        True,
+    ),
+    # a mark cleared where a flag says DP attention is on (blind set 8): the forward plans the padded batch again
+    "mark_cleared_under_the_dp_attention_flag": (
+        """
+        from sglang.srt.runtime_context import get_parallel
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                if get_parallel().attn_dp_enabled:
+                    forward_batch.forward_metadata_ready = False
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # ... and the mark kept only where the server argument says DP attention is off
+    "mark_kept_only_without_dp_attention": (
+        """
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                if not self.server_args.enable_dp_attention:
+                    forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # ... where DP attention has one rank (blind set 9)
+    "mark_kept_only_with_one_dp_attention_rank": (
+        """
+        from sglang.srt.runtime_context import get_parallel
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                if get_parallel().attn_dp_size == 1:
+                    forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # ... and where a helper says an environment switch allows it and DP attention is off: a string compared by
+    # value is a bool the evaluation cannot tell, so the helper's `allowed_by_env() and not dp_on()` is false
+    # whichever it is (blind set 9)
+    "mark_kept_where_the_environment_allows_it_without_dp_attention": (
+        """
+        import os
+        from sglang.srt.layers.dp_attention import is_dp_attention_enabled
+        def allowed_by_env():
+            return os.environ.get("FORK_PREPLAN", "1") == "1"
+        def preplan_allowed():
+            return allowed_by_env() and not is_dp_attention_enabled()
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                if preplan_allowed():
+                    forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # the environment switch alone: on the path where it allows it, the padded batch is not planned again
+    "mark_kept_where_only_the_environment_allows_it": (
+        """
+        import os
+        def allowed_by_env():
+            return os.environ.get("FORK_PREPLAN", "1") == "1"
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                if allowed_by_env():
+                    forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
         """,
         True,
     ),

@@ -460,6 +460,10 @@ class Expressions(Builtins):
                 else result
             )
             left = right
+        if is_unknown(plain(result)) and not labels_of(result) and _with_a_string(e):
+            # a string compared by value (`os.environ.get(...) == "1"`): a bool the evaluation cannot tell, so that
+            # `that and not dp_attention_on()` is false whichever it is
+            return _EITHER_BOOL
         return result
 
     def _e_lambda(self, e: ast.Lambda, frame: Frame, state: State) -> Any:
@@ -682,3 +686,13 @@ def _may_miss(container: Any, key: Any) -> bool:
     if isinstance(container, (dict, list, tuple, str)):
         return not known(key)
     return not isinstance(container, Abstract)
+
+
+_EITHER_BOOL = OneOf((False, True))
+
+
+def _with_a_string(e: ast.Compare) -> bool:
+    """A comparison by value with a string literal on one side: its result is a bool, whatever the other side is."""
+    sides = (e.left, *e.comparators)
+    by_value = all(isinstance(op, (ast.Eq, ast.NotEq)) for op in e.ops)
+    return by_value and any(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in sides)

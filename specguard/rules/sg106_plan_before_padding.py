@@ -50,6 +50,7 @@ from specguard.rules.judging import (
 # The batch the rule evaluates: this many requests when planned, one more once padded. Concrete counts, so that a
 # predicate comparing the batch's shapes with the ones recorded at the plan decides.
 REAL_COUNT, PADDED_COUNT = 3, 4
+DP_SIZE = 2  # the DP attention ranks where the evaluation runs with DP attention on
 # Fields of a batch the evaluation keeps, each a value whose label says what happened to the batch: the plan (the
 # count it was for, where), the pad (what padded it). A label survives where paths that did and did not plan meet
 # (as a `maybe` label), so each path's forward reads what happened on it or on some path to it.
@@ -137,6 +138,7 @@ class _Batches(Hooks):
         self.fields = fields  # what the batch's predicate reads: a batch handed in is not marked yet
         self.plan, self.pads, self.forwards = set(names.plan), set(names.pad_methods), set(names.forwards)
         self.dp_tests, self.types = set(names.dp_tests), set(names.batch_types)
+        self.dp_sizes = set(names.dp_sizes)
         self.count, self.predicate = names.count_field or "", names.replan_predicate or ""
         self.dp_field, self.tokens = names.dp_field or "", names.token_field or ""
         self.model_forwards = {tuple(name.split(".")) for name in names.model_forwards}
@@ -177,6 +179,8 @@ class _Batches(Hooks):
             return NOT_HANDLED
         if name in self.dp_tests:
             return True  # the question is about a batch synchronised across DP ranks
+        if name in self.dp_sizes:
+            return DP_SIZE
         if name in self.plan:
             for batch in self.batches_in(args, kwargs):
                 count = ev.getattr(batch, self.count, state, frame.depth)
@@ -213,6 +217,13 @@ class _Batches(Hooks):
             result = ev.call(func, args, kwargs, node, frame, state)  # the batch's own method, run as written
             ev.store(receiver, CALLED, Tagged(True, frozenset({Label(CALLED, name)})), state)
             return result
+        return NOT_HANDLED
+
+    def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: State) -> Any:
+        if attr in self.dp_tests:  # a flag that says DP attention is on (`get_parallel().attn_dp_enabled`)
+            return True
+        if attr in self.dp_sizes:  # its number of ranks (`get_parallel().attn_dp_size`)
+            return DP_SIZE
         return NOT_HANDLED
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
@@ -352,7 +363,7 @@ def _settings_only(q: Question, cls: ClassInfo, attr: str) -> bool:
             and node.value is not None
             and any(isinstance(t, ast.Attribute) and t.attr == attr for t in _targets(node))
         ]
-        tests = frozenset(q.pack.batches.dp_tests)
+        tests = frozenset(q.pack.batches.dp_tests) | frozenset(q.pack.batches.dp_sizes)
         q.program.memo[key] = bool(values) and all(_literal_or_name(v, tests) for v in values)
     return q.program.memo[key]  # type: ignore[no-any-return]
 
@@ -362,11 +373,16 @@ def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
 
 
 def _literal_or_name(node: ast.expr, tests: frozenset[str]) -> bool:
-    """A setting by its syntax: literals and names, containers and logic of those, the pack's DP tests asked with
-    no argument (`not require_mlp_sync()`: the rule knows their answer), and a partial of a method read off the
-    instance with settings bound."""
+    """A setting by its syntax: literals and names, containers, logic and comparisons of those, the pack's DP
+    tests and sizes asked with no argument or read as a field (`not require_mlp_sync()`,
+    `not server_args.enable_dp_attention`, `attn_dp_size > 1`: the rule knows their answer), and a partial of a
+    method read off the instance with settings bound."""
     if isinstance(node, (ast.Constant, ast.Name)):
         return True
+    if isinstance(node, ast.Attribute):
+        return node.attr in tests
+    if isinstance(node, ast.Compare):
+        return all(_literal_or_name(v, tests) for v in (node.left, *node.comparators))
     if isinstance(node, ast.Call):
         name = (dotted(node.func) or "").rpartition(".")[2]
         if name in tests:
