@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r8, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r9, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -19,7 +19,8 @@ SETS = {
     "fifth": ("blind_sglang_r5", "blindsg5", (28, 58), 23, 0),
     "sixth": ("blind_sglang_r6", "blindsg6", (30, 66), 27, 0),
     "seventh": ("blind_sglang_r7", "blindsg7", (34, 68), 29, 1),
-    "eighth": ("blind_sglang_r8", "blindsg8", (38, 76), 24, 3),
+    "eighth": ("blind_sglang_r8", "blindsg8", (38, 76), 27, 0),
+    "ninth": ("blind_sglang_r9", "blindsg9", (39, 88), 26, 4),
 }
 
 
