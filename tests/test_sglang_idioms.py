@@ -2,8 +2,9 @@
 narrows what the helper tests, `hasattr` on code outside the tree is not known, a client is asked about the function
 a `functools.partial` reaches, SG106's path-by-path runs read readiness written directly, skip keywords set on
 some paths only, inherited methods and factories' callables, a flag or a rank count that says DP attention is on
-is asked as a call is, and a string compared by value is a bool. Each case is SG106's own batch class with one
-idiom changed, the finding (or its absence) checked."""
+is asked as a call is, a string compared by value is a bool, and a class whose constructor refuses DP attention
+has no instance to judge. Each case is SG106's own batch class with one idiom changed, the finding (or its absence)
+checked."""
 
 from __future__ import annotations
 
@@ -205,6 +206,38 @@ IDIOMS = {
                 self.draft_attn_backend.init_forward_metadata(forward_batch)
                 if allowed_by_env():
                     forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        True,
+    ),
+    # a worker whose constructor refuses DP attention: no instance of it runs where a batch is padded (blind set 9)
+    "constructor_refuses_dp_attention": (
+        """
+        class DraftWorker:
+            def __init__(self, server_args):
+                if server_args.enable_dp_attention:
+                    raise ValueError("this worker does not support --enable-dp-attention")
+                self.server_args = server_args
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # ... and one whose constructor refuses something else runs with DP attention on
+    "constructor_refuses_something_else": (
+        """
+        class DraftWorker:
+            def __init__(self, server_args):
+                if server_args.enable_nan_detection:
+                    raise ValueError("this worker does not support --enable-nan-detection")
+                self.server_args = server_args
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
                 return self.draft_runner.forward(forward_batch)
         """,
         True,
