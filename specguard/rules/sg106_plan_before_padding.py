@@ -859,7 +859,9 @@ RULE = Rule(
     judge=judge,
     analysis=(
         "Each function that names a planning call, or a method it has or inherits whose text plans, is evaluated "
-        "once with DP attention on (the pack's `[batches] dp_tests` answer true): a parameter that is a batch by "
+        "once with DP attention on (the pack's `[batches] dp_tests`, calls or flags, answer true, and its "
+        "`dp_sizes` two; a method of a class whose constructor raises on every path then, by its own statements, "
+        "is not judged: no instance of it exists there): a parameter that is a batch by "
         "its annotation or name is a batch of the tree's batch class that is not marked yet (the fields its "
         "predicate reads are the declared ones; the others, filled by code not evaluated, are unknown), whose "
         "methods run as written (`mark_forward_metadata_ready` records what it records). A plan records the count "
