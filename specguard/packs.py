@@ -153,6 +153,10 @@ class Mla(_Section):
     # of them is the lengths
     plan_table_params: list[str] = field(default_factory=list)
     plan_table_lens_param: str | None = None
+    # the wrapper's compiled module's `plan(...)`, positional (optional; SG203), which a framework's own fast plan
+    # calls with the lengths (SGLang's `fast_mla_decode_plan`): a call with exactly these arguments, its lengths
+    plan_module_params: list[str] = field(default_factory=list)
+    plan_module_lens_param: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ SETS = {
     "sixth": ("blind_sglang_r6", "blindsg6", (30, 66), 27, 0),
     "seventh": ("blind_sglang_r7", "blindsg7", (34, 68), 29, 1),
     "eighth": ("blind_sglang_r8", "blindsg8", (38, 76), 27, 0),
-    "ninth": ("blind_sglang_r9", "blindsg9", (39, 88), 26, 3),
+    "ninth": ("blind_sglang_r9", "blindsg9", (39, 88), 27, 3),
 }
 
 

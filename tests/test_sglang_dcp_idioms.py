@@ -1,7 +1,8 @@
-"""What SG203 learned from blind SGLang set 8 (issue 29): a kernel bound with `functools.partial` by a base class's
-constructor is what the instance launches, whichever constructor runs and however it calls its base's; and a
-metadata's whole-lengths field may be unset, so the branch for that case is a path of its own. Each case is written
-as that set's launcher or backend is, the finding (or its absence) checked."""
+"""What SG203 learned from blind SGLang sets 8 and 9 (issue 29): a kernel bound with `functools.partial` by a base
+class's constructor is what the instance launches, whichever constructor runs and however it calls its base's; a
+metadata's whole-lengths field may be unset, so the branch for that case is a path of its own; and a fast plan
+through the wrapper's compiled module plans with the lengths it is handed. Each case is written as that set's
+launcher or backend is, the finding (or its absence) checked."""
 
 from __future__ import annotations
 
@@ -80,4 +81,33 @@ class FallbackBackend:
 def test_a_metadata_field_of_the_whole_lengths_may_be_unset(lens: str, flagged: bool) -> None:
     """`metadata.global_seq_lens_k` is None until a step fills it: the branch for that case is a path too."""
     codes = [f.code for f in check_source(textwrap.dedent(FALLBACK).replace("LENS", lens))]
+    assert codes == (["SG203"] if flagged else []), codes
+
+
+FAST_PLAN = """
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+def fast_plan(self, qo_indptr_cpu, kv_indptr_cpu, kv_indices, kv_len_arr_cpu, num_heads, head_dim_ckv, causal):
+    self._cached_module.plan(
+        self._float_workspace_buffer, self._int_workspace_buffer, self._pin_memory_int_workspace_buffer,
+        qo_indptr_cpu, kv_indptr_cpu, kv_len_arr_cpu, num_heads, head_dim_ckv, causal,
+    )
+
+def replan_decode(wrapper, forward_batch, qo_indptr_cpu, kv_indptr_cpu, kv_indices):
+    bs = forward_batch.batch_size
+    if get_parallel().dcp_enabled:
+        fast_plan(wrapper, qo_indptr_cpu, kv_indptr_cpu, kv_indices, LENS, 16, 512, False)
+"""
+
+
+@pytest.mark.parametrize(
+    ("lens", "flagged"),
+    [("forward_batch.seq_lens_cpu[:bs]", True), ("get_dcp_lens(forward_batch.seq_lens_cpu[:bs], 2, 0)", False)],
+    ids=["whole", "share"],
+)
+def test_a_fast_plan_through_the_wrappers_compiled_module_is_a_plan(lens: str, flagged: bool) -> None:
+    """SGLang's sync-free `fast_mla_decode_plan` hands the lengths to the wrapper's compiled module's own `plan`
+    (blind set 9's `replan_decode_fast`)."""
+    codes = [f.code for f in check_source(textwrap.dedent(FAST_PLAN).replace("LENS", lens))]
     assert codes == (["SG203"] if flagged else []), codes

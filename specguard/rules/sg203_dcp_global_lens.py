@@ -70,6 +70,8 @@ class _Locality(Hooks):
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
         self.plan_lens, self.plan_params = q.pack.mla.plan_lens_param or "", list(q.pack.mla.plan_params)
         self.table_params, self.table_lens = list(q.pack.mla.plan_table_params), q.pack.mla.plan_table_lens_param or ""
+        self.module_params = list(q.pack.mla.plan_module_params)
+        self.module_lens = q.pack.mla.plan_module_lens_param or ""
         self.batch_params = set(batches.batch_params)
         self.sites: list[Site] = []
         self.localized: list[Any] = []  # lengths rewritten to this rank's share in place, by identity
@@ -138,8 +140,12 @@ class _Locality(Hooks):
         if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
             given = {**dict(zip(self.plan_params, args, strict=False)), **kwargs}
             table = self.table_params and not args and all(p in kwargs for p in self.table_params)
+            module = self.module_params and not kwargs and len(args) == len(self.module_params)
             if table:  # the page-table form, keywords only
                 lens = self._as_left(kwargs.get(self.table_lens, UNKNOWN))
+                self.sites.append((ev.calls[0] if ev.calls else node, lens, node))
+            elif module:  # the compiled module's own, positional
+                lens = self._as_left(dict(zip(self.module_params, args, strict=True)).get(self.module_lens, UNKNOWN))
                 self.sites.append((ev.calls[0] if ev.calls else node, lens, node))
             elif self.plan_params and all(p in given for p in self.plan_params):
                 self.sites.append(
@@ -365,7 +371,10 @@ def _lens_param(q: Question, kernel: ast.Call) -> str:
     if _entry(kernel) not in mla.plan_methods:
         return mla.lens_param or ""
     table = mla.plan_table_params and {kw.arg for kw in kernel.keywords} >= set(mla.plan_table_params)
-    return (mla.plan_table_lens_param if table else mla.plan_lens_param) or ""
+    module = mla.plan_module_params and not kernel.keywords and len(kernel.args) == len(mla.plan_module_params)
+    if table:
+        return mla.plan_table_lens_param or ""
+    return (mla.plan_module_lens_param if module else mla.plan_lens_param) or ""
 
 
 def _entry(kernel: ast.Call) -> str:
@@ -509,7 +518,9 @@ RULE = Rule(
         "the tree, a base class's `_run_decode_kernel` in the framework's own source included) or a plan method "
         "of FlashInfer's MLA wrapper (`[mla] plan_methods` given each of `plan_params`, its lengths "
         "`plan_lens_param`, or by keyword each of its page-table form's `plan_table_params`, its lengths "
-        "`plan_table_lens_param`), and reads DCP lengths or tests DCP, with DCP on over two ranks: the pack's "
+        "`plan_table_lens_param`, or exactly its compiled module's `plan_module_params`, which a framework's own "
+        "fast plan calls, its lengths `plan_module_lens_param`), and reads DCP lengths or tests DCP, with DCP on "
+        "over two ranks: the pack's "
         "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two.",
         "Lengths carry where they come from as a property of the value: a field of the pack's `global_lens` "
         "(on any object) or `batch_global_lens` (on a batch: a parameter typed or named as one, or one kept on "
