@@ -12,7 +12,7 @@ from tests.test_blind_objects_corpus import assert_no_worse
 
 # set folder, package, (bugs, labelled functions) as LABELS.md totals them, found at least, false positives at most
 SETS = {
-    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 25, 1),
+    "first": ("blind_sglang_r1", "blindsg1", (42, 85), 26, 1),
     "second": ("blind_sglang_r2", "blindsg2", (11, 21), 11, 0),
     "third": ("blind_sglang_r3", "blindsg3", (15, 32), 12, 0),
     "fourth": ("blind_sglang_r4", "blindsg4", (24, 51), 23, 0),
@@ -20,7 +20,7 @@ SETS = {
     "sixth": ("blind_sglang_r6", "blindsg6", (30, 66), 27, 0),
     "seventh": ("blind_sglang_r7", "blindsg7", (34, 68), 29, 1),
     "eighth": ("blind_sglang_r8", "blindsg8", (38, 76), 27, 0),
-    "ninth": ("blind_sglang_r9", "blindsg9", (39, 88), 27, 3),
+    "ninth": ("blind_sglang_r9", "blindsg9", (39, 88), 28, 3),
 }
 
 

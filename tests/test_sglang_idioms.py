@@ -2,9 +2,9 @@
 narrows what the helper tests, `hasattr` on code outside the tree is not known, a client is asked about the function
 a `functools.partial` reaches, SG106's path-by-path runs read readiness written directly, skip keywords set on
 some paths only, inherited methods and factories' callables, a flag or a rank count that says DP attention is on
-is asked as a call is, a string compared by value is a bool, and a class whose constructor refuses DP attention
-has no instance to judge. Each case is SG106's own batch class with one idiom changed, the finding (or its absence)
-checked."""
+is asked as a call is, a string compared by value is a bool, a class whose constructor refuses DP attention has
+no instance to judge, and a batch's copy carries what happened to it. Each case is SG106's own batch class with one
+idiom changed, the finding (or its absence) checked."""
 
 from __future__ import annotations
 
@@ -209,6 +209,31 @@ IDIOMS = {
                 return self.draft_runner.forward(forward_batch)
         """,
         True,
+    ),
+    # a copy of the marked batch (`dataclasses.replace`) carries the plan and the mark (blind set 9) ...
+    "marked_batch_copied": (
+        """
+        import dataclasses
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(dataclasses.replace(forward_batch, return_logprob=False))
+        """,
+        True,
+    ),
+    # ... and a copy with the mark cleared is planned again by the forward
+    "marked_batch_copied_unmarked": (
+        """
+        import dataclasses
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                copied = dataclasses.replace(forward_batch, forward_metadata_ready=False)
+                return self.draft_runner.forward(copied)
+        """,
+        False,
     ),
     # a worker whose constructor refuses DP attention: no instance of it runs where a batch is padded (blind set 9)
     "constructor_refuses_dp_attention": (

@@ -73,8 +73,9 @@ class Event(NamedTuple):
 
 
 def _happened(state: State, batch: Obj, what: str) -> frozenset[Label]:
-    """What happened to the batch on this path, or on some of the paths that met on the way to it."""
-    value = state.writes.get((id(batch), what))
+    """What happened to the batch on this path, or on some of the paths that met on the way to it (to the batch it
+    was copied from too: `dataclasses.replace(batch, ...)` carries what the batch had)."""
+    value = state.writes.get((id(batch), what), batch.fields.get(what))
     if value is None:
         return frozenset()
     return frozenset(label for label in labels_of(value) | maybe_of(value) if label.kind == what)
