@@ -29,6 +29,7 @@ from specguard.evaluation.values import (
     plain,
 )
 from specguard.findings import Judgement
+from specguard.packs import Mla
 from specguard.program.ast_tools import span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
@@ -68,10 +69,6 @@ class _Locality(Hooks):
         self.tests, self.sizes, self.localizers = set(dcp.enabled_tests), set(dcp.sizes), set(dcp.localizers)
         self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
-        self.plan_lens, self.plan_params = q.pack.mla.plan_lens_param or "", list(q.pack.mla.plan_params)
-        self.table_params, self.table_lens = list(q.pack.mla.plan_table_params), q.pack.mla.plan_table_lens_param or ""
-        self.module_params = list(q.pack.mla.plan_module_params)
-        self.module_lens = q.pack.mla.plan_module_lens_param or ""
         self.batch_params = set(batches.batch_params)
         self.sites: list[Site] = []
         self.localized: list[Any] = []  # lengths rewritten to this rank's share in place, by identity
@@ -138,18 +135,12 @@ class _Locality(Hooks):
                 return 4
             return Abstract(_multi_labels([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same
         if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
-            given = {**dict(zip(self.plan_params, args, strict=False)), **kwargs}
-            table = self.table_params and not args and all(p in kwargs for p in self.table_params)
-            module = self.module_params and not kwargs and len(args) == len(self.module_params)
-            if table:  # the page-table form, keywords only
-                lens = self._as_left(kwargs.get(self.table_lens, UNKNOWN))
-                self.sites.append((ev.calls[0] if ev.calls else node, lens, node))
-            elif module:  # the compiled module's own, positional
-                lens = self._as_left(dict(zip(self.module_params, args, strict=True)).get(self.module_lens, UNKNOWN))
-                self.sites.append((ev.calls[0] if ev.calls else node, lens, node))
-            elif self.plan_params and all(p in given for p in self.plan_params):
+            form = _plan_form(self.q.pack.mla, len(args), set(kwargs))
+            if form is not None:
+                lens_param, order = form
+                given = {**dict(zip(order, args, strict=False)), **kwargs}
                 self.sites.append(
-                    (ev.calls[0] if ev.calls else node, self._as_left(given.get(self.plan_lens, UNKNOWN)), node)
+                    (ev.calls[0] if ev.calls else node, self._as_left(given.get(lens_param, UNKNOWN)), node)
                 )
             return NOT_HANDLED
         if name in self.localizers or name in self.in_place:
@@ -365,16 +356,26 @@ def _unbounded(
     return None
 
 
+def _plan_form(mla: Mla, positional: int, keywords: set[str]) -> tuple[str, list[str]] | None:
+    """A plan call by its form: the lengths' parameter and the form's positional order. The page-table form (its
+    keywords, no positional argument), the compiled module's (exactly its positional arguments), the wrapper's
+    (each of its parameters given); None: another method of that name."""
+    if mla.plan_table_params and not positional and keywords >= set(mla.plan_table_params):
+        return mla.plan_table_lens_param or "", []
+    if mla.plan_module_params and not keywords and positional == len(mla.plan_module_params):
+        return mla.plan_module_lens_param or "", list(mla.plan_module_params)
+    if mla.plan_params and set(mla.plan_params[:positional]) | keywords >= set(mla.plan_params):
+        return mla.plan_lens_param or "", list(mla.plan_params)
+    return None
+
+
 def _lens_param(q: Question, kernel: ast.Call) -> str:
     """The lengths' parameter of the call: the entry's, or a plan's in the form it is called in."""
     mla = q.pack.mla
     if _entry(kernel) not in mla.plan_methods:
         return mla.lens_param or ""
-    table = mla.plan_table_params and {kw.arg for kw in kernel.keywords} >= set(mla.plan_table_params)
-    module = mla.plan_module_params and not kernel.keywords and len(kernel.args) == len(mla.plan_module_params)
-    if table:
-        return mla.plan_table_lens_param or ""
-    return (mla.plan_module_lens_param if module else mla.plan_lens_param) or ""
+    form = _plan_form(mla, len(kernel.args), {kw.arg for kw in kernel.keywords if kw.arg})
+    return form[0] if form is not None else mla.plan_lens_param or ""
 
 
 def _entry(kernel: ast.Call) -> str:
