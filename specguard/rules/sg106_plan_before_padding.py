@@ -40,6 +40,7 @@ from specguard.rules.judging import (
     OutOfBudget,
     Question,
     Scope,
+    bind_parameters,
     definition_text,
     is_batch_class,
     unknown_parameter,
@@ -605,8 +606,7 @@ def _refuses_dp(q: Question, cls: ClassInfo, fields: frozenset[str]) -> bool:
         refuses = False
         if init is not None and module is not None:
             function = Function(module, init[1], init[0])
-            bindings = {p.arg: UNKNOWN for p in [*init[1].args.posonlyargs, *init[1].args.args]}
-            bindings[next(iter(bindings), "self")] = Obj(cls, label="self")
+            bindings = bind_parameters(function, Obj(cls, label="self"), unknown_parameter, q.program)
             try:
                 # its own statements only: what it calls is not read (a base's constructor may fail for reasons
                 # the evaluation cannot see, which is not a refusal)
