@@ -50,6 +50,10 @@ def _effective_writers(
 def _private_calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     """The private methods (`_name`) a method calls on its own instance: part of what it does, run with the
     arguments it passes, not on their own."""
+    return cached_on(method, "private_calls", _read_private_calls)  # type: ignore[no-any-return]
+
+
+def _read_private_calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     me = _instance(method)
     return frozenset(
         node.func.attr

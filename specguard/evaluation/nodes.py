@@ -20,20 +20,17 @@ def own_nodes(node: ast.AST) -> Iterable[ast.AST]:
 
 def dropped_calls(node: ast.AST) -> set[int]:
     """The calls of a function whose result is dropped (expression statements, `with` items bound to nothing)."""
-    return cached_on(
-        node,
-        "dropped",
-        lambda n: (
-            {id(sub.value) for sub in own_nodes(n) if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call)}
-            | {  # `with ctx(...):` binds nothing: what the call returns is not used either
-                id(sub.context_expr)
-                for sub in own_nodes(n)
-                if isinstance(sub, ast.withitem)
-                and sub.optional_vars is None
-                and isinstance(sub.context_expr, ast.Call)
-            }
-        ),
-    )
+    return cached_on(node, "dropped", _read_dropped_calls)  # type: ignore[no-any-return]
+
+
+def _read_dropped_calls(node: ast.AST) -> set[int]:
+    dropped: set[int] = set()
+    for sub in own_nodes(node):
+        if isinstance(sub, ast.Expr) and isinstance(sub.value, ast.Call):
+            dropped.add(id(sub.value))
+        elif isinstance(sub, ast.withitem) and sub.optional_vars is None and isinstance(sub.context_expr, ast.Call):
+            dropped.add(id(sub.context_expr))  # `with ctx(...):` binds nothing: what the call returns is not used
+    return dropped
 
 
 def stores_state(node: ast.AST) -> bool:

@@ -32,7 +32,7 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.packs import Pack
-from specguard.program.ast_tools import annotation_names, dotted, span
+from specguard.program.ast_tools import annotation_names, cached_on, dotted, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
@@ -357,17 +357,25 @@ def _settings_only(q: Question, cls: ClassInfo, attr: str) -> bool:
     (its runners, its backends) are never run for it."""
     key = ("sg106-settings", cls.key, attr)
     if key not in q.program.memo:
-        values = [
-            node.value
-            for _, method in writers(cls, q.program, attr)
-            for node in ast.walk(method)
-            if isinstance(node, (ast.Assign, ast.AnnAssign))
-            and node.value is not None
-            and any(isinstance(t, ast.Attribute) and t.attr == attr for t in _targets(node))
-        ]
+        values = [value for _, method in writers(cls, q.program, attr) for value in _stored(method).get(attr, ())]
         tests = frozenset(q.pack.batches.dp_tests) | frozenset(q.pack.batches.dp_sizes)
         q.program.memo[key] = bool(values) and all(_literal_or_name(v, tests) for v in values)
     return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _stored(method: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[ast.expr]]:
+    """The values a method assigns to any object's attributes, by the attribute's name: read once per method."""
+
+    def read(node: ast.AST) -> dict[str, list[ast.expr]]:
+        stored: dict[str, list[ast.expr]] = {}
+        for statement in ast.walk(node):
+            if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+                for target in _targets(statement):
+                    if isinstance(target, ast.Attribute):
+                        stored.setdefault(target.attr, []).append(statement.value)
+        return stored
+
+    return cached_on(method, "sg106_stored", read)  # type: ignore[no-any-return]
 
 
 def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
@@ -569,13 +577,28 @@ def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: 
     if not isinstance(target, tuple) or not isinstance(target[1], ast.FunctionDef):
         return False
     home, function = target[0], target[1]
-    if any(isinstance(n, ast.Attribute) and n.attr in plan for n in ast.walk(function)):
-        return True
-    if hops <= 1:
-        return False
-    defined = {n.name for n in home.tree.body if isinstance(n, ast.FunctionDef)} - {function.name}
-    named = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in defined}
-    return any(_function_plans(q, home.name, other, plan, hops - 1) for other in sorted(named))
+    key = ("sg106-function-plans", home.name, function.name, tuple(plan), hops)
+    if key not in q.program.memo:
+        attributes, names = _attributes_and_names(function)
+        plans = not attributes.isdisjoint(plan)
+        if not plans and hops > 1:
+            defined = {n.name for n in home.tree.body if isinstance(n, ast.FunctionDef)} - {function.name}
+            plans = any(_function_plans(q, home.name, other, plan, hops - 1) for other in sorted(names & defined))
+        q.program.memo[key] = plans
+    return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _attributes_and_names(function: ast.FunctionDef) -> tuple[frozenset[str], frozenset[str]]:
+    """The attribute names and the bare names a function's text uses: read once per function."""
+
+    def read(node: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+        nodes = list(ast.walk(node))
+        return (
+            frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)),
+            frozenset(n.id for n in nodes if isinstance(n, ast.Name)),
+        )
+
+    return cached_on(function, "sg106_words", read)  # type: ignore[no-any-return]
 
 
 def judge(q: Question) -> Iterator[Judgement]:
