@@ -612,7 +612,11 @@ def _partial(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AS
     if not args:
         return UNKNOWN
     nodes = {kw.arg: kw for kw in node.keywords if kw.arg} if isinstance(node, ast.Call) else {}
-    return Partial(args[0], tuple(args[1:]), dict(kwargs), nodes)
+    func = args[0]
+    first = node.args[0] if isinstance(node, ast.Call) and node.args else None
+    if is_unknown(plain(func)) and isinstance(first, ast.Attribute):
+        func = Method(UNKNOWN, first.attr)  # a method of something it cannot see into, named as a call names it
+    return Partial(func, tuple(args[1:]), dict(kwargs), nodes)
 
 
 def _reduce(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:

@@ -120,7 +120,9 @@ class Calls(Builtins):
             inner = plain(func)
         answered = self.hooks.call(self, func, args, kwargs, e, frame, state)
         if answered is not NOT_HANDLED:
-            self.may_raise(e, frame, state)  # answered, not read: it may raise like any call not read
+            # answered, not read: it may raise like any call not read; but what it does is the client's question,
+            # so where its `try` ends otherwise in a handler, the client takes its raise path by path
+            self.may_raise(e, frame, state, point=True)
             return answered
         if self.hook is not None:
             handled = self.hook(self, func, args, kwargs, e, frame, state)
@@ -186,11 +188,15 @@ class Calls(Builtins):
         if self.hooks.unresolved_may_raise and any(self._holds_doubt(v, 0) for v in values):
             state.path = state.path | {(self.cond(node, frame.module, "call"), True)}
 
-    def may_raise(self, node: ast.AST, frame: Frame, state: State, raised: set[str] | None = None) -> None:
+    def may_raise(
+        self, node: ast.AST, frame: Frame, state: State, raised: set[str] | None = None, point: bool = False
+    ) -> None:
         """Inside a `try`, a path into its handlers where `node` raised (`raised`: the classes it can raise, with
-        their bases; None: any)."""
+        their bases; None: any). `point`: a raise a run that takes paths one by one may take apart (a lookup's
+        miss, a call the client answered: see `_raise_pending`)."""
         if self._trying and self.raise_ends_path:
-            self._pending.append((state.path | {(self.cond(node, frame.module, "call"), False)}, raised, node))
+            cond = (self.cond(node, frame.module, "call"), False)
+            self._pending.append((state.path | {cond}, raised, node if point else None))
 
     def _holds_doubt(self, value: Any, depth: int) -> bool:
         if self.is_doubt(value):
@@ -262,11 +268,13 @@ class Calls(Builtins):
             if node is not None:
                 self.calls.pop()
             yielded = self.yields.pop() if generator else []
-        if generator:  # run when called (its effects then): it is the sequence of what it yields
-            return self._generated(func, yielded, state)
         ends = list(flow.returns)
         if flow.normal is not None:
             ends.append((flow.normal, None))
+        if generator:  # run when called (its effects then, as it leaves what it writes): the sequence it yields
+            if ends and self.semantics.join != "unknown":
+                self._take_writes(state, merge([State({}, s.writes, s.path) for s, _ in ends], self.kept))
+            return self._generated(func, yielded, state)
         if not ends:
             if flow.raises and self.raise_ends_path:
                 known_raises = [s.raised for s in flow.raises if s.raised is not None]
@@ -283,16 +291,21 @@ class Calls(Builtins):
                 state.writes.update(end_writes.writes)
             return self.join([(value, frozenset()) for _, value in ends])
         end = merge([State({}, s.writes, s.path) for s, _ in ends], self.kept)
-        assert end is not None
-        if end.writes is not state.writes:  # one way out shares the caller's writes: clearing would lose them
-            state.writes.clear()
-            state.writes.update(end.writes)
+        self._take_writes(state, end)
         state.path = end.path
         hop = f"returned by `{func.qualname}`"
         result = ends[0][1] if len(ends) == 1 else join_values([(value, s.path - end.path) for s, value in ends])
         if is_unknown(result) or isinstance(result, tuple):  # its annotation may say the kind of what is unknown
             result = self.kind_from(result, self.promised(func.module, func.owner, func.node))
         return traced(result, hop, self.hooks.traced)
+
+    @staticmethod
+    def _take_writes(state: State, end: State | None) -> None:
+        """What a callee left in the objects it was handed, as the caller's state from now on."""
+        assert end is not None
+        if end.writes is not state.writes:  # one way out shares the caller's writes: clearing would lose them
+            state.writes.clear()
+            state.writes.update(end.writes)
 
     def _generated(self, func: Function, yielded: list[tuple[Any, frozenset]], state: State) -> Any:
         if not yielded:

@@ -182,8 +182,10 @@ class Expressions(Builtins):
                 continue
             if truth is UNKNOWN:
                 # an operand that is a bool (`x is not None`, `not y`, `isinstance(...)`) is the result only as the
-                # bool that stops the chain
-                undecided.append(with_labels(stop, labels_of(value)) if _a_bool(operand) else value)
+                # bool that stops the chain; so is a comparison, whose value here has a truth (a tensor's
+                # comparison that stops a chain is one element, which reads as that bool)
+                as_bool = _a_bool(operand) or isinstance(operand, ast.Compare)
+                undecided.append(with_labels(stop, labels_of(value)) if as_bool else value)
             elif truth is stop:
                 if not undecided:
                     return value
@@ -353,11 +355,11 @@ class Expressions(Builtins):
             return self.eval(first, frame, state)
         if isinstance(e.slice, ast.Slice):
             if not isinstance(inner, (list, tuple, str, Abstract)):  # a slice of what may be None, in a `try`
-                self.may_raise(e, frame, state, _SLICE_ERRORS)
+                self.may_raise(e, frame, state, _SLICE_ERRORS, point=True)
             return self._slice(base, e.slice, frame, state)
         key = self.eval(e.slice, frame, state)
         if _may_miss(inner, plain(key)):  # a lookup in a `try` may be what its handler catches
-            self.may_raise(e, frame, state, _LOOKUP_ERRORS)
+            self.may_raise(e, frame, state, _LOOKUP_ERRORS, point=True)
         answered = self.hooks.subscript(self, base, key, e)  # type: ignore[arg-type]
         return answered if answered is not NOT_HANDLED else self.subscript(base, key, e, frame, state)
 

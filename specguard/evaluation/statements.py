@@ -96,18 +96,19 @@ class Statements(Builtins):
     ) -> State | None:
         """The raises of the calls the last statement made that raise on some of their paths only: each a path
         from the state before that statement, as the raise leaves it (the statement's own effects not done).
-        Where paths are taken one by one (`choices`) and whether a lookup in it missed matters (its `try` ends
-        otherwise in the handler than after its body, in the kinds that matter: noted by `_s_try`), a simple
-        statement's possible miss is taken one way: it returned (no raise), or it raised (no state goes on after
-        it). Returns the state after the statement."""
+        Where paths are taken one by one (`choices`) and whether a lookup in it missed (or a call the client
+        answered raised) matters (its `try` ends otherwise in the handler than after its body, in the kinds that
+        matter: noted by `_s_try`), a simple statement's possible miss is taken one way: it returned (no raise), or
+        it raised (no state goes on after it). Returns the state after the statement."""
         pending, self._pending[mark:] = self._pending[mark:], []
         if before is None:
             return after
         choosing = self.choosing(frame) if frame is not None else None
         for path, raised, node in pending:
-            # a lookup's miss, which the `try` around it was written for; a call the evaluation does not read may
-            # raise too, but whether it does is the callee's: that path stays joined, and a verdict on it undecided
-            point = node if choosing is not None and isinstance(node, ast.Subscript) else None
+            # a lookup's miss, which the `try` around it was written for, or a call the client answered; a call the
+            # evaluation does not read may raise too, but whether it does is the callee's: that path stays joined,
+            # and a verdict on it undecided
+            point = node if choosing is not None else None
             returned = choosing.take_outcome(point) if point is not None else None  # type: ignore[union-attr]
             if returned is None:
                 if point is not None:
