@@ -1,7 +1,8 @@
-"""What SG203 learned from blind SGLang sets 8 and 9 (issue 29): a kernel bound with `functools.partial` by a base
+"""What SG203 learned from blind SGLang sets 8 to 10 (issue 29): a kernel bound with `functools.partial` by a base
 class's constructor is what the instance launches, whichever constructor runs and however it calls its base's; a
-metadata's whole-lengths field may be unset, so the branch for that case is a path of its own; and a fast plan
-through the wrapper's compiled module plans with the lengths it is handed. Each case is written as that set's
+metadata's whole-lengths field may be unset, so the branch for that case is a path of its own; a fast plan
+through the wrapper's compiled module plans with the lengths it is handed; a callable the constructor keeps is what
+the lengths go through; and a buffer made with a token axis is a multi-token query. Each case is written as that set's
 launcher or backend is, the finding (or its absence) checked."""
 
 from __future__ import annotations
@@ -110,4 +111,58 @@ def test_a_fast_plan_through_the_wrappers_compiled_module_is_a_plan(lens: str, f
     """SGLang's sync-free `fast_mla_decode_plan` hands the lengths to the wrapper's compiled module's own `plan`
     (blind set 9's `replan_decode_fast`)."""
     codes = [f.code for f in check_source(textwrap.dedent(FAST_PLAN).replace("LENS", lens))]
+    assert codes == (["SG203"] if flagged else []), codes
+
+
+KEPT_CALLABLE = """
+import flashinfer
+import torch
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+class KeptLensBackend:
+    def __init__(self):
+        self._kernel_lens = lambda s: LENS
+
+    def forward_decode(self, q, kv_cache, forward_batch):
+        bs = forward_batch.batch_size
+        if get_parallel().dcp_enabled:
+            kv_lens = self._kernel_lens(forward_batch.seq_lens[:bs])
+            return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                query=q, kv_cache=kv_cache, seq_lens=kv_lens, return_lse=True
+            )
+"""
+
+
+@pytest.mark.parametrize(
+    ("lens", "flagged"),
+    [("s.to(torch.int32)", True), ("get_dcp_lens(s, 2, 0).to(torch.int32)", False)],
+    ids=["whole", "share"],
+)
+def test_a_callable_the_constructor_keeps_is_what_the_lengths_go_through(lens: str, flagged: bool) -> None:
+    """A lambda stored on the instance in `__init__` and applied to the lengths in a step (blind set 10's
+    `LensFnCuteDslMLABackend` and its twin)."""
+    codes = [f.code for f in check_source(textwrap.dedent(KEPT_CALLABLE).replace("LENS", lens))]
+    assert codes == (["SG203"] if flagged else []), codes
+
+
+PADDED_QUERY = """
+import flashinfer
+from sglang.srt.runtime_context import get_parallel
+
+def draft_extend_dcp(q, kv_cache, forward_batch, metadata, heads, dim):
+    bs = forward_batch.batch_size
+    padded = q.new_zeros((bs, TOKENS, heads, dim))
+    if get_parallel().dcp_enabled:
+        return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+            query=padded, kv_cache=kv_cache, seq_lens=metadata.seq_lens_k, return_lse=True
+        )
+"""
+
+
+@pytest.mark.parametrize(("tokens", "flagged"), [("metadata.max_seq_len_q", True), ("1", False)], ids=["ragged", "one"])
+def test_a_buffer_made_with_a_token_axis_is_a_multi_token_query(tokens: str, flagged: bool) -> None:
+    """A draft extend pads its ragged query into `q.new_zeros((bs, max_q, heads, dim))` (blind set 10's
+    `ForkCuteDslMLABackend.draft_extend_dcp`): launched under DCP without the global causal bound."""
+    codes = [f.code for f in check_source(textwrap.dedent(PADDED_QUERY).replace("TOKENS", tokens))]
     assert codes == (["SG203"] if flagged else []), codes

@@ -3,8 +3,10 @@ narrows what the helper tests, `hasattr` on code outside the tree is not known, 
 a `functools.partial` reaches, SG106's path-by-path runs read readiness written directly, skip keywords set on
 some paths only, inherited methods and factories' callables, a flag or a rank count that says DP attention is on
 is asked as a call is, a string compared by value is a bool, a class whose constructor refuses DP attention has
-no instance to judge, and a batch's copy carries what happened to it. Each case is SG106's own batch class with one
-idiom changed, the finding (or its absence) checked."""
+no instance to judge, a batch's copy carries what happened to it, a configuration field, a policy object and a
+hook kept on the instance are settings, a partial of an unseen runner's method keeps its name, a generator's writes
+are its caller's, the eager runner is a forward, and a plan in a `try` may raise on a path of its own. Each case is
+SG106's own batch class with one idiom changed, the finding (or its absence) checked."""
 
 from __future__ import annotations
 
@@ -263,6 +265,205 @@ IDIOMS = {
             def draft_extend(self, forward_batch: ForwardBatch):
                 self.draft_attn_backend.init_forward_metadata(forward_batch)
                 forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        True,
+    ),
+    # a setting kept on the instance from a configuration field and the DP test: with DP attention on it is False
+    # whatever the field says (blind set 9) ...
+    "setting_from_a_config_field_and_the_dp_test": (
+        """
+        class DraftWorker:
+            def __init__(self, server_args):
+                self.reuse_plan = server_args.speculative_num_steps > 1 and not server_args.enable_dp_attention
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                if self.reuse_plan:
+                    forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # ... and from the configuration field alone it may be True
+    "setting_from_a_config_field_alone": (
+        """
+        class DraftWorker:
+            def __init__(self, server_args):
+                self.reuse_plan = server_args.speculative_num_steps > 1
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                if self.reuse_plan:
+                    forward_batch.mark_forward_metadata_ready()
+                return self.draft_runner.forward(forward_batch)
+        """,
+        True,
+    ),
+    # a frozen policy object kept on the instance: its fields are what the mark is given (blind set 10) ...
+    "policy_object_kept_on_the_instance": (
+        """
+        import dataclasses
+        @dataclasses.dataclass(frozen=True)
+        class PlanPolicy:
+            replan_equivalent: bool = True
+        DEFAULT_POLICY = PlanPolicy()
+        class DraftWorker:
+            def __init__(self):
+                self.policy = DEFAULT_POLICY
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready(replan_equivalent=self.policy.replan_equivalent)
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # ... and the same policy replaced with one that keeps the pre-pad plan
+    "policy_object_replaced": (
+        """
+        import dataclasses
+        @dataclasses.dataclass(frozen=True)
+        class PlanPolicy:
+            replan_equivalent: bool = True
+        DEFAULT_POLICY = PlanPolicy()
+        class DraftWorker:
+            def __init__(self):
+                self.policy = DEFAULT_POLICY
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                policy = dataclasses.replace(self.policy, replan_equivalent=False)
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready(replan_equivalent=policy.replan_equivalent)
+                return self.draft_runner.forward(forward_batch)
+        """,
+        True,
+    ),
+    # a hook installed after construction (None until then) that plans and marks (blind set 10)
+    "hook_installed_later": (
+        """
+        import functools
+        def preplan(backend, forward_batch):
+            backend.init_forward_metadata(forward_batch)
+            forward_batch.mark_forward_metadata_ready()
+        class DraftWorker:
+            def __init__(self):
+                self.preplan_hook = None
+
+            def install_hooks(self):
+                backend = self.draft_runner.attn_backend
+                self.preplan_hook = functools.partial(preplan, backend)
+
+            def draft_extend(self, forward_batch: ForwardBatch):
+                hook = self.preplan_hook
+                if hook is not None:
+                    hook(forward_batch)
+                return self.draft_runner.forward(forward_batch)
+        """,
+        True,
+    ),
+    # a partial of a method of an object the evaluation cannot see into (a parameter's runner), which carries the
+    # skip keyword, made by a factory (blind set 10)
+    "factory_partial_of_an_unseen_runner": (
+        """
+        import functools
+        def preplanned_forward(runner):
+            return functools.partial(runner.forward, skip_attn_backend_init=True)
+        def draft_extend(worker, forward_batch: ForwardBatch):
+            run = preplanned_forward(worker.draft_runner)
+            worker.draft_runner.attn_backend.init_forward_metadata(forward_batch)
+            return run(forward_batch)
+        """,
+        True,
+    ),
+    # a generator that plans and marks the batch before each step it yields: its effects are the caller's (blind
+    # set 10) ...
+    "generator_plans_before_each_step": (
+        """
+        def planned_steps(runners, forward_batch):
+            for step, runner in enumerate(runners):
+                if not forward_batch.forward_mode.is_idle():
+                    runner.attn_backend.init_forward_metadata(forward_batch)
+                    forward_batch.mark_forward_metadata_ready()
+                yield step, runner
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                outputs = []
+                for _step, runner in planned_steps([self.first_runner, self.second_runner], forward_batch):
+                    outputs.append(runner.forward(forward_batch).logits_output)
+                return outputs
+        """,
+        True,
+    ),
+    # ... and one that plans without marking leaves the forward to plan again
+    "generator_plans_unmarked": (
+        """
+        def planned_steps(runners, forward_batch):
+            for step, runner in enumerate(runners):
+                if not forward_batch.forward_mode.is_idle():
+                    runner.attn_backend.init_forward_metadata(forward_batch)
+                yield step, runner
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                outputs = []
+                for _step, runner in planned_steps([self.first_runner, self.second_runner], forward_batch):
+                    outputs.append(runner.forward(forward_batch).logits_output)
+                return outputs
+        """,
+        False,
+    ),
+    # the model runner's eager runner is a forward of its own: it plans only where the batch's predicate says so
+    # (blind sets 1 and 7 to 10) ...
+    "eager_runner_after_the_plan_and_the_pad": (
+        """
+        class ForkModelRunner:
+            def forward_preplanned(self, forward_batch: ForwardBatch):
+                self.attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                forward_batch.prepare_mlp_sync_batch(self)
+                return self.eager_runner.execute(forward_batch)
+        """,
+        True,
+    ),
+    # ... and padded before the plan, it runs the batch it was planned for
+    "eager_runner_after_the_pad_and_the_plan": (
+        """
+        class ForkModelRunner:
+            def forward_preplanned(self, forward_batch: ForwardBatch):
+                forward_batch.prepare_mlp_sync_batch(self)
+                self.attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return self.eager_runner.execute(forward_batch)
+        """,
+        False,
+    ),
+    # a plan in a `try` whose `else` marks the batch so that a padded one is planned again: on the path where the
+    # plan raised, nothing marked it (blind set 9) ...
+    "plan_in_a_try_marked_replannable_in_its_else": (
+        """
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                try:
+                    self.draft_attn_backend.init_forward_metadata(forward_batch)
+                except RuntimeError:
+                    pass
+                else:
+                    forward_batch.mark_forward_metadata_ready(replan_equivalent=True)
+                return self.draft_runner.forward(forward_batch)
+        """,
+        False,
+    ),
+    # ... and marked so that it is not
+    "plan_in_a_try_marked_in_its_else": (
+        """
+        class DraftWorker:
+            def draft_extend(self, forward_batch: ForwardBatch):
+                try:
+                    self.draft_attn_backend.init_forward_metadata(forward_batch)
+                except RuntimeError:
+                    pass
+                else:
+                    forward_batch.mark_forward_metadata_ready()
                 return self.draft_runner.forward(forward_batch)
         """,
         True,

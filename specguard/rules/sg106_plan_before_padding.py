@@ -21,6 +21,7 @@ from specguard.evaluation.values import (
     Label,
     Method,
     Obj,
+    OneOf,
     Opaque,
     Partial,
     Sym,
@@ -92,6 +93,23 @@ def _same_shape(then: tuple[Any, Any], now: tuple[Any, Any]) -> bool:
     return all(a is b or same_value(a, b) for a, b in zip(then, now, strict=True))
 
 
+def _called_as(node: ast.Call, paths: set[tuple[str, ...]]) -> bool:
+    """Whether the call is written as one of these dotted names ends (`model.forward` in
+    `model_runner.model.forward(...)`)."""
+    called = tuple((dotted(node.func) or "").split("."))
+    return any(called[-len(path) :] == path for path in paths)
+
+
+def _owned_as(func: Any, paths: set[tuple[str, ...]]) -> bool:
+    """Whether the call reaches a method of the tree named as `Class.method` in these (`EagerRunner.execute`,
+    through a subclass's `self.execute(...)`), by the class that defines it."""
+    func = plain(func)
+    target = func.func if isinstance(func, Bound) else func
+    if not isinstance(target, Function) or target.owner is None:
+        return False
+    return (target.owner.name, target.name) in paths
+
+
 def _name(func: Any) -> str | None:
     """The name a call reaches, whatever it was reached through (a bound method, a partial, a method of an object
     the evaluation cannot see into)."""
@@ -138,7 +156,11 @@ class _Batches(Hooks):
     def __init__(self, q: Question, fields: frozenset[str]) -> None:
         self.q, names = q, q.pack.batches
         self.fields = fields  # what the batch's predicate reads: a batch handed in is not marked yet
-        self.plan, self.pads, self.forwards = set(names.plan), set(names.pad_methods), set(names.forwards)
+        self.plan, self.pads = set(names.plan), set(names.pad_methods)
+        # a forward by its last name (`forward`), by the end of its dotted name (`eager_runner.execute`), or by the
+        # class that defines it (`EagerRunner.execute`)
+        self.forwards = {name for name in names.forwards if "." not in name}
+        self.forward_paths = {tuple(name.split(".")) for name in names.forwards if "." in name}
         self.dp_tests, self.types = set(names.dp_tests), set(names.batch_types)
         self.dp_sizes = set(names.dp_sizes)
         self.count, self.predicate = names.count_field or "", names.replan_predicate or ""
@@ -208,7 +230,7 @@ class _Batches(Hooks):
             for batch in self.batches_in(args, kwargs):
                 self._model_forward(ev, batch, node, frame, state)
             return NOT_HANDLED
-        if name in self.forwards:
+        if name in self.forwards or _called_as(node, self.forward_paths) or _owned_as(func, self.forward_paths):
             told = [plain(kwargs[keyword]) for keyword in self.skip_keywords if keyword in kwargs]
             # True: told not to plan; None: not known here (a keyword set on some paths only), judged path by path
             skips = True if any(v is True for v in told) else None if any(not _known(v) for v in told) else False
@@ -242,8 +264,7 @@ class _Batches(Hooks):
 
     def _runs_model(self, node: ast.Call) -> bool:
         """A call of the model itself (`model_runner.model.forward(...)`), which never plans."""
-        called = tuple((dotted(node.func) or "").split("."))
-        return any(called[-len(name) :] == name for name in self.model_forwards)
+        return _called_as(node, self.model_forwards)
 
     def _shape(self, ev: Any, batch: Obj, state: State, depth: int) -> tuple[Any, Any]:
         count = plain(ev.getattr(batch, self.count, state, depth))
@@ -386,11 +407,12 @@ def _literal_or_name(node: ast.expr, tests: frozenset[str]) -> bool:
     """A setting by its syntax: literals and names, containers, logic and comparisons of those, the pack's DP
     tests and sizes asked with no argument or read as a field (`not require_mlp_sync()`,
     `not server_args.enable_dp_attention`, `attn_dp_size > 1`: the rule knows their answer), and a partial of a
-    method read off the instance with settings bound."""
+    method read off the instance with settings bound; and a field of a configuration (`server_args.x`,
+    `get_spec().x`), which no writer of the instance's own objects sets."""
     if isinstance(node, (ast.Constant, ast.Name)):
         return True
     if isinstance(node, ast.Attribute):
-        return node.attr in tests
+        return node.attr in tests or _configuration_field(node)
     if isinstance(node, ast.Compare):
         return all(_literal_or_name(v, tests) for v in (node.left, *node.comparators))
     if isinstance(node, ast.Call):
@@ -413,6 +435,17 @@ def _literal_or_name(node: ast.expr, tests: frozenset[str]) -> bool:
     return isinstance(node, ast.UnaryOp) and _literal_or_name(node.operand, tests)
 
 
+def _configuration_field(node: ast.Attribute) -> bool:
+    """`server_args.speculative_num_steps`, `get_spec().speculative_num_steps`: fields read off a name that is not
+    the instance, or off what a module function returns when called with no argument."""
+    root: ast.expr = node
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Call):
+        return isinstance(root.func, ast.Name) and not root.args and not root.keywords
+    return isinstance(root, ast.Name) and root.id not in ("self", "cls")
+
+
 def _attribute_chain(node: ast.expr) -> bool:
     """`self.backend.init_forward_metadata`: names read off one another, nothing called."""
     while isinstance(node, ast.Attribute):
@@ -421,16 +454,28 @@ def _attribute_chain(node: ast.expr) -> bool:
 
 
 def _setting(value: Any) -> bool:
-    """A plain value: a flag, a count, a name, None, or a dict, list or tuple of such (keywords kept to pass on), or
-    a partial of a call the rule can name with such values bound."""
+    """A plain value: a flag, a count, a name, None, or a dict, list or tuple of such (keywords kept to pass on), an
+    object of the tree whose fields are such (a frozen policy), a partial of a call the rule can name (a hook: what
+    it binds is handed on as it was), or one of a few of those (None until a hook is installed)."""
     value = plain(value)
     if isinstance(value, Partial):
-        return _name(value) is not None and _setting(value.args) and _setting(value.kwargs)
+        return _name(value) is not None
+    if isinstance(value, OneOf):  # a hook, None until it is installed
+        return all(_setting(option) for option in value.options)
+    if isinstance(value, Obj):
+        return _record(value) and all(_setting(v) for v in value.fields.values())
     if isinstance(value, dict):
         return all(isinstance(k, str) and _setting(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return all(_setting(v) for v in value)
     return isinstance(value, (bool, int, float, str, type(None)))
+
+
+def _record(value: Obj) -> bool:
+    """An object of a class of the tree that only holds fields (no method of its own but dunders): a policy, a
+    config; not a runner or a backend, whose methods the rule reads calls by."""
+    cls = value.cls
+    return cls is not None and not any(not (n.startswith("__") and n.endswith("__")) for n in cls.methods)
 
 
 def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, Any]:
@@ -507,7 +552,7 @@ def _forwarding_names(q: Question) -> frozenset[str]:
     """The pack's forwards (the model's own by their last name), and the names in this module that reach one: a
     function reaching none cannot run a planned batch, so it has nothing to judge."""
     names = q.pack.batches
-    calls = sorted({*names.forwards, *(name.rpartition(".")[2] for name in names.model_forwards)})
+    calls = sorted({name.rpartition(".")[2] for name in [*names.forwards, *names.model_forwards]})
     return _reaching_names(q, set(calls), calls)
 
 
@@ -535,7 +580,7 @@ def _inherited_callers(q: Question, calls: list[str]) -> set[str]:
     `_init_frozen_kv_metadata`, which plans and marks); not those that only name another such method, nor the
     pack's forwards and plans or dunders: every method of an attention backend would reach a plan that way."""
     pattern = words(frozenset(calls))
-    skip = {*q.pack.batches.forwards, *q.pack.batches.plan}
+    skip = {*(name.rpartition(".")[2] for name in q.pack.batches.forwards), *q.pack.batches.plan}
     found: set[str] = set()
     for cls in {id(s.cls): s.cls for s in q.scopes if s.cls is not None}.values():
         for klass in q.program.ancestors(cls)[1:]:

@@ -15,6 +15,7 @@ from specguard.evaluation.values import (
     STAR_KWARGS,
     UNKNOWN,
     Abstract,
+    Bound,
     EnumMember,
     Function,
     Label,
@@ -54,6 +55,9 @@ from specguard.rules.judging import (
 # judged function (whose lengths they are, its callers say).
 GLOBAL, LOCAL, PARAM = "global-lens", "rank-local", "param"
 MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with more than one token per request
+# Tensor methods whose arguments are a shape: a view of the query, or a buffer made like it (`q.new_zeros((bs,
+# max_q, heads, dim))`, which a draft extend pads its ragged query into).
+_SHAPED = ("view", "reshape", "new_zeros", "new_empty", "new_ones")
 QUERY_TOKENS = 2  # the tokens per request of such a query where the evaluation runs (target verify, draft extend)
 # a launch: (the call in the judged function, the lengths handed to the entry, the entry's call)
 Site = tuple[ast.AST, Any, ast.Call]
@@ -121,11 +125,15 @@ class _Locality(Hooks):
                 elif _handed_on(query, node, self.query):
                     self.open_queries.append((where, query))  # what the callers hand it decides (and DCP's asking)
             return UNKNOWN
-        if isinstance(inner, Method) and inner.name in ("view", "reshape"):
-            tokens = plain(args[1]) if len(args) == 4 else 1
+        if isinstance(inner, Method) and inner.name in _SHAPED:
+            shape = plain(args[0]) if len(args) == 1 else args  # the shape as one tuple, or one by one
+            tokens = plain(shape[1]) if isinstance(shape, (list, tuple)) and len(shape) == 4 else 1
             if tokens != 1 and not (isinstance(tokens, int) and tokens < 1):
                 # [requests, tokens, heads, dim] with a token count that is not one: a target verify or draft extend
-                count = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
+                written = (
+                    node.args[0].elts if len(node.args) == 1 and isinstance(node.args[0], ast.Tuple) else node.args
+                )
+                count = ast.unparse(written[1]) if len(written) > 1 else ""
                 made = Label(MULTI, f"`{ast.unparse(node)}`", span(node), str(frame.module.path), origin=count)
                 return Abstract(frozenset({made}), exists=True)
             if _multi(inner.receiver):  # one token per row now (or no token axis): not such a query any more
@@ -187,9 +195,11 @@ class _Locality(Hooks):
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG203", constructed=True).value(obj.cls, attr, None, self._writes)
-        # lengths, the batch they are read from, a kernel bound once with `partial` (the same every call), or a
-        # setting its constructor chose under DCP (`LenSource.RANK_SHARD if get_parallel().dcp_enabled else ...`)
-        useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), (Partial, EnumMember, bool))
+        # lengths, the batch they are read from, a kernel bound once with `partial` or a callable kept to apply
+        # (a lambda, a bound method: the same every call), or a setting its constructor chose under DCP
+        # (`LenSource.RANK_SHARD if get_parallel().dcp_enabled else ...`)
+        kinds = (Partial, Function, Bound, EnumMember, bool)
+        useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), kinds)
         return kept if useful else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
