@@ -959,9 +959,15 @@ RULE = Rule(
     limits=(
         Limit(
             "Only functions that name a planning call and a forward, or a function or method of theirs (one their "
-            "class inherits, one of the tree they call) whose text does, are judged: a function that reaches the "
-            "plan or the forward only through another object's method is judged where that method's own text "
-            "names both."
+            "class inherits, one of the tree they call) whose text does, are judged, in files whose text names a "
+            "planning call or the re-plan predicate: a function that reaches the plan or the forward only through "
+            "another object's method is judged where that method's own text names both, and a file that plans "
+            "only through a method its classes inherit is not read."
+        ),
+        Limit(
+            "A forward's decision to plan again is the batch's predicate alone. SGLang 0.5.23's eager runner also "
+            "plans a target verify again whatever the mark says (`EagerRunner._execute_extend`), so a target "
+            "verify planned and marked ahead of a padding forward is flagged; say so with `# noqa: SG106`."
         ),
         Limit(
             "The batch is judged with DP attention on: a forward (known by the names the pack lists) pads a batch "

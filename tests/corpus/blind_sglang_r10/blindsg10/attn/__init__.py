@@ -1,0 +1,1 @@
+"""MLA attention backend variants for decode context parallelism (DCP)."""

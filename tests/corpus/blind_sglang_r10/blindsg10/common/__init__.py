@@ -1,0 +1,1 @@
+"""Helpers shared by the fork's speculative workers, runners and backends."""

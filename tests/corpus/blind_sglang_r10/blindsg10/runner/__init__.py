@@ -1,0 +1,1 @@
+"""ModelRunner / TpModelWorker variants used by the fork."""
