@@ -20,7 +20,7 @@ SETS = {
     "sixth": ("blind_sglang_r6", "blindsg6", (30, 66), 27, 0),
     "seventh": ("blind_sglang_r7", "blindsg7", (34, 68), 30, 1),
     "eighth": ("blind_sglang_r8", "blindsg8", (38, 76), 28, 0),
-    "ninth": ("blind_sglang_r9", "blindsg9", (39, 88), 30, 1),
+    "ninth": ("blind_sglang_r9", "blindsg9", (39, 88), 31, 1),
     "tenth": ("blind_sglang_r10", "blindsg10", (43, 90), 39, 0),
 }
 

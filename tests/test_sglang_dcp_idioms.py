@@ -166,3 +166,38 @@ def test_a_buffer_made_with_a_token_axis_is_a_multi_token_query(tokens: str, fla
     `ForkCuteDslMLABackend.draft_extend_dcp`): launched under DCP without the global causal bound."""
     codes = [f.code for f in check_source(textwrap.dedent(PADDED_QUERY).replace("TOKENS", tokens))]
     assert codes == (["SG203"] if flagged else []), codes
+
+
+FALLBACK_IN_A_TRY = """
+import flashinfer
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+class TryLocalBackend:
+    def _local_lens(self, seq_lens):
+        parallel = get_parallel()
+        return get_dcp_lens(seq_lens, parallel.dcp_size, parallel.dcp_rank)
+
+    def forward_decode(self, q, kv_cache, forward_batch):
+        bs = forward_batch.batch_size
+        if get_parallel().dcp_enabled:
+            try:
+                kv_lens = self._local_lens(forward_batch.seq_lens[:bs])
+            except RuntimeError:
+                FALLBACK
+            return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+                query=q, kv_cache=kv_cache, seq_lens=kv_lens, return_lse=True
+            )
+"""
+
+
+@pytest.mark.parametrize(
+    ("fallback", "flagged"),
+    [("kv_lens = forward_batch.seq_lens[:bs]", True), ("raise", False)],
+    ids=["whole-lengths-fallback", "re-raised"],
+)
+def test_a_localizer_that_may_raise_in_a_helper_is_a_path_of_its_own(fallback: str, flagged: bool) -> None:
+    """The localizer is called in a method the step calls inside a `try` whose handler falls back to the whole
+    lengths (blind set 9's `TryLocalCuteDslMLABackend._dcp_decode`): the path where it raised is judged alone."""
+    codes = [f.code for f in check_source(textwrap.dedent(FALLBACK_IN_A_TRY).replace("FALLBACK", fallback))]
+    assert codes == (["SG203"] if flagged else []), codes

@@ -281,7 +281,8 @@ class Calls(Builtins):
                 raise PathEnds(set().union(*known_raises) if len(known_raises) == len(flow.raises) else None)
             return unknown_from(*args, why=f"`{func.qualname}` never returns")
         if flow.raises and self.raise_ends_path and self._trying:
-            self._pending += [(s.path, s.raised, None) for s in flow.raises]
+            # a raise of a lookup or a call the client answered, in the callee: the call may raise path by path
+            self._pending += [(s.path, s.raised, node if s.at_point else None) for s in flow.raises]
         if force and self.track_returns and flow.normal is not None:  # the implicit `return None` at its end
             self.record("return", func.module, func.node, "", flow.normal.path, None)
         if self.semantics.join == "unknown":  # what its paths agree on; the caller's path is not narrowed

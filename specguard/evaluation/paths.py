@@ -93,6 +93,8 @@ class State:
     env: dict[str, frozenset[str]] = field(default_factory=dict)
     # on a path that ends in a raise: the names of the class raised and of its bases (None: not known)
     raised: set[str] | None = None
+    # whether that raise is one a path-by-path run may take apart (a lookup's miss, a call a client answered)
+    at_point: bool = False
 
     def copy(self, path: frozenset | None = None, budget: Budget | None = None) -> State:
         """A state for another path. With a budget, the containers it holds are copied too (charged to it), so what

@@ -117,7 +117,8 @@ class Statements(Builtins):
                 continue  # this run: it returned
             else:
                 after = None  # this run: it raised here
-            flow.raises.append(replace(before.copy(), path=path, raised=raised))
+            # a raise that may be taken apart: so may the call of this function be, in its caller
+            flow.raises.append(replace(before.copy(), path=path, raised=raised, at_point=node is not None))
         return after
 
     def _s_expr(self, stmt: ast.Expr, frame: Frame, state: State) -> Flow:
