@@ -257,6 +257,7 @@ class Calls(Builtins):
         generator = _is_generator(func.node)
         if generator:
             self.yields.append([])
+            self.yield_writes.append([])
         caller_file, self.here = self.here, func.module.path
         try:
             flow = self.exec_block(func.node.body, frame, inner)
@@ -268,13 +269,24 @@ class Calls(Builtins):
             if node is not None:
                 self.calls.pop()
             yielded = self.yields.pop() if generator else []
+            at_yields = self.yield_writes.pop() if generator else []
         ends = list(flow.returns)
         if flow.normal is not None:
             ends.append((flow.normal, None))
-        if generator:  # run when called (its effects then, as it leaves what it writes): the sequence it yields
-            if ends and self.semantics.join != "unknown":
-                self._take_writes(state, merge([State({}, s.writes, s.path) for s, _ in ends], self.kept))
-            return self._generated(func, yielded, state)
+        if generator:  # run when called: the sequence it yields, and what it had written when it yielded (what a
+            # loop's body or a `with` block sees); what it writes after (a `@contextmanager`'s restoring `finally`)
+            # is done when a `with` leaves it
+            generated = self._generated(func, yielded, state)
+            if at_yields and self.semantics.join != "unknown":
+                entered = merge(at_yields, self.kept)
+                assert entered is not None
+                if ends and isinstance(generated, Many):
+                    left = merge([State({}, s.writes, s.path) for s, _ in ends], self.kept)
+                    assert left is not None
+                    after = {k: v for k, v in left.writes.items() if entered.writes.get(k, _NONE) is not v}
+                    self.on_exit[id(generated)] = (generated, after)
+                self._take_writes(state, entered)
+            return generated
         if not ends:
             if flow.raises and self.raise_ends_path:
                 known_raises = [s.raised for s in flow.raises if s.raised is not None]
@@ -467,6 +479,9 @@ def _joined_calls(func: Any, call: Callable[[Any], Any]) -> Any:
     """One of a few callables: each called, what they return joined (None, which cannot be called, is a path
     that raises)."""
     return join_values([(call(option), frozenset()) for option in plain(func).options if _callable(option)])
+
+
+_NONE = object()  # no write of that key
 
 
 def _any_callable(value: Any) -> bool:

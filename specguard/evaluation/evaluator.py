@@ -108,6 +108,9 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         self.calls: list[ast.AST] = []  # the call nodes being inlined, outermost first
         self._reading: ast.AST | None = None  # the attribute being read (a property it runs is called there)
         self.yields: list[list[tuple[Any, frozenset]]] = []  # per generator being run: (what it yields, on which path)
+        self.yield_writes: list[list[State]] = []  # per generator being run: what it had written at each yield
+        # per generator a call made: what it writes after its yields, done where a `with` block over it ends
+        self.on_exit: dict[int, tuple[Any, dict[tuple[Any, str], Any]]] = {}
         self._conds: dict[tuple[int, str], Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
         self._promised: dict[tuple[int, str], Any] = {}  # what each function's return annotation promises

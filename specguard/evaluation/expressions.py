@@ -482,6 +482,7 @@ class Expressions(Builtins):
             value = self.element_of(value)
         if self.yields:
             self.yields[-1].append((value, state.path))
+            self.yield_writes[-1].append(State({}, dict(state.writes), state.path))
         return UNKNOWN
 
     def _e_starred(self, e: ast.Starred, frame: Frame, state: State) -> Any:

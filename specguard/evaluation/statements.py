@@ -461,13 +461,22 @@ class Statements(Builtins):
         return flow
 
     def _s_with(self, stmt: ast.With | ast.AsyncWith, frame: Frame, state: State) -> Flow:
+        exits: list[dict[tuple[Any, str], Any]] = []
         for item in stmt.items:
             value = self.eval(item.context_expr, frame, state)
             if item.optional_vars is not None:
                 # a generator is entered only through `@contextmanager`: the target is what it yields
                 entered = value.element if isinstance(value, Many) else value if isinstance(value, Obj) else UNKNOWN
                 self.assign(item.optional_vars, entered, frame, state, stmt)
-        return self.exec_block(stmt.body, frame, state)
+            made = self.on_exit.get(id(value))
+            if made is not None and made[0] is value:
+                exits.append(made[1])
+        flow = self.exec_block(stmt.body, frame, state)
+        for after in reversed(exits):  # left innermost first: what each generator writes past its yield
+            for left in [flow.normal, *(s for s, _ in flow.returns)]:
+                if left is not None:
+                    left.writes.update(after)
+        return flow
 
     def _s_match(self, stmt: ast.Match, frame: Frame, state: State) -> Flow:
         subject = self.eval(stmt.subject, frame, state)
