@@ -32,8 +32,8 @@ _OPTIONAL = frozenset(
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
-    | {"skip_keywords"}
-    | {"dcp_flag_param"}
+    | {"skip_keywords", "plan_helpers"}
+    | {"dcp_flag_param", "gated_methods"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -121,6 +121,9 @@ class Dcp(_Section):
     # and fields that hold them on any object (`metadata.global_seq_lens_k`)
     batch_global_lens: list[str] = field(default_factory=list)
     global_lens: list[str] = field(default_factory=list)
+    # methods the framework calls only with DCP on (optional; SG203): a file that overrides or calls one is read
+    # even where its own text never asks whether DCP is on
+    gated_methods: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,9 @@ class Batches(_Section):
     model_forwards: list[str] = field(default_factory=list)
     # keywords that tell a forward not to plan (optional; SGLang before the readiness mark: `skip_attn_backend_init`)
     skip_keywords: list[str] = field(default_factory=list)
+    # the framework's own methods that plan the batch they are handed (optional): a file that calls one is read
+    # even where its own text names no plan
+    plan_helpers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -221,7 +227,9 @@ class Pack:
             *self.mla.decode_entry,
             *self.dcp.enabled_tests,
             *self.dcp.sizes,
+            *self.dcp.gated_methods,
             *self.batches.plan,
+            *self.batches.plan_helpers,
         ]
         names += [n for n in (self.mla.global_bound_param, self.mla.dcp_flag_param, self.batches.replan_predicate) if n]
         return tuple(sorted({n.encode() for n in names if n}))
@@ -241,7 +249,9 @@ class Pack:
             *self.speculators.file_marks,
             *self.dcp.prepare,
             *self.dcp.enabled_tests,
+            *self.dcp.gated_methods,
             *self.batches.plan,
+            *self.batches.plan_helpers,
             *([self.batches.replan_predicate] if self.batches.replan_predicate else []),
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}

@@ -201,3 +201,63 @@ def test_a_localizer_that_may_raise_in_a_helper_is_a_path_of_its_own(fallback: s
     lengths (blind set 9's `TryLocalCuteDslMLABackend._dcp_decode`): the path where it raised is judged alone."""
     codes = [f.code for f in check_source(textwrap.dedent(FALLBACK_IN_A_TRY).replace("FALLBACK", fallback))]
     assert codes == (["SG203"] if flagged else []), codes
+
+
+SCOPED_LENGTHS = """
+import contextlib
+
+import flashinfer
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+@contextlib.contextmanager
+def rank_local_seq_lens(forward_batch):
+    saved = forward_batch.seq_lens
+    forward_batch.seq_lens = get_dcp_lens(saved, 2, 0)
+    try:
+        yield forward_batch.seq_lens
+    finally:
+        forward_batch.seq_lens = saved
+
+class ScopedBackend:
+    def forward_decode(self, q, kv_cache, forward_batch):
+        if get_parallel().dcp_enabled:
+            BODY
+"""
+LAUNCH = "flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(q, kv_cache, seq_lens=forward_batch.seq_lens)"
+INSIDE = f"with rank_local_seq_lens(forward_batch):\n                return {LAUNCH}"
+AFTER = f"with rank_local_seq_lens(forward_batch):\n                pass\n            return {LAUNCH}"
+
+
+@pytest.mark.parametrize(("body", "flagged"), [(INSIDE, False), (AFTER, True)], ids=["inside", "after"])
+def test_a_context_manager_scopes_what_it_writes_to_its_block(body: str, flagged: bool) -> None:
+    """A `@contextmanager` that swaps this rank's share into `forward_batch.seq_lens` and restores the whole lengths
+    in its `finally` (blind set 11's `ContextView...DcpBackend` twins): a launch inside the block gets the share, one
+    after it the whole lengths."""
+    codes = [f.code for f in check_source(textwrap.dedent(SCOPED_LENGTHS).replace("BODY", body))]
+    assert codes == (["SG203"] if flagged else []), codes
+
+
+GATED_OVERRIDE = """
+import flashinfer
+from sglang.srt.layers.attention.trtllm_mla_backend import TRTLLMMLABackend
+
+class HoistedBackend(TRTLLMMLABackend):
+    def _forward_decode_dcp(self, query, kv_cache, metadata, layer, forward_batch):
+        bs = forward_batch.batch_size
+        return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+            query=query, kv_cache=kv_cache, seq_lens=LENS, return_lse=True
+        )
+"""
+
+
+@pytest.mark.parametrize(
+    ("lens", "flagged"),
+    [("metadata.global_seq_lens_k[:bs]", True), ("metadata.seq_lens_k[:bs]", False)],
+    ids=["whole", "share"],
+)
+def test_an_override_of_a_method_sglang_calls_under_dcp_is_read(lens: str, flagged: bool) -> None:
+    """A file whose only DCP code overrides `_forward_decode_dcp`, which SGLang calls under `dcp_enabled` (the pack's
+    `[dcp] gated_methods`; blind set 11's `dcp_helpers_backend`), is read though it never asks whether DCP is on."""
+    codes = [f.code for f in check_source(textwrap.dedent(GATED_OVERRIDE).replace("LENS", lens))]
+    assert codes == (["SG203"] if flagged else []), codes

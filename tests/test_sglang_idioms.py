@@ -11,6 +11,7 @@ SG106's own batch class with one idiom changed, the finding (or its absence) che
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -477,3 +478,36 @@ def test_an_sglang_idiom_is_judged_as_it_runs(name: str) -> None:
     findings, _ = check_source_judged(BATCH + textwrap.dedent(text), "worker.py", "worker")
     codes = [f.code for f in findings]
     assert ("SG106" in codes) is flagged, (codes, [f.message for f in findings])
+
+
+def test_a_file_that_plans_only_through_a_framework_helper_it_inherits_is_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The subclass's file names no plan and no predicate: it calls `_init_frozen_kv_metadata`, the SGLang method
+    that plans and marks (the pack's `[batches] plan_helpers`; blind set 10's `ForkFrozenKVMTPDraftWorker`)."""
+    from specguard.composition import check_paths
+    from specguard.packs import load_pack
+
+    base = BATCH + textwrap.dedent(
+        """
+        class FrozenWorker:
+            def _init_frozen_kv_metadata(self, forward_batch: ForwardBatch):
+                self.draft_attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+        """
+    )
+    worker = textwrap.dedent(
+        """
+        from fork.base import ForwardBatch, FrozenWorker
+
+        class ForkWorker(FrozenWorker):
+            def seed_forward(self, forward_batch: ForwardBatch):
+                self._init_frozen_kv_metadata(forward_batch)
+                return self.draft_model_runner.forward(forward_batch)
+        """
+    )
+    (tmp_path / "fork").mkdir()
+    (tmp_path / "fork" / "__init__.py").write_text("")
+    (tmp_path / "fork" / "base.py").write_text(base)
+    (tmp_path / "fork" / "worker.py").write_text(worker)
+    pack = load_pack(builtin=("vllm", "sglang"))
+    found = {(Path(f.path).name, f.code) for f in check_paths([tmp_path / "fork"], use_cache=False, pack=pack).findings}
+    assert ("worker.py", "SG106") in found, found

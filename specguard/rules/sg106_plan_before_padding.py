@@ -769,8 +769,10 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 def _plans(facts: Any, pack: Pack, mentions: frozenset[str]) -> bool:
-    """A file that names a plan, or asks the batch whether to plan (and may plan through an inherited method)."""
-    return any(name in mentions for name in [*pack.batches.plan, pack.batches.replan_predicate] if name)
+    """A file that names a plan or one of the framework's methods that plan, or asks the batch whether to plan (and
+    may plan through an inherited method)."""
+    names = [*pack.batches.plan, *pack.batches.plan_helpers, pack.batches.replan_predicate]
+    return any(name in mentions for name in names if name)
 
 
 # The batch class of the examples: a plan mark that records the shape planned, and the predicate that reads it.

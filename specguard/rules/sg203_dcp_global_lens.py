@@ -507,8 +507,9 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 def _names_dcp(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
-    """A file that asks whether DCP is on, how many ranks it has, or launches with the entry's DCP switch."""
-    names = (*pack.dcp.enabled_tests, *pack.dcp.sizes, pack.mla.dcp_flag_param)
+    """A file that asks whether DCP is on, how many ranks it has, launches with the entry's DCP switch, or
+    overrides or calls a method the framework calls only with DCP on."""
+    names = (*pack.dcp.enabled_tests, *pack.dcp.sizes, pack.mla.dcp_flag_param, *pack.dcp.gated_methods)
     return any(name and name in mentions for name in names)
 
 
