@@ -962,9 +962,10 @@ RULE = Rule(
         Limit(
             "Only functions that name a planning call and a forward, or a function or method of theirs (one their "
             "class inherits, one of the tree they call) whose text does, are judged, in files whose text names a "
-            "planning call or the re-plan predicate: a function that reaches the plan or the forward only through "
-            "another object's method is judged where that method's own text names both, and a file that plans "
-            "only through a method its classes inherit is not read."
+            "planning call, one of the framework's planning methods the pack lists (`plan_helpers`) or the re-plan "
+            "predicate: a function that reaches the plan or the forward only through another object's method is "
+            "judged where that method's own text names both, and a file that plans only through a helper of "
+            "another module or a method its classes inherit, neither listed, is not read."
         ),
         Limit(
             "A forward's decision to plan again is the batch's predicate alone. SGLang 0.5.23's eager runner also "
