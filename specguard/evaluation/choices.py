@@ -4,8 +4,9 @@ so that values set under tests that depend on each other are not joined before t
 A joined evaluation keeps what each value may be, but loses which options go together: rows expanded under one
 test and a bound expanded under another both read as "may be expanded", whether or not a path has one without the
 other. `Choices` is consulted at each undecided `if` and conditional expression of the run function's own body
-and of the functions it calls directly (`depth`; deeper helpers' paths stay joined), and at each lookup in a
-`try` that may miss into a handler (returned, or raised: `RaisePoint`): on the first run it only
+and of the functions it calls directly (`depth`; deeper helpers' paths stay joined), and at each lookup, call a
+client answered, or call of a function that raises at one of those, in a `try` that may raise into a handler
+(returned, or raised: `RaisePoint`): on the first run it only
 notes which tests matter (their two sides leave values of the client's label kinds different); `each_path` then
 replays the runs with those tests taken each way, depth first (each run replays the sides taken before its last
 new choice)."""
@@ -64,7 +65,7 @@ class Choices:
         return side
 
     def take_outcome(self, node: ast.AST) -> bool | None:
-        """Whether, on this run, `node` (a lookup in a `try` that may miss) returned: True, or raised:
+        """Whether, on this run, `node` (a raise point in a `try`: see `RaisePoint`) returned: True, or raised:
         False; None where both are joined as usual. Never a fact: the same call may answer otherwise next time."""
         if self.relevant is None or self.joining or id(node) not in self.relevant:
             return None
@@ -162,7 +163,8 @@ def _named(node: ast.AST) -> bool:
 
 @dataclass(frozen=True)
 class RaisePoint:
-    """A lookup inside a `try` that may miss, as a path takes it: returned (True) or raised (False)."""
+    """A lookup that may miss, a call a client answered, or a call of a function that raises at one of those, inside
+    a `try`, as a path takes it: returned (True) or raised (False). A call the evaluation does not read is none."""
 
     node: ast.AST
 
