@@ -1,0 +1,1 @@
+"""Fork extensions for SGLang speculative decoding (blind corpus 12)."""
