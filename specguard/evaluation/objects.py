@@ -426,7 +426,7 @@ class ObjectModel:
                 module = self.tree.module(klass.module)
                 if module is None:
                     return UNKNOWN
-                if not defaults and not is_classvar(klass.annotations.get(attr)):
+                if not defaults and not is_classvar(klass.annotations.get(attr)) and self._own_attribute(cls, attr):
                     return _DECLARED if instance and attr in klass.annotations else UNKNOWN
                 value = field_default(klass.attributes[attr])
                 if value is None:
@@ -435,6 +435,20 @@ class ObjectModel:
             if attr in klass.annotations:  # a declared field without a class-level value
                 return _DECLARED if instance else UNKNOWN
         return missing
+
+    def _own_attribute(self, cls: ClassInfo, attr: str) -> bool:
+        """Whether an instance of `cls` may hold its own `attr` beside the class-level value: one its constructor
+        fills (a dataclass, a pydantic model, a named tuple) or a method assigns. Otherwise the class-level value
+        is what every instance reads (a subclass's flag that only overrides the base's)."""
+        return self._record(cls) or bool(writers(cls, self.tree, attr))
+
+    def _record(self, cls: ClassInfo) -> bool:
+        """Whether the class's instances are built field by field, each annotated name a field."""
+        for klass in self.tree.ancestors(cls):
+            bases = {(dotted(b) or "").rpartition(".")[2] for b in klass.node.bases}
+            if _is_dataclass(klass, _RECORD_DECORATORS) or bases & _RECORD_BASES:
+                return True
+        return False
 
     def _method_value(
         self, klass: ClassInfo, node: ast.FunctionDef | ast.AsyncFunctionDef, owner_value: Any, state: State, depth: int
@@ -877,10 +891,16 @@ def is_classvar(annotation: ast.expr | None) -> bool:
     return text.startswith(("ClassVar", "typing.ClassVar"))
 
 
-def _is_dataclass(cls: ClassInfo) -> bool:
+# Bases whose subclasses are records (each annotated name a field the constructor fills), and class decorators
+# that make one (dataclasses', attrs').
+_RECORD_BASES = frozenset({"BaseModel", "NamedTuple", "TypedDict", "Struct", "BaseSettings"})
+_RECORD_DECORATORS = frozenset({"dataclass", "define", "frozen", "mutable", "attrs", "s"})
+
+
+def _is_dataclass(cls: ClassInfo, names: frozenset[str] = frozenset({"dataclass"})) -> bool:
     for decorator in cls.node.decorator_list:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if (dotted(target) or "").rpartition(".")[2] == "dataclass":
+        if (dotted(target) or "").rpartition(".")[2] in names:
             return True
     return False
 

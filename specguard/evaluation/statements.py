@@ -635,6 +635,10 @@ class Statements(Builtins):
             for part in test.values:
                 self.narrow(part, truth, frame, state)
             return state
+        if isinstance(test, ast.BoolOp):
+            # an `and` that fails (an `or` that holds) where every operand but one is known to hold (to fail): that
+            # one decided it (`if dcp and q_len > 1 and bound is None: raise`, passed: the bound is set)
+            return self._narrow_by_the_other_operands(test, truth, frame, state)
         if not (
             isinstance(test, ast.Compare)
             and len(test.ops) == 1
@@ -656,6 +660,19 @@ class Statements(Builtins):
         else:
             self.store(self.eval(target.value, frame, state), target.attr, value, state)
         return state
+
+    def _narrow_by_the_other_operands(self, test: ast.BoolOp, truth: bool, frame: Frame, state: State) -> State:
+        """`state` where `test` (an `and` failing, an `or` holding) is `truth`, narrowed by its one operand that can
+        be: every other one, read without a call (so reading it again runs nothing), goes the way that leaves the
+        whole to that one."""
+        passing = not truth  # what every other operand must be for the remaining one to decide the whole
+        open_parts = []
+        for part in test.values:
+            if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Lambda)) for n in ast.walk(part)):
+                return state
+            if self.truth(self.eval(part, frame, state), frame, state) is not passing:
+                open_parts.append(part)
+        return self.narrow(open_parts[0], truth, frame, state) if len(open_parts) == 1 else state
 
     def _predicate_test(self, call: ast.Call, frame: Frame, state: State) -> ast.expr | None:
         """The test a call of a one-line predicate (`def active(b): return b.counts is not None`) returns, written
