@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -34,6 +35,7 @@ _OPTIONAL = frozenset(
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
     | {"skip_keywords", "plan_helpers"}
     | {"dcp_flag_param", "gated_methods"}
+    | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -160,6 +162,29 @@ class Mla(_Section):
     # calls with the lengths (SGLang's `fast_mla_decode_plan`): a call with exactly these arguments, its lengths
     plan_module_params: list[str] = field(default_factory=list)
     plan_module_lens_param: str | None = None
+    # the same methods' metadata form (optional; SG203): the keyword that hands the plan one metadata object, and
+    # that object's fields that are the lengths (FlashInfer's `plan(metadata=MLAPlanMetadata.csr(...), ...)`)
+    plan_metadata_param: str | None = None
+    plan_metadata_lens: list[str] = field(default_factory=list)
+    # that object's constructors, read this way where the library's own code is not (optional; SG203): each
+    # `Class.method(field, ...)`, the fields its positional arguments fill in order (keywords fill their own)
+    plan_metadata_builders: list[str] = field(default_factory=list)
+
+    @cached_property
+    def metadata_builders(self) -> dict[str, tuple[str, ...]]:
+        """`plan_metadata_builders` read: the constructor's dotted name -> the fields its positions fill."""
+        return dict(parse_signature(text) for text in self.plan_metadata_builders)
+
+
+_SIGNATURE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*\(\s*((?:\w+\s*,\s*)*\w*)\s*\)\s*$")
+
+
+def parse_signature(text: str) -> tuple[str, tuple[str, ...]]:
+    """`Class.method(a, b)` -> ("Class.method", ("a", "b")); a UserError naming the entry where it is not one."""
+    match = _SIGNATURE.match(text)
+    if match is None:
+        raise UserError(f"rule pack key 'mla.plan_metadata_builders': {text!r} is not `Name.method(field, ...)`")
+    return match.group(1), tuple(p.strip() for p in match.group(2).split(",") if p.strip())
 
 
 @dataclass(frozen=True)
@@ -280,13 +305,18 @@ def _validate(raw: dict[str, Any], origin: str) -> Pack:
     from pydantic import TypeAdapter, ValidationError
 
     try:
-        return TypeAdapter(Pack).validate_python(raw)
+        pack = TypeAdapter(Pack).validate_python(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         problem = "unknown key" if err["type"] in ("extra_forbidden", "unexpected_keyword_argument") else err["msg"]
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise UserError(f"{origin}: rule pack key '{key}': {problem}{more}") from None
+    try:
+        pack.mla.metadata_builders  # noqa: B018 - read now, so that a malformed entry names its file
+    except UserError as exc:
+        raise UserError(f"{origin}: {exc}") from None
+    return pack
 
 
 def builtin_pack_text(name: str) -> str:

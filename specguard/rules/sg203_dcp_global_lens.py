@@ -31,10 +31,11 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.packs import Mla
-from specguard.program.ast_tools import span
+from specguard.program.ast_tools import dotted, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
+    Callee,
     OutOfBudget,
     Question,
     Scope,
@@ -59,8 +60,9 @@ MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with m
 # max_q, heads, dim))`, which a draft extend pads its ragged query into).
 _SHAPED = ("view", "reshape", "new_zeros", "new_empty", "new_ones")
 QUERY_TOKENS = 2  # the tokens per request of such a query where the evaluation runs (target verify, draft extend)
-# a launch: (the call in the judged function, the lengths handed to the entry, the entry's call)
-Site = tuple[ast.AST, Any, ast.Call]
+# a launch: (the call in the judged function, the lengths handed to the entry, the entry's call, the calls on the
+# way to it)
+Site = tuple[ast.AST, Any, ast.Call, tuple[ast.AST, ...]]
 DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation runs with DCP on
 
 
@@ -85,6 +87,9 @@ class _Locality(Hooks):
         # (with whether DCP was asked by then)
         self.into = into
         self.handed: list[tuple[dict[str, Any], bool]] = []
+        # a holder's evaluation: calls of `into` spelled on the attribute that holds an instance of its class
+        # (`self.indices_updater_decode.update(...)`), whatever the evaluation makes of that attribute
+        self.spelled: tuple[frozenset[str], Function] | None = None
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
@@ -92,6 +97,8 @@ class _Locality(Hooks):
         inner = plain(func)
         if self.into is not None:
             target = callee(func)
+            if self.spelled is not None and ast.unparse(node.func) in self.spelled[0]:
+                target = Callee(self.spelled[1].name, True, self.spelled[1], bound=True)
             if target is not None and target.function is not None and target.function.node is self.into:
                 given = {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
                 self.handed.append((given, self.dcp_tested))
@@ -114,7 +121,7 @@ class _Locality(Hooks):
                 else {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
             )
             where = ev.calls[0] if ev.calls else node
-            self.sites.append((where, self._as_left(values.get(self.lens, UNKNOWN)), node))
+            self.sites.append((where, self._as_left(values.get(self.lens, UNKNOWN)), node, tuple(ev.calls)))
             query, bound = values.get(self.query, UNKNOWN), values.get(self.bound)
             if self.switch and plain(values.get(self.switch)) is True:
                 self.dcp_tested = True  # the launch itself says it runs under DCP
@@ -142,15 +149,17 @@ class _Locality(Hooks):
             if inner.name == "dim":
                 return 4
             return Abstract(_multi_labels([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same
-        if name in self.plans and isinstance(inner, Method):  # `wrapper.plan(...)`: a library's, never followed
-            form = _plan_form(self.q.pack.mla, len(args), set(kwargs))
-            if form is not None:
-                lens_param, order = form
-                given = {**dict(zip(order, args, strict=False)), **kwargs}
-                self.sites.append(
-                    (ev.calls[0] if ev.calls else node, self._as_left(given.get(lens_param, UNKNOWN)), node)
-                )
+        planned = _unbound(inner, args, kwargs)
+        if (
+            planned is not None and planned[0].name.rpartition(".")[2] in self.plans
+        ):  # `wrapper.plan(...)`: never followed
+            lens = self._planned_lens(*planned[1:])
+            if lens is not None:
+                self.sites.append((ev.calls[0] if ev.calls else node, self._as_left(lens), node, tuple(ev.calls)))
             return NOT_HANDLED
+        built = _built_metadata(self.q.pack.mla, inner, node, args, kwargs)
+        if built is not None:
+            return built
         if name in self.localizers or name in self.in_place:
             share = Label(LOCAL, f"`{ast.unparse(node.func)}`", span(node), str(frame.module.path))
             made = Abstract(frozenset({share}))
@@ -165,6 +174,20 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and _locality([inner.receiver]):
             return Abstract(_locality([inner.receiver]), exists=True)  # `.to(...)`, `.int()`: the same lengths
         return NOT_HANDLED
+
+    def _planned_lens(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """The lengths a plan call of the wrapper is handed, in whichever form it is called; None: a method of
+        that name that is no plan."""
+        mla = self.q.pack.mla
+        if mla.plan_metadata_param and mla.plan_metadata_param in kwargs:
+            metadata = plain(kwargs[mla.plan_metadata_param])
+            fields = metadata.fields if isinstance(metadata, Obj) else {}
+            return next((fields[f] for f in mla.plan_metadata_lens if plain(fields.get(f)) is not None), UNKNOWN)
+        form = _plan_form(mla, len(args), set(kwargs))
+        if form is None:
+            return None
+        lens_param, order = form
+        return {**dict(zip(order, args, strict=False)), **kwargs}.get(lens_param, UNKNOWN)
 
     def attribute(self, ev: Any, base: Any, attr: str, value: Any, node: ast.AST | None, state: Any) -> Any:
         if attr in self.tests:
@@ -233,6 +256,30 @@ def _handed_on(query: Any, call: ast.Call, param: str) -> bool:
     return isinstance(given, ast.Name) and names == {given.id}
 
 
+def _unbound(func: Any, args: list[Any], kwargs: dict[str, Any]) -> tuple[Method, list[Any], dict[str, Any]] | None:
+    """A call of a method of some object, with what a `functools.partial` around it bound placed first (`plan =
+    partial(wrapper.plan, kv_len_arr=lens)`, then `plan(qo_indptr=...)`); None for any other callable."""
+    while isinstance(func, Partial):
+        args, kwargs = [*func.args, *args], {**func.kwargs, **kwargs}
+        func = plain(func.func)
+    return (func, args, kwargs) if isinstance(func, Method) else None
+
+
+def _built_metadata(mla: Mla, func: Any, node: ast.Call, args: list[Any], kwargs: dict[str, Any]) -> Obj | None:
+    """A plan's metadata object built by one of the pack's constructors whose code is not read (`MLAPlanMetadata
+    .csr(qo_indptr, kv_indptr, kv_indices, kv_len_arr)`): an object holding what it was handed, field by field."""
+    spelled = dotted(node.func) or ""
+    if not mla.metadata_builders or isinstance(func, (Function, Bound)):
+        return None
+    fields = next(
+        (f for name, f in mla.metadata_builders.items() if spelled == name or spelled.endswith(f".{name}")), None
+    )
+    if fields is None:
+        return None
+    given = {**dict(zip(fields, args, strict=False)), **{k: v for k, v in kwargs.items() if k in fields}}
+    return Obj(None, given, label="plan metadata")
+
+
 def _multi(value: Any) -> bool:
     return any(x.kind == MULTI for x in labels_of(value))
 
@@ -264,7 +311,16 @@ def judge(q: Question) -> Iterator[Judgement]:
     names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names))
     for scope in q.scopes:
         if scope.mentions(names):
-            yield from _judge_scope(q, scope)
+            yield from _judged(q, scope)
+
+
+def _judged(q: Question, scope: Scope) -> list[Judgement]:
+    """The scope's judgements, made once per run: a caller's verdict may ask for them first (see `_callees`)."""
+    key = ("sg203-judged", scope.module.name, scope.qualname, id(scope.node))
+    if key not in q.program.memo:
+        q.program.memo[key] = []  # while it is judged: a call back into it reports nothing
+        q.program.memo[key] = list(_judge_scope(q, scope))
+    return q.program.memo[key]  # type: ignore[no-any-return]
 
 
 def _evaluation(
@@ -404,7 +460,7 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
     """A launch handed lengths, or a query, that are the judged method's parameter, unchanged in what they are:
     the method is run again with what each method of its class (the framework's base classes included) that calls
     it on `self` hands it."""
-    passed = [(where, lens) for where, lens, _ in hooks.sites if _passed_on(lens)] + hooks.open_queries
+    passed = [(where, lens) for where, lens, _, _ in hooks.sites if _passed_on(lens)] + hooks.open_queries
     if not passed:
         return None
     where = passed[0][0]
@@ -420,14 +476,12 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
         return q.undecided("SG203", scope, where, what, why)
     others = []
     for klass, function in callers:
-        found = _Locality(q, into=scope.node)
-        _evaluation(q, function, q.self_value(scope), found, Choices(frozenset()))
         caller = f"`{klass.name}.{function.node.name}`"
-        for handed, asked in found.handed:
+        for handed, asked, how in _handed_by(q, scope, klass, function):
             again = _Locality(q)
             again.dcp_tested = asked
             _evaluation(q, scope.function, q.self_value(scope), again, Choices(frozenset()), given=handed)
-            how = f" as {caller} calls it"
+            how = f" as {caller} calls it{how}"
             verdict = _verdict(q, scope, again.sites, how=how) or _unbounded(q, scope, again.unbounded, how=how)
             if verdict is not None and verdict.decided:
                 return verdict
@@ -437,6 +491,61 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
         why = f"it is its parameter, and {others[0]}: what it is is decided by callers further up"
         return q.undecided("SG203", scope, where, what, why)
     return None
+
+
+def _handed_by(
+    q: Question, scope: Scope, klass: ClassInfo, function: Function
+) -> Iterator[tuple[dict[str, Any], bool, str]]:
+    """What `function` (a method of the judged method's class or a base, calling it on `self`) hands the judged
+    method, with whether DCP was asked by then: as it runs on its own, and, where it hands on its own parameters,
+    as each method of a class of its module that holds an instance of `klass` calls it (SGLang's FlashInfer MLA
+    backend calling `self.indices_updater_decode.update(forward_batch.seq_lens, ...)`, which hands them on to
+    the `call_begin_forward` a fork overrides)."""
+    found = _Locality(q, into=scope.node)
+    _evaluation(q, function, q.self_value(scope), found, Choices(frozenset()))
+    for handed, asked in found.handed:
+        yield handed, asked, ""
+        if not any(_params(value) for value in handed.values()):
+            continue
+        for holder, method, spelled in _holders(q, klass, function.node.name):
+            up = _Locality(q, into=function.node)
+            up.spelled = (spelled, function)
+            _evaluation(q, method, Obj(holder, label="self"), up, Choices(frozenset()))
+            for given, asked_up in up.handed:
+                again = _Locality(q, into=scope.node)
+                again.dcp_tested = asked_up
+                _evaluation(q, function, q.self_value(scope), again, Choices(frozenset()), given=given)
+                for handed_on, asked_on in again.handed:
+                    yield handed_on, asked_on, f" from `{holder.name}.{method.node.name}`"
+
+
+def _holders(q: Question, klass: ClassInfo, name: str) -> Iterator[tuple[ClassInfo, Function, frozenset[str]]]:
+    """The methods of the classes of `klass`'s module that call its method `name` on an attribute holding an
+    instance of it (`self.updater = Updater(...)` in one method, `self.updater.update(...)` in another), with
+    that call's spelling (by reading)."""
+    module = q.program.module(klass.module)
+    if module is None:
+        return
+    for holder in module.classes.values():
+        if holder is klass:
+            continue
+        held = {
+            f"self.{target.attr}.{name}"
+            for node in holder.methods.values()
+            for stmt in ast.walk(node)
+            if isinstance(stmt, ast.Assign)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id == klass.name
+            for target in stmt.targets
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+        }
+        if not held:
+            continue
+        calls = words(frozenset(held))
+        for node in holder.methods.values():
+            if calls.search(definition_text(module, node)):
+                yield holder, Function(module, node, holder), frozenset(held)
 
 
 def _calls(q: Question, other: Scope, scope: Scope) -> bool:
@@ -476,15 +585,15 @@ def _callers(q: Question, scope: Scope) -> Iterator[tuple[ClassInfo, Function]]:
 
 def _doubtful(sites: list[Site]) -> bool:
     """Whether some launch may get every rank's lengths on some path and this rank's on another."""
-    return any(x.kind == GLOBAL for _, lens, _ in sites for x in labels_of(lens) | maybe_of(lens))
+    return any(x.kind == GLOBAL for _, lens, _, _ in sites for x in labels_of(lens) | maybe_of(lens))
 
 
 def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None, how: str = "") -> Judgement | None:
     on = (f" on the path where {path.describe()}" if path is not None else "") + how
     home = str(scope.module.path)
-    for where, lens, kernel in sites:
+    for where, lens, kernel, chain in sites:
         read = _global(lens)
-        if not read:
+        if not read or _callees(q, scope, read, (*chain, kernel)):
             continue
         entry = _entry(kernel)
         sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
@@ -495,6 +604,21 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
         )
         return q.judgement("SG203", scope, where, message)
     return None
+
+
+def _callees(q: Question, scope: Scope, read: list[Label], chain: tuple[ast.AST, ...]) -> bool:
+    """Whether the launch is reached through another function of this file in which every read of the whole lengths
+    it gets lies, and which reports a launch when judged on its own: the finding is that function's (a caller
+    delegating to an override that launches wrongly is not wrong itself)."""
+    home = str(scope.module.path)
+    for other in q.scopes:
+        lines = range(other.node.lineno, (other.node.end_lineno or 0) + 1)
+        if other is scope or not all(x.path == home and x.span[0] in lines for x in read):
+            continue
+        inside = {id(n) for n in ast.walk(other.node) if isinstance(n, ast.Call)}
+        if any(id(call) in inside for call in chain[1:]) and any(j.decided for j in _judged(q, other)):
+            return True
+    return False
 
 
 def _localizers(q: Question) -> str:
@@ -531,8 +655,11 @@ RULE = Rule(
         "of FlashInfer's MLA wrapper (`[mla] plan_methods` given each of `plan_params`, its lengths "
         "`plan_lens_param`, or by keyword each of its page-table form's `plan_table_params`, its lengths "
         "`plan_table_lens_param`, or exactly its compiled module's `plan_module_params`, which a framework's own "
-        "fast plan calls, its lengths `plan_module_lens_param`), and reads DCP lengths or tests DCP, with DCP on "
-        "over two ranks: the pack's "
+        "fast plan calls, its lengths `plan_module_lens_param`, or one metadata object by the keyword "
+        "`plan_metadata_param`, its lengths that object's `plan_metadata_lens`, as FlashInfer's code or, where it "
+        "is not read, the pack's `plan_metadata_builders` fill them; a plan bound with `functools.partial` is "
+        "called with what the partial bound first), and reads DCP lengths or tests DCP, with DCP on over two "
+        "ranks: the pack's "
         "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two.",
         "Lengths carry where they come from as a property of the value: a field of the pack's `global_lens` "
         "(on any object) or `batch_global_lens` (on a batch: a parameter typed or named as one, or one kept on "
@@ -549,8 +676,12 @@ RULE = Rule(
         "Lengths the judged function was handed as a parameter, passed on unchanged in whose they are, are its "
         "callers': where other functions of its file call it, they are judged with what they hand it; otherwise "
         "the methods of its class and their bases (the framework's included) that call it on `self` are "
-        "evaluated, and the whole lengths passed by one are a finding. Where one passes its own parameter, or "
-        "nothing calls it, the launch is listed as not decided.",
+        "evaluated, and the whole lengths passed by one are a finding. Where one passes its own parameter, the "
+        "methods of the classes of that caller's module that hold an instance of its class (`self.updater = "
+        "Updater(...)`) and call it there (`self.updater.update(forward_batch.seq_lens, ...)`) are evaluated "
+        "too, and what they hand it is handed on. Where that still leaves a parameter, or nothing calls it, the "
+        "launch is listed as not decided. A launch reached through another function of the file that reads the "
+        "whole lengths and launches with them itself is that function's finding, not its callers'.",
         "A query has more than one token per request where it is viewed as `[requests, tokens, heads, dim]` "
         "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one; the evaluation then "
         f"takes {QUERY_TOKENS} tokens per request, so that a refusal written on the query's shape "
