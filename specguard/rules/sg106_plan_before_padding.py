@@ -564,6 +564,7 @@ def _reaching_names(q: Question, seeds: set[str], calls: list[str]) -> frozenset
     found = set(seeds) | _inherited_callers(q, calls)
     called, stores = _calls_and_stores(q)
     found |= {name.rpartition(".")[2] for module, name in called if _function_plans(q, module, name, calls, hops=2)}
+    found |= {method for module, name in called for method in _class_plans(q, module, name, calls)}
     while True:
         more = {scope.node.name for scope in q.scopes if scope.node.name not in found and scope.mentions(found)}
         named = words(frozenset(found))
@@ -630,6 +631,23 @@ def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: 
             defined = {n.name for n in home.tree.body if isinstance(n, ast.FunctionDef)} - {function.name}
             plans = any(_function_plans(q, home.name, other, plan, hops - 1) for other in sorted(names & defined))
         q.program.memo[key] = plans
+    return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _class_plans(q: Question, module: str, name: str, plan: list[str]) -> frozenset[str]:
+    """The methods of the class `name` (as `module` sees it, a class this module builds) whose own text names one
+    of `plan` (a helper object's `prime()` that plans and marks the batch it holds), by the name a caller calls
+    them: the class's own where its constructor does."""
+    cls = q.program.resolve_class(module, name)
+    if cls is None:
+        return frozenset()
+    key = ("sg106-class-plans", cls.key, tuple(plan))
+    if key not in q.program.memo:
+        q.program.memo[key] = frozenset(
+            cls.name if method == "__init__" else method
+            for method, node in cls.methods.items()
+            if not _attributes_and_names(node)[0].isdisjoint(plan)
+        )
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
@@ -961,11 +979,12 @@ RULE = Rule(
     limits=(
         Limit(
             "Only functions that name a planning call and a forward, or a function or method of theirs (one their "
-            "class inherits, one of the tree they call) whose text does, are judged, in files whose text names a "
-            "planning call, one of the framework's planning methods the pack lists (`plan_helpers`) or the re-plan "
-            "predicate: a function that reaches the plan or the forward only through another object's method is "
-            "judged where that method's own text names both, and a file that plans only through a helper of "
-            "another module or a method its classes inherit, neither listed, is not read."
+            "class inherits, one of the tree they call, a method of a class of the tree they build) whose text "
+            "does, are judged, in files whose text names a planning call, one of the framework's planning methods "
+            "the pack lists (`plan_helpers`) or the re-plan predicate: a function that reaches the plan or the "
+            "forward only through another object's method is judged where that method's own text names both, and "
+            "a file that plans only through a helper of another module, a helper object it builds or a method its "
+            "classes inherit, none listed, is not read."
         ),
         Limit(
             "A forward's decision to plan again is the batch's predicate alone. SGLang 0.5.23's eager runner also "
