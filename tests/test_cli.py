@@ -370,6 +370,10 @@ def test_a_pack_can_ask_for_non_causal_too(cli, tmp_path: Path) -> None:  # type
         ('[speculators]\nbases = "X"\n', "fork.toml: rule pack key 'speculators.bases': Input should be a valid list"),
         ("[speculators\n", "fork.toml: rule pack is not valid TOML"),
         ("[metadata]\nsink = []\nreplace = true\n", "rule packs leave required keys empty: metadata.sink"),
+        (
+            '[mla]\nplan_metadata_builders = ["Meta.csr(a, b"]\n',
+            "fork.toml: rule pack key 'mla.plan_metadata_builders': 'Meta.csr(a, b' is not `Name.method(field, ...)`",
+        ),
     ],
 )
 def test_malformed_pack_is_one_line_and_exit_2(cli, project: Path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
