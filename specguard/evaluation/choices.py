@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from specguard.evaluation.paths import State
 from specguard.evaluation.values import Deferred, Label, Obj, Sym, labels_of, plain
+from specguard.program.ast_tools import dotted
 
 T = TypeVar("T")
 MAX_PATHS = 32  # the runs `each_path` makes at most; more paths than that are not decided
@@ -52,17 +53,24 @@ class Choices:
     # (a flag a client's predicate reads, written directly rather than through a labelled call)
     fields: frozenset[str] = frozenset()
 
-    def take(self, test: ast.expr, frame: Any, state: State) -> bool | None:
-        """Which side of `test` this run takes (None: both, joined as usual)."""
+    def take(
+        self, test: ast.expr, frame: Any, state: State, read: Callable[[ast.expr], bool | None] | None = None
+    ) -> bool | None:
+        """Which side of `test` this run takes (None: both, joined as usual). `read`: the truth of an operand
+        of it that can be read again without running anything, where the evaluation knows it."""
         if self.relevant is None or self.joining:
             return None
-        known = self._known(test, frame, state)
+        known = self._known(test, frame, state, read)
         if known is not None or id(test) not in self.relevant:
             return known
         side = self.replay[len(self.taken)] if len(self.taken) < len(self.replay) else False
         self.taken.append((test, side))
         self._learn(test, side, frame, state)
         return side
+
+    def known(self, test: ast.expr, frame: Any, state: State) -> bool | None:
+        """What this run took `test` to be already (a test it took, or the parts of one), else None."""
+        return None if self.relevant is None or self.joining else self._known(test, frame, state)
 
     def take_outcome(self, node: ast.AST) -> bool | None:
         """Whether, on this run, `node` (a raise point in a `try`: see `RaisePoint`) returned: True, or raised:
@@ -99,25 +107,27 @@ class Choices:
             else:
                 self.frames.append(frame)
                 parts.append((name, "frame", id(frame)))
-        return ast.dump(test), tuple(parts)
+        return _canonical(test), tuple(parts)
 
-    def _known(self, test: ast.expr, frame: Any, state: State) -> bool | None:
+    def _known(
+        self, test: ast.expr, frame: Any, state: State, read: Callable[[ast.expr], bool | None] | None = None
+    ) -> bool | None:
         fact = self.facts.get(self._key(test, frame, state))
         if fact is not None:
             return fact[0]
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            known = self._known(test.operand, frame, state)
+            known = self._known(test.operand, frame, state, read)
             return None if known is None else not known
         if isinstance(test, ast.BoolOp):
             stop = isinstance(test.op, ast.Or)  # the value that decides the whole
-            parts = [self._known(value, frame, state) for value in test.values]
+            parts = [self._known(value, frame, state, read) for value in test.values]
             if stop in parts:
                 return stop
             return (not stop) if all(part is not None for part in parts) else None
-        return None
+        return read(test) if read is not None else None
 
     def _learn(self, test: ast.expr, side: bool, frame: Any, state: State) -> None:
-        if any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr)) for n in ast.walk(test)):
+        if not _asks_again_alike(test):
             return  # a call may answer otherwise the next time
         names = frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(test) if _named(n))
         self.facts[self._key(test, frame, state)] = (side, names)
@@ -149,6 +159,30 @@ class Choices:
         if isinstance(value, Deferred):
             return id(value)
         return frozenset(x for x in labels_of(value) if x.kind in (kinds or self.kinds))
+
+
+def _asks_again_alike(test: ast.expr) -> bool:
+    """Whether the same test, asked again on this path with its names unchanged, has the same answer: no
+    assignment in it, and its calls only a question put to an object with nothing handed
+    (`forward_batch.forward_mode.is_decode_or_idle()`), as a mode's or a batch's predicates are."""
+    for node in ast.walk(test):
+        if isinstance(node, (ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)):
+            return False
+        if isinstance(node, ast.Call) and (
+            node.args or node.keywords or not isinstance(node.func, ast.Attribute) or dotted(node.func) is None
+        ):
+            return False
+    return True
+
+
+def _canonical(test: ast.expr) -> str:
+    """A test's text as its answer depends on it: the operands of `and`/`or` in any order (`a or b` is `b or a`
+    where neither runs anything)."""
+    if isinstance(test, ast.BoolOp):
+        return f"{type(test.op).__name__}({', '.join(sorted(_canonical(v) for v in test.values))})"
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return f"Not({_canonical(test.operand)})"
+    return ast.dump(test)
 
 
 def _scalar(value: Any) -> Any:

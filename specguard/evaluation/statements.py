@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -557,7 +558,7 @@ class Statements(Builtins):
             if not sides[0] or not sides[1]:
                 decided = self.merge_states(sides[0] or sides[1])
                 return self.exec_block(body if sides[0] else orelse, frame, decided)  # type: ignore[arg-type]
-        side = choosing.take(test, frame, state) if choosing is not None else None
+        side = choosing.take(test, frame, state, self._reread(frame, state)) if choosing is not None else None
         if side is not None:  # path by path (see `choices`): this run takes one side
             self.narrow(test, side, frame, state)
             return self.exec_block(body if side else orelse, frame, state)
@@ -661,17 +662,28 @@ class Statements(Builtins):
             self.store(self.eval(target.value, frame, state), target.attr, value, state)
         return state
 
+    def _reread(self, frame: Frame, state: State) -> Callable[[ast.expr], bool | None]:
+        """The truth of an operand of a test: as this path took it, path by path, else read again where reading
+        runs nothing (no call); None where it is not known."""
+
+        choosing = self.choosing(frame)
+
+        def read(part: ast.expr) -> bool | None:
+            known = choosing.known(part, frame, state) if choosing is not None else None
+            if known is not None:  # what this path took it to be (a test it took already, path by path)
+                return known
+            if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Lambda)) for n in ast.walk(part)):
+                return None
+            truth = self.truth(self.eval(part, frame, state), frame, state)
+            return truth if isinstance(truth, bool) else None
+
+        return read
+
     def _narrow_by_the_other_operands(self, test: ast.BoolOp, truth: bool, frame: Frame, state: State) -> State:
         """`state` where `test` (an `and` failing, an `or` holding) is `truth`, narrowed by its one operand that can
-        be: every other one, read without a call (so reading it again runs nothing), goes the way that leaves the
-        whole to that one."""
-        passing = not truth  # what every other operand must be for the remaining one to decide the whole
-        open_parts = []
-        for part in test.values:
-            if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Lambda)) for n in ast.walk(part)):
-                return state
-            if self.truth(self.eval(part, frame, state), frame, state) is not passing:
-                open_parts.append(part)
+        be: every other one, read again without running anything, goes the way that leaves the whole to it."""
+        read = self._reread(frame, state)
+        open_parts = [part for part in test.values if read(part) is not (not truth)]
         return self.narrow(open_parts[0], truth, frame, state) if len(open_parts) == 1 else state
 
     def _predicate_test(self, call: ast.Call, frame: Frame, state: State) -> ast.expr | None:
