@@ -34,7 +34,7 @@ _OPTIONAL = frozenset(
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
     | {"skip_keywords", "plan_helpers"}
-    | {"dcp_flag_param", "gated_methods"}
+    | {"dcp_flag_param", "gated_methods", "local_lens"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
@@ -126,6 +126,9 @@ class Dcp(_Section):
     # methods the framework calls only with DCP on (optional; SG203): a file that overrides or calls one is read
     # even where its own text never asks whether DCP is on
     gated_methods: list[str] = field(default_factory=list)
+    # fields of a metadata object that the framework's launch reads as this rank's lengths (optional; SG203): a
+    # function that asks whether DCP is on and leaves the whole lengths there is a finding (`metadata.seq_lens_k`)
+    local_lens: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""What blind SGLang sets 12 and 13 showed (issue 29), each case written as that set's backend or worker is and its
-finding (or its absence) checked:
+"""What blind SGLang sets 12 and 13 showed (issue 29), and sets 1, 8 and 9's metadata stores, each case written as
+that set's backend or worker is and its finding (or its absence) checked:
 - a test that fails as an `and` whose other operands hold narrows its one undecided operand (a refusal of a
   multi-token query without the bound, passed: the bound is set);
 - a launch reached through another function of the file that holds the bad lengths and reports them itself is
@@ -9,7 +9,9 @@ finding (or its absence) checked:
 - FlashInfer 0.7.4's canonical plan form (`plan(metadata=MLAPlanMetadata.csr(...))`) and a plan bound with
   `functools.partial` are plans;
 - a class-level flag that no method assigns is what the instance reads (a subclass's `True` over its base's);
-- a helper object built in another module whose method plans and marks the batch is read."""
+- a helper object built in another module whose method plans and marks the batch is read;
+- the field SGLang's MLA decode launches with under DCP (`metadata.seq_lens_k`) left holding the whole lengths is a
+  finding where the function leaves it, judged path by path with each question a path asked answered alike."""
 
 from __future__ import annotations
 
@@ -245,3 +247,75 @@ def test_a_helper_object_of_another_module_that_plans_is_read(tmp_path: Path) ->
     result = check_paths([tmp_path / "fork"], use_cache=False, pack=load_pack(builtin=("vllm", "sglang")))
     found = [(Path(f.path).name, f.symbol) for f in result.findings if f.code == "SG106"]
     assert found == [("worker.py", "ForkWorker.draft_extend_from_plan")], found
+
+
+KEPT_LENGTHS = """
+import torch
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+class DecodeMetadata:
+    seq_lens_k = None
+    global_seq_lens_k = None
+
+class ForkBackend:
+    def init_forward_metadata(self, forward_batch):
+        mode = forward_batch.forward_mode
+        if mode.is_decode_or_idle() or mode.is_target_verify():
+            metadata = DecodeMetadata()
+            seq_lens = forward_batch.seq_lens
+            if mode.is_target_verify():
+                metadata.seq_lens_k = (seq_lens + 2).to(torch.int32)
+            elif mode.is_decode_or_idle():
+                metadata.seq_lens_k = seq_lens.to(torch.int32)
+            if get_parallel().dcp_enabled:
+                if (LOCALIZED) and metadata.seq_lens_k is not None:
+                    metadata.global_seq_lens_k = metadata.seq_lens_k
+                    metadata.seq_lens_k = get_dcp_lens(metadata.global_seq_lens_k, 2, 0)
+            self.forward_decode_metadata = metadata
+"""
+
+
+@pytest.mark.parametrize(
+    ("localized", "flagged"),
+    [
+        ("mode.is_target_verify()", True),
+        # the same questions as the outer test, in another order: no path takes one and not the other
+        ("mode.is_target_verify() or mode.is_decode_or_idle()", False),
+    ],
+    ids=["verify only", "every mode planned"],
+)
+def test_the_lengths_a_metadata_field_is_left_holding_are_what_the_launch_gets(localized: str, flagged: bool) -> None:
+    """Blind sets 1, 8 and 9: `metadata.seq_lens_k`, which SGLang's MLA decode launches with under DCP, left with
+    the whole lengths on the decode path (SGLang 0.5.23's own `init_forward_metadata` is the clean shape)."""
+    found = check_source(textwrap.dedent(KEPT_LENGTHS).replace("LOCALIZED", localized))
+    assert [(f.code, f.symbol) for f in found] == (
+        [("SG203", "ForkBackend.init_forward_metadata")] if flagged else []
+    ), found
+    if flagged:
+        assert "leaves the whole sequence's lengths" in found[0].message and ".seq_lens_k" in found[0].message
+
+
+COPIED = """
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+class DecodeMetadata:
+    seq_lens_k = None
+
+class ForkBackend:
+    def replay_decode(self, metadata: DecodeMetadata, forward_batch):
+        if get_parallel().dcp_enabled:
+            metadata.seq_lens_k.copy_(LENS)
+"""
+
+
+@pytest.mark.parametrize(
+    ("lens", "flagged"),
+    [("forward_batch.seq_lens", True), ("get_dcp_lens(forward_batch.seq_lens, 2, 0)", False)],
+    ids=["whole", "share"],
+)
+def test_lengths_copied_into_the_field_in_place_are_what_it_holds(lens: str, flagged: bool) -> None:
+    """`metadata.seq_lens_k.copy_(lens)`: the CUDA-graph replay's in-place form."""
+    codes = [f.code for f in check_source(textwrap.dedent(COPIED).replace("LENS", lens))]
+    assert codes == (["SG203"] if flagged else []), codes

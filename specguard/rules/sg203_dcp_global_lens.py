@@ -62,7 +62,7 @@ _SHAPED = ("view", "reshape", "new_zeros", "new_empty", "new_ones")
 QUERY_TOKENS = 2  # the tokens per request of such a query where the evaluation runs (target verify, draft extend)
 # a launch: (the call in the judged function, the lengths handed to the entry, the entry's call, the calls on the
 # way to it)
-Site = tuple[ast.AST, Any, ast.Call, tuple[ast.AST, ...]]
+Site = tuple[ast.AST, Any, ast.expr, tuple[ast.AST, ...]]
 DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation runs with DCP on
 
 
@@ -76,6 +76,8 @@ class _Locality(Hooks):
         self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
         self.batch_params = set(batches.batch_params)
+        self.kept = set(dcp.local_lens)
+        self.unsure_stores = False  # see `_left_whole`
         self.sites: list[Site] = []
         self.localized: list[Any] = []  # lengths rewritten to this rank's share in place, by identity
         self.bound, self.query = q.pack.mla.global_bound_param or "", q.pack.mla.query_param or ""
@@ -149,6 +151,10 @@ class _Locality(Hooks):
             if inner.name == "dim":
                 return 4
             return Abstract(_multi_labels([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same
+        if isinstance(inner, Method) and inner.name == "copy_" and args and _kept_field(node, self.kept):
+            # `metadata.seq_lens_k.copy_(lens)`: the field holds those lengths now, whatever it held
+            ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
+            return NOT_HANDLED
         planned = _unbound(inner, args, kwargs)
         if (
             planned is not None and planned[0].name.rpartition(".")[2] in self.plans
@@ -306,7 +312,7 @@ def judge(q: Question) -> Iterator[Judgement]:
     if not (mla.lens_param and dcp.enabled_tests and (dcp.global_lens or dcp.batch_global_lens)):
         return
     # the entry under the names this module binds it to (`self._decode = functools.partial(<entry>, ...)`)
-    names = aliases(q, set(mla.decode_entry)) | set(mla.plan_methods)
+    names = aliases(q, set(mla.decode_entry)) | set(mla.plan_methods) | set(dcp.local_lens)
     names |= reaching_imports(q, names)  # first: a method may reach a launch through a helper it imports
     names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names))
     for scope in q.scopes:
@@ -336,6 +342,8 @@ def _evaluation(
     it."""
     ev = q.evaluator(hooks)
     ev.choices = choices
+    if function.node.name in q.pack.dcp.gated_methods:
+        hooks.dcp_tested = True  # the framework calls it only with DCP on: its own text need not ask
 
     def parameter(param: ast.arg, frame: Frame) -> Any:
         if given is not None and param.arg in given:
@@ -348,7 +356,60 @@ def _evaluation(
             return Sym(param.arg)
         return Abstract(frozenset({Label(PARAM, param.arg)}))
 
-    ev.run(function, bind_parameters(function, self_value, parameter, q.program))
+    flow = ev.run(function, bind_parameters(function, self_value, parameter, q.program))
+    if hooks.dcp_tested and hooks.kept:
+        hooks.sites.extend(_left_whole(ev, function, hooks, [state for state, _ in flow.returns]))
+
+
+def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) -> list[Site]:
+    """The launch-read fields the function's own text stores (`metadata.seq_lens_k = ...`, `.copy_(...)`) that it
+    leaves holding the whole lengths on some path, read at each path's end: a site at its last store there. Where
+    the object it stores into is not known where paths met (one a callee made on some paths only) while such a
+    field somewhere holds the whole lengths, each path is to be read on its own (`hooks.unsure_stores`)."""
+    fields = hooks.kept
+    frame = Frame(function.module, function.owner, function.closure, 0)
+    stores: dict[str, ast.Attribute] = {}
+    for node in ast.walk(function.node):
+        target = _kept_field(node, fields)
+        if target is not None:
+            last = stores.get(ast.unparse(target))
+            if last is None or (target.lineno, target.col_offset) > (last.lineno, last.col_offset):
+                stores[ast.unparse(target)] = target
+    sites: list[Site] = []
+    for target in stores.values():
+        for state in ends:
+            try:
+                holder = plain(ev.eval(target.value, frame, state))
+            except Exception:  # noqa: BLE001 - a read at the end that fails leaves that path unread, not the rule
+                continue
+            # what was stored there, as stored (a read through the rule's own hook would take a parameter's field
+            # for something else than the parameter)
+            value = state.writes.get((id(holder), target.attr), UNKNOWN) if isinstance(holder, Obj) else UNKNOWN
+            if any(x.kind in (GLOBAL, PARAM) for x in labels_of(value) | maybe_of(value)):
+                # whole lengths on some path (each path's run says), or what a caller hands (see `_handed`)
+                sites.append((target, value, target, ()))
+                break
+            if plain(value) is UNKNOWN and not labels_of(value) and _holds_whole(state, target.attr):
+                hooks.unsure_stores = True
+    return sites
+
+
+def _holds_whole(state: Any, attr: str) -> bool:
+    """Whether some object's `attr` holds the whole lengths, maybe, in `state`."""
+    return any(
+        key[1] == attr and any(x.kind == GLOBAL for x in labels_of(value) | maybe_of(value))
+        for key, value in state.writes.items()
+    )
+
+
+def _kept_field(node: ast.AST, fields: set[str]) -> ast.Attribute | None:
+    """The field written, where `node` writes one of `fields`: `x.<field> = ...`, or `x.<field>.copy_(...)`."""
+    if isinstance(node, ast.Assign):
+        return next((t for t in node.targets if isinstance(t, ast.Attribute) and t.attr in fields), None)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "copy_":
+        inner = node.func.value
+        return inner if isinstance(inner, ast.Attribute) and inner.attr in fields else None
+    return None
 
 
 def _optional(annotation: ast.expr | None) -> bool:
@@ -373,7 +434,7 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         unbounded = _unbounded(q, scope, first.unbounded)
         # where paths meet, lengths read on one of them and unknown on another are one value that carries the read:
         # each path through the tests that choose them says which paths hand the kernel the whole lengths
-        paths = each_path(run, noted) if _doubtful(joined) else []
+        paths = each_path(run, noted) if _doubtful(joined) or first.unsure_stores else []
         handed = _handed(q, scope, first)
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG203", scope)
@@ -595,6 +656,14 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
         read = _global(lens)
         if not read or _callees(q, scope, read, (*chain, kernel)):
             continue
+        if isinstance(kernel, ast.Attribute):  # a launch-read field left holding the lengths (`_left_whole`)
+            sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
+            message = (
+                f"`{scope.qualname}` leaves the whole sequence's lengths ({sources}) in `.{kernel.attr}` under "
+                f"DCP{on}, which the decode launches with as this rank's lengths: store this rank's share there "
+                f"({_localizers(q)}), and the whole lengths in `{_global_field(q)}`"
+            )
+            return q.judgement("SG203", scope, where, message)
         entry = _entry(kernel)
         sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
         message = (
@@ -619,6 +688,10 @@ def _callees(q: Question, scope: Scope, read: list[Label], chain: tuple[ast.AST,
         if any(id(call) in inside for call in chain[1:]) and any(j.decided for j in _judged(q, other)):
             return True
     return False
+
+
+def _global_field(q: Question) -> str:
+    return f".{q.pack.dcp.global_lens[0]}" if q.pack.dcp.global_lens else "a field of their own"
 
 
 def _localizers(q: Question) -> str:
@@ -682,6 +755,10 @@ RULE = Rule(
         "too, and what they hand it is handed on. Where that still leaves a parameter, or nothing calls it, the "
         "launch is listed as not decided. A launch reached through another function of the file that reads the "
         "whole lengths and launches with them itself is that function's finding, not its callers'.",
+        "A field the framework's launch reads as this rank's lengths (the pack's `[dcp] local_lens`: "
+        "`metadata.seq_lens_k`) is a launch too: a function that asks whether DCP is on (or is one of the pack's "
+        "`gated_methods`, which the framework calls only with DCP on) and stores there, by assignment or "
+        "`.copy_(...)`, is judged by what the field holds at each of its ends, path by path where paths met.",
         "A query has more than one token per request where it is viewed as `[requests, tokens, heads, dim]` "
         "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one; the evaluation then "
         f"takes {QUERY_TOKENS} tokens per request, so that a refusal written on the query's shape "
