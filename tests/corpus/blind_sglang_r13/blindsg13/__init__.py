@@ -1,0 +1,1 @@
+"""blindsg13: a small speculative-decoding / DCP fork layer on top of SGLang."""

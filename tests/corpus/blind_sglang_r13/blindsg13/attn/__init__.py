@@ -1,0 +1,1 @@
+"""Fork MLA attention backends with decode-context-parallel (DCP) support."""

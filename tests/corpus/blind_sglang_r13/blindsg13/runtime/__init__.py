@@ -1,0 +1,1 @@
+"""Runtime glue: out-of-forward planning helpers shared by the spec workers."""

@@ -1,0 +1,1 @@
+"""Fork speculative workers (EAGLE v2, multi-layer EAGLE, standalone, ngram)."""
