@@ -665,7 +665,6 @@ class Statements(Builtins):
     def _reread(self, frame: Frame, state: State) -> Callable[[ast.expr], bool | None]:
         """The truth of an operand of a test: as this path took it, path by path, else read again where reading
         runs nothing (no call); None where it is not known."""
-
         choosing = self.choosing(frame)
 
         def read(part: ast.expr) -> bool | None:

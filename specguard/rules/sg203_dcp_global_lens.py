@@ -9,7 +9,7 @@ from typing import Any
 
 from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
 from specguard.evaluation.hooks import Hooks
-from specguard.evaluation.paths import Frame
+from specguard.evaluation.paths import Frame, PathEnds
 from specguard.evaluation.values import (
     NOT_HANDLED,
     STAR_KWARGS,
@@ -60,8 +60,8 @@ MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with m
 # max_q, heads, dim))`, which a draft extend pads its ragged query into).
 _SHAPED = ("view", "reshape", "new_zeros", "new_empty", "new_ones")
 QUERY_TOKENS = 2  # the tokens per request of such a query where the evaluation runs (target verify, draft extend)
-# a launch: (the call in the judged function, the lengths handed to the entry, the entry's call, the calls on the
-# way to it)
+# a launch: (the call in the judged function, the lengths handed to the entry, the entry's call or the launch-read
+# field left holding them, the calls on the way to it)
 Site = tuple[ast.AST, Any, ast.expr, tuple[ast.AST, ...]]
 DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation runs with DCP on
 
@@ -156,10 +156,8 @@ class _Locality(Hooks):
             ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
             return NOT_HANDLED
         planned = _unbound(inner, args, kwargs)
-        if (
-            planned is not None and planned[0].name.rpartition(".")[2] in self.plans
-        ):  # `wrapper.plan(...)`: never followed
-            lens = self._planned_lens(*planned[1:])
+        if planned is not None and planned[0].name.rpartition(".")[2] in self.plans:
+            lens = self._planned_lens(*planned[1:])  # `wrapper.plan(...)`: a library's, never followed
             if lens is not None:
                 self.sites.append((ev.calls[0] if ev.calls else node, self._as_left(lens), node, tuple(ev.calls)))
             return NOT_HANDLED
@@ -380,7 +378,7 @@ def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) 
         for state in ends:
             try:
                 holder = plain(ev.eval(target.value, frame, state))
-            except Exception:  # noqa: BLE001 - a read at the end that fails leaves that path unread, not the rule
+            except PathEnds:  # the read raises on this path (a property that fails): nothing is left there
                 continue
             # what was stored there, as stored (a read through the rule's own hook would take a parameter's field
             # for something else than the parameter)
@@ -656,21 +654,20 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
         read = _global(lens)
         if not read or _callees(q, scope, read, (*chain, kernel)):
             continue
+        sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
         if isinstance(kernel, ast.Attribute):  # a launch-read field left holding the lengths (`_left_whole`)
-            sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
             message = (
                 f"`{scope.qualname}` leaves the whole sequence's lengths ({sources}) in `.{kernel.attr}` under "
                 f"DCP{on}, which the decode launches with as this rank's lengths: store this rank's share there "
                 f"({_localizers(q)}), and the whole lengths in `{_global_field(q)}`"
             )
-            return q.judgement("SG203", scope, where, message)
-        entry = _entry(kernel)
-        sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
-        message = (
-            f"`{scope.qualname}` hands `{entry}` the whole sequence's lengths as `{_lens_param(q, kernel)}` "
-            f"({sources}) under DCP{on}, where this rank's KV cache holds only its share of each request: hand it "
-            f"this rank's share ({_localizers(q)}) and a page table of this rank's pages"
-        )
+        else:
+            message = (
+                f"`{scope.qualname}` hands `{_entry(kernel)}` the whole sequence's lengths as "
+                f"`{_lens_param(q, kernel)}` ({sources}) under DCP{on}, where this rank's KV cache holds only its "
+                f"share of each request: hand it this rank's share ({_localizers(q)}) and a page table of this "
+                "rank's pages"
+            )
         return q.judgement("SG203", scope, where, message)
     return None
 
