@@ -1,0 +1,1 @@
+"""Model-runner and graph-runner extensions."""
