@@ -222,6 +222,7 @@ class ObjectModel:
                 return settled(state.writes[key])
             if attr in base.fields:
                 return self._held_field(base, attr) if base.held else base.fields[attr]
+            found: Any = MISSING
             if base.cls is not None:
                 found = self._class_member(
                     base.cls, attr, base, state, depth, instance=True, missing=MISSING, defaults=base.defaults
@@ -231,6 +232,9 @@ class ObjectModel:
             answered = self.hooks.instance_attribute(self, base, attr)  # type: ignore[arg-type]
             if answered is not NOT_HANDLED and (answered is not UNKNOWN or not base.label):
                 return answered
+            declared = self._declared_object(base, attr, state) if found is _DECLARED else None
+            if declared is not None:
+                return declared
             if base.label:  # an object the client named: what is read from it has an identity
                 return Sym(f"{base.label}.{attr}", self.provenance(base))
             if base.cls is None or base.labels or found is _DECLARED:
@@ -281,6 +285,21 @@ class ObjectModel:
         if isinstance(base, set) and attr in SET_METHODS:
             return PyMethod(base, attr)
         return missing if missing is not UNKNOWN and base is None else UNKNOWN
+
+    def _declared_object(self, base: Obj, attr: str, state: State) -> Obj | None:
+        """A field the class declares (`_staged: Optional[ForwardBatch] = None`) that a method fills, read before
+        anything here wrote it: the object a client makes of its annotation (a batch), the same one at every read
+        until a write; None where the annotation promises no such object."""
+        assert base.cls is not None
+        owner = next((k for k in self.tree.ancestors(base.cls) if attr in k.annotations), None)
+        if owner is None:
+            return None
+        annotation = _optional_inner(owner.annotations[attr])
+        value = plain(self.reading(annotation, self.tree.module(owner.module), owner))
+        if not isinstance(value, Obj):
+            return None
+        state.writes[(id(base), attr)] = value
+        return value
 
     def _shadowed(self, base: Obj, attr: str, found: Any, state: State, depth: int) -> Any:
         """A class-level value read through the instance the evaluation runs on: the class's value (the default
@@ -903,6 +922,17 @@ def _is_dataclass(cls: ClassInfo, names: frozenset[str] = frozenset({"dataclass"
         if (dotted(target) or "").rpartition(".")[2] in names:
             return True
     return False
+
+
+def _optional_inner(annotation: ast.expr) -> ast.expr:
+    """`Optional[X]` and `X | None`: X (the object a field holds once filled)."""
+    if isinstance(annotation, ast.Subscript) and (dotted(annotation.value) or "").rpartition(".")[2] == "Optional":
+        return annotation.slice
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        sides = [annotation.left, annotation.right]
+        kept = [x for x in sides if not (isinstance(x, ast.Constant) and x.value is None)]
+        return kept[0] if len(kept) == 1 else annotation
+    return annotation
 
 
 def _dunder(name: str) -> bool:
