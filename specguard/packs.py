@@ -33,7 +33,7 @@ _OPTIONAL = frozenset(
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
-    | {"skip_keywords", "plan_helpers"}
+    | {"skip_keywords", "plan_helpers", "pad_calls"}
     | {"dcp_flag_param", "gated_methods", "local_lens"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders"}
 )
@@ -198,6 +198,9 @@ class Batches(_Section):
 
     plan: list[str] = field(default_factory=list)
     pad_methods: list[str] = field(default_factory=list)
+    # calls that pad the batch they are handed, where it is synchronised across DP ranks (optional): a model
+    # runner's own padding step (SGLang's `model_runner._prepare_eager_forward_batch(batch)`)
+    pad_calls: list[str] = field(default_factory=list)
     forwards: list[str] = field(default_factory=list)
     replan_predicate: str | None = None
     count_field: str | None = None

@@ -156,7 +156,7 @@ class _Batches(Hooks):
     def __init__(self, q: Question, fields: frozenset[str]) -> None:
         self.q, names = q, q.pack.batches
         self.fields = fields  # what the batch's predicate reads: a batch handed in is not marked yet
-        self.plan, self.pads = set(names.plan), set(names.pad_methods)
+        self.plan, self.pads, self.pad_calls = set(names.plan), set(names.pad_methods), set(names.pad_calls)
         # a forward by its last name (`forward`), by the end of its dotted name (`eager_runner.execute`), or by the
         # class that defines it (`EagerRunner.execute`)
         self.forwards = {name for name in names.forwards if "." not in name}
@@ -222,9 +222,12 @@ class _Batches(Hooks):
             return UNKNOWN  # what the plan computes is not the question
         receiver = _receiver(func)
         if name in self.pads and self.is_batch(receiver):
-            self._pad(ev, receiver, state)
-            what = f"`{ast.unparse(node)}` ({ev.place(frame, node)})"
-            ev.store(receiver, PADDED, Tagged(True, frozenset({Label(PADDED, what)})), state)
+            self._padded(ev, receiver, node, frame, state)
+            return None
+        if name in self.pad_calls:
+            for batch in self.batches_in(args, kwargs):
+                if not self.dp_field or plain(ev.getattr(batch, self.dp_field, state, frame.depth)) is not None:
+                    self._padded(ev, batch, node, frame, state)  # synchronised across DP ranks (or maybe): padded
             return None
         if self._runs_model(node):
             for batch in self.batches_in(args, kwargs):
@@ -303,6 +306,12 @@ class _Batches(Hooks):
             return min(pads, key=lambda label: label.text).text
         written = batch.nodes.get(self.count) or (batch.nodes.get(self.tokens) if self.tokens else None)
         return f"the assignment at line {written.lineno}" if written is not None else None
+
+    def _padded(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> None:
+        """The batch padded by this call, which says so."""
+        self._pad(ev, batch, state)
+        what = f"`{ast.unparse(node)}` ({ev.place(frame, node)})"
+        ev.store(batch, PADDED, Tagged(True, frozenset({Label(PADDED, what)})), state)
 
     def _pad(self, ev: Any, batch: Obj, state: State) -> None:
         ev.store(batch, self.count, PADDED_COUNT, state)
@@ -545,7 +554,7 @@ def _batch_class(q: Question, scope: Scope, param: ast.arg) -> ClassInfo | None:
 def _planning_names(q: Question) -> frozenset[str]:
     """The pack's planning and padding calls, and the names in this module that reach one (see `_reaching_names`)."""
     names = q.pack.batches
-    return _reaching_names(q, {*names.plan, *names.pad_methods}, names.plan)
+    return _reaching_names(q, {*names.plan, *names.pad_methods, *names.pad_calls}, names.plan)
 
 
 def _forwarding_names(q: Question) -> frozenset[str]:
@@ -644,7 +653,7 @@ def _class_plans(q: Question, module: str, name: str, plan: list[str]) -> frozen
     key = ("sg106-class-plans", cls.key, tuple(plan))
     if key not in q.program.memo:
         q.program.memo[key] = frozenset(
-            cls.name if method == "__init__" else method
+            cls.name if method in ("__init__", "__post_init__") else method
             for method, node in cls.methods.items()
             if not _attributes_and_names(node)[0].isdisjoint(plan)
         )
@@ -954,7 +963,9 @@ RULE = Rule(
         "its annotation or name is a batch of the tree's batch class that is not marked yet (the fields its "
         "predicate reads are the declared ones; the others, filled by code not evaluated, are unknown), whose "
         "methods run as written (`mark_forward_metadata_ready` records what it records). A plan records the count "
-        "it was made for; a pad method of the batch pads it; at a forward a batch synchronised across DP ranks "
+        "it was made for; a pad method of the batch pads it, and so does one of the pack's `pad_calls` the batch is "
+        "handed where it is synchronised across DP ranks (`model_runner._prepare_eager_forward_batch(batch)`); a "
+        "field the class declares as a batch and another method fills is one batch until written; at a forward a batch synchronised across DP ranks "
         "that still has the planned count is padded by the forward itself, and the batch's predicate is "
         f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
         "in a helper, in another module.",
