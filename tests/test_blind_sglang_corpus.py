@@ -25,7 +25,7 @@ SETS = {
     "eleventh": ("blind_sglang_r11", "blindsg11", (46, 100), 32, 3),
     "twelfth": ("blind_sglang_r12", "blindsg12", (42, 93), 38, 0),
     "thirteenth": ("blind_sglang_r13", "blindsg13", (46, 98), 45, 0),
-    "fourteenth": ("blind_sglang_r14", "blindsg14", (50, 104), 41, 4),
+    "fourteenth": ("blind_sglang_r14", "blindsg14", (50, 104), 43, 1),
 }
 
 

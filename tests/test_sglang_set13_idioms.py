@@ -1,4 +1,4 @@
-"""What blind SGLang sets 12 and 13 showed (issue 29), and sets 1, 8 and 9's metadata stores, each case written as
+"""What blind SGLang sets 12 to 14 showed (issue 29), and sets 1, 8 and 9's metadata stores, each case written as
 that set's backend or worker is and its finding (or its absence) checked:
 - a test that fails as an `and` whose other operands hold narrows its one undecided operand (a refusal of a
   multi-token query without the bound, passed: the bound is set);
@@ -10,6 +10,8 @@ that set's backend or worker is and its finding (or its absence) checked:
   `functools.partial` are plans;
 - a class-level flag that no method assigns is what the instance reads (a subclass's `True` over its base's);
 - a helper object built in another module whose method plans and marks the batch is read;
+- (set 14) the model runner's own padding step before a plan pads the batch; a batch a field declares, filled by
+  another method, is one batch; a dataclass's `__post_init__` that plans makes its builders judged;
 - the field SGLang's MLA decode launches with under DCP (`metadata.seq_lens_k`) left holding the whole lengths is a
   finding where the function leaves it, judged path by path with each question a path asked answered alike."""
 
@@ -319,3 +321,90 @@ def test_lengths_copied_into_the_field_in_place_are_what_it_holds(lens: str, fla
     """`metadata.seq_lens_k.copy_(lens)`: the CUDA-graph replay's in-place form."""
     codes = [f.code for f in check_source(textwrap.dedent(COPIED).replace("LENS", lens))]
     assert codes == (["SG203"] if flagged else []), codes
+
+
+SET_14_WORKERS = {
+    # the model runner's own padding step, before the plan: the eager runner then runs the batch it was planned for
+    "padded_by_the_runner_then_planned": (
+        """
+        class DraftWorker:
+            def draft(self, forward_batch: ForwardBatch):
+                self.model_runner._prepare_eager_forward_batch(forward_batch)
+                self.attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return self.model_runner.eager_runner.execute(forward_batch)
+        """,
+        False,
+    ),
+    # ... and after it
+    "planned_then_padded_by_the_runner": (
+        """
+        class DraftWorker:
+            def draft(self, forward_batch: ForwardBatch):
+                self.attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                self.model_runner._prepare_eager_forward_batch(forward_batch)
+                return self.model_runner.model.forward(forward_batch.input_ids, None, forward_batch)
+        """,
+        True,
+    ),
+    # a batch a field declares, filled by another method and planned by a property: the one the forward runs
+    "a_declared_batch_planned_by_a_property": (
+        """
+        from typing import Optional
+
+        class DraftWorker:
+            _staged: Optional[ForwardBatch] = None
+
+            def stage(self, forward_batch):
+                self._staged = forward_batch
+
+            @property
+            def planned(self):
+                forward_batch = self._staged
+                self.attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+                return forward_batch
+
+            def run(self):
+                return self.draft_runner.forward(self.planned)
+        """,
+        True,
+    ),
+    # a dataclass whose `__post_init__` plans and marks the batch it holds
+    "a_dataclass_that_plans_after_init": (
+        """
+        import dataclasses
+
+        @dataclasses.dataclass
+        class PlannedStep:
+            forward_batch: ForwardBatch
+            backend: object
+            replan_equivalent: bool = False
+
+            def __post_init__(self):
+                self.backend.init_forward_metadata(self.forward_batch)
+                self.forward_batch.mark_forward_metadata_ready(replan_equivalent=self.replan_equivalent)
+
+        class DraftWorker:
+            def draft(self, forward_batch: ForwardBatch):
+                step = PlannedStep(forward_batch, self.attn_backend)
+                return self.draft_runner.forward(step.forward_batch)
+
+            def draft_replannable(self, forward_batch: ForwardBatch):
+                step = PlannedStep(forward_batch, self.attn_backend, replan_equivalent=True)
+                return self.draft_runner.forward(step.forward_batch)
+        """,
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SET_14_WORKERS))
+def test_a_set_14_worker_is_judged_as_it_runs(name: str) -> None:
+    """Blind set 14's `seed_forward_prepadded`, `run_staged_draft` and `draft_planned_step_record` shapes."""
+    text, flagged = SET_14_WORKERS[name]
+    findings, _ = check_source_judged(BATCH + textwrap.dedent(text), "worker.py", "worker")
+    scopes = [f.symbol for f in findings if f.code == "SG106"]
+    assert bool(scopes) is flagged, (scopes, [f.message for f in findings])
+    assert "DraftWorker.draft_replannable" not in scopes
