@@ -965,8 +965,9 @@ RULE = Rule(
         "methods run as written (`mark_forward_metadata_ready` records what it records). A plan records the count "
         "it was made for; a pad method of the batch pads it, and so does one of the pack's `pad_calls` the batch is "
         "handed where it is synchronised across DP ranks (`model_runner._prepare_eager_forward_batch(batch)`); a "
-        "field the class declares as a batch and another method fills is one batch until written; at a forward a batch synchronised across DP ranks "
-        "that still has the planned count is padded by the forward itself, and the batch's predicate is "
+        "field the class declares as a batch and another method fills is one batch until written; at a forward "
+        "a batch synchronised across DP ranks that still has the planned count is padded by the forward itself, "
+        "and the batch's predicate is "
         f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
         "in a helper, in another module.",
         "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
