@@ -1,0 +1,2 @@
+"""Speculative-decoding workers (EAGLE / multi-layer EAGLE / frozen-KV MTP /
+standalone) with fork-specific scheduling of attention planning."""
