@@ -294,8 +294,7 @@ class ObjectModel:
         owner = next((k for k in self.tree.ancestors(base.cls) if attr in k.annotations), None)
         if owner is None:
             return None
-        annotation = _optional_inner(owner.annotations[attr])
-        value = plain(self.reading(annotation, self.tree.module(owner.module), owner))
+        value = plain(self.reading(owner.annotations[attr], self.tree.module(owner.module), owner))
         if not isinstance(value, Obj):
             return None
         state.writes[(id(base), attr)] = value
@@ -922,17 +921,6 @@ def _is_dataclass(cls: ClassInfo, names: frozenset[str] = frozenset({"dataclass"
         if (dotted(target) or "").rpartition(".")[2] in names:
             return True
     return False
-
-
-def _optional_inner(annotation: ast.expr) -> ast.expr:
-    """`Optional[X]` and `X | None`: X (the object a field holds once filled)."""
-    if isinstance(annotation, ast.Subscript) and (dotted(annotation.value) or "").rpartition(".")[2] == "Optional":
-        return annotation.slice
-    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        sides = [annotation.left, annotation.right]
-        kept = [x for x in sides if not (isinstance(x, ast.Constant) and x.value is None)]
-        return kept[0] if len(kept) == 1 else annotation
-    return annotation
 
 
 def _dunder(name: str) -> bool:

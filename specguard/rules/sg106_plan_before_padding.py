@@ -226,8 +226,8 @@ class _Batches(Hooks):
             return None
         if name in self.pad_calls:
             for batch in self.batches_in(args, kwargs):
-                if not self.dp_field or plain(ev.getattr(batch, self.dp_field, state, frame.depth)) is not None:
-                    self._padded(ev, batch, node, frame, state)  # synchronised across DP ranks (or maybe): padded
+                if self._synchronised(ev, batch, state, frame.depth):
+                    self._padded(ev, batch, node, frame, state)
             return None
         if self._runs_model(node):
             for batch in self.batches_in(args, kwargs):
@@ -307,6 +307,11 @@ class _Batches(Hooks):
         written = batch.nodes.get(self.count) or (batch.nodes.get(self.tokens) if self.tokens else None)
         return f"the assignment at line {written.lineno}" if written is not None else None
 
+    def _synchronised(self, ev: Any, batch: Obj, state: State, depth: int) -> bool:
+        """Whether the batch may be synchronised across DP ranks (its DP field set, or not known to be unset): a
+        runner pads only such a batch."""
+        return not self.dp_field or plain(ev.getattr(batch, self.dp_field, state, depth)) is not None
+
     def _padded(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> None:
         """The batch padded by this call, which says so."""
         self._pad(ev, batch, state)
@@ -355,7 +360,7 @@ class _Batches(Hooks):
         planned_count = int(_first(plans).text)
         pad, ran = self._pad_said(batch, state), state
         if plain(ev.getattr(batch, self.count, state, frame.depth)) == planned_count:
-            if self.dp_field and plain(ev.getattr(batch, self.dp_field, state, frame.depth)) is None:
+            if not self._synchronised(ev, batch, state, frame.depth):
                 return  # not synchronised across DP ranks: the forward does not pad it
             # a forward pads a batch synchronised across DP ranks to the agreed count before it decides to plan,
             # whatever else was written to it since the plan (its query tokens, say)

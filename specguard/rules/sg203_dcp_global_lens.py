@@ -31,7 +31,7 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.packs import Mla
-from specguard.program.ast_tools import dotted, span
+from specguard.program.ast_tools import cached_on, dotted, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
@@ -272,9 +272,9 @@ def _unbound(func: Any, args: list[Any], kwargs: dict[str, Any]) -> tuple[Method
 def _built_metadata(mla: Mla, func: Any, node: ast.Call, args: list[Any], kwargs: dict[str, Any]) -> Obj | None:
     """A plan's metadata object built by one of the pack's constructors whose code is not read (`MLAPlanMetadata
     .csr(qo_indptr, kv_indptr, kv_indices, kv_len_arr)`): an object holding what it was handed, field by field."""
-    spelled = dotted(node.func) or ""
     if not mla.metadata_builders or isinstance(func, (Function, Bound)):
         return None
+    spelled = dotted(node.func) or ""
     fields = next(
         (f for name, f in mla.metadata_builders.items() if spelled == name or spelled.endswith(f".{name}")), None
     )
@@ -364,17 +364,9 @@ def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) 
     leaves holding the whole lengths on some path, read at each path's end: a site at its last store there. Where
     the object it stores into is not known where paths met (one a callee made on some paths only) while such a
     field somewhere holds the whole lengths, each path is to be read on its own (`hooks.unsure_stores`)."""
-    fields = hooks.kept
     frame = Frame(function.module, function.owner, function.closure, 0)
-    stores: dict[str, ast.Attribute] = {}
-    for node in ast.walk(function.node):
-        target = _kept_field(node, fields)
-        if target is not None:
-            last = stores.get(ast.unparse(target))
-            if last is None or (target.lineno, target.col_offset) > (last.lineno, last.col_offset):
-                stores[ast.unparse(target)] = target
     sites: list[Site] = []
-    for target in stores.values():
+    for target in _last_stores(function.node, frozenset(hooks.kept)):
         for state in ends:
             try:
                 holder = plain(ev.eval(target.value, frame, state))
@@ -390,6 +382,23 @@ def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) 
             if plain(value) is UNKNOWN and not labels_of(value) and _holds_whole(state, target.attr):
                 hooks.unsure_stores = True
     return sites
+
+
+def _last_stores(function: ast.AST, fields: frozenset[str]) -> list[ast.Attribute]:
+    """The last store the function's text makes to each launch-read field it names (by the field's spelling), read
+    once per function: every run of it (one per path, per caller) asks again."""
+
+    def read(node: ast.AST) -> list[ast.Attribute]:
+        last: dict[str, ast.Attribute] = {}
+        for inner in ast.walk(node):
+            target = _kept_field(inner, fields)
+            if target is not None:
+                seen = last.get(ast.unparse(target))
+                if seen is None or (target.lineno, target.col_offset) > (seen.lineno, seen.col_offset):
+                    last[ast.unparse(target)] = target
+        return list(last.values())
+
+    return cached_on(function, "sg203_last_stores_" + "_".join(sorted(fields)), read)  # type: ignore[no-any-return]
 
 
 def _holds_whole(state: Any, attr: str) -> bool:
