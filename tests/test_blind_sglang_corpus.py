@@ -26,7 +26,7 @@ SETS = {
     "twelfth": ("blind_sglang_r12", "blindsg12", (42, 93), 38, 0),
     "thirteenth": ("blind_sglang_r13", "blindsg13", (46, 98), 45, 0),
     "fourteenth": ("blind_sglang_r14", "blindsg14", (50, 104), 43, 1),
-    "fifteenth": ("blind_sglang_r15", "blindsg15", (52, 102), 47, 4),
+    "fifteenth": ("blind_sglang_r15", "blindsg15", (52, 102), 48, 2),
 }
 
 

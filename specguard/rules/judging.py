@@ -316,6 +316,28 @@ def writes_of(
     return [(value, state.writes) for state, value in flow.returns]
 
 
+def constructor_refuses(q: Question, cls: ClassInfo, hooks: Hooks, setting: str) -> bool:
+    """Whether the constructor an instance of `cls` runs raises on every path where the hooks say `setting` is on
+    (`if get_parallel().attn_dcp_size > 1: raise ValueError(...)`): no instance then runs with it on, the only case
+    a rule about that setting asks about. By the constructor's own statements, evaluated once per class and setting:
+    what it calls is not read (a base's constructor may fail for reasons the evaluation cannot see, which is no
+    refusal)."""
+    key = ("constructor-refuses", setting, cls.key)
+    if key not in q.program.memo:
+        init = next(((k, k.methods["__init__"]) for k in q.program.ancestors(cls) if "__init__" in k.methods), None)
+        module = q.program.module(init[0].module) if init is not None else None
+        refuses = False
+        if init is not None and module is not None:
+            function = Function(module, init[1], init[0])
+            bindings = bind_parameters(function, Obj(cls, label="self"), unknown_parameter, q.program)
+            try:
+                refuses = not q.evaluator(hooks, max_depth=0).run(function, bindings).returns
+            except (OutOfBudget, RecursionError):
+                refuses = False
+        q.program.memo[key] = refuses
+    return q.program.memo[key]  # type: ignore[no-any-return]
+
+
 def unknown_parameter(param: ast.arg, frame: Frame) -> Any:
     return UNKNOWN
 

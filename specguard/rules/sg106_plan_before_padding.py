@@ -41,7 +41,7 @@ from specguard.rules.judging import (
     OutOfBudget,
     Question,
     Scope,
-    bind_parameters,
+    constructor_refuses,
     definition_text,
     is_batch_class,
     unknown_parameter,
@@ -689,32 +689,11 @@ def judge(q: Question) -> Iterator[Judgement]:
         if not scope.mentions(forwarding):
             continue
         fields = _predicate_fields(q) if fields is None else fields
-        if scope.cls is not None and scope.bound and _refuses_dp(q, scope.cls, fields):
+        if scope.cls is not None and scope.bound and constructor_refuses(q, scope.cls, _Batches(q, fields), "DP"):
             continue  # no instance of its class exists with DP attention on, the only case the rule asks about
         found = _judge(q, scope, fields)
         if found is not None:
             yield found
-
-
-def _refuses_dp(q: Question, cls: ClassInfo, fields: frozenset[str]) -> bool:
-    """Whether the constructor an instance of `cls` runs raises on every path with DP attention on (`if
-    server_args.enable_dp_attention: raise ValueError(...)`) by its own statements, evaluated once per class."""
-    key = ("sg106-refuses-dp", cls.key)
-    if key not in q.program.memo:
-        init = next(((k, k.methods["__init__"]) for k in q.program.ancestors(cls) if "__init__" in k.methods), None)
-        module = q.program.module(init[0].module) if init is not None else None
-        refuses = False
-        if init is not None and module is not None:
-            function = Function(module, init[1], init[0])
-            bindings = bind_parameters(function, Obj(cls, label="self"), unknown_parameter, q.program)
-            try:
-                # its own statements only: what it calls is not read (a base's constructor may fail for reasons
-                # the evaluation cannot see, which is not a refusal)
-                refuses = not q.evaluator(_Batches(q, fields), max_depth=0).run(function, bindings).returns
-            except (OutOfBudget, RecursionError):
-                refuses = False
-        q.program.memo[key] = refuses
-    return q.program.memo[key]  # type: ignore[no-any-return]
 
 
 def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | None:

@@ -43,6 +43,7 @@ from specguard.rules.judging import (
     bind_arguments,
     bind_parameters,
     callee,
+    constructor_refuses,
     definition_text,
     is_batch_class,
     reaching_functions,
@@ -224,8 +225,9 @@ class _Locality(Hooks):
         kept = self.q.instance_attributes("SG203", constructed=True).value(obj.cls, attr, None, self._writes)
         # lengths, the batch they are read from, a kernel bound once with `partial` or a callable kept to apply
         # (a lambda, a bound method: the same every call), or a setting its constructor chose under DCP
-        # (`LenSource.RANK_SHARD if get_parallel().dcp_enabled else ...`)
-        kinds = (Partial, Function, Bound, EnumMember, bool)
+        # (`LenSource.RANK_SHARD if get_parallel().dcp_enabled else ...`, the DCP size it read from the server's
+        # arguments)
+        kinds = (Partial, Function, Bound, EnumMember, bool, int)
         useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), kinds)
         return kept if useful else NOT_HANDLED
 
@@ -323,7 +325,9 @@ def _judged(q: Question, scope: Scope) -> list[Judgement]:
     key = ("sg203-judged", scope.module.name, scope.qualname, id(scope.node))
     if key not in q.program.memo:
         q.program.memo[key] = []  # while it is judged: a call back into it reports nothing
-        q.program.memo[key] = list(_judge_scope(q, scope))
+        # no instance of a class whose constructor refuses DCP runs under it, the only case the rule asks about
+        refused = scope.cls is not None and scope.bound and constructor_refuses(q, scope.cls, _Locality(q), "DCP")
+        q.program.memo[key] = [] if refused else list(_judge_scope(q, scope))
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
@@ -374,7 +378,9 @@ def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) 
                 continue
             # what was stored there, as stored (a read through the rule's own hook would take a parameter's field
             # for something else than the parameter)
-            value = state.writes.get((id(holder), target.attr), UNKNOWN) if isinstance(holder, Obj) else UNKNOWN
+            # (an object the function only names, `self.decode_backend.forward_decode_metadata`, by that name)
+            identity = id(holder) if isinstance(holder, Obj) else holder.name if isinstance(holder, Sym) else None
+            value = state.writes.get((identity, target.attr), UNKNOWN) if identity is not None else UNKNOWN
             if any(x.kind in (GLOBAL, PARAM) for x in labels_of(value) | maybe_of(value)):
                 # whole lengths on some path (each path's run says), or what a caller hands (see `_handed`)
                 sites.append((target, value, target, ()))
