@@ -152,6 +152,9 @@ class Mla(_Section):
     # the entry's switch for DCP (optional; SG203): a launch that passes it true runs under DCP, whether or not the
     # code around it asked
     dcp_flag_param: str | None = None
+    # the entry's ragged-query offsets (optional; SG203): a launch handed them (not None) has several query tokens
+    # per request, laid out flat
+    varlen_query_param: str | None = None
     # FlashInfer's MLA wrapper methods that plan a decode (optional; SG203), their parameters in order (a call that
     # does not give each of them is another method of that name) and which of them is the lengths
     plan_methods: list[str] = field(default_factory=list)

@@ -347,10 +347,14 @@ class _Batches(Hooks):
         if reached is None:
             return
         at, plans = reached
-        if skips is None:
-            said = ", ".join(f"`{k}`" for k in self.skip_keywords)
-            self.undecided.append((at, f"whether the forward is told not to plan ({said}) is not known here"))
+        # told not to plan, or not: where that is not known here, a finding only where the batch's predicate says
+        # not to plan either (skipping would be as wrong), and the class does not override the forward's own padding
+        # step (which may plan again)
+        overrides = frame.owner is not None and not frame.owner.methods.keys().isdisjoint(self.pad_calls)
+        if skips is None and overrides:
+            self.undecided.append((at, self._unknown_skip()))
             return
+        told, skips = skips is not None, bool(skips)
         if plans & self.assumed:
             self.undecided.append((at, _ASSUMED))
             return
@@ -381,6 +385,12 @@ class _Batches(Hooks):
             self.undecided.append((at, f"`{self.predicate}()` is not decided on the padded batch"))
         elif not replans:
             self.events.append(Event(at, _first(plans), pad or "code after the plan", state.path))
+        elif not told:
+            self.undecided.append((at, self._unknown_skip()))
+
+    def _unknown_skip(self) -> str:
+        said = ", ".join(f"`{k}`" for k in self.skip_keywords)
+        return f"whether the forward is told not to plan ({said}) is not known here"
 
 
 _ASSUMED = "the count the batch was planned for is one the evaluation could not compute"
@@ -955,7 +965,10 @@ RULE = Rule(
         f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
         "in a helper, in another module.",
         "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
-        "before the readiness mark) does not plan at all; the model's own forward (`model_forwards`: "
+        "before the readiness mark) does not plan at all; one whose keyword the function does not decide (its own "
+        "parameter handed on, a test of the batch's mode) is a finding where the batch's predicate says not to plan "
+        "either, and not decided where it says to plan or the function's class overrides one of the pack's "
+        "`pad_calls` (its own padding step may plan again); the model's own forward (`model_forwards`: "
         "`model_runner.model.forward(...)`) never does, so the batch it runs must have the shape its latest plan "
         "was made for. Where the plan, the pad and the forward all lie inside one call of the function judged, the "
         "finding is the callee's, unless that call's callee is decided by the judged function: a method its `self` "

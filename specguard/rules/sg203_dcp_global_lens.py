@@ -60,6 +60,8 @@ MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with m
 # Tensor methods whose arguments are a shape: a view of the query, or a buffer made like it (`q.new_zeros((bs,
 # max_q, heads, dim))`, which a draft extend pads its ragged query into).
 _SHAPED = ("view", "reshape", "new_zeros", "new_empty", "new_ones")
+# torch's own makers of a buffer of a shape (`torch.zeros((bs, max_q, heads, dim))`), the same form as a function.
+_MADE = ("torch.zeros", "torch.empty", "torch.ones", "torch.full")
 QUERY_TOKENS = 2  # the tokens per request of such a query where the evaluation runs (target verify, draft extend)
 # a launch: (the call in the judged function, the lengths handed to the entry, the entry's call or the launch-read
 # field left holding them, the calls on the way to it)
@@ -81,8 +83,11 @@ class _Locality(Hooks):
         self.unsure_stores = False  # see `_left_whole`
         self.sites: list[Site] = []
         self.localized: list[Any] = []  # lengths rewritten to this rank's share in place, by identity
+        # the judged function's parameters its own code treats as the whole lengths, with the call or store that
+        # says so: handed to a localizer, or stored as the whole lengths (here or in a callee)
+        self.admitted: dict[str, tuple[ast.AST, str]] = {}
         self.bound, self.query = q.pack.mla.global_bound_param or "", q.pack.mla.query_param or ""
-        self.switch = q.pack.mla.dcp_flag_param or ""
+        self.switch, self.varlen = q.pack.mla.dcp_flag_param or "", q.pack.mla.varlen_query_param or ""
         self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
         self.unbounded: list[tuple[ast.AST, Any, ast.Call]] = []  # multi-token launches under DCP with no bound
         self.open_queries: list[tuple[ast.AST, Any]] = []  # launches with no bound of a query the function is handed
@@ -129,29 +134,39 @@ class _Locality(Hooks):
             if self.switch and plain(values.get(self.switch)) is True:
                 self.dcp_tested = True  # the launch itself says it runs under DCP
             unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
+            if self.varlen in values and plain(values[self.varlen]) is not None and not _multi(query):
+                # its tokens laid out flat, the offsets handed beside it: several per request
+                given = next((kw for kw in node.keywords if kw.arg == self.varlen), node)
+                flat = Label(MULTI, f"a ragged query, `{self.varlen}=`", span(given), str(frame.module.path))
+                query = Abstract(frozenset({flat}), exists=True)
             if plain(bound) is None and not unread:
                 if _multi(query) and self.dcp_tested:
                     self.unbounded.append((where, query, node))
                 elif _handed_on(query, node, self.query):
                     self.open_queries.append((where, query))  # what the callers hand it decides (and DCP's asking)
             return UNKNOWN
-        if isinstance(inner, Method) and inner.name in _SHAPED:
-            shape = plain(args[0]) if len(args) == 1 else args  # the shape as one tuple, or one by one
+        made_like = isinstance(inner, Opaque) and inner.name in _MADE
+        if (isinstance(inner, Method) and inner.name in _SHAPED or made_like) and args:
+            shape = plain(args[0]) if len(args) == 1 or made_like else args  # one tuple, or one by one
             tokens = plain(shape[1]) if isinstance(shape, (list, tuple)) and len(shape) == 4 else 1
-            if tokens != 1 and not (isinstance(tokens, int) and tokens < 1):
+            if tokens != 1 and not (isinstance(tokens, int) and tokens < 1 and tokens != -1):
                 # [requests, tokens, heads, dim] with a token count that is not one: a target verify or draft extend
+                # (`-1`: as many as the query holds per request, which SGLang's target verify writes; a decode pins
+                # one, `unsqueeze(1)`)
                 written = (
                     node.args[0].elts if len(node.args) == 1 and isinstance(node.args[0], ast.Tuple) else node.args
                 )
                 count = ast.unparse(written[1]) if len(written) > 1 else ""
                 made = Label(MULTI, f"`{ast.unparse(node)}`", span(node), str(frame.module.path), origin=count)
                 return Abstract(frozenset({made}), exists=True)
-            if _multi(inner.receiver):  # one token per row now (or no token axis): not such a query any more
+            if isinstance(inner, Method) and _multi(inner.receiver):  # one token per row now: no such query
                 return Abstract(_locality([inner.receiver]), exists=True)
         if isinstance(inner, Method) and _multi(inner.receiver):
             if inner.name == "dim":
                 return 4
             return Abstract(_multi_labels([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same
+        if isinstance(inner, Method) and inner.name == "copy_" and args and _kept_field(node, self.fields):
+            self._admits(args[0], node, frame.module)  # `metadata.global_seq_lens_k.copy_(lens)`
         if isinstance(inner, Method) and inner.name == "copy_" and args and _kept_field(node, self.kept):
             # `metadata.seq_lens_k.copy_(lens)`: the field holds those lengths now, whatever it held
             ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
@@ -166,6 +181,7 @@ class _Locality(Hooks):
         if built is not None:
             return built
         if name in self.localizers or name in self.in_place:
+            self._admits(args[0] if args else UNKNOWN, node, frame.module)
             share = Label(LOCAL, f"`{ast.unparse(node.func)}`", span(node), str(frame.module.path))
             made = Abstract(frozenset({share}))
             out = node.args[0] if node.args else None
@@ -240,6 +256,17 @@ class _Locality(Hooks):
 
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
         return Abstract(_locality([base]), exists=True) if _locality([base]) else NOT_HANDLED
+
+    def _admits(self, value: Any, node: ast.AST, module: Any) -> None:
+        """The judged function's parameters `value` comes from are, by its own code, the whole lengths."""
+        for param in _params(value):
+            self.admitted.setdefault(param.text, (node, str(module.path)))
+
+    def admitted_stores(self, ev: Any) -> None:
+        """`metadata.global_seq_lens_k = lens` (the evaluation watched those fields): `lens` is the whole lengths."""
+        for outcome in ev.outcomes:
+            if outcome.site.kind == "assign" and outcome.site.message in self.fields:
+                self._admits(outcome.detail[1], outcome.site.node, outcome.site.module)
 
     def _as_left(self, lens: Any) -> Any:
         """Lengths as a launch reads them: this rank's share where a localizer rewrote that very tensor in place."""
@@ -342,7 +369,7 @@ def _evaluation(
     """`function` run with DCP on: each parameter what a caller gave (`given`), else an instance of the class the
     tree defines for its annotation (so that its methods run), a batch where it is one, else what its callers hand
     it."""
-    ev = q.evaluator(hooks)
+    ev = q.evaluator(hooks, watch_attrs=q.pack.dcp.global_lens)
     ev.choices = choices
     if function.node.name in q.pack.dcp.gated_methods:
         hooks.dcp_tested = True  # the framework calls it only with DCP on: its own text need not ask
@@ -359,6 +386,7 @@ def _evaluation(
         return Abstract(frozenset({Label(PARAM, param.arg)}))
 
     flow = ev.run(function, bind_parameters(function, self_value, parameter, q.program))
+    hooks.admitted_stores(ev)
     if hooks.dcp_tested and hooks.kept:
         hooks.sites.extend(_left_whole(ev, function, hooks, [state for state, _ in flow.returns]))
 
@@ -540,6 +568,9 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
     where = passed[0][0]
     params = sorted({x.text for _, value in passed for x in labels_of(value) | maybe_of(value) if x.kind == PARAM})
     what = f"whether what it is handed as {' and '.join(f'`{p}`' for p in params)} is safe under DCP"
+    admitted = _admitted_whole(q, scope, hooks, params)
+    if admitted is not None:
+        return admitted
     if any(_calls(q, other, scope) for other in q.scopes):
         return None  # a helper of this file's other functions: they are judged with what they hand it
     callers = list(_callers(q, scope))
@@ -565,6 +596,32 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
         why = f"it is its parameter, and {others[0]}: what it is is decided by callers further up"
         return q.undecided("SG203", scope, where, what, why)
     return None
+
+
+def _admitted_whole(q: Question, scope: Scope, hooks: _Locality, params: list[str]) -> Judgement | None:
+    """The verdict with the parameters the function's own code treats as the whole lengths (handed to a localizer,
+    `get_dcp_lens(seq_lens, ...)`, or stored as them, `metadata.global_seq_lens_k = seq_lens`, here or in a helper
+    it calls) taken for what it says they are, where that decides."""
+    whole = {}
+    for param in params:
+        said = hooks.admitted.get(param)
+        if said is not None:
+            node, path = said
+            read = Label(GLOBAL, f"`{param}`, the whole lengths by its own `{_said(node)}`", span(node), path)
+            whole[param] = Abstract(frozenset({read}), exists=True)
+    if not whole:
+        return None
+    again = _Locality(q)
+    again.dcp_tested = hooks.dcp_tested
+    _evaluation(q, scope.function, q.self_value(scope), again, Choices(frozenset()), given=whole)
+    verdict = _verdict(q, scope, again.sites)
+    return verdict if verdict is not None and verdict.decided else None
+
+
+def _said(node: ast.AST) -> str:
+    """The call or store that says a parameter is the whole lengths, as a message quotes it."""
+    text = ast.unparse(node.func if isinstance(node, ast.Call) else node)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _handed_by(
@@ -745,7 +802,9 @@ RULE = Rule(
         "is not read, the pack's `plan_metadata_builders` fill them; a plan bound with `functools.partial` is "
         "called with what the partial bound first), and reads DCP lengths or tests DCP, with DCP on over two "
         "ranks: the pack's "
-        "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two.",
+        "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two (a size the "
+        "constructor reads and keeps on the instance too). A method of a class whose constructor raises on every "
+        "path then, by its own statements, is not judged: no instance of it runs under DCP.",
         "Lengths carry where they come from as a property of the value: a field of the pack's `global_lens` "
         "(on any object) or `batch_global_lens` (on a batch: a parameter typed or named as one, or one kept on "
         "the instance) holds the whole sequence's lengths; a call of the pack's `localizers` "
@@ -764,15 +823,20 @@ RULE = Rule(
         "evaluated, and the whole lengths passed by one are a finding. Where one passes its own parameter, the "
         "methods of the classes of that caller's module that hold an instance of its class (`self.updater = "
         "Updater(...)`) and call it there (`self.updater.update(forward_batch.seq_lens, ...)`) are evaluated "
-        "too, and what they hand it is handed on. Where that still leaves a parameter, or nothing calls it, the "
-        "launch is listed as not decided. A launch reached through another function of the file that reads the "
-        "whole lengths and launches with them itself is that function's finding, not its callers'.",
+        "too, and what they hand it is handed on. A parameter the function's own code treats as the whole lengths, "
+        "handing it to a localizer or storing it in a `global_lens` field (`metadata.global_seq_lens_k.copy_("
+        "seq_lens)`), itself or in a helper it calls, is judged as them. Where that still leaves a parameter, or "
+        "nothing calls it, the launch is listed as not decided. A launch reached through another function of the "
+        "file that reads the whole lengths and launches with them itself is that function's finding, not its "
+        "callers'.",
         "A field the framework's launch reads as this rank's lengths (the pack's `[dcp] local_lens`: "
         "`metadata.seq_lens_k`) is a launch too: a function that asks whether DCP is on (or is one of the pack's "
         "`gated_methods`, which the framework calls only with DCP on) and stores there, by assignment or "
         "`.copy_(...)`, is judged by what the field holds at each of its ends, path by path where paths met.",
         "A query has more than one token per request where it is viewed as `[requests, tokens, heads, dim]` "
-        "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one; the evaluation then "
+        "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one (`-1`, as many as it holds, "
+        "is SGLang's target verify's), or made so (`torch.zeros((bs, max_q, heads, dim))`), or is launched flat "
+        "with its offsets (the pack's `[mla] varlen_query_param`, `cum_seq_lens_q=`); the evaluation then "
         f"takes {QUERY_TOKENS} tokens per request, so that a refusal written on the query's shape "
         "(`q_len = query.shape[1] if query.dim() == 4 else 1`, `if dcp and q_len > 1: raise`) ends the path as "
         "it would. A launch of such a query under DCP without the entry's global bound (the pack's "

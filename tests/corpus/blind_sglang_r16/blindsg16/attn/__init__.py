@@ -1,0 +1,1 @@
+"""MLA attention backends and kernel launchers for decode context parallel (DCP)."""

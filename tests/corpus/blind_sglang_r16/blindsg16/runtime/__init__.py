@@ -1,0 +1,1 @@
+"""Runner-side helpers: forward batches built and planned outside ModelRunner."""

@@ -1,0 +1,1 @@
+"""Draft workers for EAGLE-family speculative decoding."""
