@@ -28,6 +28,7 @@ def _findings_beside_sglang(tmp_path: Path, text: str) -> list[tuple[str, str]]:
     result = check_paths([tmp_path / "fork"], use_cache=False, pack=load_pack(builtin=("vllm", "sglang")))
     return [(f.code, f.symbol) for f in result.findings]
 
+
 REFUSING = """
 import flashinfer
 import torch

@@ -156,8 +156,8 @@ def test_a_skip_keyword_handed_on_is_judged_by_the_predicate(tmp_path: Path, ove
     (tmp_path / "fork" / "runner.py").write_text(textwrap.dedent(RUNNER).replace("    OVERRIDE", override))
     (tmp_path / "sglang").symlink_to(unpacked("sglang", "0.5.23"))
     result = check_paths([tmp_path / "fork"], use_cache=False, pack=load_pack(builtin=("vllm", "sglang")))
-    assert [(f.code, f.symbol) for f in result.findings] == (
-        [("SG106", "PrePlanRunner.forward")] if decided else []
-    ), result.findings
+    assert [(f.code, f.symbol) for f in result.findings] == ([("SG106", "PrePlanRunner.forward")] if decided else []), (
+        result.findings
+    )
     if not decided:
         assert any("skip_attn_backend_init" in str(u) for u in result.undecided), result.undecided
