@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r16, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r17, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -28,6 +28,7 @@ SETS = {
     "fourteenth": ("blind_sglang_r14", "blindsg14", (50, 104), 44, 1),
     "fifteenth": ("blind_sglang_r15", "blindsg15", (52, 102), 49, 2),
     "sixteenth": ("blind_sglang_r16", "blindsg16", (53, 106), 47, 0),
+    "seventeenth": ("blind_sglang_r17", "blindsg17", (50, 103), 43, 0),
 }
 
 

@@ -1,0 +1,2 @@
+"""Fork-local extensions to SGLang speculative decoding, DP attention and
+decode context parallel (DCP) MLA backends."""

@@ -1,0 +1,1 @@
+"""DCP-aware MLA attention backends (trtllm-gen, cute-dsl, FlashInfer MLA)."""

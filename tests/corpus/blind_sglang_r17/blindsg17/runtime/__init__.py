@@ -1,0 +1,1 @@
+"""Model-runner and scheduler glue for DP-attention batches."""

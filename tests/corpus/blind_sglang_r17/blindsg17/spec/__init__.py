@@ -1,0 +1,1 @@
+"""Speculative draft workers with out-of-forward attention planning."""
