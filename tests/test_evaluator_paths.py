@@ -5,6 +5,7 @@ never combine two sides of one test."""
 
 from __future__ import annotations
 
+import ast
 import tempfile
 import textwrap
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from specguard.composition import check_source
+from specguard.evaluation.choices import Path as TakenPath
 from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.program import Parsed, Program
@@ -162,3 +164,16 @@ def test_a_lookup_that_may_miss_into_a_handler_is_a_path_of_its_own() -> None:
     [finding] = check_source(source)
     assert finding.code == "SG202" and "on the path where `cache[n]` (line 6) raises" in finding.message
     assert check_source(source.replace("except KeyError", "except ZeroDivisionError")) == []
+
+
+def test_a_path_names_a_test_it_met_again_once() -> None:
+    """A helper called once per layer meets its test once per call: the path says each test and side once."""
+    test = ast.parse("if dcp and q_len > 1:\n    pass").body[0].test  # type: ignore[attr-defined]
+    other = ast.parse("if bs is None:\n    pass").body[0].test  # type: ignore[attr-defined]
+    path = TakenPath([(test, False), (other, True), (test, False)], None)
+    assert path.describe() == "`dcp and q_len > 1` (line 1) is false and `bs is None` (line 1) is true"
+    assert TakenPath([(test, False), (test, True)], None).describe().count("q_len") == 2  # two sides: both named
+    elsewhere = TakenPath([(test, False), (other, True)], None, {id(test): "/src/sglang/backend.py"})
+    assert elsewhere.describe("/src/fork.py") == (
+        "`dcp and q_len > 1` (backend.py line 1) is false and `bs is None` (line 1) is true"
+    ), "a test of another file is named with its file's name"

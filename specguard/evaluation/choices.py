@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from specguard.evaluation.paths import State
-from specguard.evaluation.values import Deferred, Label, Obj, Sym, labels_of, plain
+from specguard.evaluation.values import Deferred, Label, Obj, Sym, labels_of, place_text, plain
 from specguard.program.ast_tools import dotted
 
 T = TypeVar("T")
@@ -41,6 +41,7 @@ class Choices:
     relevant: set[int] | None = None  # id of each test node that matters; None: this run notes them
     replay: list[bool] = field(default_factory=list)
     taken: list[tuple[ast.expr | RaisePoint, bool]] = field(default_factory=list)
+    files: dict[int, str] = field(default_factory=dict)  # id of each test taken -> the file it is written in
     noted: set[int] = field(default_factory=set)
     depth: int = 1  # the calls deep whose tests are taken one way: the run function's (0) and its callees' (1)
     joining: int = 0  # > 0 while both sides of a test that does not matter run, to be joined: nothing is taken
@@ -65,6 +66,7 @@ class Choices:
             return known
         side = self.replay[len(self.taken)] if len(self.taken) < len(self.replay) else False
         self.taken.append((test, side))
+        self.files[id(test)] = str(frame.module.path)
         self._learn(test, side, frame, state)
         return side
 
@@ -207,14 +209,19 @@ class RaisePoint:
 class Path(Generic[T]):
     taken: list[tuple[ast.expr | RaisePoint, bool]]  # each undecided test that matters, and the side this path took
     result: T
+    files: dict[int, str] = field(default_factory=dict)  # id of a test taken -> its file, where known
 
-    def describe(self) -> str:
-        """The path as a message names it: each test and the side taken, each raise point and what it did."""
+    def describe(self, home: str | None = None) -> str:
+        """The path as a message names it: each test and the side taken, each raise point and what it did; a test
+        written in another file than `home` (the message's) after that file's name."""
         parts = []
         for test, side in self.taken:
             node = test.node if isinstance(test, RaisePoint) else test
             said = ("returns" if side else "raises") if isinstance(test, RaisePoint) else f"is {str(side).lower()}"
-            parts.append(f"`{' '.join(ast.unparse(node).split())}` (line {getattr(node, 'lineno', '?')}) {said}")
+            where = place_text(self.files.get(id(test), home or ""), getattr(node, "lineno", 0), home)
+            part = f"`{' '.join(ast.unparse(node).split())}` ({where}) {said}"
+            if part not in parts:  # one test met again (a helper called once per layer) is named once
+                parts.append(part)
         return " and ".join(parts)
 
 
@@ -240,7 +247,8 @@ def each_path(run: Callable[[Choices], T], noted: Choices, limit: int = MAX_PATH
         choices = Choices(
             noted.kinds, noted.noted, replay, depth=noted.depth, kept_kinds=noted.kept_kinds, fields=noted.fields
         )
-        paths.append(Path(choices.taken, run(choices)))
+        result = run(choices)
+        paths.append(Path(choices.taken, result, choices.files))
         sides = [side for _, side in choices.taken]
         # the next path: the last test taken False now taken True, the ones before it as they were
         while sides and sides[-1]:

@@ -271,7 +271,7 @@ def _stale_on_a_path(q: Question, scope: Scope, noted: Choices) -> tuple[list[An
 
     for path in each_path(run, noted) or []:  # more paths than it follows: the joined verdict stands
         if _stale(path.result):
-            return _stale(path.result), f"on the path where {path.describe()}"
+            return _stale(path.result), f"on the path where {path.describe(str(scope.module.path))}"
     return [], ""
 
 

@@ -249,7 +249,7 @@ def _compared(sites: list[Site]) -> bool:
 def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None) -> Judgement | None:
     """The launches' rows against their bound: a finding, not decided, or None (the same geometry)."""
     bound_name = q.pack.mla.global_bound_param
-    on = f" on the path where {path.describe()}" if path is not None else ""
+    on = f" on the path where {path.describe(str(scope.module.path))}" if path is not None else ""
     for where, rows, bound, kernel in sites:
         expanded = {p: _maps(v) for p, v in rows.items() if _maps(v)}
         if not expanded or bound is ABSENT or bound is None:  # None on this path: no bound to compare

@@ -720,7 +720,7 @@ def _doubtful(sites: list[Site]) -> bool:
 
 
 def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = None, how: str = "") -> Judgement | None:
-    on = (f" on the path where {path.describe()}" if path is not None else "") + how
+    on = (f" on the path where {path.describe(str(scope.module.path))}" if path is not None else "") + how
     home = str(scope.module.path)
     for where, lens, kernel, chain in sites:
         read = _global(lens)
