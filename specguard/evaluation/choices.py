@@ -247,8 +247,7 @@ def each_path(run: Callable[[Choices], T], noted: Choices, limit: int = MAX_PATH
         choices = Choices(
             noted.kinds, noted.noted, replay, depth=noted.depth, kept_kinds=noted.kept_kinds, fields=noted.fields
         )
-        result = run(choices)
-        paths.append(Path(choices.taken, result, choices.files))
+        paths.append(Path(choices.taken, run(choices), choices.files))
         sides = [side for _, side in choices.taken]
         # the next path: the last test taken False now taken True, the ones before it as they were
         while sides and sides[-1]:

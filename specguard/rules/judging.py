@@ -316,12 +316,15 @@ def writes_of(
     return [(value, state.writes) for state, value in flow.returns]
 
 
-def constructor_refuses(q: Question, cls: ClassInfo, hooks: Hooks, setting: str) -> bool:
-    """Whether the constructor an instance of `cls` runs raises on every path where the hooks say `setting` is on
-    (`if get_parallel().attn_dcp_size > 1: raise ValueError(...)`): no instance then runs with it on, the only case
-    a rule about that setting asks about. By the constructor's own statements, evaluated once per class and setting:
-    what it calls is not read (a base's constructor may fail for reasons the evaluation cannot see, which is no
-    refusal)."""
+def constructor_refuses(q: Question, scope: Scope, hooks: Callable[[], Hooks], setting: str) -> bool:
+    """Whether `scope` is a method of a class whose constructor, the one an instance runs, raises on every path where
+    the hooks say `setting` is on (`if get_parallel().attn_dcp_size > 1: raise ValueError(...)`): no instance then
+    runs with it on, the only case a rule about that setting asks about. By the constructor's own statements,
+    evaluated once per class and setting (`hooks` makes the rule's hooks for that one evaluation): what it calls is
+    not read (a base's constructor may fail for reasons the evaluation cannot see, which is no refusal)."""
+    cls = scope.cls
+    if cls is None or not scope.bound:
+        return False
     key = ("constructor-refuses", setting, cls.key)
     if key not in q.program.memo:
         init = next(((k, k.methods["__init__"]) for k in q.program.ancestors(cls) if "__init__" in k.methods), None)
@@ -331,7 +334,7 @@ def constructor_refuses(q: Question, cls: ClassInfo, hooks: Hooks, setting: str)
             function = Function(module, init[1], init[0])
             bindings = bind_parameters(function, Obj(cls, label="self"), unknown_parameter, q.program)
             try:
-                refuses = not q.evaluator(hooks, max_depth=0).run(function, bindings).returns
+                refuses = not q.evaluator(hooks(), max_depth=0).run(function, bindings).returns
             except (OutOfBudget, RecursionError):
                 refuses = False
         q.program.memo[key] = refuses

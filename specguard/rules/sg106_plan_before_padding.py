@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from functools import partial
 from typing import Any, NamedTuple
 
 from specguard.evaluation.choices import Choices, each_path
@@ -699,7 +700,7 @@ def judge(q: Question) -> Iterator[Judgement]:
         if not scope.mentions(forwarding):
             continue
         fields = _predicate_fields(q) if fields is None else fields
-        if scope.cls is not None and scope.bound and constructor_refuses(q, scope.cls, _Batches(q, fields), "DP"):
+        if constructor_refuses(q, scope, partial(_Batches, q, fields), "DP"):
             continue  # no instance of its class exists with DP attention on, the only case the rule asks about
         found = _judge(q, scope, fields)
         if found is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
@@ -165,12 +166,13 @@ class _Locality(Hooks):
             if inner.name == "dim":
                 return 4
             return Abstract(_multi_labels([inner.receiver]), exists=True)  # `.to(dtype)`, `.contiguous()`: the same
-        if isinstance(inner, Method) and inner.name == "copy_" and args and _kept_field(node, self.fields):
-            self._admits(args[0], node, frame.module)  # `metadata.global_seq_lens_k.copy_(lens)`
-        if isinstance(inner, Method) and inner.name == "copy_" and args and _kept_field(node, self.kept):
-            # `metadata.seq_lens_k.copy_(lens)`: the field holds those lengths now, whatever it held
-            ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
-            return NOT_HANDLED
+        if isinstance(inner, Method) and inner.name == "copy_" and args:
+            if _kept_field(node, self.fields):
+                self._admits(args[0], node, frame.module)  # `metadata.global_seq_lens_k.copy_(lens)`
+            if _kept_field(node, self.kept):
+                # `metadata.seq_lens_k.copy_(lens)`: the field holds those lengths now, whatever it held
+                ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
+                return NOT_HANDLED
         planned = _unbound(inner, args, kwargs)
         if planned is not None and planned[0].name.rpartition(".")[2] in self.plans:
             lens = self._planned_lens(*planned[1:])  # `wrapper.plan(...)`: a library's, never followed
@@ -353,7 +355,7 @@ def _judged(q: Question, scope: Scope) -> list[Judgement]:
     if key not in q.program.memo:
         q.program.memo[key] = []  # while it is judged: a call back into it reports nothing
         # no instance of a class whose constructor refuses DCP runs under it, the only case the rule asks about
-        refused = scope.cls is not None and scope.bound and constructor_refuses(q, scope.cls, _Locality(q), "DCP")
+        refused = constructor_refuses(q, scope, partial(_Locality, q), "DCP")
         q.program.memo[key] = [] if refused else list(_judge_scope(q, scope))
     return q.program.memo[key]  # type: ignore[no-any-return]
 
@@ -583,9 +585,7 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
     for klass, function in callers:
         caller = f"`{klass.name}.{function.node.name}`"
         for handed, asked, how in _handed_by(q, scope, klass, function):
-            again = _Locality(q)
-            again.dcp_tested = asked
-            _evaluation(q, scope.function, q.self_value(scope), again, Choices(frozenset()), given=handed)
+            again = _run_given(q, scope, handed, asked)
             how = f" as {caller} calls it{how}"
             verdict = _verdict(q, scope, again.sites, how=how) or _unbounded(q, scope, again.unbounded, how=how)
             if verdict is not None and verdict.decided:
@@ -611,11 +611,17 @@ def _admitted_whole(q: Question, scope: Scope, hooks: _Locality, params: list[st
             whole[param] = Abstract(frozenset({read}), exists=True)
     if not whole:
         return None
-    again = _Locality(q)
-    again.dcp_tested = hooks.dcp_tested
-    _evaluation(q, scope.function, q.self_value(scope), again, Choices(frozenset()), given=whole)
-    verdict = _verdict(q, scope, again.sites)
+    verdict = _verdict(q, scope, _run_given(q, scope, whole, hooks.dcp_tested).sites)
     return verdict if verdict is not None and verdict.decided else None
+
+
+def _run_given(q: Question, scope: Scope, given: dict[str, Any], asked: bool) -> _Locality:
+    """The judged function run again, its paths joined, with `given` for those parameters, and DCP asked already
+    where `asked` (by a caller, or by the first run)."""
+    again = _Locality(q)
+    again.dcp_tested = asked
+    _evaluation(q, scope.function, q.self_value(scope), again, Choices(frozenset()), given=given)
+    return again
 
 
 def _said(node: ast.AST) -> str:
