@@ -92,6 +92,21 @@ def unpacked_vllm(version: str) -> Path:
     return unpacked("vllm", version)
 
 
+def check_fork_beside_sglang(tmp_path: Path, modules: dict[str, str]):  # type: ignore[no-untyped-def]
+    """A fork's package `fork` of `modules` (file name -> text) checked beside SGLang 0.5.23's real sources, whose
+    classes it subclasses and calls, with both frameworks' built-in packs: the `TreeCheck`."""
+    from specguard.composition import check_paths
+    from specguard.packs import load_pack
+
+    package = tmp_path / "fork"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (package / name).write_text(text)
+    (tmp_path / "sglang").symlink_to(unpacked("sglang", "0.5.23"))
+    return check_paths([package], use_cache=False, pack=load_pack(builtin=("vllm", "sglang")))
+
+
 @pytest.fixture(scope="session")
 def vllm_source() -> Callable[[str], Path]:
     return unpacked_vllm

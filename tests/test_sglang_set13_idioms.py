@@ -24,7 +24,7 @@ import pytest
 
 from specguard.composition import check_paths, check_source, check_source_judged
 from specguard.packs import load_pack
-from tests.conftest import unpacked
+from tests.conftest import check_fork_beside_sglang
 from tests.test_sglang_idioms import BATCH
 
 REFUSAL = """
@@ -128,11 +128,7 @@ def test_an_updater_override_is_judged_with_what_the_backend_hands_update(
     """SGLang 0.5.23's `FlashInferMLAAttnBackend.init_forward_metadata` calls
     `self.indices_updater_decode.update(forward_batch.seq_lens, ...)`, which hands them on to `call_begin_forward`
     (blind sets 9 to 13)."""
-    (tmp_path / "fork").mkdir()
-    (tmp_path / "fork" / "__init__.py").write_text("")
-    (tmp_path / "fork" / "updater.py").write_text(textwrap.dedent(UPDATER).replace("LENS", lens))
-    (tmp_path / "sglang").symlink_to(unpacked("sglang", "0.5.23"))
-    result = check_paths([tmp_path / "fork"], use_cache=False, pack=load_pack(builtin=("vllm", "sglang")))
+    result = check_fork_beside_sglang(tmp_path, {"updater.py": textwrap.dedent(UPDATER).replace("LENS", lens)})
     decided = [(f.code, f.symbol) for f in result.findings]
     assert decided == ([("SG203", "ForkUpdater.call_begin_forward")] if flagged else []), decided
     if flagged:

@@ -14,18 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from specguard.composition import check_paths, check_source
-from specguard.packs import load_pack
-from tests.conftest import unpacked
+from specguard.composition import check_source
+from tests.conftest import check_fork_beside_sglang
 
 
 def _findings_beside_sglang(tmp_path: Path, text: str) -> list[tuple[str, str]]:
     """The findings on a fork's module read beside SGLang 0.5.23's sources, whose classes it subclasses."""
-    (tmp_path / "fork").mkdir()
-    (tmp_path / "fork" / "__init__.py").write_text("")
-    (tmp_path / "fork" / "backend.py").write_text(textwrap.dedent(text))
-    (tmp_path / "sglang").symlink_to(unpacked("sglang", "0.5.23"))
-    result = check_paths([tmp_path / "fork"], use_cache=False, pack=load_pack(builtin=("vllm", "sglang")))
+    result = check_fork_beside_sglang(tmp_path, {"backend.py": textwrap.dedent(text)})
     return [(f.code, f.symbol) for f in result.findings]
 
 

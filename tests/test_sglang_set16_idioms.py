@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard.composition import check_paths, check_source, check_source_judged
-from specguard.packs import load_pack
-from tests.conftest import unpacked
+from specguard.composition import check_source, check_source_judged
+from tests.conftest import check_fork_beside_sglang
 
 SWAPPED = """
 import flashinfer
@@ -151,11 +150,8 @@ def test_a_skip_keyword_handed_on_is_judged_by_the_predicate(tmp_path: Path, ove
     """Set 16's `DraftDecodePrePlanRunner.forward`: it plans and marks, then hands its own `skip_attn_backend_init`
     to `ModelRunner.forward`, which pads for DP attention; skipped or not, the marked batch is not planned again.
     A class that overrides the runner's padding step (set 11's `ReplanAfterPadModelRunner`) is not decided."""
-    (tmp_path / "fork").mkdir()
-    (tmp_path / "fork" / "__init__.py").write_text("")
-    (tmp_path / "fork" / "runner.py").write_text(textwrap.dedent(RUNNER).replace("    OVERRIDE", override))
-    (tmp_path / "sglang").symlink_to(unpacked("sglang", "0.5.23"))
-    result = check_paths([tmp_path / "fork"], use_cache=False, pack=load_pack(builtin=("vllm", "sglang")))
+    runner = textwrap.dedent(RUNNER).replace("    OVERRIDE", override)
+    result = check_fork_beside_sglang(tmp_path, {"runner.py": runner})
     assert [(f.code, f.symbol) for f in result.findings] == ([("SG106", "PrePlanRunner.forward")] if decided else []), (
         result.findings
     )
