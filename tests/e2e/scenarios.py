@@ -208,7 +208,8 @@ def inject(run: Run, trigger: Path, fault: str) -> Phase:
         phase.exit = run.server.wait_exit(FAULT_EXIT_WAIT_S)
         phase.log = run.server.log()
     else:
-        phase.log = wait_for_counters(run, phase.log_start)
+        # counter lines logged after the last answer: one logged while the requests ran can predate the faulty builds
+        phase.log = wait_for_counters(run, len(run.server.log()))
         phase.metrics = run.server.metrics()
         trigger.write_text("")
     return phase
