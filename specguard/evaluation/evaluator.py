@@ -212,7 +212,7 @@ _STATEMENTS: dict[type, Callable[..., Flow]] = {
     ast.Break: Evaluator._s_break,
     ast.Continue: Evaluator._s_continue,
     ast.Pass: Evaluator._s_pass,
-    ast.Global: Evaluator._s_pass,
+    ast.Global: Evaluator._s_global,
     ast.Nonlocal: Evaluator._s_pass,
 }
 if hasattr(ast, "TryStar"):  # Python 3.11+

@@ -191,6 +191,10 @@ class Expressions(Builtins):
                     return value
                 if self.semantics.join == "unknown":  # the truth is decided, the exact value only if it is a bool
                     return stop if isinstance(plain(value), bool) else UNKNOWN
+                if isinstance(plain(value), bool) and all(is_unknown(plain(u)) for u in undecided):
+                    # an unknown operand is the result only where it stops the chain too: the truth is decided
+                    # (`flag and not dp_enabled` is false with DP on), and a bool stands for it
+                    return with_labels(stop, frozenset().union(*map(labels_of, [*undecided, value])))
                 # An undecided operand came first: the result is that operand or this one.
                 return self._either([*undecided, value])
         return self._either([*undecided, value]) if undecided else value
@@ -298,7 +302,11 @@ class Expressions(Builtins):
         multiple of it: the client says what that adds (a count rounded up to an alignment is padded). A divisor is
         known by its value where it has an identity (a number, a named unknown), else by the variable read."""
         if isinstance(op, (ast.FloorDiv, ast.Div)):
-            return result if right_key is None else with_labels(result, frozenset({Label(QUOTIENT, right_key)}))
+            if right_key is None:
+                return result
+            return with_labels(
+                result, frozenset({Label(QUOTIENT, right_key)}) | self.hooks.divided(self, result, right_key)
+            )
         if isinstance(op, ast.Mult):
             for value, key in ((left, right_key), (right, left_key)):
                 if key is not None and any(x.kind == QUOTIENT and x.text == key for x in labels_of(value)):

@@ -85,6 +85,11 @@ class Hooks:
         (`(n + a - 1) // a * a`, `cdiv(n, a) * a`: a count rounded to a multiple, not the count itself)."""
         return NO_LABELS
 
+    def divided(self, ev: Evaluator, value: Any, divisor: str) -> frozenset[Label]:
+        """Labels a quotient by `divisor` adds to itself (lengths spread over that many ranks divided by their
+        number: one rank's share, however the function works it out)."""
+        return NO_LABELS
+
     def at_least(self, ev: Evaluator, value: Any, bound: Any, node: ast.AST) -> frozenset[Label]:
         """Labels an element adds to itself where it was chosen for being at least `bound` (`next(s for s in sizes
         if s >= n)`, `min(...)` of such): it may be larger than `bound`, whatever the collection is called."""

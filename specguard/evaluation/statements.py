@@ -28,6 +28,7 @@ from specguard.evaluation.paths import (
 from specguard.evaluation.values import (
     UNKNOWN,
     Abstract,
+    ClassRef,
     Deferred,
     Function,
     Many,
@@ -540,6 +541,16 @@ class Statements(Builtins):
     def _s_pass(self, stmt: ast.stmt, frame: Frame, state: State) -> Flow:
         return Flow(normal=state)
 
+    def _s_global(self, stmt: ast.Global, frame: Frame, state: State) -> Flow:
+        """`global X` where the module starts X as None: this function reads the None it starts as, as on its first
+        call (`if _DEPS is None: _DEPS = (...)`, a memo it fills); other functions read X as unknown (what its
+        setter left, see `module_value`). Its writes stay with this run, as a local's."""
+        for name in stmt.names:
+            start = frame.module.assigns.get(name)
+            if name not in state.locals and isinstance(start, ast.Constant) and start.value is None:
+                state.locals[name] = None
+        return Flow(normal=state)
+
     def _branch(self, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt], frame: Frame, state: State) -> Flow:
         value, truth = self.test(test, frame, state)
         if truth is True:
@@ -629,6 +640,8 @@ class Statements(Builtins):
         parts of an `and` that holds or an `or` that does not."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self.narrow(test.operand, not truth, frame, state)
+        if isinstance(test, ast.Call) and truth and self._narrow_instance(test, frame, state):
+            return state
         if isinstance(test, ast.Call):  # a predicate helper: narrowed by the test it returns, on the caller's names
             inlined = self._predicate_test(test, frame, state)
             return state if inlined is None else self.narrow(inlined, truth, frame, state)
@@ -661,6 +674,30 @@ class Statements(Builtins):
         else:
             self.store(self.eval(target.value, frame, state), target.attr, value, state)
         return state
+
+    def _narrow_instance(self, test: ast.Call, frame: Frame, state: State) -> bool:
+        """`isinstance(x, C)` held, `C` a class of the tree and `x` a name or attribute the evaluation does not know
+        as an object: `x` is an instance of `C` on this path (`backend = self.decode_backend`, then `if not
+        isinstance(backend, ForkBackend): return ...`: its methods are `C`'s). Whether it narrowed."""
+        if len(test.args) != 2 or test.keywords or not isinstance(test.args[0], (ast.Name, ast.Attribute)):
+            return False
+        func = plain(self.eval(test.func, frame, state))
+        if not (isinstance(func, Opaque) and func.name == "builtins.isinstance"):
+            return False
+        kind = plain(self.eval(test.args[1], frame, state))
+        target = test.args[0]
+        if not isinstance(kind, ClassRef) or isinstance(target, ast.Name) and target.id not in state.locals:
+            return False
+        current = self.eval(target, frame, state)
+        inner = plain(current)
+        if not (is_unknown(inner) or isinstance(inner, Sym)) or isinstance(inner, Abstract) and inner.exists:
+            return False
+        value = Obj(kind.info, label=ast.unparse(target))
+        if isinstance(target, ast.Name):
+            state.locals[target.id] = value
+        else:
+            self.store(self.eval(target.value, frame, state), target.attr, value, state)
+        return True
 
     def _reread(self, frame: Frame, state: State) -> Callable[[ast.expr], bool | None]:
         """The truth of an operand of a test: as this path took it, path by path, else read again where reading

@@ -17,7 +17,7 @@ from typing import Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.errors import SourceError, UserError
-from specguard.program.ast_tools import absolute_module, dotted
+from specguard.program.ast_tools import absolute_module, cached_on, dotted
 from specguard.program.discover import discover
 from specguard.program.reading import decode, parse_shared
 
@@ -85,6 +85,16 @@ class ParsedModule:
     # Names assigned more than once, one of them inside an `if` or `try` (`HAS_TRITON = find_spec(...)`, then
     # `HAS_TRITON = False` where a check fails): what import time leaves them is not known here.
     varies: set[str] = field(default_factory=set)
+
+
+def rebound_globals(parsed: ParsedModule) -> frozenset[str]:
+    """The module's names a function rebinds (`global _current` in `set_forward_context`): what a function reads
+    there is whatever the last such call left, not the module's first value. Read once per module, where asked."""
+
+    def read(tree: ast.AST) -> frozenset[str]:
+        return frozenset(name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names)
+
+    return cached_on(parsed.tree, "rebound_globals", read)  # type: ignore[no-any-return]
 
 
 def base_name(expr: ast.expr) -> str | None:
