@@ -34,7 +34,7 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.packs import Pack
-from specguard.program.ast_tools import annotation_names, cached_on, dotted, span
+from specguard.program.ast_tools import annotation_names, cached_on, dotted, last_name, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
@@ -513,8 +513,25 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
         bindings[params[0].arg] = q.self_value(scope)
     for param in params[1 if scope.bound else 0 :]:
         if annotation_names(param.annotation) & set(names.batch_types) or param.arg in names.batch_params:
-            bindings[param.arg] = fresh_batch(q, _batch_class(q, scope, param), fields)
+            batch = fresh_batch(q, _batch_class(q, scope, param), fields)
+            # `micro_batches: Sequence[ForwardBatch]`: every batch in it is like that one, taken as its one batch (a
+            # loop that plans each and one that runs each meet the same batch, in one round each, so the fields its
+            # predicate reads are those one round left, never a join of rounds)
+            bindings[param.arg] = [batch] if _sequence_annotation(param.annotation) else batch
     return bindings
+
+
+_SEQUENCES = frozenset({"Sequence", "List", "list", "Tuple", "tuple", "Iterable", "Iterator", "Collection"})
+
+
+def _sequence_annotation(annotation: ast.expr | None) -> bool:
+    """`Sequence[X]`, `list[X]`, `Optional[List[X]]`: a collection of its element type."""
+    if isinstance(annotation, ast.Subscript):
+        if last_name(annotation.value) in _SEQUENCES:
+            return True
+        if last_name(annotation.value) == "Optional":
+            return _sequence_annotation(annotation.slice)
+    return False
 
 
 def fresh_batch(q: Question, cls: ClassInfo | None, handed: frozenset[str] | None = None) -> Obj:

@@ -169,8 +169,9 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and inner.name == "copy_" and args:
             if _kept_field(node, self.fields):
                 self._admits(args[0], node, frame.module)  # `metadata.global_seq_lens_k.copy_(lens)`
-            if _kept_field(node, self.kept):
-                # `metadata.seq_lens_k.copy_(lens)`: the field holds those lengths now, whatever it held
+            if _kept_field(node, self.kept) or isinstance(node.func.value, ast.Name):  # type: ignore[attr-defined]
+                # `metadata.seq_lens_k.copy_(lens)`, `buffer.copy_(lens)`: it holds those lengths now, whatever it
+                # held
                 ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
                 return NOT_HANDLED
         planned = _unbound(inner, args, kwargs)
@@ -258,6 +259,13 @@ class _Locality(Hooks):
 
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
         return Abstract(_locality([base]), exists=True) if _locality([base]) else NOT_HANDLED
+
+    def divided(self, ev: Any, value: Any, divisor: str) -> frozenset[Label]:
+        """Lengths divided by the number of DCP ranks (`lens // world + (rank < lens % world)`): this rank's share,
+        worked out in place."""
+        if divisor == repr(DCP_SIZE) and any(x.kind in (GLOBAL, PARAM) for x in labels_of(value)):
+            return frozenset({Label(LOCAL, "a share by the number of DCP ranks", None, str(ev.here))})
+        return frozenset()
 
     def _admits(self, value: Any, node: ast.AST, module: Any) -> None:
         """The judged function's parameters `value` comes from are, by its own code, the whole lengths."""
@@ -585,9 +593,7 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
     for klass, function in callers:
         caller = f"`{klass.name}.{function.node.name}`"
         for handed, asked, how in _handed_by(q, scope, klass, function):
-            again = _run_given(q, scope, handed, asked)
-            how = f" as {caller} calls it{how}"
-            verdict = _verdict(q, scope, again.sites, how=how) or _unbounded(q, scope, again.unbounded, how=how)
+            verdict = _given_verdict(q, scope, handed, asked, how=f" as {caller} calls it{how}")
             if verdict is not None and verdict.decided:
                 return verdict
             if any(_params(handed.get(p)) for p in params):
@@ -611,17 +617,31 @@ def _admitted_whole(q: Question, scope: Scope, hooks: _Locality, params: list[st
             whole[param] = Abstract(frozenset({read}), exists=True)
     if not whole:
         return None
-    verdict = _verdict(q, scope, _run_given(q, scope, whole, hooks.dcp_tested).sites)
+    verdict = _given_verdict(q, scope, whole, hooks.dcp_tested)
     return verdict if verdict is not None and verdict.decided else None
 
 
-def _run_given(q: Question, scope: Scope, given: dict[str, Any], asked: bool) -> _Locality:
-    """The judged function run again, its paths joined, with `given` for those parameters, and DCP asked already
-    where `asked` (by a caller, or by the first run)."""
-    again = _Locality(q)
-    again.dcp_tested = asked
-    _evaluation(q, scope.function, q.self_value(scope), again, Choices(frozenset()), given=given)
-    return again
+def _given_verdict(q: Question, scope: Scope, given: dict[str, Any], asked: bool, how: str = "") -> Judgement | None:
+    """The verdict on the judged function run again with `given` for those parameters, and DCP asked already where
+    `asked` (by a caller, or by the first run): on its paths joined, and path by path where a launch may get the
+    whole lengths on one and this rank's on another (a parameter localized on one path only)."""
+
+    def run(choices: Choices) -> _Locality:
+        again = _Locality(q)
+        again.dcp_tested = asked
+        _evaluation(q, scope.function, q.self_value(scope), again, choices, given=given)
+        return again
+
+    noted = Choices(frozenset({GLOBAL, LOCAL}))
+    joined = run(noted)
+    verdict = _verdict(q, scope, joined.sites, how=how) or _unbounded(q, scope, joined.unbounded, how=how)
+    if (verdict is not None and verdict.decided) or not _doubtful(joined.sites):
+        return verdict
+    for path in each_path(lambda choices: run(choices).sites, noted) or []:
+        found = _verdict(q, scope, path.result, path, how)
+        if found is not None and found.decided:
+            return found
+    return verdict
 
 
 def _said(node: ast.AST) -> str:
@@ -697,9 +717,10 @@ def _calls(q: Question, other: Scope, scope: Scope) -> bool:
 
 
 def _passed_on(lens: Any) -> bool:
-    """Lengths that are a parameter of the judged function, neither localized nor read as the whole ones."""
+    """Lengths that are a parameter of the judged function on some path, not read as the whole ones (this rank's
+    share on another path leaves the parameter's own path to what it is)."""
     kinds = {x.kind for x in labels_of(lens) | maybe_of(lens)}
-    return PARAM in kinds and not kinds & {GLOBAL, LOCAL}
+    return PARAM in kinds and GLOBAL not in kinds
 
 
 def _params(value: Any) -> frozenset[Label]:
