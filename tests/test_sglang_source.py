@@ -15,10 +15,11 @@ from tests.conftest import run_cli, unpacked
 
 KIT = "sglang/test/kits/attention_unittest/runner_modes/speculative_draft_runner.py"
 TRTLLM_MLA = "sglang/srt/layers/attention/trtllm_mla_backend.py"
-# SG203 not decided: FlashInferMLAIndicesUpdaterPrefill.update plans its paged prefill with the host lengths it is
-# handed (`kv_len_arr_cpu`) where `attn_dcp_metadata` is None, and drops them where it is set (under DCP); which of
-# the two a DCP run takes is its callers' to say (another object's), which the evaluation does not follow
-FLASHINFER_MLA_PREFILL = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
+# SG203 not decided in this file: FlashInferMLAIndicesUpdaterPrefill.update plans its paged prefill with the host
+# lengths it is handed (`kv_len_arr_cpu`) where `attn_dcp_metadata` is None, and drops them where it is set (under
+# DCP); which of the two a DCP run takes is its callers' to say (another object's), which the evaluation does not
+# follow
+FLASHINFER_MLA = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
 # The findings per release, each read in the code. SG106: the EAGLE draft path plans the real batch (and marks it
 # ready, or hands `skip_attn_backend_init=True` to the forward in older releases), and the model runner pads it for
 # DP attention without planning again (sgl-project/sglang#38580 quotes 0.5.23's). SG203: 0.5.18's trtllm MLA decode
@@ -47,7 +48,7 @@ RELEASES = {
             # the Dots hybrid attention backend's `forward`: it re-plans after DP padding and hands an unannotated
             # batch on to another backend's `forward`, whose class (and so predicate) the evaluation cannot tell
             "sglang/srt/layers/attention/dots_hybrid_backend.py",
-            FLASHINFER_MLA_PREFILL,
+            FLASHINFER_MLA,
         },
     ),
     "0.5.18": (
@@ -65,8 +66,13 @@ RELEASES = {
             # which draft extend does not pass (the review of sgl-project/sglang#33926 names it: "`causal_seqs is
             # not None` proxies `q_len > 1`, but `draft_extend_v2` breaks it"; 0.5.23 keys on `q_len > 1`)
             (TRTLLM_MLA, 1430, "SG203"),
+            # FlashInferMLAIndicesUpdaterDecode.call_begin_forward: under DCP its decode branch rewrites `kv_lens` to
+            # this rank's share in place (`plan_dcp_decode_metadata`), and its speculative branch (`spec_info` set)
+            # plans the same `paged_kernel_lens`, whole, beside the draft's `kv_indptr` (0.5.23 takes that branch's
+            # lengths from the draft's `kv_indptr`)
+            (FLASHINFER_MLA, 851, "SG203"),
         },
-        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA_PREFILL},
+        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA},
     ),
     "0.5.6": (
         {
@@ -80,9 +86,11 @@ RELEASES = {
             # EAGLEWorker.draft hands the planned batch to its `draft_forward`, and 0.5.6's batch has no
             # `needs_forward_metadata_init()` to ask (its steps pass `skip_attn_backend_init=True` inside)
             "sglang/srt/speculative/eagle_worker.py",
-            # two attention backend tests that plan a batch and run a backend's `forward` with it
+            # attention backend tests that plan a batch and run a backend's `forward` with it (the trtllm MLA ones
+            # read once a module global a function sets, `global _x`, stopped reading as the None it starts as)
             "sglang/test/attention/test_flashattn_backend.py",
             "sglang/test/attention/test_flashattn_mla_backend.py",
+            "sglang/test/attention/test_trtllm_mla_backend.py",
         },
     ),
 }
