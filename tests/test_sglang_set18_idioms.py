@@ -5,7 +5,8 @@ and its finding (or its absence) checked:
   a backend narrowed by `isinstance` is an instance of that class, whose methods run;
 - SG106: a setting a constructor stores as `flag and not server_args.enable_dp_attention` is false with DP on; a
   `Sequence[ForwardBatch]` parameter's batches are planned in one loop and run in another; the backend read from
-  the forward context (a module global that `set_forward_context` sets) plans."""
+  the forward context (a module global that `set_forward_context` sets) plans; a parameter annotated with a plain
+  class of the tree is an instance of it."""
 
 from __future__ import annotations
 
@@ -174,12 +175,34 @@ def plan_in_context_then_forward(draft_runner: ModelRunner, backend, forward_bat
         return draft_runner.forward(forward_batch).logits_output
 """
 
+HANDLE = """
+from typing import Any, Dict
+
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+class DraftRunnerHandle:
+    def __init__(self, model_runner: ModelRunner):
+        self.model_runner = model_runner
+
+    def run(self, forward_batch: ForwardBatch):
+        return self.model_runner.forward(forward_batch).logits_output
+
+def run_with_backend_table(handle: DraftRunnerHandle, backends: Dict[str, Any], forward_batch: ForwardBatch):
+    backend = backends["draft_extend"]
+    if backend is not None and not forward_batch.forward_mode.is_idle():
+        backend.init_forward_metadata(forward_batch)
+        forward_batch.mark_forward_metadata_ready(MARK)
+    return handle.run(forward_batch)
+"""
+
 
 def test_sg106_reads_stored_settings_sequences_and_the_forward_context(tmp_path: Path) -> None:
     """Set 18's `DpGatedPreplanWorker` and `OverlapPreplanWorker` (the constructor's setting, false or true with DP
     attention on), `run_split_draft_extend` (a sequence of batches, each planned and marked, then run) and
     `plan_in_context_then_forward` (the backend of the forward context, `get_attn_backend()`, which reads a module
-    global that `set_forward_context` sets: not the None it starts as), each beside its clean form."""
+    global that `set_forward_context` sets: not the None it starts as) and `run_with_backend_table` (a parameter
+    annotated with a plain class of the tree, whose method runs the forward), each beside its clean form."""
     modules = {
         "gated.py": GATED_WORKER.replace("SETTING", "preplan_extend and not server_args.enable_dp_attention"),
         "overlap.py": GATED_WORKER.replace("SETTING", "preplan_extend or server_args.enable_dp_attention"),
@@ -187,7 +210,10 @@ def test_sg106_reads_stored_settings_sequences_and_the_forward_context(tmp_path:
         "split_replannable.py": SPLIT.replace("MARK", "replan_equivalent=True"),
         "in_context.py": IN_CONTEXT.replace("MARK", ""),
         "in_context_replannable.py": IN_CONTEXT.replace("MARK", "replan_equivalent=True"),
+        "handle.py": HANDLE.replace("MARK", ""),
+        "handle_replannable.py": HANDLE.replace("MARK", "replan_equivalent=True"),
     }
     found = check_fork_beside_sglang(tmp_path, {name: textwrap.dedent(text) for name, text in modules.items()})
     flagged = sorted((Path(f.path).name, f.code) for f in found.findings)
-    assert flagged == [("in_context.py", "SG106"), ("overlap.py", "SG106"), ("split.py", "SG106")], found.findings
+    expected = [("handle.py", "SG106"), ("in_context.py", "SG106"), ("overlap.py", "SG106"), ("split.py", "SG106")]
+    assert flagged == expected, found.findings

@@ -90,7 +90,7 @@ def annotation_names(node: ast.expr | None) -> set[str]:
     return {name} if name else set()
 
 
-def has_decorator(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+def has_decorator(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, name: str) -> bool:
     return any(last_name(d.func if isinstance(d, ast.Call) else d) == name for d in func.decorator_list)
 
 

@@ -34,7 +34,7 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.packs import Pack
-from specguard.program.ast_tools import annotation_names, cached_on, dotted, last_name, span
+from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, last_name, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
@@ -518,7 +518,21 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
             # loop that plans each and one that runs each meet the same batch, in one round each, so the fields its
             # predicate reads are those one round left, never a join of rounds)
             bindings[param.arg] = [batch] if _sequence_annotation(param.annotation) else batch
+        elif isinstance(param.annotation, (ast.Name, ast.Attribute)):
+            cls = q.program.resolve_class(scope.module.name, dotted(param.annotation) or "")
+            if cls is not None and _plain_class(q, cls):
+                bindings[param.arg] = Obj(cls, label=param.arg)  # `handle: DraftRunnerHandle`: its methods run
     return bindings
+
+
+def _plain_class(q: Question, cls: ClassInfo) -> bool:
+    """A class whose instance is what its constructor made of it, nothing the evaluation can read without running
+    it: no enum, dataclass or class-level value in its lineage (a `ScheduleBatch` taken for its declared defaults
+    would have no `spec_info`, where a real one has)."""
+    lineage = q.program.ancestors(cls)
+    return not q.program.is_enum(cls) and not any(
+        klass.attributes or has_decorator(klass.node, "dataclass") for klass in lineage
+    )
 
 
 _SEQUENCES = frozenset({"Sequence", "List", "list", "Tuple", "tuple", "Iterable", "Iterator", "Collection"})
