@@ -1,0 +1,1 @@
+"""Fork-local speculative decoding and MLA attention extensions on top of SGLang."""

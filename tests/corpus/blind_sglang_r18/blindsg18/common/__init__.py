@@ -1,0 +1,1 @@
+"""Shared helpers for the fork's speculative workers and attention backends."""

@@ -1,0 +1,1 @@
+"""Speculative decoding workers (EAGLE / MTP variants) maintained in this fork."""
