@@ -52,7 +52,7 @@ from specguard.evaluation.values import (
     with_labels,
 )
 from specguard.program.ast_tools import dotted
-from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, rebound_globals
+from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, rebound_globals, starts_as_none
 
 if TYPE_CHECKING:
     from specguard.evaluation.hooks import Hooks
@@ -565,7 +565,7 @@ class ObjectModel:
                 return Function(parsed, node)
             if any(parsed.assigns.get(varying) is node for varying in parsed.varies):
                 return UNKNOWN  # assigned again where a check at import time fails: which value is not known
-            if _none(node) and parsed.assigns.get(name) is node and name in rebound_globals(parsed):
+            if parsed.assigns.get(name) is node and starts_as_none(parsed, name) and name in rebound_globals(parsed):
                 # None until a function sets it (`_current = None`, then `global _current` in
                 # `set_forward_context`): what a function reads there is what the last setter left, not known
                 return UNKNOWN
@@ -934,7 +934,3 @@ def _dunder(name: str) -> bool:
 def _or_written(value: Any, written: Any) -> Any:
     """An attribute's value as read, or what the methods that write it wrote since (`_shadowed`, `_held_field`)."""
     return join_values([(value, frozenset()), (written, frozenset())])
-
-
-def _none(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None

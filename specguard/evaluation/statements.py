@@ -53,7 +53,7 @@ from specguard.evaluation.values import (
     with_labels,
 )
 from specguard.program.ast_tools import absolute_module
-from specguard.program.tree import message_of
+from specguard.program.tree import message_of, starts_as_none
 
 
 class Statements(Builtins):
@@ -546,8 +546,7 @@ class Statements(Builtins):
         call (`if _DEPS is None: _DEPS = (...)`, a memo it fills); other functions read X as unknown (what its
         setter left, see `module_value`). Its writes stay with this run, as a local's."""
         for name in stmt.names:
-            start = frame.module.assigns.get(name)
-            if name not in state.locals and isinstance(start, ast.Constant) and start.value is None:
+            if name not in state.locals and starts_as_none(frame.module, name):
                 state.locals[name] = None
         return Flow(normal=state)
 

@@ -97,6 +97,12 @@ def rebound_globals(parsed: ParsedModule) -> frozenset[str]:
     return cached_on(parsed.tree, "rebound_globals", read)  # type: ignore[no-any-return]
 
 
+def starts_as_none(parsed: ParsedModule, name: str) -> bool:
+    """Whether the module's last top-level assignment of `name` is `name = None`."""
+    start = parsed.assigns.get(name)
+    return isinstance(start, ast.Constant) and start.value is None
+
+
 def base_name(expr: ast.expr) -> str | None:
     """`Base`, `pkg.Base` or `Base[T]` -> the dotted name of the base class."""
     if isinstance(expr, ast.Subscript):
