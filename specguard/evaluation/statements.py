@@ -52,7 +52,7 @@ from specguard.evaluation.values import (
     why_of,
     with_labels,
 )
-from specguard.program.ast_tools import absolute_module
+from specguard.program.ast_tools import absolute_module, last_name
 from specguard.program.tree import message_of, starts_as_none
 
 
@@ -678,7 +678,11 @@ class Statements(Builtins):
         """`isinstance(x, C)` held, `C` a class of the tree and `x` a name or attribute the evaluation does not know
         as an object: `x` is an instance of `C` on this path (`backend = self.decode_backend`, then `if not
         isinstance(backend, ForkBackend): return ...`: its methods are `C`'s). Whether it narrowed."""
-        if len(test.args) != 2 or test.keywords or not isinstance(test.args[0], (ast.Name, ast.Attribute)):
+        # read by its spelling first: every call tested on its true side comes here, and its callee was evaluated
+        # by the test already (evaluating it again would ask the client's hooks again)
+        if last_name(test.func) != "isinstance" or len(test.args) != 2:
+            return False
+        if test.keywords or not isinstance(test.args[0], (ast.Name, ast.Attribute)):
             return False
         func = plain(self.eval(test.func, frame, state))
         if not (isinstance(func, Opaque) and func.name == "builtins.isinstance"):

@@ -528,11 +528,13 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
 def _plain_class(q: Question, cls: ClassInfo) -> bool:
     """A class whose instance is what its constructor made of it, nothing the evaluation can read without running
     it: no enum, dataclass or class-level value in its lineage (a `ScheduleBatch` taken for its declared defaults
-    would have no `spec_info`, where a real one has)."""
-    lineage = q.program.ancestors(cls)
-    return not q.program.is_enum(cls) and not any(
-        klass.attributes or has_decorator(klass.node, "dataclass") for klass in lineage
-    )
+    would have no `spec_info`, where a real one has). Read once per class: every run of a function asks again."""
+    key = ("sg106-plain-class", cls.key)
+    if key not in q.program.memo:
+        q.program.memo[key] = not q.program.is_enum(cls) and not any(
+            klass.attributes or has_decorator(klass.node, "dataclass") for klass in q.program.ancestors(cls)
+        )
+    return q.program.memo[key]  # type: ignore[no-any-return]
 
 
 _SEQUENCES = frozenset({"Sequence", "List", "list", "Tuple", "tuple", "Iterable", "Iterator", "Collection"})
