@@ -255,13 +255,18 @@ class _Batches(Hooks):
         return NOT_HANDLED
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
-        """A setting the judged instance keeps (`replan_equivalent=self._replan_after_pad`): what its writers store
-        there, run as written, the constructor with what it passes its own helpers; a plain value only (a flag, a
-        count, a name), so the objects it holds stay what they were (names the rule reads calls by)."""
-        if obj.label != "self" or obj.cls is None or not _settings_only(self.q, obj.cls, attr):
+        """A setting the judged instance keeps (`replan_equivalent=self._replan_after_pad`), or a planning helper it
+        holds (see `_holds_planner`): what its writers store there, run as written, the constructor with what it
+        passes its own helpers. Only those: the other objects it holds (its runners, its backends) stay what they
+        were, names the rule reads calls by."""
+        if obj.label != "self" or obj.cls is None:
+            return NOT_HANDLED
+        setting = _settings_only(self.q, obj.cls, attr)
+        if not setting and not _holds_planner(self.q, obj.cls, attr):
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
-        return kept if _setting(kept) else NOT_HANDLED
+        useful = _setting(kept) if setting else isinstance(plain(kept), Obj)
+        return kept if useful else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
         return writes_of(self.q, _Batches(self.q, self.fields), function, me, unknown_parameter, writes, own_calls=True)
@@ -407,6 +412,31 @@ def _settings_only(q: Question, cls: ClassInfo, attr: str) -> bool:
         tests = frozenset(q.pack.batches.dp_tests) | frozenset(q.pack.batches.dp_sizes)
         q.program.memo[key] = bool(values) and all(_literal_or_name(v, tests) for v in values)
     return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _holds_planner(q: Question, cls: ClassInfo, attr: str) -> bool:
+    """Whether every write of `self.<attr>` in the lineage builds a helper of the tree that plans through another
+    object (`self.planner = DraftBatchPlanner(backend)`, whose `plan(batch)` plans on the backend it keeps and marks
+    the batch): its methods then run. Not a backend or a runner (a class defining a plan or a forward itself),
+    whose calls the rule reads by name."""
+    key = ("sg106-planner", cls.key, attr)
+    if key not in q.program.memo:
+        values = [
+            (klass.module, value)
+            for klass, method in writers(cls, q.program, attr)
+            for value in _stored(method).get(attr, ())
+        ]
+        built = {(home, dotted(v.func) or "") for home, v in values if isinstance(v, ast.Call)}
+        q.program.memo[key] = len(built) == len(values) == 1 and _plans_through_another(q, *next(iter(built)))
+    return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _plans_through_another(q: Question, module: str, name: str) -> bool:
+    helper = q.program.resolve_class(module, name)
+    if helper is None or not _class_plans(q, module, name, q.pack.batches.plan):
+        return False
+    own = {*q.pack.batches.plan, *(n.rpartition(".")[2] for n in q.pack.batches.forwards)}
+    return not any(own & set(klass.methods) for klass in q.program.ancestors(helper))
 
 
 def _stored(method: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[ast.expr]]:
@@ -666,6 +696,10 @@ def _calls_and_stores(q: Question) -> tuple[set[tuple[str, str]], list[tuple[str
                 name = dotted(node.func) if isinstance(node, ast.Call) else None
                 if name and ("." not in name or name.count(".") == 1 and name.partition(".")[0] in imported):
                     called.add((scope.module.name, name))
+                if isinstance(node, ast.Call):  # a function handed on to be called later (`partial(plan_and_mark)`)
+                    handed = [*node.args, *(k.value for k in node.keywords)]
+                    names = {a.id for a in handed if isinstance(a, ast.Name)}
+                    called |= {(scope.module.name, n) for n in names & imported}
                 elif isinstance(node, ast.Assign):
                     attributes = {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
                     if attributes:
@@ -1017,7 +1051,10 @@ RULE = Rule(
         "joined with what its other methods write, where that is a plain value: a literal or a name, logic of "
         "those and of the pack's DP tests (`not require_mlp_sync()`, whose answer the rule knows), or a `partial` "
         "of a planning call read off the instance (`self._plan = partial(self.attn_backend.init_forward_metadata)`, "
-        "called later as `self._plan(batch)`).",
+        "called later as `self._plan(batch)`). A helper the instance holds, built in one place from a class of "
+        "the tree whose methods plan on another object and that defines no plan or forward itself (`self.planner "
+        "= DraftBatchPlanner(backend)`), is that object, whose methods run; a function of the tree handed to a "
+        "call (`partial(plan_and_mark, backend=...)`) is one the function reaches.",
     ),
     limits=(
         Limit(
