@@ -30,7 +30,7 @@ SETS = {
     "sixteenth": ("blind_sglang_r16", "blindsg16", (53, 106), 47, 0),
     "seventeenth": ("blind_sglang_r17", "blindsg17", (50, 103), 45, 0),
     "eighteenth": ("blind_sglang_r18", "blindsg18", (50, 101), 44, 0),
-    "nineteenth": ("blind_sglang_r19", "blindsg19", (50, 100), 41, 4),
+    "nineteenth": ("blind_sglang_r19", "blindsg19", (50, 100), 43, 4),
 }
 
 
