@@ -33,7 +33,7 @@ _OPTIONAL = frozenset(
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
-    | {"skip_keywords", "plan_helpers", "pad_calls"}
+    | {"skip_keywords", "plan_helpers", "pad_calls", "forwards_after_padding"}
     | {"dcp_flag_param", "gated_methods", "local_lens"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders"}
 )
@@ -127,7 +127,8 @@ class Dcp(_Section):
     # even where its own text never asks whether DCP is on
     gated_methods: list[str] = field(default_factory=list)
     # fields of a metadata object that the framework's launch reads as this rank's lengths (optional; SG203): a
-    # function that asks whether DCP is on and leaves the whole lengths there is a finding (`metadata.seq_lens_k`)
+    # function that asks whether DCP is on and leaves the whole lengths there is a finding (`metadata.seq_lens_k`);
+    # a file that names one is read, as one that overrides a gated method is
     local_lens: list[str] = field(default_factory=list)
 
 
@@ -205,6 +206,9 @@ class Batches(_Section):
     # runner's own padding step (SGLang's `model_runner._prepare_eager_forward_batch(batch)`)
     pad_calls: list[str] = field(default_factory=list)
     forwards: list[str] = field(default_factory=list)
+    # those of `forwards` the framework calls after its own padding step (optional), as `forwards` names them: they
+    # never pad the batch they are handed (SGLang's `EagerRunner.execute`, which `_forward_raw` calls once padded)
+    forwards_after_padding: list[str] = field(default_factory=list)
     replan_predicate: str | None = None
     count_field: str | None = None
     # how a batch is recognised where nothing built it in the evaluation (optional): a parameter of these types or
@@ -262,6 +266,7 @@ class Pack:
             *self.dcp.enabled_tests,
             *self.dcp.sizes,
             *self.dcp.gated_methods,
+            *self.dcp.local_lens,
             *self.batches.plan,
             *self.batches.plan_helpers,
         ]
@@ -284,6 +289,7 @@ class Pack:
             *self.dcp.prepare,
             *self.dcp.enabled_tests,
             *self.dcp.gated_methods,
+            *self.dcp.local_lens,
             *self.batches.plan,
             *self.batches.plan_helpers,
             *([self.batches.replan_predicate] if self.batches.replan_predicate else []),

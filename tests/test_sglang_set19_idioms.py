@@ -2,7 +2,8 @@
 finding (or its absence) checked:
 - SG106: a planning helper of another module handed to `functools.partial` and called through it plans; a helper
   object the instance keeps (`self.planner = DraftBatchPlanner(backend)`), whose method plans on the backend it
-  holds and marks the batch, plans where the instance calls it.
+  holds and marks the batch, plans where the instance calls it; a batch built and planned on one side of a test,
+  joined at the merge with the parameter kept on the other, is judged path by path.
 The runner's file names a plan itself (`plan_only`), as set 19's did: a file that names no plan, the pack's
 re-plan predicate or plan helpers is not read by SG106 at all (a prefilter by the file's own text), so a fork that
 plans only through another module's helpers is not yet judged there."""
@@ -83,3 +84,41 @@ def test_planning_helpers_held_or_bound_plan_where_they_are_called(
     assert sorted((f.symbol, f.code) for f in found.findings) == [
         (f"DraftExtendRunner.{name}", "SG106") for name in flagged
     ], found.findings
+
+
+TP_WORKER = """
+from typing import Optional
+
+from sglang.srt.managers.schedule_batch import ScheduleBatch
+from sglang.srt.managers.tp_worker import TpModelWorker
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+class PreplanningTpModelWorker(TpModelWorker):
+    def forward_batch_generation(
+        self, batch: Optional[ScheduleBatch], forward_batch: Optional[ForwardBatch] = None, **kwargs
+    ):
+        if batch is not None and batch.forward_mode.is_decode():
+            forward_batch = ForwardBatch.init_new(batch, self.model_runner)
+            if GUARD:
+                self.model_runner.attn_backend.init_forward_metadata(forward_batch)
+                forward_batch.mark_forward_metadata_ready()
+            batch = None
+        return super().forward_batch_generation(batch, forward_batch=forward_batch, **kwargs)
+"""
+
+
+@pytest.mark.parametrize(
+    ("guard", "flagged"),
+    [("True", True), ("forward_batch.global_num_tokens_cpu is None", False)],
+    ids=["any batch", "unsynchronised batches only"],
+)
+def test_a_batch_built_and_planned_on_one_side_is_judged_where_the_sides_meet(
+    tmp_path: Path, guard: str, flagged: bool
+) -> None:
+    """Set 19's `PreplanningTpModelWorker`: it builds a batch with `ForwardBatch.init_new`, plans and marks it on
+    one side of a test, keeps its parameter on the other, and hands whichever it has to SGLang's
+    `TpModelWorker.forward_batch_generation`, whose model runner pads it for DP attention. The two batches meet as
+    one joined object, which has no plan: the function is then judged path by path."""
+    found = check_fork_beside_sglang(tmp_path, {"worker.py": textwrap.dedent(TP_WORKER).replace("GUARD", guard)})
+    expected = [("PreplanningTpModelWorker.forward_batch_generation", "SG106")] if flagged else []
+    assert [(f.symbol, f.code) for f in found.findings] == expected, found.findings

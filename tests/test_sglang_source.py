@@ -71,6 +71,14 @@ RELEASES = {
             # plans the same `paged_kernel_lens`, whole, beside the draft's `kv_indptr` (0.5.23 takes that branch's
             # lengths from the draft's `kv_indptr`)
             (FLASHINFER_MLA, 851, "SG203"),
+            # CuteDslMLABackend's and TokenspeedMLABackend's `_apply_cuda_graph_metadata` under DCP: the draft
+            # extend replay copies the whole lengths into the captured `metadata.seq_lens_k`, which the replayed
+            # launch reads as this rank's, beside a page table built from this rank's share (0.5.23's
+            # `TRTLLMMLABackend._apply_dcp_cuda_graph_metadata` stores the whole ones in `global_seq_lens_k` and
+            # the share in `seq_lens_k` on that branch); found since an element of a container the instance holds,
+            # read by a key the code names (`self.decode_cuda_graph_metadata[bs]`), is one object
+            ("sglang/srt/layers/attention/cutedsl_mla_backend.py", 221, "SG203"),
+            ("sglang/srt/layers/attention/tokenspeed_mla_backend.py", 428, "SG203"),
         },
         {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA},
     ),

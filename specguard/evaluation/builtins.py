@@ -202,7 +202,8 @@ class Builtins(ObjectModel):
         if short == "getattr" and len(args) in (2, 3) and isinstance(plain(args[1]), str):
             from specguard.evaluation.objects import MISSING
 
-            value = self.getattr(args[0], plain(args[1]), state, frame.depth, missing=MISSING)
+            # the same read as `obj.name`, at this call: what a client makes of that field applies here too
+            value = self.getattr(args[0], plain(args[1]), state, frame.depth, missing=MISSING, node=node)
             if value is MISSING:
                 return args[2] if len(args) == 3 else UNKNOWN
             return value

@@ -390,6 +390,10 @@ class Expressions(Builtins):
             element = self._spaced_element(inner, key)
             if element is not None:
                 return element
+        if isinstance(inner, Sym) and isinstance(node, ast.Subscript) and not known(k):
+            # an element of a named container by a key this code names (`self.graph_metadata[bs]`): one object
+            # wherever the function reads it so, as `name.attr` is
+            return Sym(f"{inner.name}[{ast.unparse(node.slice)}]", inner.labels)
         if is_unknown(inner):  # an element of an unknown container: derived from it
             return unknown_from(base, key, keep=frozenset(x.kind for x in labels_of(base)))
         if not known(k):  # any of its elements: each one is walked

@@ -162,6 +162,8 @@ class _Batches(Hooks):
         # class that defines it (`EagerRunner.execute`)
         self.forwards = {name for name in names.forwards if "." not in name}
         self.forward_paths = {tuple(name.split(".")) for name in names.forwards if "." in name}
+        self.after_padding = {name for name in names.forwards_after_padding if "." not in name}
+        self.after_padding_paths = {tuple(name.split(".")) for name in names.forwards_after_padding if "." in name}
         self.dp_tests, self.types = set(names.dp_tests), set(names.batch_types)
         self.dp_sizes = set(names.dp_sizes)
         self.count, self.predicate = names.count_field or "", names.replan_predicate or ""
@@ -179,6 +181,11 @@ class _Batches(Hooks):
         # alignment the pack does not name): planned for REAL_COUNT by assumption, so a forward of another shape
         # is not decided by them
         self.assumed: set[Label] = set()
+        # the batches planned and those run by a forward, by identity: a batch planned that no forward runs while
+        # another one is run may be one the join of two paths lost (`fb = ForwardBatch.init_new(...)` planned on
+        # one side, the parameter on the other, joined into a third object), so its paths are taken one by one
+        self.planned: set[int] = set()
+        self.forwarded: set[int] = set()
 
     def is_batch(self, value: Any) -> bool:
         value = plain(value)
@@ -187,6 +194,9 @@ class _Batches(Hooks):
         if value.label == "batch":
             return True
         return value.cls is not None and is_batch_class(self.q, value.cls)
+
+    def lost_plan(self) -> bool:
+        return bool(self.forwarded) and not self.planned <= self.forwarded
 
     def batches_in(self, args: list[Any], kwargs: dict[str, Any]) -> list[Obj]:
         return [plain(v) for v in (*args, *kwargs.values()) if self.is_batch(v)]
@@ -219,6 +229,7 @@ class _Batches(Hooks):
                 if assumed:
                     self.assumed.add(label)
                 self.shapes[label] = self._shape(ev, batch, state, frame.depth)
+                self.planned.add(id(batch))
                 ev.store(batch, PLANNED, Tagged(True, frozenset({label})), state)
             return UNKNOWN  # what the plan computes is not the question
         receiver = _receiver(func)
@@ -238,8 +249,13 @@ class _Batches(Hooks):
             told = [plain(kwargs[keyword]) for keyword in self.skip_keywords if keyword in kwargs]
             # True: told not to plan; None: not known here (a keyword set on some paths only), judged path by path
             skips = True if any(v is True for v in told) else None if any(not _known(v) for v in told) else False
+            pads = not (
+                name in self.after_padding
+                or _called_as(node, self.after_padding_paths)
+                or _owned_as(func, self.after_padding_paths)
+            )
             for batch in self.batches_in(args, kwargs):
-                self._forward(ev, batch, node, frame, state, skips)
+                self._forward(ev, batch, node, frame, state, skips, pads)
             return NOT_HANDLED
         if isinstance(plain(func), Bound) and self.is_batch(receiver) and name != self.predicate:
             result = ev.call(func, args, kwargs, node, frame, state)  # the batch's own method, run as written
@@ -298,6 +314,7 @@ class _Batches(Hooks):
     def _planned_here(self, ev: Any, batch: Obj, node: ast.Call, state: State) -> tuple[ast.AST, frozenset] | None:
         """The call of the judged function that reaches this forward, and the plans the batch had on the way; None
         where it had none, or where the plans and the forward all lie inside that one call (judged in the callee)."""
+        self.forwarded.add(id(batch))
         plans = _happened(state, batch, PLANNED)
         at = ev.calls[0] if ev.calls else node
         inside = ev.calls and id(at) not in self.decided_here
@@ -346,9 +363,12 @@ class _Batches(Hooks):
             return NOT_HANDLED
         return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name), self.fields)
 
-    def _forward(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool | None) -> None:
+    def _forward(
+        self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool | None, pads: bool
+    ) -> None:
         """A forward that plans again only where the batch's predicate says so (never where it is told to skip
-        planning), padding a DP-synchronised batch first."""
+        planning), padding a DP-synchronised batch first unless it is one the framework calls once it has padded
+        (`pads` false)."""
         reached = self._planned_here(ev, batch, node, state)
         if reached is None:
             return
@@ -370,8 +390,8 @@ class _Batches(Hooks):
         planned_count = int(_first(plans).text)
         pad, ran = self._pad_said(batch, state), state
         if plain(ev.getattr(batch, self.count, state, frame.depth)) == planned_count:
-            if not self._synchronised(ev, batch, state, frame.depth):
-                return  # not synchronised across DP ranks: the forward does not pad it
+            if not pads or not self._synchronised(ev, batch, state, frame.depth):
+                return  # the forward does not pad it: it runs the batch it was planned for
             # a forward pads a batch synchronised across DP ranks to the agreed count before it decides to plan,
             # whatever else was written to it since the plan (its query tokens, say)
             ran = state.copy()
@@ -792,7 +812,7 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
     complete = True  # whether the paths run after the joined one are every path through the tests that matter
     try:
         joined = run(noted)
-        if not joined.events and joined.undecided:
+        if not joined.events and (joined.undecided or joined.lost_plan()):
             complete = each_path(run, noted) is not None
             if not complete:  # too many paths through its callees' tests: its own tests alone
                 own = Choices(kinds, kept_kinds=kinds, depth=0, fields=fields)
@@ -1028,7 +1048,9 @@ RULE = Rule(
         "it was made for; a pad method of the batch pads it, and so does one of the pack's `pad_calls` the batch is "
         "handed where it is synchronised across DP ranks (`model_runner._prepare_eager_forward_batch(batch)`); a "
         "field the class declares as a batch and another method fills is one batch until written; at a forward "
-        "a batch synchronised across DP ranks that still has the planned count is padded by the forward itself, "
+        "a batch synchronised across DP ranks that still has the planned count is padded by the forward itself "
+        "(not by one of the pack's `forwards_after_padding`, which the framework calls once it has padded: "
+        "SGLang's `EagerRunner.execute`), "
         "and the batch's predicate is "
         f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
         "in a helper, in another module.",
@@ -1046,7 +1068,10 @@ RULE = Rule(
         "sides write a field the batch's predicate reads differently (`forward_metadata_ready = False` under a "
         "test) is one of them, and a test that calls a one-line predicate of the tree (`def active(b): return "
         "b.global_num_tokens_cpu is not None`) narrows what that predicate tests; a skip keyword set on some paths "
-        "only is read on each. A setting the instance keeps (`replan_equivalent=self._replan_after_pad`) is what "
+        "only is read on each. They are taken so after a run with the paths joined that left a site undecided, "
+        "or that planned a batch no forward ran while a forward ran another (a batch built and planned on one "
+        "side of a test and the parameter kept on the other meet as one joined object, which has no plan). "
+        "A setting the instance keeps (`replan_equivalent=self._replan_after_pad`) is what "
         "the constructor that runs leaves in it (the nearest `__init__`, with what it passes its own helpers), "
         "joined with what its other methods write, where that is a plain value: a literal or a name, logic of "
         "those and of the pack's DP tests (`not require_mlp_sync()`, whose answer the rule knows), or a `partial` "

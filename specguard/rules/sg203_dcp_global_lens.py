@@ -482,6 +482,8 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     try:
         joined = run(noted)
         first = hooks_of[0]
+        if not first.dcp_tested and not _file_asks_dcp(q):
+            return  # read for a launch-read field it names; nothing it runs, nor its file, asks about DCP
         unbounded = _unbounded(q, scope, first.unbounded)
         # where paths meet, lengths read on one of them and unknown on another are one value that carries the read:
         # each path through the tests that choose them says which paths hand the kernel the whole lengths
@@ -506,6 +508,17 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     verdict = next((v for v in found if v is not None and v.decided), verdict)
     if verdict is not None:
         yield verdict
+
+
+def _file_asks_dcp(q: Question) -> bool:
+    """Whether a function of the file names what says DCP is on, its size, the entry's DCP switch or a method the
+    framework calls only with DCP on (a file read only because it names `[dcp] local_lens` may not)."""
+    key = ("sg203-file-asks-dcp", q.module.name)
+    if key not in q.program.memo:
+        dcp = q.pack.dcp
+        names = {*dcp.enabled_tests, *dcp.sizes, *dcp.gated_methods, q.pack.mla.dcp_flag_param or ""} - {""}
+        q.program.memo[key] = any(scope.mentions(names) for scope in q.scopes)
+    return q.program.memo[key]  # type: ignore[no-any-return]
 
 
 def _unbounded(
@@ -800,9 +813,11 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 def _names_dcp(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
-    """A file that asks whether DCP is on, how many ranks it has, launches with the entry's DCP switch, or
-    overrides or calls a method the framework calls only with DCP on."""
-    names = (*pack.dcp.enabled_tests, *pack.dcp.sizes, pack.mla.dcp_flag_param, *pack.dcp.gated_methods)
+    """A file that asks whether DCP is on, how many ranks it has, launches with the entry's DCP switch, overrides
+    or calls a method the framework calls only with DCP on, or names a field the launch reads as this rank's
+    lengths (a CUDA-graph replay shortcut that fills `metadata.seq_lens_k` itself)."""
+    dcp = pack.dcp
+    names = (*dcp.enabled_tests, *dcp.sizes, pack.mla.dcp_flag_param, *dcp.gated_methods, *dcp.local_lens)
     return any(name and name in mentions for name in names)
 
 
@@ -859,7 +874,11 @@ RULE = Rule(
         "A field the framework's launch reads as this rank's lengths (the pack's `[dcp] local_lens`: "
         "`metadata.seq_lens_k`) is a launch too: a function that asks whether DCP is on (or is one of the pack's "
         "`gated_methods`, which the framework calls only with DCP on) and stores there, by assignment or "
-        "`.copy_(...)`, is judged by what the field holds at each of its ends, path by path where paths met.",
+        "`.copy_(...)`, is judged by what the field holds at each of its ends, path by path where paths met. A "
+        "file that names such a field is read, though it never asks about DCP itself (a fork's CUDA-graph replay "
+        "shortcut that fills `metadata.seq_lens_k` before SGLang's own DCP step would). An element of a container "
+        "the instance holds, read by a key the code names (`self.decode_cuda_graph_metadata[bs]`), is one object "
+        "wherever the function reads it so.",
         "A query has more than one token per request where it is viewed as `[requests, tokens, heads, dim]` "
         "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one (`-1`, as many as it holds, "
         "is SGLang's target verify's), or made so (`torch.zeros((bs, max_q, heads, dim))`), or is launched flat "
