@@ -1,0 +1,1 @@
+"""Fork MLA attention backends (trtllm-gen / cute-dsl / FlashInfer MLA)."""

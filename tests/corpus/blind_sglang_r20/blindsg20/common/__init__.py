@@ -1,0 +1,1 @@
+"""Helpers shared by the fork's attention backends, runners and spec workers."""

@@ -1,0 +1,1 @@
+"""Fork overrides of SGLang's ModelRunner and its eager / graph runners."""

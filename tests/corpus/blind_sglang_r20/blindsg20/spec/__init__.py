@@ -1,0 +1,1 @@
+"""Fork EAGLE draft workers and speculative helpers."""
