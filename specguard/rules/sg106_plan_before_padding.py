@@ -452,6 +452,8 @@ def _holds_planner(q: Question, cls: ClassInfo, attr: str) -> bool:
 
 
 def _plans_through_another(q: Question, module: str, name: str) -> bool:
+    """Whether the class `name` (as `module` sees it) has a method that plans, and neither it nor a base defines a
+    plan or a forward of its own."""
     helper = q.program.resolve_class(module, name)
     if helper is None or not _class_plans(q, module, name, q.pack.batches.plan):
         return False

@@ -31,7 +31,7 @@ from specguard.evaluation.values import (
     plain,
 )
 from specguard.findings import Judgement
-from specguard.packs import Mla
+from specguard.packs import Mla, Pack
 from specguard.program.ast_tools import cached_on, dotted, span
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
@@ -515,10 +515,16 @@ def _file_asks_dcp(q: Question) -> bool:
     framework calls only with DCP on (a file read only because it names `[dcp] local_lens` may not)."""
     key = ("sg203-file-asks-dcp", q.module.name)
     if key not in q.program.memo:
-        dcp = q.pack.dcp
-        names = {*dcp.enabled_tests, *dcp.sizes, *dcp.gated_methods, q.pack.mla.dcp_flag_param or ""} - {""}
+        names = set(_asking_dcp(q.pack))
         q.program.memo[key] = any(scope.mentions(names) for scope in q.scopes)
     return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _asking_dcp(pack: Pack) -> tuple[str, ...]:
+    """The names that ask whether DCP is on or say the code runs under it: its tests, its size, the entry's DCP
+    switch, the methods the framework calls only with DCP on."""
+    dcp = pack.dcp
+    return tuple(n for n in (*dcp.enabled_tests, *dcp.sizes, pack.mla.dcp_flag_param, *dcp.gated_methods) if n)
 
 
 def _unbounded(
@@ -816,9 +822,7 @@ def _names_dcp(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
     """A file that asks whether DCP is on, how many ranks it has, launches with the entry's DCP switch, overrides
     or calls a method the framework calls only with DCP on, or names a field the launch reads as this rank's
     lengths (a CUDA-graph replay shortcut that fills `metadata.seq_lens_k` itself)."""
-    dcp = pack.dcp
-    names = (*dcp.enabled_tests, *dcp.sizes, pack.mla.dcp_flag_param, *dcp.gated_methods, *dcp.local_lens)
-    return any(name and name in mentions for name in names)
+    return any(name in mentions for name in (*_asking_dcp(pack), *pack.dcp.local_lens))
 
 
 RULE = Rule(
@@ -876,9 +880,10 @@ RULE = Rule(
         "`gated_methods`, which the framework calls only with DCP on) and stores there, by assignment or "
         "`.copy_(...)`, is judged by what the field holds at each of its ends, path by path where paths met. A "
         "file that names such a field is read, though it never asks about DCP itself (a fork's CUDA-graph replay "
-        "shortcut that fills `metadata.seq_lens_k` before SGLang's own DCP step would). An element of a container "
-        "the instance holds, read by a key the code names (`self.decode_cuda_graph_metadata[bs]`), is one object "
-        "wherever the function reads it so.",
+        "shortcut that fills `metadata.seq_lens_k` before SGLang's own DCP step would); a function of such a file "
+        "is judged only where its evaluation asks (the framework's method it falls back to, say). An element of a "
+        "container the instance holds, read by a key the code names (`self.decode_cuda_graph_metadata[bs]`), is "
+        "one object wherever the function reads it so.",
         "A query has more than one token per request where it is viewed as `[requests, tokens, heads, dim]` "
         "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one (`-1`, as many as it holds, "
         "is SGLang's target verify's), or made so (`torch.zeros((bs, max_q, heads, dim))`), or is launched flat "
