@@ -35,7 +35,7 @@ _OPTIONAL = frozenset(
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
     | {"skip_keywords", "plan_helpers", "pad_calls", "forwards_after_padding"}
     | {"dcp_flag_param", "gated_methods", "local_lens"}
-    | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders"}
+    | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -176,21 +176,43 @@ class Mla(_Section):
     # that object's constructors, read this way where the library's own code is not (optional; SG203): each
     # `Class.method(field, ...)`, the fields its positional arguments fill in order (keywords fill their own)
     plan_metadata_builders: list[str] = field(default_factory=list)
+    # a framework's calls that plan the wrapper with lengths they are handed, whose code the rule does not follow
+    # (optional; SG203): each `name.method(keyword)`, the end of the call's dotted name and the keyword that carries
+    # the lengths planned (SGLang's FlashInfer MLA decode updater, `self.indices_updater_decode.update(...,
+    # init_metadata_replay=True, kv_len_arr_cpu=...)`, whose CUDA-graph replay plans them as handed)
+    planning_calls: list[str] = field(default_factory=list)
 
     @cached_property
     def metadata_builders(self) -> dict[str, tuple[str, ...]]:
         """`plan_metadata_builders` read: the constructor's dotted name -> the fields its positions fill."""
-        return dict(parse_signature(text) for text in self.plan_metadata_builders)
+        return dict(parse_signature(text, "mla.plan_metadata_builders") for text in self.plan_metadata_builders)
+
+    @cached_property
+    def planning_call_holders(self) -> tuple[str, ...]:
+        """The names `planning_calls` are called on (`indices_updater_decode`): a file naming one is read."""
+        return tuple(sorted({path[-2] for path in self.planning_call_lens if len(path) > 1}))
+
+    @cached_property
+    def planning_call_lens(self) -> dict[tuple[str, ...], str]:
+        """`planning_calls` read: the dotted name's parts -> the keyword that carries the lengths."""
+        read = {}
+        for text in self.planning_calls:
+            name, keywords = parse_signature(text, "mla.planning_calls")
+            if len(keywords) != 1:
+                raise UserError(f"rule pack key 'mla.planning_calls': {text!r} names not one keyword")
+            read[tuple(name.split("."))] = keywords[0]
+        return read
 
 
 _SIGNATURE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*\(\s*((?:\w+\s*,\s*)*\w*)\s*\)\s*$")
 
 
-def parse_signature(text: str) -> tuple[str, tuple[str, ...]]:
-    """`Class.method(a, b)` -> ("Class.method", ("a", "b")); a UserError naming the entry where it is not one."""
+def parse_signature(text: str, key: str) -> tuple[str, tuple[str, ...]]:
+    """`Class.method(a, b)` -> ("Class.method", ("a", "b")); a UserError naming the pack's key and the entry where
+    it is not one."""
     match = _SIGNATURE.match(text)
     if match is None:
-        raise UserError(f"rule pack key 'mla.plan_metadata_builders': {text!r} is not `Name.method(field, ...)`")
+        raise UserError(f"rule pack key '{key}': {text!r} is not `Name.method(field, ...)`")
     return match.group(1), tuple(p.strip() for p in match.group(2).split(",") if p.strip())
 
 
@@ -267,6 +289,7 @@ class Pack:
             *self.dcp.sizes,
             *self.dcp.gated_methods,
             *self.dcp.local_lens,
+            *self.mla.planning_call_holders,
             *self.batches.plan,
             *self.batches.plan_helpers,
         ]
@@ -290,6 +313,7 @@ class Pack:
             *self.dcp.enabled_tests,
             *self.dcp.gated_methods,
             *self.dcp.local_lens,
+            *self.mla.planning_call_holders,
             *self.batches.plan,
             *self.batches.plan_helpers,
             *([self.batches.replan_predicate] if self.batches.replan_predicate else []),
@@ -329,6 +353,7 @@ def _validate(raw: dict[str, Any], origin: str) -> Pack:
         raise UserError(f"{origin}: rule pack key '{key}': {problem}{more}") from None
     try:
         pack.mla.metadata_builders  # noqa: B018 - read now, so that a malformed entry names its file
+        pack.mla.planning_call_lens  # noqa: B018
     except UserError as exc:
         raise UserError(f"{origin}: {exc}") from None
     return pack

@@ -374,6 +374,10 @@ def test_a_pack_can_ask_for_non_causal_too(cli, tmp_path: Path) -> None:  # type
             '[mla]\nplan_metadata_builders = ["Meta.csr(a, b"]\n',
             "fork.toml: rule pack key 'mla.plan_metadata_builders': 'Meta.csr(a, b' is not `Name.method(field, ...)`",
         ),
+        (
+            '[mla]\nplanning_calls = ["updater.update(lens, other)"]\n',
+            "fork.toml: rule pack key 'mla.planning_calls': 'updater.update(lens, other)' names not one keyword",
+        ),
     ],
 )
 def test_malformed_pack_is_one_line_and_exit_2(cli, project: Path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -3,7 +3,8 @@ absence) checked:
 - SG203: a field read with the builtin `getattr(batch, "seq_lens_cpu", None)` is the same read as
   `batch.seq_lens_cpu`; an element of a container the instance holds, read by a key the code names
   (`self.decode_cuda_graph_metadata[bs]`), is one object wherever the function reads it so, so the lengths copied
-  into its `seq_lens_k` on a CUDA-graph replay are what the replayed launch gets;
+  into its `seq_lens_k` on a CUDA-graph replay are what the replayed launch gets; host lengths kept in the
+  instance's replay keywords reach the FlashInfer MLA updater's replay plan (`[mla] planning_calls`);
 - SG106: the eager runner's `execute`, which SGLang calls once it has padded the batch, pads nothing itself."""
 
 from __future__ import annotations
@@ -108,3 +109,54 @@ def test_the_eager_runner_runs_the_batch_it_is_handed_as_it_is(tmp_path: Path, p
     found = check_fork_beside_sglang(tmp_path, {"eager.py": textwrap.dedent(EAGER).replace("PAD", pad)})
     expected = [("PrePlanningEagerRunner.execute", "SG106")] if flagged else []
     assert [(f.symbol, f.code) for f in found.findings] == expected, found.findings
+
+
+KWARGS_REPLAY = """
+import torch
+from sglang.srt.layers.attention.flashinfer_mla_backend import FlashInferMLAAttnBackend
+from sglang.srt.layers.dcp import update_local_kv_lens_for_dcp
+
+class KwargsReplayFlashInferMLABackend(FlashInferMLAAttnBackend):
+    def _apply_cuda_graph_metadata(
+        self, plan, bs, req_pool_indices, seq_lens, seq_lens_sum, forward_mode, spec_info, seq_lens_cpu,
+        in_capture=False,
+    ):
+        if not forward_mode.is_decode_or_idle():
+            return super()._apply_cuda_graph_metadata(
+                plan, bs, req_pool_indices, seq_lens, seq_lens_sum, forward_mode, spec_info, seq_lens_cpu,
+                in_capture=in_capture,
+            )
+        kv_len_arr_cpu = seq_lens_cpu[:bs].to(torch.int32)
+        LOCALIZE
+        self.cuda_graph_kv_indptr_cpu[1 : bs + 1] = torch.cumsum(kv_len_arr_cpu, dim=0)
+        self.fast_decode_kwargs.update(
+            qo_indptr_cpu=self.cuda_graph_qo_indptr_cpu[: bs + 1],
+            kv_indptr_cpu=self.cuda_graph_kv_indptr_cpu[: bs + 1],
+            kv_len_arr_cpu=kv_len_arr_cpu,
+        )
+        self.indices_updater_decode.update(
+            seq_lens[:bs], seq_lens_sum, decode_wrapper=self.decode_cuda_graph_metadata[bs],
+            init_metadata_replay=True, spec_info=spec_info, req_pool_indices=req_pool_indices[:bs], plan=plan,
+            **self.fast_decode_kwargs,
+        )
+"""
+
+
+@pytest.mark.parametrize(
+    ("localize", "flagged"),
+    [("pass", True), ("update_local_kv_lens_for_dcp(kv_len_arr_cpu)", False)],
+    ids=["whole host lengths", "this rank's share"],
+)
+def test_host_lengths_kept_in_the_replay_keywords_are_what_the_updater_plans(
+    tmp_path: Path, localize: str, flagged: bool
+) -> None:
+    """Sets 19 and 20's FlashInfer MLA replays: the host lengths stored in `self.fast_decode_kwargs` (which SGLang's
+    `init_cuda_graph_state` fills with keywords) reach SGLang's decode updater's `update(**...)`, whose replay plans
+    them as handed (the pack's `[mla] planning_calls`)."""
+    text = textwrap.dedent(KWARGS_REPLAY).replace("LOCALIZE", localize)
+    found = check_fork_beside_sglang(tmp_path, {"replay.py": text})
+    expected = [("KwargsReplayFlashInferMLABackend._apply_cuda_graph_metadata", "SG203")] if flagged else []
+    assert [(f.symbol, f.code) for f in found.findings] == expected, found.findings
+    if flagged:
+        assert "hands `indices_updater_decode.update`" in found.findings[0].message
+        assert "as `kv_len_arr_cpu`" in found.findings[0].message

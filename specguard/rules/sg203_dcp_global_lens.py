@@ -174,6 +174,13 @@ class _Locality(Hooks):
                 # held
                 ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
                 return NOT_HANDLED
+        handed = self._planning_call(node)
+        if handed is not None:  # a framework's call that plans with the lengths handed under this keyword
+            if handed in kwargs:
+                self.sites.append(
+                    (ev.calls[0] if ev.calls else node, self._as_left(kwargs[handed]), node, tuple(ev.calls))
+                )
+            return NOT_HANDLED
         planned = _unbound(inner, args, kwargs)
         if planned is not None and planned[0].name.rpartition(".")[2] in self.plans:
             lens = self._planned_lens(*planned[1:])  # `wrapper.plan(...)`: a library's, never followed
@@ -198,6 +205,11 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and _locality([inner.receiver]):
             return Abstract(_locality([inner.receiver]), exists=True)  # `.to(...)`, `.int()`: the same lengths
         return NOT_HANDLED
+
+    def _planning_call(self, node: ast.Call) -> str | None:
+        """The keyword carrying the lengths where the call is one of the pack's `planning_calls`, by the end of its
+        dotted name."""
+        return _planning_keyword(self.q.pack.mla, node)
 
     def _planned_lens(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """The lengths a plan call of the wrapper is handed, in whichever form it is called; None: a method of
@@ -245,9 +257,12 @@ class _Locality(Hooks):
         # lengths, the batch they are read from, a kernel bound once with `partial` or a callable kept to apply
         # (a lambda, a bound method: the same every call), or a setting its constructor chose under DCP
         # (`LenSource.RANK_SHARD if get_parallel().dcp_enabled else ...`, the DCP size it read from the server's
-        # arguments)
+        # arguments), or keywords kept to hand on (`self.fast_decode_kwargs = {"kv_indices": ...}`; not an empty
+        # dict, which other methods fill by key, as CUDA-graph capture fills `self.decode_cuda_graph_metadata[bs]`)
         kinds = (Partial, Function, Bound, EnumMember, bool, int)
-        useful = _locality([kept]) or self._is_batch(kept) or isinstance(plain(kept), kinds)
+        inner = plain(kept)
+        keywords = isinstance(inner, dict) and bool(inner) and all(isinstance(k, str) for k in inner)
+        useful = _locality([kept]) or self._is_batch(kept) or isinstance(inner, kinds) or keywords
         return kept if useful else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
@@ -350,6 +365,7 @@ def judge(q: Question) -> Iterator[Judgement]:
         return
     # the entry under the names this module binds it to (`self._decode = functools.partial(<entry>, ...)`)
     names = aliases(q, set(mla.decode_entry)) | set(mla.plan_methods) | set(dcp.local_lens)
+    names |= set(mla.planning_call_holders)  # `self.indices_updater_decode.update(...)`
     names |= reaching_imports(q, names)  # first: a method may reach a launch through a helper it imports
     names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names))
     for scope in q.scopes:
@@ -566,9 +582,26 @@ def _plan_form(mla: Mla, positional: int, keywords: set[str]) -> tuple[str, list
     return None
 
 
+def _called(q: Question, kernel: ast.Call) -> str:
+    """The call as a message names it: a planning call by the end of its dotted name the pack gives, else the
+    entry or plan method."""
+    called = (dotted(kernel.func) or "").split(".")
+    path = next((p for p in q.pack.mla.planning_call_lens if tuple(called[-len(p) :]) == p), None)
+    return ".".join(path) if path is not None else _entry(kernel)
+
+
+def _planning_keyword(mla: Mla, node: ast.Call) -> str | None:
+    called = tuple((dotted(node.func) or "").split("."))
+    return next((kw for path, kw in mla.planning_call_lens.items() if called[-len(path) :] == path), None)
+
+
 def _lens_param(q: Question, kernel: ast.Call) -> str:
-    """The lengths' parameter of the call: the entry's, or a plan's in the form it is called in."""
+    """The lengths' parameter of the call: the entry's, a planning call's keyword, or a plan's in the form it is
+    called in."""
     mla = q.pack.mla
+    handed = _planning_keyword(mla, kernel)
+    if handed is not None:
+        return handed
     if _entry(kernel) not in mla.plan_methods:
         return mla.lens_param or ""
     form = _plan_form(mla, len(kernel.args), {kw.arg for kw in kernel.keywords if kw.arg})
@@ -781,7 +814,7 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
             )
         else:
             message = (
-                f"`{scope.qualname}` hands `{_entry(kernel)}` the whole sequence's lengths as "
+                f"`{scope.qualname}` hands `{_called(q, kernel)}` the whole sequence's lengths as "
                 f"`{_lens_param(q, kernel)}` ({sources}) under DCP{on}, where this rank's KV cache holds only its "
                 f"share of each request: hand it this rank's share ({_localizers(q)}) and a page table of this "
                 "rank's pages"
@@ -821,8 +854,9 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 def _names_dcp(facts, pack, mentions) -> bool:  # type: ignore[no-untyped-def]
     """A file that asks whether DCP is on, how many ranks it has, launches with the entry's DCP switch, overrides
     or calls a method the framework calls only with DCP on, or names a field the launch reads as this rank's
-    lengths (a CUDA-graph replay shortcut that fills `metadata.seq_lens_k` itself)."""
-    return any(name in mentions for name in (*_asking_dcp(pack), *pack.dcp.local_lens))
+    lengths (a CUDA-graph replay shortcut that fills `metadata.seq_lens_k` itself) or what a planning call is
+    called on."""
+    return any(name in mentions for name in (*_asking_dcp(pack), *pack.dcp.local_lens, *pack.mla.planning_call_holders))
 
 
 RULE = Rule(
@@ -846,7 +880,11 @@ RULE = Rule(
         "fast plan calls, its lengths `plan_module_lens_param`, or one metadata object by the keyword "
         "`plan_metadata_param`, its lengths that object's `plan_metadata_lens`, as FlashInfer's code or, where it "
         "is not read, the pack's `plan_metadata_builders` fill them; a plan bound with `functools.partial` is "
-        "called with what the partial bound first), and reads DCP lengths or tests DCP, with DCP on over two "
+        "called with what the partial bound first), or one of the pack's `planning_calls`, a framework's call that "
+        "plans with the lengths it is handed under a keyword (SGLang's FlashInfer MLA decode updater, "
+        "`self.indices_updater_decode.update(..., **self.fast_decode_kwargs)`, whose CUDA-graph replay plans "
+        "`kv_len_arr_cpu` as handed; keywords the instance keeps in a dict its methods fill are followed), and "
+        "reads DCP lengths or tests DCP, with DCP on over two "
         "ranks: the pack's "
         "`[dcp] enabled_tests` (`get_parallel().dcp_enabled`) answer true and its `sizes` two (a size the "
         "constructor reads and keeps on the instance too). A method of a class whose constructor raises on every "
