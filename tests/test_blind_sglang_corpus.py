@@ -30,8 +30,8 @@ SETS = {
     "sixteenth": ("blind_sglang_r16", "blindsg16", (53, 106), 47, 0),
     "seventeenth": ("blind_sglang_r17", "blindsg17", (50, 103), 45, 0),
     "eighteenth": ("blind_sglang_r18", "blindsg18", (50, 101), 44, 0),
-    "nineteenth": ("blind_sglang_r19", "blindsg19", (50, 100), 45, 4),
-    "twentieth": ("blind_sglang_r20", "blindsg20", (50, 100), 45, 1),
+    "nineteenth": ("blind_sglang_r19", "blindsg19", (50, 100), 47, 4),
+    "twentieth": ("blind_sglang_r20", "blindsg20", (50, 100), 47, 1),
 }
 
 
