@@ -1,0 +1,1 @@
+"""Shared helpers: server/env switches, DCP length helpers, planning guards."""

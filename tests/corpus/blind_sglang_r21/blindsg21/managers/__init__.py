@@ -1,0 +1,1 @@
+"""Fork TP worker overrides."""

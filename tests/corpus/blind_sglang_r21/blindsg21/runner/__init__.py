@@ -1,0 +1,1 @@
+"""Fork ModelRunner / runner overrides around DP-attention padding."""
