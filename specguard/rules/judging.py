@@ -13,7 +13,7 @@ import ast
 import bisect
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -56,6 +56,13 @@ __all__ = ["BUDGET", "MAX_DEPTH", "OutOfBudget", "Question", "Scope", "Judgement
 @functools.lru_cache(maxsize=256)
 def _words(names: frozenset[str]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
+
+
+def called_as(node: ast.Call, paths: Iterable[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The first of `paths` whose parts end the call's dotted name (`model.forward` in
+    `model_runner.model.forward(...)`), or None."""
+    called = tuple((dotted(node.func) or "").split("."))
+    return next((path for path in paths if called[-len(path) :] == path), None)
 
 
 def words(names: set[str] | frozenset[str]) -> re.Pattern[str]:

@@ -42,6 +42,7 @@ from specguard.rules.judging import (
     OutOfBudget,
     Question,
     Scope,
+    called_as,
     constructor_refuses,
     definition_text,
     is_batch_class,
@@ -94,13 +95,6 @@ def _same_shape(then: tuple[Any, Any], now: tuple[Any, Any]) -> bool:
     return all(a is b or same_value(a, b) for a, b in zip(then, now, strict=True))
 
 
-def _called_as(node: ast.Call, paths: set[tuple[str, ...]]) -> bool:
-    """Whether the call is written as one of these dotted names ends (`model.forward` in
-    `model_runner.model.forward(...)`)."""
-    called = tuple((dotted(node.func) or "").split("."))
-    return any(called[-len(path) :] == path for path in paths)
-
-
 def _owned_as(func: Any, paths: set[tuple[str, ...]]) -> bool:
     """Whether the call reaches a method of the tree named as `Class.method` in these (`EagerRunner.execute`,
     through a subclass's `self.execute(...)`), by the class that defines it."""
@@ -109,6 +103,18 @@ def _owned_as(func: Any, paths: set[tuple[str, ...]]) -> bool:
     if not isinstance(target, Function) or target.owner is None:
         return False
     return (target.owner.name, target.name) in paths
+
+
+class _Forwards:
+    """Forwards as the pack names them: by their last name (`forward`), by the end of their dotted name
+    (`eager_runner.execute`), or by the class that defines them (`EagerRunner.execute`)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = {name for name in names if "." not in name}
+        self.paths = {tuple(name.split(".")) for name in names if "." in name}
+
+    def match(self, name: str | None, node: ast.Call, func: Any) -> bool:
+        return name in self.names or called_as(node, self.paths) is not None or _owned_as(func, self.paths)
 
 
 def _name(func: Any) -> str | None:
@@ -158,12 +164,7 @@ class _Batches(Hooks):
         self.q, names = q, q.pack.batches
         self.fields = fields  # what the batch's predicate reads: a batch handed in is not marked yet
         self.plan, self.pads, self.pad_calls = set(names.plan), set(names.pad_methods), set(names.pad_calls)
-        # a forward by its last name (`forward`), by the end of its dotted name (`eager_runner.execute`), or by the
-        # class that defines it (`EagerRunner.execute`)
-        self.forwards = {name for name in names.forwards if "." not in name}
-        self.forward_paths = {tuple(name.split(".")) for name in names.forwards if "." in name}
-        self.after_padding = {name for name in names.forwards_after_padding if "." not in name}
-        self.after_padding_paths = {tuple(name.split(".")) for name in names.forwards_after_padding if "." in name}
+        self.forwards, self.after_padding = _Forwards(names.forwards), _Forwards(names.forwards_after_padding)
         self.dp_tests, self.types = set(names.dp_tests), set(names.batch_types)
         self.dp_sizes = set(names.dp_sizes)
         self.count, self.predicate = names.count_field or "", names.replan_predicate or ""
@@ -245,15 +246,11 @@ class _Batches(Hooks):
             for batch in self.batches_in(args, kwargs):
                 self._model_forward(ev, batch, node, frame, state)
             return NOT_HANDLED
-        if name in self.forwards or _called_as(node, self.forward_paths) or _owned_as(func, self.forward_paths):
+        if self.forwards.match(name, node, func):
             told = [plain(kwargs[keyword]) for keyword in self.skip_keywords if keyword in kwargs]
             # True: told not to plan; None: not known here (a keyword set on some paths only), judged path by path
             skips = True if any(v is True for v in told) else None if any(not _known(v) for v in told) else False
-            pads = not (
-                name in self.after_padding
-                or _called_as(node, self.after_padding_paths)
-                or _owned_as(func, self.after_padding_paths)
-            )
+            pads = not self.after_padding.match(name, node, func)
             for batch in self.batches_in(args, kwargs):
                 self._forward(ev, batch, node, frame, state, skips, pads)
             return NOT_HANDLED
@@ -289,7 +286,7 @@ class _Batches(Hooks):
 
     def _runs_model(self, node: ast.Call) -> bool:
         """A call of the model itself (`model_runner.model.forward(...)`), which never plans."""
-        return _called_as(node, self.model_forwards)
+        return called_as(node, self.model_forwards) is not None
 
     def _shape(self, ev: Any, batch: Obj, state: State, depth: int) -> tuple[Any, Any]:
         count = plain(ev.getattr(batch, self.count, state, depth))

@@ -43,6 +43,7 @@ from specguard.rules.judging import (
     aliases,
     bind_arguments,
     bind_parameters,
+    called_as,
     callee,
     constructor_refuses,
     definition_text,
@@ -174,7 +175,7 @@ class _Locality(Hooks):
                 # held
                 ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
                 return NOT_HANDLED
-        handed = self._planning_call(node)
+        handed = _planning_keyword(self.q.pack.mla, node)
         if handed is not None:  # a framework's call that plans with the lengths handed under this keyword
             if handed in kwargs:
                 self.sites.append(
@@ -205,11 +206,6 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and _locality([inner.receiver]):
             return Abstract(_locality([inner.receiver]), exists=True)  # `.to(...)`, `.int()`: the same lengths
         return NOT_HANDLED
-
-    def _planning_call(self, node: ast.Call) -> str | None:
-        """The keyword carrying the lengths where the call is one of the pack's `planning_calls`, by the end of its
-        dotted name."""
-        return _planning_keyword(self.q.pack.mla, node)
 
     def _planned_lens(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """The lengths a plan call of the wrapper is handed, in whichever form it is called; None: a method of
@@ -585,14 +581,14 @@ def _plan_form(mla: Mla, positional: int, keywords: set[str]) -> tuple[str, list
 def _called(q: Question, kernel: ast.Call) -> str:
     """The call as a message names it: a planning call by the end of its dotted name the pack gives, else the
     entry or plan method."""
-    called = (dotted(kernel.func) or "").split(".")
-    path = next((p for p in q.pack.mla.planning_call_lens if tuple(called[-len(p) :]) == p), None)
+    path = called_as(kernel, q.pack.mla.planning_call_lens)
     return ".".join(path) if path is not None else _entry(kernel)
 
 
 def _planning_keyword(mla: Mla, node: ast.Call) -> str | None:
-    called = tuple((dotted(node.func) or "").split("."))
-    return next((kw for path, kw in mla.planning_call_lens.items() if called[-len(path) :] == path), None)
+    """The keyword carrying the lengths where the call is one of the pack's `planning_calls`."""
+    path = called_as(node, mla.planning_call_lens)
+    return mla.planning_call_lens[path] if path is not None else None
 
 
 def _lens_param(q: Question, kernel: ast.Call) -> str:
