@@ -34,7 +34,7 @@ _OPTIONAL = frozenset(
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
     | {"skip_keywords", "plan_helpers", "pad_calls", "forwards_after_padding"}
-    | {"dcp_flag_param", "gated_methods", "local_lens"}
+    | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
@@ -130,6 +130,9 @@ class Dcp(_Section):
     # function that asks whether DCP is on and leaves the whole lengths there is a finding (`metadata.seq_lens_k`);
     # a file that names one is read, as one that overrides a gated method is
     local_lens: list[str] = field(default_factory=list)
+    # what says speculative decoding is on (optional; SG203): a class whose constructor refuses DCP together with it
+    # never runs a target verify's or a draft extend's query under DCP
+    speculative_tests: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,16 @@ class Question:
             return None
         if has_decorator(scope.node, "classmethod"):
             return ClassRef(scope.cls)
-        return Obj(scope.cls, label="self", labels=labels)
+        return Obj(self._mixed_into(scope.cls, scope.node), label="self", labels=labels)
+
+    def _mixed_into(self, cls: ClassInfo, method: ast.AST) -> ClassInfo:
+        """The class whose instance a method runs on: its own; for a mixin's (a class with no base, whose method
+        calls a method of `self` that it does not define) the one class of its module that mixes it in, whose
+        methods those calls reach (`class Backend(DcpDecodeMixin, MLABackend)`)."""
+        if cls.bases or not (_self_calls(method) - cls.methods.keys()):
+            return cls
+        users = [k for k in self.module.classes.values() if k != cls and cls in self.program.ancestors(k)]
+        return users[0] if len(users) == 1 else cls
 
     def judgement(self, code: str, scope: Scope, node: ast.AST, message: str, **details: str) -> Judgement:
         return Judgement(code, scope.qualname, span(node), True, message, details=tuple(sorted(details.items())))
@@ -348,6 +357,18 @@ def constructor_refuses(q: Question, scope: Scope, hooks: Callable[[], Hooks], s
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
+def _self_calls(method: ast.AST) -> set[str]:
+    """The methods a function calls on `self` (`self._run_decode_kernel(...)`)."""
+    return {
+        n.func.attr
+        for n in ast.walk(method)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "self"
+    }
+
+
 def unknown_parameter(param: ast.arg, frame: Frame) -> Any:
     return UNKNOWN
 
@@ -479,7 +500,8 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
     texts: dict[str, str] = {}
     seeds: set[str] = set()  # methods calling a function of their own module that reaches (a mixin's helper)
     by_module: dict[str, set[str]] = {}
-    classes = {id(s.cls): s.cls for s in q.scopes if s.cls is not None}
+    # (a class with no method of its own counts: what it inherits is what a mixin of the module calls on `self`)
+    classes = {id(s.cls): s.cls for s in q.scopes if s.cls is not None} | {id(c): c for c in q.module.classes.values()}
     seen: set[tuple[str, str]] = set()
     for cls in classes.values():
         for klass in q.program.ancestors(cls):

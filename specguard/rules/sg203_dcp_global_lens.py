@@ -74,7 +74,7 @@ DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation run
 class _Locality(Hooks):
     """Under DCP, which lengths each MLA decode launch gets: every rank's together, or this rank's share."""
 
-    def __init__(self, q: Question, into: ast.AST | None = None) -> None:
+    def __init__(self, q: Question, into: ast.AST | None = None, speculative: bool = False) -> None:
         dcp, batches = q.pack.dcp, q.pack.batches
         self.q, self.entries, self.lens = q, set(q.pack.mla.decode_entry), q.pack.mla.lens_param or ""
         self.tests, self.sizes, self.localizers = set(dcp.enabled_tests), set(dcp.sizes), set(dcp.localizers)
@@ -82,6 +82,8 @@ class _Locality(Hooks):
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
         self.batch_params = set(batches.batch_params)
         self.kept = set(dcp.local_lens)
+        # whether the question is about a run with speculative decoding on too (a constructor's refusal of the pair)
+        self.speculative = set(dcp.speculative_tests) if speculative else set()
         self.unsure_stores = False  # see `_left_whole`
         self.sites: list[Site] = []
         self.localized: list[Any] = []  # lengths rewritten to this rank's share in place, by identity
@@ -93,6 +95,8 @@ class _Locality(Hooks):
         self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
         self.unbounded: list[tuple[ast.AST, Any, ast.Call]] = []  # multi-token launches under DCP with no bound
         self.open_queries: list[tuple[ast.AST, Any]] = []  # launches with no bound of a query the function is handed
+        # launches with no bound of a query of several tokens per request, DCP not asked by then: its callers may
+        self.unasked: list[tuple[ast.AST, Any]] = []
         # a caller's evaluation: the calls of the function `into` are not followed, what they hand it is kept
         # (with whether DCP was asked by then)
         self.into = into
@@ -120,6 +124,8 @@ class _Locality(Hooks):
         if name in self.tests:
             self.dcp_tested = True
             return True  # the question is about a run under DCP
+        if name in self.speculative:
+            return True
         if name in self.sizes:
             self.dcp_tested = True
             return DCP_SIZE
@@ -146,6 +152,8 @@ class _Locality(Hooks):
                     self.unbounded.append((where, query, node))
                 elif _handed_on(query, node, self.query):
                     self.open_queries.append((where, query))  # what the callers hand it decides (and DCP's asking)
+                elif _multi(query):
+                    self.unasked.append((where, query))
             return UNKNOWN
         made_like = isinstance(inner, Opaque) and inner.name in _MADE
         if (isinstance(inner, Method) and inner.name in _SHAPED or made_like) and args:
@@ -225,6 +233,8 @@ class _Locality(Hooks):
         if attr in self.tests:
             self.dcp_tested = True
             return True
+        if attr in self.speculative:
+            return True  # set (not None) and on
         if attr in self.sizes:
             self.dcp_tested = True
             return DCP_SIZE
@@ -543,6 +553,8 @@ def _unbounded(
     q: Question, scope: Scope, launches: list[tuple[ast.AST, Any, ast.Call]], how: str = ""
 ) -> Judgement | None:
     """A launch under DCP of a query with more than one token per request, without the global causal bound."""
+    if launches and _refuses_speculation(q, scope):
+        return None
     for where, query, kernel in launches:
         made = sorted((x for x in labels_of(query) if x.kind == MULTI), key=lambda x: x.span)[0]
         entry = _entry(kernel)
@@ -563,6 +575,14 @@ def _unbounded(
         )
         return q.judgement("SG203", scope, where, message)
     return None
+
+
+def _refuses_speculation(q: Question, scope: Scope) -> bool:
+    """Whether the scope's class's constructor refuses DCP together with speculative decoding (`if dcp_enabled and
+    get_spec().speculative_algorithm is not None: raise ValueError(...)`): its instances never run a target verify's
+    or a draft extend's query under DCP, whatever they do without speculation."""
+    hooks = partial(_Locality, q, speculative=True)
+    return bool(q.pack.dcp.speculative_tests) and constructor_refuses(q, scope, hooks, "DCP with speculation")
 
 
 def _plan_form(mla: Mla, positional: int, keywords: set[str]) -> tuple[str, list[str]] | None:
@@ -622,7 +642,7 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
     it on `self` hands it."""
     passed = [(where, lens) for where, lens, _, _ in hooks.sites if _passed_on(lens)] + hooks.open_queries
     if not passed:
-        return None
+        return _asked_by_callers(q, scope) if hooks.unasked else None
     where = passed[0][0]
     params = sorted({x.text for _, value in passed for x in labels_of(value) | maybe_of(value) if x.kind == PARAM})
     what = f"whether what it is handed as {' and '.join(f'`{p}`' for p in params)} is safe under DCP"
@@ -649,6 +669,21 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
     if others:
         why = f"it is its parameter, and {others[0]}: what it is is decided by callers further up"
         return q.undecided("SG203", scope, where, what, why)
+    return None
+
+
+def _asked_by_callers(q: Question, scope: Scope) -> Judgement | None:
+    """A launch of a query of several tokens per request in a method that never asks whether DCP is on: judged as
+    each method of its class (or a base) that calls it on `self` once it has asked runs it (`if not dcp_enabled:
+    return super().forward_extend(...)`, then `return self._dcp_spec_forward(query, ...)`). Where none does, the
+    launch is not in code that runs under DCP, and not the rule's question."""
+    for klass, function in _callers(q, scope):
+        for handed, asked, how in _handed_by(q, scope, klass, function):
+            if asked:
+                caller = f"`{klass.name}.{function.node.name}`"
+                verdict = _given_verdict(q, scope, handed, asked, how=f" as {caller} calls it{how}")
+                if verdict is not None and verdict.decided:
+                    return verdict
     return None
 
 
@@ -908,7 +943,12 @@ RULE = Rule(
         "seq_lens)`), itself or in a helper it calls, is judged as them. Where that still leaves a parameter, or "
         "nothing calls it, the launch is listed as not decided. A launch reached through another function of the "
         "file that reads the whole lengths and launches with them itself is that function's finding, not its "
-        "callers'.",
+        "callers'. A method that launches a query of several tokens per request without the bound and never asks "
+        "whether DCP is on is judged as those methods run it once they have asked (a base's `forward_extend` that "
+        "sends DCP's draft extend to a hook a subclass overrides). A class whose constructor refuses DCP together "
+        "with speculative decoding (the pack's `speculative_tests`) runs no such query under DCP. A mixin's "
+        "method (its class has no base, and it calls methods of `self` it does not define) runs on the one class "
+        "of its module that mixes it in.",
         "A field the framework's launch reads as this rank's lengths (the pack's `[dcp] local_lens`: "
         "`metadata.seq_lens_k`) is a launch too: a function that asks whether DCP is on (or is one of the pack's "
         "`gated_methods`, which the framework calls only with DCP on) and stores there, by assignment or "
