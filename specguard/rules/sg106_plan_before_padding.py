@@ -15,6 +15,7 @@ from specguard.evaluation.objects import field_default
 from specguard.evaluation.paths import Frame, State, doubts
 from specguard.evaluation.values import (
     NOT_HANDLED,
+    STAR_KWARGS,
     UNKNOWN,
     Bound,
     ClassRef,
@@ -207,7 +208,7 @@ class _Batches(Hooks):
     ) -> Any:
         if not ev.calls and (_inherited(func) or (isinstance(node.func, ast.Name) and node.func.id in state.locals)):
             self.decided_here.add(id(node))
-        made = self._made_batch(func)
+        made = self._made_batch(func, args, kwargs)
         if made is not None:
             return made
         name = _name(func)
@@ -343,15 +344,27 @@ class _Batches(Hooks):
         if self.tokens:
             ev.store(batch, self.tokens, tokens(PADDED_COUNT), state)
 
-    def _made_batch(self, func: Any) -> Obj | None:
-        """A batch a call makes: the batch class called, or one of its classmethods (`ForwardBatch.init_new`)."""
+    def _made_batch(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Obj | None:
+        """A batch a call makes: the batch class called, or one of its classmethods (`ForwardBatch.init_new`). One
+        built field by field (`ForwardBatch(forward_mode=..., batch_size=bs, ...)`, a warm-up's) is synchronised
+        across DP ranks only where it is handed its per-rank counts: else its class's default (None) says not."""
         func = plain(func)
         made = func.info if isinstance(func, ClassRef) else None
         if isinstance(func, Bound) and isinstance(plain(func.self_value), ClassRef):
             made = plain(func.self_value).info
         if made is None or not is_batch_class(self.q, made):
             return None
-        return fresh_batch(self.q, made)
+        batch = fresh_batch(self.q, made)
+        built = isinstance(func, ClassRef) and not args and STAR_KWARGS not in kwargs
+        if built and self.dp_field:
+            given = (
+                plain(kwargs[self.dp_field])
+                if self.dp_field in kwargs
+                else _declared_default(self.q, made, self.dp_field)
+            )
+            if given is None:
+                batch.fields[self.dp_field] = None
+        return batch
 
     def annotation(self, ev: Any, annotation: ast.expr, frame: Frame) -> Any:
         """A value an annotation promises to be a batch (a helper's return, a parameter) is a fresh one."""
@@ -783,7 +796,7 @@ def judge(q: Question) -> Iterator[Judgement]:
         if not scope.mentions(reaching):
             continue
         forwarding = _forwarding_names(q) if forwarding is None else forwarding
-        if not scope.mentions(forwarding):
+        if not scope.mentions(forwarding) and not _pad_step(q, scope):
             continue
         fields = _predicate_fields(q) if fields is None else fields
         if constructor_refuses(q, scope, partial(_Batches, q, fields), "DP"):
@@ -800,7 +813,10 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
         hooks = _Batches(q, fields)
         ev = q.evaluator(hooks)
         ev.choices = choices
-        ev.run(scope.function, _bindings(q, scope, fields))
+        bindings = _bindings(q, scope, fields)
+        flow = ev.run(scope.function, bindings)
+        if _pad_step(q, scope):
+            _forward_after(ev, hooks, scope, bindings, flow.returns)
         runs.append(hooks)
         return hooks
 
@@ -830,8 +846,13 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
             else f"the batch's `{q.pack.batches.replan_predicate}()` says not to plan again: plan after padding, "
             "or mark the batch so that a padded batch is planned again"
         )
+        forward = (
+            f"the forward that the framework runs after this padding step (`{_after_padding(q)}`)"
+            if event.forward is scope.node  # (see `_forward_after`)
+            else "this forward"
+        )
         message = (
-            f"this forward runs a batch whose attention metadata was planned at {_place(event.plan)} for another "
+            f"{forward} runs a batch whose attention metadata was planned at {_place(event.plan)} for another "
             f"shape than it now has ({event.pad} padded it after the plan), and {unplanned}"
         )
         return q.judgement("SG106", scope, event.forward, message, doubts="; ".join(doubts(event.path)))
@@ -843,6 +864,23 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
         at, why = undecided[0]
         return q.undecided("SG106", scope, at, f"`{scope.qualname}`", why)
     return None
+
+
+def _pad_step(q: Question, scope: Scope) -> bool:
+    """An override of the framework's own padding step (`ModelRunner._prepare_eager_forward_batch`), which the
+    framework runs right before a forward of the batch it hands it."""
+    return scope.bound and scope.node.name in q.pack.batches.pad_calls
+
+
+def _forward_after(ev: Any, hooks: _Batches, scope: Scope, bindings: dict[str, Any], ends: list) -> None:
+    """The forward the framework runs after its padding step (`_forward_raw`: the eager runner's `execute`), of each
+    batch the step was handed, as each path of the step leaves it: padded already, it asks the batch's predicate
+    whether to plan again."""
+    batches = [v for v in bindings.values() if isinstance(v, Obj) and hooks.is_batch(v)]
+    frame = Frame(scope.module, scope.cls, None, 0)
+    for state, _ in ends:
+        for batch in batches:
+            hooks._forward(ev, batch, scope.node, frame, state, skips=False, pads=False)
 
 
 def _predicate_fields(q: Question) -> frozenset[str]:
@@ -864,6 +902,10 @@ def _predicate_fields(q: Question) -> frozenset[str]:
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == first
         }
     return frozenset(fields)
+
+
+def _after_padding(q: Question) -> str:
+    return next(iter(q.pack.batches.forwards_after_padding), "forward")
 
 
 def _place(plan: Label) -> str:
@@ -1052,7 +1094,10 @@ RULE = Rule(
         "SGLang's `EagerRunner.execute`), "
         "and the batch's predicate is "
         f"evaluated on it. Calls are followed {MAX_DEPTH} deep, so the plan, the mark and the forward may each be "
-        "in a helper, in another module.",
+        "in a helper, in another module. A batch the code builds field by field (`ForwardBatch(...)`, a warm-up's) "
+        "is synchronised across DP ranks only where it is handed the pack's `dp_field`. An override of one of the "
+        "pack's `pad_calls` (the framework's own padding step) is judged as the framework runs it: each path out "
+        "of it is followed by the forward of the batch it was handed, one of the `forwards_after_padding`.",
         "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
         "before the readiness mark) does not plan at all; one whose keyword the function does not decide (its own "
         "parameter handed on, a test of the batch's mode) is a finding where the batch's predicate says not to plan "
