@@ -34,6 +34,7 @@ from specguard.evaluation.values import (
     Partial,
     PyMethod,
     TypeOf,
+    answer_key,
     is_unknown,
     labels_of,
     maybe_of,
@@ -119,6 +120,9 @@ class Calls(Builtins):
             func, args, kwargs = inner.func, [*inner.args, *args], {**inner.kwargs, **kwargs}
             inner = plain(func)
         answered = self.hooks.call(self, func, args, kwargs, e, frame, state)
+        asked = answer_key(func) if isinstance(answered, bool) and not args and not kwargs else None
+        if asked is not None:
+            state.writes[asked] = answered
         if answered is not NOT_HANDLED:
             # answered, not read: it may raise like any call not read; but what it does is the client's question,
             # so where its `try` ends otherwise in a handler, the client takes its raise path by path
@@ -153,6 +157,9 @@ class Calls(Builtins):
         self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
         func = plain(func)
+        asked = answer_key(func) if not args and not kwargs else None
+        if asked is not None and asked in state.writes:
+            return state.writes[asked]  # a question a test on this path answered (see `narrow`)
         if _any_callable(func):  # a builder picked from a dict, a method of an optional object
             return _joined_calls(func, lambda option: self.call(option, args, kwargs, node, frame, state))
         if isinstance(func, Partial):

@@ -38,6 +38,7 @@ from specguard.evaluation.values import (
     OneOf,
     Opaque,
     Sym,
+    answer_key,
     bounded,
     is_unknown,
     known,
@@ -641,6 +642,11 @@ class Statements(Builtins):
             return self.narrow(test.operand, not truth, frame, state)
         if isinstance(test, ast.Call) and truth and self._narrow_instance(test, frame, state):
             return state
+        if isinstance(test, ast.Call) and not test.args and not test.keywords:
+            asked = answer_key(self.eval(test.func, frame, state))
+            if asked is not None:  # `batch.forward_mode.is_idle()`: asked again on this path, it answers the same
+                state.writes[asked] = truth
+                return state
         if isinstance(test, ast.Call):  # a predicate helper: narrowed by the test it returns, on the caller's names
             inlined = self._predicate_test(test, frame, state)
             return state if inlined is None else self.narrow(inlined, truth, frame, state)
@@ -711,6 +717,10 @@ class Statements(Builtins):
             known = choosing.known(part, frame, state) if choosing is not None else None
             if known is not None:  # what this path took it to be (a test it took already, path by path)
                 return known
+            if isinstance(part, ast.Call) and not part.args and not part.keywords:
+                asked = answer_key(self.eval(part.func, frame, state))  # a question this path answered
+                if asked is not None and isinstance(state.writes.get(asked), bool):
+                    return state.writes[asked]  # type: ignore[no-any-return]
             if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Lambda)) for n in ast.walk(part)):
                 return None
             truth = self.truth(self.eval(part, frame, state), frame, state)

@@ -319,6 +319,20 @@ class Method:
     name: str
 
 
+def answer_key(func: Any) -> tuple[str, str] | None:
+    """Where a path keeps the answer to a question asked with no argument: of a value known only by name
+    (`batch.forward_mode.is_idle()`, which a test that passed on the path answers), or of a function of the tree
+    whose calls a client answers (`require_mlp_sync()`), so that reading a test again need not run it."""
+    func = plain(func)
+    if isinstance(func, Sym):
+        return (func.name, "()")
+    if isinstance(func, Method) and isinstance(func.receiver, Sym):
+        return (func.receiver.name, f"{func.name}()")
+    if isinstance(func, Function) and func.owner is None:
+        return (f"{func.module.name}.{func.name}", "()")
+    return None
+
+
 @dataclass(frozen=True)
 class SuperRef:
     owner: ClassInfo
