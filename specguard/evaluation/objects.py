@@ -295,10 +295,30 @@ class ObjectModel:
         if owner is None:
             return None
         value = plain(self.reading(owner.annotations[attr], self.tree.module(owner.module), owner))
+        kind = self._instance_kind(value)
+        if kind is not None and attr not in owner.attributes and self._plain_class(owner):
+            # `decode_backend: TRTLLMMLABackend` in a plain class's body (a declaration, not a record's field),
+            # narrowing what a base's constructor was handed: an instance of that class, whose methods run where
+            # this one calls them
+            value = Obj(kind, label=f"{base.label}.{attr}" if base.label else "")
         if not isinstance(value, Obj):
             return None
         state.writes[(id(base), attr)] = value
         return value
+
+    def _instance_kind(self, value: Any) -> ClassInfo | None:
+        """The plain class an annotation's reading says a value is an instance of."""
+        inner = plain(value)
+        kind = inner.kind if isinstance(inner, Abstract) else None
+        return kind if kind is not None and self._plain_class(kind) else None
+
+    def _plain_class(self, cls: ClassInfo) -> bool:
+        """A class whose instance is what its constructor made of it: no enum or record in its lineage."""
+        return not self.tree.is_enum(cls) and not any(
+            _is_dataclass(k, _RECORD_DECORATORS)
+            or {(dotted(b) or "").rpartition(".")[2] for b in k.bases} & _RECORD_BASES
+            for k in self.tree.ancestors(cls)
+        )
 
     def _shadowed(self, base: Obj, attr: str, found: Any, state: State, depth: int) -> Any:
         """A class-level value read through the instance the evaluation runs on: the class's value (the default
@@ -638,11 +658,11 @@ class ObjectModel:
     def dataclass_fields(self, cls: ClassInfo) -> list[tuple[ClassInfo, str]] | None:
         """The fields of a dataclass in definition order (bases first), or None if it is not one we can read."""
         chain = self.tree.ancestors(cls)
-        if not any(_is_dataclass(k) for k in chain):
+        if not any(_positional_record(k) for k in chain):
             return None
         seen: dict[str, ClassInfo] = {}
         for klass in reversed(chain):
-            if not _is_dataclass(klass):
+            if not _positional_record(klass):
                 continue
             for name, annotation in klass.annotations.items():
                 if not is_classvar(annotation):
@@ -925,6 +945,12 @@ def _is_dataclass(cls: ClassInfo, names: frozenset[str] = frozenset({"dataclass"
         if (dotted(target) or "").rpartition(".")[2] in names:
             return True
     return False
+
+
+def _positional_record(cls: ClassInfo) -> bool:
+    """A class whose constructor takes its annotated fields in order: a dataclass, or a `NamedTuple` (written as a
+    class, or as `namedtuple(...)`, which the program view reads as one)."""
+    return _is_dataclass(cls) or any((dotted(base) or "").rpartition(".")[2] == "NamedTuple" for base in cls.bases)
 
 
 def _dunder(name: str) -> bool:

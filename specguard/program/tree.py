@@ -144,6 +144,8 @@ class _Collector:
                     else:
                         head = alias.name.split(".")[0]
                         self.parsed.module_imports[head] = head
+            elif isinstance(stmt, ast.Assign) and functional_record(stmt) is not None:
+                self._class(functional_record(stmt))  # type: ignore[arg-type]
             elif isinstance(stmt, ast.Assign):
                 for target in stmt.targets:
                     if isinstance(target, ast.Name):
@@ -178,6 +180,51 @@ class _Collector:
 
     def _class(self, node: ast.ClassDef) -> None:
         self.parsed.classes[node.name] = read_class(self.parsed, node)
+
+
+_RECORD_FACTORIES = frozenset({"namedtuple", "NamedTuple"})
+
+
+def functional_record(stmt: ast.Assign) -> ast.ClassDef | None:
+    """`PlanRecord = namedtuple("PlanRecord", ["batch", "replan"])` (or `NamedTuple("R", [("batch", T), ...])`) read
+    as the class it makes, `class PlanRecord(NamedTuple)` with those fields, at the assignment's place; None for any
+    other assignment, or one whose fields are not written out."""
+    call = stmt.value
+    if not (
+        len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and isinstance(call, ast.Call)
+        and (dotted(call.func) or "").rpartition(".")[2] in _RECORD_FACTORIES
+        and len(call.args) == 2
+    ):
+        return None
+    made_here: list[ast.AST] = []  # what is made here takes the assignment's place; a field's type keeps its own
+
+    def here(node: ast.AST) -> Any:
+        made_here.append(node)
+        return node
+
+    spec = call.args[1]
+    fields: list[tuple[str, ast.expr]] = []
+    if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
+        fields = [(name, here(ast.Name("Any", ast.Load()))) for name in spec.value.replace(",", " ").split()]
+    elif isinstance(spec, (ast.List, ast.Tuple)):
+        for item in spec.elts:
+            if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                fields.append((item.value, here(ast.Name("Any", ast.Load()))))
+            elif isinstance(item, ast.Tuple) and len(item.elts) == 2 and isinstance(item.elts[0], ast.Constant):
+                fields.append((str(item.elts[0].value), item.elts[1]))
+            else:
+                return None
+    else:
+        return None
+    body: list[ast.stmt] = [here(ast.AnnAssign(here(ast.Name(n, ast.Store())), t, None, 1)) for n, t in fields] or [
+        here(ast.Pass())
+    ]
+    made = here(ast.ClassDef(stmt.targets[0].id, [here(ast.Name("NamedTuple", ast.Load()))], [], body, []))
+    for node in made_here:
+        ast.copy_location(node, stmt)
+    return made
 
 
 def read_module(name: str, path: Path, is_package: bool, tree: ast.Module) -> ParsedModule:
