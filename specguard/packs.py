@@ -33,7 +33,7 @@ _OPTIONAL = frozenset(
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
-    | {"skip_keywords", "plan_helpers", "pad_calls", "forwards_after_padding"}
+    | {"skip_keywords", "replan_keywords", "plan_helpers", "pad_calls", "forwards_after_padding"}
     | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls"}
 )
@@ -254,6 +254,8 @@ class Batches(_Section):
     model_forwards: list[str] = field(default_factory=list)
     # keywords that tell a forward not to plan (optional; SGLang before the readiness mark: `skip_attn_backend_init`)
     skip_keywords: list[str] = field(default_factory=list)
+    # keywords that tell a forward to plan again whatever the batch's mark (optional; `reinit_attn_backend`)
+    replan_keywords: list[str] = field(default_factory=list)
     # the framework's own methods that plan the batch they are handed (optional): a file that calls one is read
     # even where its own text names no plan
     plan_helpers: list[str] = field(default_factory=list)

@@ -7,7 +7,8 @@ absence) checked:
 - SG106: a batch built field by field without per-rank DP counts is never padded by the model runner; an override
   of the model runner's own padding step is followed by the forward the framework runs right after it; a question
   asked with no argument (`forward_batch.forward_mode.is_idle()`) that a test on the path answered answers the same
-  when a callee asks it again."""
+  when a callee asks it again; and (set 19's) a forward told to plan again (`reinit_attn_backend=True`, the pack's
+  `replan_keywords`) plans the batch it runs."""
 
 from __future__ import annotations
 
@@ -239,4 +240,28 @@ def test_a_question_a_test_answered_answers_the_same_on_its_path(tmp_path: Path,
     nothing for an idle batch."""
     found = check_fork_beside_sglang(tmp_path, {"frozen.py": textwrap.dedent(FROZEN_KV).replace("GUARD", guard)})
     expected = [("GuardedFrozenKVDraftWorker._run_seed_step", "SG106")] if flagged else []
+    assert [(f.symbol, f.code) for f in found.findings] == expected, found.findings
+
+
+SPLIT_PREFILL = """
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+class PreplannedModelRunner(ModelRunner):
+    def forward_split_prefill_preplanned(self, forward_batch: ForwardBatch, forward_count: int = 1):
+        if forward_batch.split_index == 0:
+            self.attn_backend.init_forward_metadata(forward_batch)
+            forward_batch.mark_forward_metadata_ready()
+        return self.forward(forward_batch, REINIT split_forward_count=forward_count)
+"""
+
+
+@pytest.mark.parametrize(
+    ("reinit", "flagged"), [("reinit_attn_backend=True,", False), ("", True)], ids=["re-initialised", "not"]
+)
+def test_a_forward_told_to_plan_again_plans_the_batch_it_runs(tmp_path: Path, reinit: str, flagged: bool) -> None:
+    """Set 19's `PreplannedModelRunner.forward_split_prefill_preplanned`: planned early, then forwarded with
+    `reinit_attn_backend=True` (the pack's `replan_keywords`), which plans the batch again."""
+    found = check_fork_beside_sglang(tmp_path, {"split.py": textwrap.dedent(SPLIT_PREFILL).replace("REINIT", reinit)})
+    expected = [("PreplannedModelRunner.forward_split_prefill_preplanned", "SG106")] if flagged else []
     assert [(f.symbol, f.code) for f in found.findings] == expected, found.findings

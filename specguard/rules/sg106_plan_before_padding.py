@@ -172,6 +172,7 @@ class _Batches(Hooks):
         self.dp_field, self.tokens = names.dp_field or "", names.token_field or ""
         self.model_forwards = {tuple(name.split(".")) for name in names.model_forwards}
         self.skip_keywords = list(names.skip_keywords)
+        self.replan_keywords = list(names.replan_keywords)
         self.shapes: dict[Label, tuple[Any, Any]] = {}  # each plan -> the batch's count and tokens it was made for
         self.events: list[Event] = []
         self.undecided: list[tuple[ast.AST, str]] = []
@@ -248,6 +249,9 @@ class _Batches(Hooks):
                 self._model_forward(ev, batch, node, frame, state)
             return NOT_HANDLED
         if self.forwards.match(name, node, func):
+            if any(plain(kwargs.get(keyword)) is True for keyword in self.replan_keywords):
+                self.forwarded.update(id(batch) for batch in self.batches_in(args, kwargs))
+                return NOT_HANDLED  # told to plan again: it plans the batch it runs
             told = [plain(kwargs[keyword]) for keyword in self.skip_keywords if keyword in kwargs]
             # True: told not to plan; None: not known here (a keyword set on some paths only), judged path by path
             skips = True if any(v is True for v in told) else None if any(not _known(v) for v in told) else False
@@ -1098,6 +1102,8 @@ RULE = Rule(
         "is synchronised across DP ranks only where it is handed the pack's `dp_field`. An override of one of the "
         "pack's `pad_calls` (the framework's own padding step) is judged as the framework runs it: each path out "
         "of it is followed by the forward of the batch it was handed, one of the `forwards_after_padding`.",
+        "A forward handed a keyword of the pack's `replan_keywords` as true (`reinit_attn_backend=True`) plans "
+        "the batch it runs. "
         "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
         "before the readiness mark) does not plan at all; one whose keyword the function does not decide (its own "
         "parameter handed on, a test of the batch's mode) is a finding where the batch's predicate says not to plan "
