@@ -33,8 +33,8 @@ _OPTIONAL = frozenset(
     | {"padded_producers", "padded_names", "dp_rank_counts", "builder_methods", "file_marks"}
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
-    | {"skip_keywords", "replan_keywords", "plan_helpers", "pad_calls", "forwards_after_padding"}
-    | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests"}
+    | {"skip_keywords", "replan_keywords", "replan_when", "plan_helpers", "pad_calls", "forwards_after_padding"}
+    | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests", "varlen_width_param"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
@@ -159,6 +159,9 @@ class Mla(_Section):
     # the entry's ragged-query offsets (optional; SG203): a launch handed them (not None) has several query tokens
     # per request, laid out flat
     varlen_query_param: str | None = None
+    # the entry's most query tokens of any request in that form (optional): a launch handed one or fewer has one per
+    # request; a count the judged function compares is not decided
+    varlen_width_param: str | None = None
     # FlashInfer's MLA wrapper methods that plan a decode (optional; SG203), their parameters in order (a call that
     # does not give each of them is another method of that name) and which of them is the lengths
     plan_methods: list[str] = field(default_factory=list)
@@ -254,8 +257,10 @@ class Batches(_Section):
     model_forwards: list[str] = field(default_factory=list)
     # keywords that tell a forward not to plan (optional; SGLang before the readiness mark: `skip_attn_backend_init`)
     skip_keywords: list[str] = field(default_factory=list)
-    # keywords that tell a forward to plan again whatever the batch's mark (optional; `reinit_attn_backend`)
+    # keywords that tell a forward to plan again whatever the batch's mark (optional; `reinit_attn_backend`), and
+    # the batch's predicates, dotted from the batch, of which one must hold for it to (optional; none: always)
     replan_keywords: list[str] = field(default_factory=list)
+    replan_when: list[str] = field(default_factory=list)
     # the framework's own methods that plan the batch they are handed (optional): a file that calls one is read
     # even where its own text names no plan
     plan_helpers: list[str] = field(default_factory=list)

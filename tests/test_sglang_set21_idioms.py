@@ -249,6 +249,7 @@ from sglang.srt.model_executor.model_runner import ModelRunner
 
 class PreplannedModelRunner(ModelRunner):
     def forward_split_prefill_preplanned(self, forward_batch: ForwardBatch, forward_count: int = 1):
+        MODE
         if forward_batch.split_index == 0:
             self.attn_backend.init_forward_metadata(forward_batch)
             forward_batch.mark_forward_metadata_ready()
@@ -257,11 +258,21 @@ class PreplannedModelRunner(ModelRunner):
 
 
 @pytest.mark.parametrize(
-    ("reinit", "flagged"), [("reinit_attn_backend=True,", False), ("", True)], ids=["re-initialised", "not"]
+    ("mode", "reinit", "flagged"),
+    [
+        ("assert forward_batch.forward_mode.is_split_prefill()", "reinit_attn_backend=True,", False),
+        ("assert forward_batch.forward_mode.is_split_prefill()", "", True),
+        ("assert forward_batch.forward_mode.is_draft_extend_v2()", "reinit_attn_backend=True,", True),
+    ],
+    ids=["split prefill, re-initialised", "split prefill, not", "draft extend, re-initialised"],
 )
-def test_a_forward_told_to_plan_again_plans_the_batch_it_runs(tmp_path: Path, reinit: str, flagged: bool) -> None:
+def test_a_forward_told_to_plan_again_plans_the_batch_it_runs(
+    tmp_path: Path, mode: str, reinit: str, flagged: bool
+) -> None:
     """Set 19's `PreplannedModelRunner.forward_split_prefill_preplanned`: planned early, then forwarded with
-    `reinit_attn_backend=True` (the pack's `replan_keywords`), which plans the batch again."""
-    found = check_fork_beside_sglang(tmp_path, {"split.py": textwrap.dedent(SPLIT_PREFILL).replace("REINIT", reinit)})
+    `reinit_attn_backend=True` (the pack's `replan_keywords`), which SGLang honours on a split prefill (the pack's
+    `replan_when`) and nowhere else (set 21's `StandaloneDraftDriver.extend_with_reinit`, a draft extend)."""
+    text = textwrap.dedent(SPLIT_PREFILL).replace("REINIT", reinit).replace("MODE", mode)
+    found = check_fork_beside_sglang(tmp_path, {"split.py": text})
     expected = [("PreplannedModelRunner.forward_split_prefill_preplanned", "SG106")] if flagged else []
     assert [(f.symbol, f.code) for f in found.findings] == expected, found.findings

@@ -28,6 +28,7 @@ from specguard.evaluation.values import (
     Partial,
     Sym,
     Tagged,
+    answer_key,
     labels_of,
     maybe_of,
     plain,
@@ -173,6 +174,7 @@ class _Batches(Hooks):
         self.model_forwards = {tuple(name.split(".")) for name in names.model_forwards}
         self.skip_keywords = list(names.skip_keywords)
         self.replan_keywords = list(names.replan_keywords)
+        self.replan_when = [tuple(test.split(".")) for test in names.replan_when]
         self.shapes: dict[Label, tuple[Any, Any]] = {}  # each plan -> the batch's count and tokens it was made for
         self.events: list[Event] = []
         self.undecided: list[tuple[ast.AST, str]] = []
@@ -249,9 +251,11 @@ class _Batches(Hooks):
                 self._model_forward(ev, batch, node, frame, state)
             return NOT_HANDLED
         if self.forwards.match(name, node, func):
-            if any(plain(kwargs.get(keyword)) is True for keyword in self.replan_keywords):
-                self.forwarded.update(id(batch) for batch in self.batches_in(args, kwargs))
-                return NOT_HANDLED  # told to plan again: it plans the batch it runs
+            replans = any(plain(kwargs.get(keyword)) is True for keyword in self.replan_keywords)
+            batches = self.batches_in(args, kwargs)
+            if replans and all(self._replans(ev, batch, node, frame, state) for batch in batches):
+                self.forwarded.update(id(batch) for batch in batches)
+                return NOT_HANDLED  # told to plan again, and it does for this batch: it plans the batch it runs
             told = [plain(kwargs[keyword]) for keyword in self.skip_keywords if keyword in kwargs]
             # True: told not to plan; None: not known here (a keyword set on some paths only), judged path by path
             skips = True if any(v is True for v in told) else None if any(not _known(v) for v in told) else False
@@ -427,6 +431,27 @@ class _Batches(Hooks):
             self.events.append(Event(at, _first(plans), pad or "code after the plan", state.path))
         elif not told:
             self.undecided.append((at, self._unknown_skip()))
+
+    def _replans(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> bool:
+        """Whether a forward told to plan again does so for this batch: where the pack says for which batches
+        (`replan_when`: `forward_mode.is_split_prefill`, SGLang's only mode that honours `reinit_attn_backend`),
+        one of those predicates holds on this path (the batch's mode known, or a test that passed said so)."""
+        if not self.replan_when:
+            return True
+        for *path, name in self.replan_when:
+            value: Any = batch
+            for attr in path:
+                value = ev.getattr(value, attr, state, frame.depth)
+            method = ev.getattr(value, name, state, frame.depth)
+            asked = answer_key(method)
+            if asked is not None and state.writes.get(asked) is True:
+                return True
+            if (
+                isinstance(plain(method), (Bound, Function))
+                and plain(ev.call(method, [], {}, node, frame, state)) is True
+            ):
+                return True
+        return False
 
     def _unknown_skip(self) -> str:
         said = ", ".join(f"`{k}`" for k in self.skip_keywords)
@@ -1103,7 +1128,8 @@ RULE = Rule(
         "pack's `pad_calls` (the framework's own padding step) is judged as the framework runs it: each path out "
         "of it is followed by the forward of the batch it was handed, one of the `forwards_after_padding`.",
         "A forward handed a keyword of the pack's `replan_keywords` as true (`reinit_attn_backend=True`) plans "
-        "the batch it runs. "
+        "the batch it runs where one of the pack's `replan_when` holds of the batch on the path "
+        "(`forward_mode.is_split_prefill()`, known or tested). "
         "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
         "before the readiness mark) does not plan at all; one whose keyword the function does not decide (its own "
         "parameter handed on, a test of the batch's mode) is a finding where the batch's predicate says not to plan "
