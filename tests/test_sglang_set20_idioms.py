@@ -5,7 +5,9 @@ absence) checked:
   (`self.decode_cuda_graph_metadata[bs]`), is one object wherever the function reads it so, so the lengths copied
   into its `seq_lens_k` on a CUDA-graph replay are what the replayed launch gets; host lengths kept in the
   instance's replay keywords reach the FlashInfer MLA updater's replay plan (`[mla] planning_calls`);
-- SG106: the eager runner's `execute`, which SGLang calls once it has padded the batch, pads nothing itself."""
+- SG106: the eager runner's `execute`, which SGLang calls once it has padded the batch, pads nothing itself;
+- SG203 (twenty-second session): a ragged query is as wide as its launch's `max_q_len=` says, and a width the
+  function compares before it launches is not decided (a comparison is not narrowed), never a finding."""
 
 from __future__ import annotations
 
@@ -160,3 +162,47 @@ def test_host_lengths_kept_in_the_replay_keywords_are_what_the_updater_plans(
     if flagged:
         assert "hands `indices_updater_decode.update`" in found.findings[0].message
         assert "as `kv_len_arr_cpu`" in found.findings[0].message
+
+
+RAGGED = """
+import flashinfer
+from sglang.srt.runtime_context import get_parallel
+
+def launch_ragged_verify(backend, query, kv_cache, metadata, layer, *, cu_seqlens_q, max_q_len):
+    bs = cu_seqlens_q.shape[0] - 1
+    dcp_enabled = get_parallel().dcp_enabled
+    GUARD
+    return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+        query=query, kv_cache=kv_cache, workspace_buffer=backend.workspace_buffer,
+        qk_nope_head_dim=backend.qk_nope_head_dim, kv_lora_rank=backend.kv_lora_rank,
+        qk_rope_head_dim=backend.qk_rope_head_dim, block_tables=metadata.block_kv_indices,
+        seq_lens=metadata.seq_lens_k[:bs], max_seq_len=metadata.max_seq_len_k, cum_seq_lens_q=cu_seqlens_q,
+        max_q_len=WIDTH, return_lse=dcp_enabled,
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    ("guard", "width", "verdict"),
+    [
+        ("pass", "max_q_len", "flagged"),
+        ("pass", "1", "clean"),
+        (
+            'if dcp_enabled and max_q_len > 1:\n        raise NotImplementedError("no bound")',
+            "max_q_len",
+            "not decided",
+        ),
+    ],
+    ids=["ragged, several tokens", "ragged, one token each", "refused above one token"],
+)
+def test_a_ragged_query_is_as_wide_as_its_launch_says(tmp_path: Path, guard: str, width: str, verdict: str) -> None:
+    """Set 20's `launch_ragged_verify_decode_checked`: a ragged query under DCP with no global bound, refused where
+    its widest request has more than one token (a comparison the evaluation does not narrow: not decided, never a
+    finding); handed `max_q_len=1`, it holds one token per request."""
+    text = textwrap.dedent(RAGGED).replace("GUARD", guard).replace("WIDTH", width)
+    found = check_fork_beside_sglang(tmp_path, {"ragged.py": text})
+    assert [(f.symbol, f.code) for f in found.findings] == (
+        [("launch_ragged_verify", "SG203")] if verdict == "flagged" else []
+    ), found.findings
+    compared = [u for u in found.undecided if "is compared in `max_q_len > 1`" in str(u)]
+    assert bool(compared) == (verdict == "not decided"), found.undecided

@@ -92,6 +92,7 @@ class _Locality(Hooks):
         self.admitted: dict[str, tuple[ast.AST, str]] = {}
         self.bound, self.query = q.pack.mla.global_bound_param or "", q.pack.mla.query_param or ""
         self.switch, self.varlen = q.pack.mla.dcp_flag_param or "", q.pack.mla.varlen_query_param or ""
+        self.width = q.pack.mla.varlen_width_param or ""
         self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
         self.unbounded: list[tuple[ast.AST, Any, ast.Call]] = []  # multi-token launches under DCP with no bound
         self.open_queries: list[tuple[ast.AST, Any]] = []  # launches with no bound of a query the function is handed
@@ -142,10 +143,16 @@ class _Locality(Hooks):
             if self.switch and plain(values.get(self.switch)) is True:
                 self.dcp_tested = True  # the launch itself says it runs under DCP
             unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
-            if self.varlen in values and plain(values[self.varlen]) is not None and not _multi(query):
-                # its tokens laid out flat, the offsets handed beside it: several per request
+            width = values.get(self.width, UNKNOWN) if self.width else UNKNOWN
+            one_each = isinstance(plain(width), int) and plain(width) <= 1
+            if self.varlen in values and plain(values[self.varlen]) is not None and not _multi(query) and not one_each:
+                # its tokens laid out flat, the offsets handed beside it: several per request (as many as the
+                # width argument, as written, says: a count the function compares is not decided, see `_compared`)
                 given = next((kw for kw in node.keywords if kw.arg == self.varlen), node)
-                flat = Label(MULTI, f"a ragged query, `{self.varlen}=`", span(given), str(frame.module.path))
+                written = next((ast.unparse(kw.value) for kw in node.keywords if kw.arg == self.width), "")
+                flat = Label(
+                    MULTI, f"a ragged query, `{self.varlen}=`", span(given), str(frame.module.path), origin=written
+                )
                 query = Abstract(frozenset({flat}), exists=True)
             if plain(bound) is None and not unread:
                 if _multi(query) and self.dcp_tested:
@@ -961,13 +968,15 @@ RULE = Rule(
         "A query has more than one token per request where it is viewed as `[requests, tokens, heads, dim]` "
         "(`q.view(bs, draft_token_num, heads, dim)`) with a token count other than one (`-1`, as many as it holds, "
         "is SGLang's target verify's), or made so (`torch.zeros((bs, max_q, heads, dim))`), or is launched flat "
-        "with its offsets (the pack's `[mla] varlen_query_param`, `cum_seq_lens_q=`); the evaluation then "
+        "with its offsets (the pack's `[mla] varlen_query_param`, `cum_seq_lens_q=`) and a width (`[mla] "
+        "varlen_width_param`, `max_q_len=`) not known to be one; the evaluation then "
         f"takes {QUERY_TOKENS} tokens per request, so that a refusal written on the query's shape "
         "(`q_len = query.shape[1] if query.dim() == 4 else 1`, `if dcp and q_len > 1: raise`) ends the path as "
         "it would. A launch of such a query under DCP without the entry's global bound (the pack's "
         "`global_bound_param`) is a finding where the code asked whether DCP is on or how many ranks it has, or "
         "the launch is handed the entry's DCP switch as true (`[mla] dcp_flag_param`, `enable_dcp=True`); one "
-        "whose token count the function compares before (a refusal on the count) is listed as not decided, "
+        "whose token count (or ragged width) the function compares before (a refusal on the count) is listed as "
+        "not decided, "
         "since a comparison does not narrow a count in the evaluation.",
     ),
     why=(
