@@ -514,7 +514,24 @@ class ObjectModel:
             return Bound(func, owner)
         if isinstance(owner_value, ClassRef):
             return func  # an unbound method reached through the class
-        return Bound(func, owner_value)
+        return Bound(self._decorated(func, module, klass, state, depth), owner_value)
+
+    def _decorated(self, func: Function, module: ParsedModule, klass: ClassInfo, state: State, depth: int) -> Function:
+        """A method as its decorators leave it, where each is a function of the tree written by name
+        (`@rank_local_lens`, whose `wrapped(self, *args, seq_lens, **kwargs)` calls the method it was handed): what
+        calling the decorator with the method returns. A decorator written as a call, or one the evaluation cannot
+        read (`@torch.no_grad()`, `@functools.lru_cache`), leaves the method as written."""
+        decorators = [d for d in func.node.decorator_list if isinstance(d, (ast.Name, ast.Attribute))]
+        value: Function = func
+        for decorator in reversed(decorators):
+            maker = plain(self.eval(decorator, Frame(module, None, None, depth), state))
+            if not isinstance(maker, Function) or maker.owner is not None:
+                return func
+            made = plain(self._invoke(maker, None, [value], {}, state.copy(), depth + 1, decorator))
+            if not isinstance(made, Function):
+                return func
+            value = made
+        return value
 
     # ---- names ----------------------------------------------------------------------------------------------
 

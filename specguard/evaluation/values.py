@@ -326,8 +326,8 @@ def answer_key(func: Any) -> tuple[str, str] | None:
     func = plain(func)
     if isinstance(func, Sym):
         return (func.name, "()")
-    if isinstance(func, Method) and isinstance(func.receiver, Sym):
-        return (func.receiver.name, f"{func.name}()")
+    if isinstance(func, Method) and isinstance(func.receiver, Sym):  # (the same question as the `Sym` above)
+        return (f"{func.receiver.name}.{func.name}", "()")
     if isinstance(func, Function) and func.owner is None:
         return (f"{func.module.name}.{func.name}", "()")
     return None
