@@ -1,0 +1,1 @@
+"""blindsg23.attn"""
