@@ -646,7 +646,6 @@ class Statements(Builtins):
             asked = answer_key(self.eval(test.func, frame, state))
             if asked is not None:  # `batch.forward_mode.is_idle()`: asked again on this path, it answers the same
                 state.writes[asked] = truth
-                return state
         if isinstance(test, ast.Call):  # a predicate helper: narrowed by the test it returns, on the caller's names
             inlined = self._predicate_test(test, frame, state)
             return state if inlined is None else self.narrow(inlined, truth, frame, state)
