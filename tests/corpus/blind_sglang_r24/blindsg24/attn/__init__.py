@@ -1,0 +1,1 @@
+"""Fork attention backends (TRT-LLM / cute-dsl / FlashInfer MLA) with DCP tweaks."""

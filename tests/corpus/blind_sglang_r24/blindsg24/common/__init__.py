@@ -1,0 +1,1 @@
+"""Shared helpers for the fork: config flags, DCP length math, plan helpers."""

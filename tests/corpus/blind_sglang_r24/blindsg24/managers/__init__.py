@@ -1,0 +1,1 @@
+"""Fork TP worker and scheduler-side DP-attention helpers."""

@@ -1,0 +1,1 @@
+"""Fork model-runner and graph-runner subclasses."""
