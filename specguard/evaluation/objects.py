@@ -314,11 +314,7 @@ class ObjectModel:
 
     def _plain_class(self, cls: ClassInfo) -> bool:
         """A class whose instance is what its constructor made of it: no enum or record in its lineage."""
-        return not self.tree.is_enum(cls) and not any(
-            _is_dataclass(k, _RECORD_DECORATORS)
-            or {(dotted(b) or "").rpartition(".")[2] for b in k.bases} & _RECORD_BASES
-            for k in self.tree.ancestors(cls)
-        )
+        return not self.tree.is_enum(cls) and not self._record(cls)
 
     def _shadowed(self, base: Obj, attr: str, found: Any, state: State, depth: int) -> Any:
         """A class-level value read through the instance the evaluation runs on: the class's value (the default

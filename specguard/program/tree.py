@@ -144,8 +144,8 @@ class _Collector:
                     else:
                         head = alias.name.split(".")[0]
                         self.parsed.module_imports[head] = head
-            elif isinstance(stmt, ast.Assign) and functional_record(stmt) is not None:
-                self._class(functional_record(stmt))  # type: ignore[arg-type]
+            elif isinstance(stmt, ast.Assign) and (record := functional_record(stmt)) is not None:
+                self._class(record)
             elif isinstance(stmt, ast.Assign):
                 for target in stmt.targets:
                     if isinstance(target, ast.Name):

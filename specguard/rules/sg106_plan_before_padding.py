@@ -260,7 +260,7 @@ class _Batches(Hooks):
             # True: told not to plan; None: not known here (a keyword set on some paths only), judged path by path
             skips = True if any(v is True for v in told) else None if any(not _known(v) for v in told) else False
             pads = not self.after_padding.match(name, node, func)
-            for batch in self.batches_in(args, kwargs):
+            for batch in batches:
                 self._forward(ev, batch, node, frame, state, skips, pads)
             return NOT_HANDLED
         if isinstance(plain(func), Bound) and self.is_batch(receiver) and name != self.predicate:
@@ -431,6 +431,16 @@ class _Batches(Hooks):
             self.events.append(Event(at, _first(plans), pad or "code after the plan", state.path))
         elif not told:
             self.undecided.append((at, self._unknown_skip()))
+
+    def forward_after(self, ev: Any, scope: Scope, bindings: dict[str, Any], ends: list) -> None:
+        """The forward the framework runs after its padding step (`_forward_raw`: the eager runner's `execute`), of
+        each batch the step was handed, as each path of the step leaves it: padded already, it asks the batch's
+        predicate whether to plan again."""
+        batches = [v for v in bindings.values() if isinstance(v, Obj) and self.is_batch(v)]
+        frame = Frame(scope.module, scope.cls, None, 0)
+        for state, _ in ends:
+            for batch in batches:
+                self._forward(ev, batch, scope.node, frame, state, skips=False, pads=False)
 
     def _replans(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> bool:
         """Whether a forward told to plan again does so for this batch: where the pack says for which batches
@@ -845,7 +855,7 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
         bindings = _bindings(q, scope, fields)
         flow = ev.run(scope.function, bindings)
         if _pad_step(q, scope):
-            _forward_after(ev, hooks, scope, bindings, flow.returns)
+            hooks.forward_after(ev, scope, bindings, flow.returns)
         runs.append(hooks)
         return hooks
 
@@ -877,7 +887,7 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
         )
         forward = (
             f"the forward that the framework runs after this padding step (`{_after_padding(q)}`)"
-            if event.forward is scope.node  # (see `_forward_after`)
+            if event.forward is scope.node  # (see `_Batches.forward_after`)
             else "this forward"
         )
         message = (
@@ -899,17 +909,6 @@ def _pad_step(q: Question, scope: Scope) -> bool:
     """An override of the framework's own padding step (`ModelRunner._prepare_eager_forward_batch`), which the
     framework runs right before a forward of the batch it hands it."""
     return scope.bound and scope.node.name in q.pack.batches.pad_calls
-
-
-def _forward_after(ev: Any, hooks: _Batches, scope: Scope, bindings: dict[str, Any], ends: list) -> None:
-    """The forward the framework runs after its padding step (`_forward_raw`: the eager runner's `execute`), of each
-    batch the step was handed, as each path of the step leaves it: padded already, it asks the batch's predicate
-    whether to plan again."""
-    batches = [v for v in bindings.values() if isinstance(v, Obj) and hooks.is_batch(v)]
-    frame = Frame(scope.module, scope.cls, None, 0)
-    for state, _ in ends:
-        for batch in batches:
-            hooks._forward(ev, batch, scope.node, frame, state, skips=False, pads=False)
 
 
 def _predicate_fields(q: Question) -> frozenset[str]:

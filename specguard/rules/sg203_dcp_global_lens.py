@@ -143,7 +143,7 @@ class _Locality(Hooks):
             if self.switch and plain(values.get(self.switch)) is True:
                 self.dcp_tested = True  # the launch itself says it runs under DCP
             unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
-            width = values.get(self.width, UNKNOWN) if self.width else UNKNOWN
+            width = values.get(self.width, UNKNOWN)
             one_each = isinstance(plain(width), int) and plain(width) <= 1
             if self.varlen in values and plain(values[self.varlen]) is not None and not _multi(query) and not one_each:
                 # its tokens laid out flat, the offsets handed beside it: several per request (as many as the
