@@ -29,8 +29,9 @@ class Case:
 
 
 def corpus_cases(folder: Path = CORPUS) -> list[Case]:
-    """Every function of the corpus with an `# expect:` comment right above its `def` (or its decorators), in its
-    modules and its subpackages' (a case's module is its path in the corpus, `dp/draft_worker`)."""
+    """Every function of the corpus with an `# expect:` comment right above its `def` (or its decorators), or among
+    the comments that open its body (after its docstring), in its modules and its subpackages' (a case's module is
+    its path in the corpus, `dp/draft_worker`)."""
     cases = []
     for path in sorted(folder.rglob("*.py")):
         lines = path.read_text().splitlines()
@@ -43,13 +44,28 @@ def corpus_cases(folder: Path = CORPUS) -> list[Case]:
                 elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     top = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                     above = lines[top - 2] if top >= 2 else ""
-                    match = _EXPECT.search(above)
+                    match = _EXPECT.search(above) or _opening_label(node, lines)
                     if match:
                         end = node.end_lineno or node.lineno
                         cases.append(Case(module, prefix + node.name, (top, end), match.group(1)))
 
         visit(tree.body, "", path.relative_to(folder).with_suffix("").as_posix(), lines)
     return cases
+
+
+def _opening_label(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> re.Match[str] | None:
+    """An `# expect:` comment before the first statement of the body that is not its docstring (unless that is a
+    definition: a comment above it labels that one)."""
+    body = node.body
+    docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    first = body[1] if docstring and len(body) > 1 else body[0]
+    if isinstance(first, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return None
+    start = (body[0].end_lineno or body[0].lineno) if docstring else node.lineno
+    for line in lines[start : first.lineno - 1]:
+        if (match := _EXPECT.search(line)) is not None:
+            return match
+    return None
 
 
 @dataclass

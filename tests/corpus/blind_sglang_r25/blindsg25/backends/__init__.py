@@ -1,0 +1,1 @@
+"""MLA attention backends with decode-context-parallel (DCP) support."""

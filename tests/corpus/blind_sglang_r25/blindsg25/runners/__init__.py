@@ -1,0 +1,1 @@
+"""Model runner / phase runner subclasses."""

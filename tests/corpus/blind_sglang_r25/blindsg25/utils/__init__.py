@@ -1,0 +1,1 @@
+"""Kernel-facing helpers (DCP lengths, MLA decode launch / plan wrappers)."""

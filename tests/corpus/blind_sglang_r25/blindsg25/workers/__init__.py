@@ -1,0 +1,1 @@
+"""Speculative worker subclasses used by the fork's scheduler."""

@@ -1,0 +1,1 @@
+"""Shared settings and planning / DCP helpers for the fork overlay."""

@@ -1,0 +1,1 @@
+"""Fork subclasses of SGLang's ModelRunner / EagerRunner / TpModelWorker."""
