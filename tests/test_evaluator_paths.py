@@ -6,6 +6,7 @@ never combine two sides of one test."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import tempfile
 import textwrap
 from pathlib import Path
@@ -177,3 +178,62 @@ def test_a_path_names_a_test_it_met_again_once() -> None:
     assert elsewhere.describe("/src/fork.py") == (
         "`dcp and q_len > 1` (backend.py line 1) is false and `bs is None` (line 1) is true"
     ), "a test of another file is named with its file's name"
+
+
+LOCAL_TEST = """
+def fn(mode, strict):
+    spec = mode.is_verify() or mode.is_extend()
+    if spec and strict:
+        raise ValueError("refused")
+    if mode.is_verify():
+        return 1
+    if spec:
+        return 2
+    return 3
+"""
+
+
+@pytest.mark.parametrize(("strict", "expected"), [(True, {3}), (False, {1, 2, 3})], ids=["refused", "not refused"])
+def test_a_local_found_false_holds_a_test_that_is_false(strict: bool, expected: set[int]) -> None:
+    """`spec` failed the refusal's test with `strict` true: it is false on the path that goes on, and so is each part
+    of the test it was bound to, asked again; CPython agrees on each mode."""
+    from specguard.evaluation.values import Sym
+
+    class Mode:
+        def __init__(self, verify: bool, extend: bool) -> None:
+            self.verify, self.extend = verify, extend
+
+        def is_verify(self) -> bool:
+            return self.verify
+
+        def is_extend(self) -> bool:
+            return self.extend
+
+    python = set()
+    for verify in (False, True):
+        for extend in (False, True):
+            with contextlib.suppress(ValueError):  # refused
+                python.add(_python(LOCAL_TEST, Mode(verify, extend), strict))
+    assert python == expected
+    found = _possible(_returns(LOCAL_TEST, {"mode": Sym("mode"), "strict": strict}))
+    assert found is None and not strict or found == expected, found
+
+
+REBOUND = """
+def fn(mode, other, strict):
+    spec = mode.is_verify()
+    mode = other
+    if spec and strict:
+        raise ValueError("refused")
+    if mode.is_verify():
+        return 1
+    return 3
+"""
+
+
+def test_a_local_whose_test_reads_a_name_bound_again_narrows_only_itself() -> None:
+    """`mode` is another object once `spec` is tested: what the refusal says of `spec` says nothing of it."""
+    from specguard.evaluation.values import Sym
+
+    found = _returns(REBOUND, {"mode": Sym("mode"), "other": Sym("other"), "strict": True})
+    assert _possible(found) != {3}, found

@@ -13,6 +13,7 @@ from specguard.evaluation import exceptions
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.builtins import Builtins
 from specguard.evaluation.choices import joined
+from specguard.evaluation.definitions import defining_test, enclosing_function
 from specguard.evaluation.nodes import assigned_names
 from specguard.evaluation.paths import (
     Flow,
@@ -657,6 +658,8 @@ class Statements(Builtins):
             # an `and` that fails (an `or` that holds) where every operand but one is known to hold (to fail): that
             # one decided it (`if dcp and q_len > 1 and bound is None: raise`, passed: the bound is set)
             return self._narrow_by_the_other_operands(test, truth, frame, state)
+        if isinstance(test, ast.Name) and test.id in state.locals:
+            return self._narrow_local(test, truth, frame, state)
         if not (
             isinstance(test, ast.Compare)
             and len(test.ops) == 1
@@ -678,6 +681,19 @@ class Statements(Builtins):
         else:
             self.store(self.eval(target.value, frame, state), target.attr, value, state)
         return state
+
+    def _narrow_local(self, test: ast.Name, truth: bool, frame: Frame, state: State) -> State:
+        """A local the path found true or false: the test it was bound to is so too (see definitions.py); one found
+        false that held an unknown holds a false value now (`if multi_step and synced: raise`, passed with `synced`
+        true: a later `if multi_step:` is false, whichever false value it is)."""
+        if not truth and _anonymous(state.locals[test.id]):
+            state.locals[test.id] = OneOf(_FALSE_VALUES, labels_of(state.locals[test.id]))
+        key = id(test)
+        if key not in self._defining_tests:
+            function = enclosing_function(frame.module.tree, test)
+            self._defining_tests[key] = defining_test(function, test.id, test) if function is not None else None
+        defined = self._defining_tests[key]
+        return state if defined is None else self.narrow(defined, truth, frame, state)
 
     def _narrow_instance(self, test: ast.Call, frame: Frame, state: State) -> bool:
         """`isinstance(x, C)` held, `C` a class of the tree and `x` a name or attribute the evaluation does not know
@@ -1012,3 +1028,19 @@ class _Substitute(ast.NodeTransformer):
 
 # Statements whose only flow onward is the next statement: a raise inside one may be taken as a path of its own.
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
+
+
+_FALSE_VALUES = (False, None, 0, "")
+
+
+def _anonymous(value: Any) -> bool:
+    """An unknown that is nothing more: no kind, length or step the evaluation knows of it, nor an object."""
+    if value is UNKNOWN:
+        return True
+    return (
+        isinstance(value, Abstract)
+        and value.kind is None
+        and value.length is None
+        and value.step is None
+        and not value.exists
+    )

@@ -1,0 +1,76 @@
+"""Which test a local holds: `spec_mode = mode.is_target_verify() or mode.is_draft_extend_v2()`, tested later as
+`if spec_mode and dcp: raise`. Where a path finds the local false, its defining test is false there too, so that a
+later test of one of its parts (`if mode.is_target_verify():`) is decided the same way. Read from the source alone,
+and only where nothing the test reads can have been bound again between the definition and the use."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+_TESTS = (ast.BoolOp, ast.Compare, ast.UnaryOp, ast.Call)
+
+
+def enclosing_function(tree: ast.Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function of the module whose lines hold `node`."""
+    line = getattr(node, "lineno", 0)
+    holding = [
+        candidate
+        for candidate in ast.walk(tree)
+        if isinstance(candidate, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and candidate.lineno <= line <= (candidate.end_lineno or candidate.lineno)
+    ]
+    return max(holding, key=lambda f: f.lineno, default=None)
+
+
+def defining_test(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str, use: ast.AST) -> ast.expr | None:
+    """The test `name` was bound to by its only binding in `function`, before `use`; None where it is bound more
+    than once, to something else than a test, or where a name the test reads (or an attribute of one) is bound again
+    after the definition."""
+    bindings = [(node, target) for node, target in _bindings(function) if _root(target) == name and target is not None]
+    if len(bindings) != 1:
+        return None
+    node, target = bindings[0]
+    if not (isinstance(node, ast.Assign) and isinstance(target, ast.Name) and isinstance(node.value, _TESTS)):
+        return None
+    if node.lineno >= getattr(use, "lineno", 0):
+        return None
+    read = {_root(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))} - {None}
+    for other, bound in _bindings(function):
+        if other is not node and _root(bound) in read and other.lineno > node.lineno:
+            return None
+    return node.value
+
+
+def _bindings(function: ast.AST) -> Iterator[tuple[ast.stmt | ast.expr, ast.expr | None]]:
+    """Each binding statement (or walrus) of the function and each target it binds, nested functions included
+    (they may rebind through `nonlocal`: read as a binding, which only makes the answer None more often)."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                yield from ((node, t) for t in _unpacked(target))
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            yield node, node.target
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            yield from ((node, t) for t in _unpacked(node.target))
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    yield from ((node, t) for t in _unpacked(item.optional_vars))
+        elif isinstance(node, ast.NamedExpr):
+            yield node, node.target
+
+
+def _unpacked(target: ast.expr) -> Iterator[ast.expr]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _unpacked(element.value if isinstance(element, ast.Starred) else element)
+    else:
+        yield target
+
+
+def _root(node: ast.expr | None) -> str | None:
+    """The name an expression's attribute chain starts from (`self` of `self.a.b`, `x` of `x[0].y`)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
