@@ -1,0 +1,1 @@
+"""Kernel team: MLA attention backends with decode context parallelism (DCP)."""

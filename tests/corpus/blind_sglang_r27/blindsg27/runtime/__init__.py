@@ -1,0 +1,1 @@
+"""Runner-side helpers of the fork (eager forwards of pre-padded batches)."""

@@ -1,0 +1,1 @@
+"""Research team: the lookahead speculative method (draft workers, batch helpers)."""
