@@ -11,19 +11,22 @@ from collections.abc import Iterator
 _TESTS = (ast.BoolOp, ast.Compare, ast.UnaryOp, ast.Call)
 
 
-def enclosing_function(tree: ast.Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The innermost function of the module whose lines hold `node`."""
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def functions_of(tree: ast.Module) -> list[Function]:
+    """Every function of a module, nested ones too (what `enclosing_function` looks through; kept by the caller)."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def enclosing_function(functions: list[Function], node: ast.AST) -> Function | None:
+    """The innermost of `functions` whose lines hold `node`."""
     line = getattr(node, "lineno", 0)
-    holding = [
-        candidate
-        for candidate in ast.walk(tree)
-        if isinstance(candidate, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and candidate.lineno <= line <= (candidate.end_lineno or candidate.lineno)
-    ]
+    holding = [f for f in functions if f.lineno <= line <= (f.end_lineno or f.lineno)]
     return max(holding, key=lambda f: f.lineno, default=None)
 
 
-def defining_test(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str, use: ast.AST) -> ast.expr | None:
+def defining_test(function: Function, name: str, use: ast.AST) -> ast.expr | None:
     """The test `name` was bound to by its only binding in `function`, before `use`; None where it is bound more
     than once, to something else than a test, or where a name the test reads (or an attribute of one) is bound again
     after the definition."""

@@ -13,7 +13,7 @@ from specguard.evaluation import exceptions
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.builtins import Builtins
 from specguard.evaluation.choices import joined
-from specguard.evaluation.definitions import defining_test, enclosing_function
+from specguard.evaluation.definitions import defining_test, enclosing_function, functions_of
 from specguard.evaluation.nodes import assigned_names
 from specguard.evaluation.paths import (
     Flow,
@@ -688,11 +688,15 @@ class Statements(Builtins):
         true: a later `if multi_step:` is false, whichever false value it is)."""
         if not truth and _anonymous(state.locals[test.id]):
             state.locals[test.id] = OneOf(_FALSE_VALUES, labels_of(state.locals[test.id]))
-        key = id(test)
-        if key not in self._defining_tests:
-            function = enclosing_function(frame.module.tree, test)
-            self._defining_tests[key] = defining_test(function, test.id, test) if function is not None else None
-        defined = self._defining_tests[key]
+        known = self._defining_tests.get(id(test))
+        if known is None or known[0] is not test:  # (the node is kept with its answer: its id is not reused)
+            tree = frame.module.tree
+            if self._functions[0] is not tree:
+                self._functions = (tree, functions_of(tree))
+            function = enclosing_function(self._functions[1], test)
+            defining = defining_test(function, test.id, test) if function is not None else None
+            known = self._defining_tests[id(test)] = (test, defining)
+        defined = known[1]
         return state if defined is None else self.narrow(defined, truth, frame, state)
 
     def _narrow_instance(self, test: ast.Call, frame: Frame, state: State) -> bool:
