@@ -15,7 +15,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def functions_of(tree: ast.Module) -> list[Function]:
-    """Every function of a module, nested ones too (what `enclosing_function` looks through; kept by the caller)."""
+    """Every function of a module, nested ones too (what `enclosing_function` looks through; cached by the caller)."""
     return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 

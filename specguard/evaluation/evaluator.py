@@ -91,9 +91,6 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         self.raise_ends_path = semantics.raise_ends_path
         self.track_returns = track_returns  # record what the function `call_function` runs returns, path by path
         self._top_returns: set[int] = set()
-        # a tested local -> the test it holds (narrow), and the functions of the module last looked in
-        self._defining_tests: dict[int, tuple[ast.Name, ast.expr | None]] = {}
-        self._functions: tuple[ast.Module | None, list[Any]] = (None, [])
         self._reraise: list[list[Outcome]] = []
         self.env = environment.current()
         self.quiet = 0  # > 0 while a module-level value is computed: its branches decide no verdict

@@ -54,7 +54,7 @@ from specguard.evaluation.values import (
     why_of,
     with_labels,
 )
-from specguard.program.ast_tools import absolute_module, last_name
+from specguard.program.ast_tools import absolute_module, cached_on, last_name
 from specguard.program.tree import message_of, starts_as_none
 
 
@@ -688,16 +688,13 @@ class Statements(Builtins):
         true: a later `if multi_step:` is false, whichever false value it is)."""
         if not truth and _anonymous(state.locals[test.id]):
             state.locals[test.id] = OneOf(_FALSE_VALUES, labels_of(state.locals[test.id]))
-        known = self._defining_tests.get(id(test))
-        if known is None or known[0] is not test:  # (the node is kept with its answer: its id is not reused)
-            tree = frame.module.tree
-            if self._functions[0] is not tree:
-                self._functions = (tree, functions_of(tree))
-            function = enclosing_function(self._functions[1], test)
-            defining = defining_test(function, test.id, test) if function is not None else None
-            known = self._defining_tests[id(test)] = (test, defining)
-        defined = known[1]
+        (defined,) = cached_on(test, "defining_test", lambda _: (self._defining_test(test, frame),))
         return state if defined is None else self.narrow(defined, truth, frame, state)
+
+    def _defining_test(self, test: ast.Name, frame: Frame) -> ast.expr | None:
+        functions = cached_on(frame.module.tree, "functions", functions_of)
+        function = enclosing_function(functions, test)
+        return defining_test(function, test.id, test) if function is not None else None
 
     def _narrow_instance(self, test: ast.Call, frame: Frame, state: State) -> bool:
         """`isinstance(x, C)` held, `C` a class of the tree and `x` a name or attribute the evaluation does not know
