@@ -237,3 +237,125 @@ def test_a_local_whose_test_reads_a_name_bound_again_narrows_only_itself() -> No
 
     found = _returns(REBOUND, {"mode": Sym("mode"), "other": Sym("other"), "strict": True})
     assert _possible(found) != {3}, found
+
+
+EITHER = """
+def fn(mode):
+    if not (mode.is_draft_extend() or mode.is_idle()):
+        raise ValueError("refused")
+    if mode.is_idle():
+        return 1
+    if mode.is_draft_extend():
+        return 2
+    return 3
+"""
+
+
+def test_an_or_that_held_settles_its_last_open_question() -> None:
+    """Past the refusal one of the two questions holds: once `is_idle()` is answered False, `is_draft_extend()` is
+    True, so 3 is never returned; CPython agrees on every mode."""
+    from specguard.evaluation.values import Sym
+
+    class Mode:
+        def __init__(self, extend: bool, idle: bool) -> None:
+            self.extend, self.idle = extend, idle
+
+        def is_draft_extend(self) -> bool:
+            return self.extend
+
+        def is_idle(self) -> bool:
+            return self.idle
+
+    python = set()
+    for extend in (False, True):
+        for idle in (False, True):
+            with contextlib.suppress(ValueError):
+                python.add(_python(EITHER, Mode(extend, idle)))
+    assert python == {1, 2}
+    assert _possible(_returns(EITHER, {"mode": Sym("mode")})) == python
+
+
+ENTERED = """
+class Marked:
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __enter__(self):
+        self.batch.marked = True
+        return self.batch
+
+    def __exit__(self, kind, exc, tb):
+        self.batch.left = True
+        return False
+
+
+class Batch:
+    def __init__(self):
+        self.marked = False
+        self.left = False
+
+
+def fn():
+    batch = Batch()
+    with Marked(batch) as entered:
+        inside = (entered is batch, entered.marked, entered.left)
+    return inside + (batch.left,)
+"""
+
+
+def test_a_with_over_an_object_of_the_tree_runs_its_enter_and_exit() -> None:
+    """`with Marked(batch) as entered:` binds what `__enter__` returns, with its writes, and `__exit__` runs when the
+    block is left: as CPython runs it."""
+    python = _python(ENTERED)
+    assert python == (True, True, False, True)
+    (found,) = _returns(ENTERED, {})
+    assert tuple(plain(x) for x in plain(found)) == python
+
+
+NARROWED_MODE = """
+import enum
+
+
+class Mode(enum.IntEnum):
+    IDLE = 1
+    VERIFY = 2
+
+    def is_idle(self):
+        return self == Mode.IDLE
+
+
+class Batch:
+    def __init__(self, mode):
+        self.mode = mode
+
+
+def fn(batch):
+    batch.mode = Mode.IDLE if batch.mode.is_idle() else Mode.VERIFY
+    copied = Batch(batch.mode)
+    if not batch.mode.is_idle():
+        return copied.mode
+    return None
+"""
+
+
+def test_a_mode_one_of_a_few_is_narrowed_wherever_it_is_held() -> None:
+    """The mode set under an undecided test is one of two; past `not batch.mode.is_idle()` it is VERIFY, in the
+    batch built from it too (one value, computed once): as CPython has it for each mode the batch came with."""
+
+    class Given:
+        def __init__(self, idle: bool) -> None:
+            self.idle = idle
+
+        def is_idle(self) -> bool:
+            return self.idle
+
+    class Holder:
+        def __init__(self, idle: bool) -> None:
+            self.mode = Given(idle)
+
+    python = {repr(_python(NARROWED_MODE, Holder(idle))) for idle in (False, True)}
+    assert python == {"None", "<Mode.VERIFY: 2>"}
+    from specguard.evaluation.values import Sym
+
+    found = {repr(plain(v)) for v in _returns(NARROWED_MODE, {"batch": Sym("batch")})}
+    assert found == {"None", "Mode.VERIFY"}, found

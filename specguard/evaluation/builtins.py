@@ -538,6 +538,10 @@ class Builtins(ObjectModel):
             if keyed and isinstance(plain(args[0]), OneOf) and all(known(x) for x in plain(args[0]).options):
                 picks = [target.get(x, *args[1:2]) for x in plain(args[0]).options]
                 return join_values([(pick, frozenset()) for pick in picks])
+            if keyed and not known(plain(args[0])) and target:  # any of its values, or the default where it misses
+                self.charge(len(target))
+                picks = [*target.values(), args[1] if len(args) > 1 else None]
+                return join_values([(pick, frozenset()) for pick in picks])
             asked = plain_args[:1] if method.name in ("get", "pop") and isinstance(target, dict) else plain_args
             if not known(asked) or not known({k: plain(v) for k, v in kwargs.items()}):
                 return UNKNOWN

@@ -7,6 +7,7 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
+from specguard.evaluation.answers import answer
 from specguard.evaluation.builtins import Builtins
 from specguard.evaluation.nodes import dropped_calls, own_nodes, stores_state
 from specguard.evaluation.paths import (
@@ -122,7 +123,7 @@ class Calls(Builtins):
         answered = self.hooks.call(self, func, args, kwargs, e, frame, state)
         asked = answer_key(func) if isinstance(answered, bool) and not args and not kwargs else None
         if asked is not None:
-            state.writes[asked] = answered
+            answer(state, asked, answered)
         if answered is not NOT_HANDLED:
             # answered, not read: it may raise like any call not read; but what it does is the client's question,
             # so where its `try` ends otherwise in a handler, the client takes its raise path by path

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from specguard.evaluation import exceptions
+from specguard.evaluation.answers import answer, one_of_them
 from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.builtins import Builtins
 from specguard.evaluation.choices import joined
@@ -29,6 +30,7 @@ from specguard.evaluation.paths import (
 from specguard.evaluation.values import (
     UNKNOWN,
     Abstract,
+    Bound,
     ClassRef,
     Deferred,
     Function,
@@ -46,6 +48,7 @@ from specguard.evaluation.values import (
     labels_of,
     maybe_of,
     not_none,
+    one_of,
     plain,
     same_value,
     settled,
@@ -466,11 +469,17 @@ class Statements(Builtins):
 
     def _s_with(self, stmt: ast.With | ast.AsyncWith, frame: Frame, state: State) -> Flow:
         exits: list[dict[tuple[Any, str], Any]] = []
+        leaves: list[tuple[Any, ast.expr]] = []  # the `__exit__` of each object of the tree's classes entered
         for item in stmt.items:
             value = self.eval(item.context_expr, frame, state)
-            if item.optional_vars is not None:
-                # a generator is entered only through `@contextmanager`: the target is what it yields
+            enter, leave = self._manager_methods(value, frame, state)
+            if enter is not None:  # an object of a class of the tree: its `__enter__` runs, and gives the target
+                entered = self.call(enter, [], {}, item.context_expr, frame, state)
+            else:  # a generator is entered only through `@contextmanager`: the target is what it yields
                 entered = value.element if isinstance(value, Many) else value if isinstance(value, Obj) else UNKNOWN
+            if leave is not None:
+                leaves.append((leave, item.context_expr))
+            if item.optional_vars is not None:
                 self.assign(item.optional_vars, entered, frame, state, stmt)
             made = self.on_exit.get(id(value))
             if made is not None and made[0] is value:
@@ -480,7 +489,23 @@ class Statements(Builtins):
             for left in [flow.normal, *(s for s, _ in flow.returns)]:
                 if left is not None:
                     left.writes.update(after)
+        for leave, node in reversed(leaves):  # the block left normally or by a return: `__exit__(None, None, None)`
+            for left in [flow.normal, *(s for s, _ in flow.returns)]:
+                if left is not None:
+                    self.call(leave, [None, None, None], {}, node, frame, left)
         return flow
+
+    def _manager_methods(self, value: Any, frame: Frame, state: State) -> tuple[Any, Any]:
+        """The bound `__enter__` and `__exit__` of an object whose class, in the tree, defines them (None each
+        where it does not)."""
+        value = plain(value)
+        if not isinstance(value, Obj) or value.cls is None:
+            return None, None
+        methods = []
+        for name in ("__enter__", "__exit__"):
+            method = self.getattr(value, name, state, frame.depth) if self.tree.method(value.cls, name) else None
+            methods.append(method if isinstance(plain(method), Bound) else None)
+        return methods[0], methods[1]
 
     def _s_match(self, stmt: ast.Match, frame: Frame, state: State) -> Flow:
         subject = self.eval(stmt.subject, frame, state)
@@ -643,10 +668,11 @@ class Statements(Builtins):
             return self.narrow(test.operand, not truth, frame, state)
         if isinstance(test, ast.Call) and truth and self._narrow_instance(test, frame, state):
             return state
-        if isinstance(test, ast.Call) and not test.args and not test.keywords:
-            asked = answer_key(self.eval(test.func, frame, state))
-            if asked is not None:  # `batch.forward_mode.is_idle()`: asked again on this path, it answers the same
-                state.writes[asked] = truth
+        asked = self._question(test, frame, state)
+        if asked is not None:  # `batch.forward_mode.is_idle()`: asked again on this path, it answers the same
+            answer(state, asked, truth)
+        if isinstance(test, ast.Call) and not test.args and not test.keywords and isinstance(test.func, ast.Attribute):
+            self._narrow_options(test, truth, frame, state)
         if isinstance(test, ast.Call):  # a predicate helper: narrowed by the test it returns, on the caller's names
             inlined = self._predicate_test(test, frame, state)
             return state if inlined is None else self.narrow(inlined, truth, frame, state)
@@ -681,6 +707,35 @@ class Statements(Builtins):
         else:
             self.store(self.eval(target.value, frame, state), target.attr, value, state)
         return state
+
+    def _narrow_options(self, test: ast.Call, truth: bool, frame: Frame, state: State) -> None:
+        """`mode.is_idle()` found `truth` where `mode` is one of a few known values (a mode set under a test the
+        path did not decide): `mode` is one of those that answer `truth`. It is one value computed once, so every
+        place on the path holding it (a batch built from another copies its mode) holds the narrower one."""
+        func = test.func
+        assert isinstance(func, ast.Attribute)
+        options = plain(self.eval(func.value, frame, state))
+        if not isinstance(options, OneOf):
+            return
+        kept = []
+        for option in options.options:
+            method = self.getattr(option, func.attr, state, frame.depth)
+            said = plain(self.call(method, [], {}, test, frame, state.copy())) if isinstance(method, Bound) else None
+            if said is not (not truth):
+                kept.append(option)
+        if not kept or len(kept) == len(options.options):
+            return
+        narrower = one_of(kept, options.labels)
+        for table in (state.locals, state.writes):
+            for key, value in list(table.items()):
+                if plain(value) is options:
+                    table[key] = narrower
+        for value in list(state.locals.values()):  # objects the path holds, built holding it
+            value = plain(value)
+            if isinstance(value, Obj):
+                for attr, held in value.fields.items():
+                    if plain(held) is options and (id(value), attr) not in state.writes:
+                        state.writes[(id(value), attr)] = narrower
 
     def _narrow_local(self, test: ast.Name, truth: bool, frame: Frame, state: State) -> State:
         """A local the path found true or false: the test it was bound to is so too (see definitions.py); one found
@@ -733,10 +788,9 @@ class Statements(Builtins):
             known = choosing.known(part, frame, state) if choosing is not None else None
             if known is not None:  # what this path took it to be (a test it took already, path by path)
                 return known
-            if isinstance(part, ast.Call) and not part.args and not part.keywords:
-                asked = answer_key(self.eval(part.func, frame, state))  # a question this path answered
-                if asked is not None and isinstance(state.writes.get(asked), bool):
-                    return state.writes[asked]  # type: ignore[no-any-return]
+            asked = self._question(part, frame, state)  # a question this path answered
+            if asked is not None and isinstance(state.writes.get(asked), bool):
+                return state.writes[asked]  # type: ignore[no-any-return]
             if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Lambda)) for n in ast.walk(part)):
                 return None
             truth = self.truth(self.eval(part, frame, state), frame, state)
@@ -749,7 +803,19 @@ class Statements(Builtins):
         be: every other one, read again without running anything, goes the way that leaves the whole to it."""
         read = self._reread(frame, state)
         open_parts = [part for part in test.values if read(part) is not (not truth)]
-        return self.narrow(open_parts[0], truth, frame, state) if len(open_parts) == 1 else state
+        if len(open_parts) == 1:
+            return self.narrow(open_parts[0], truth, frame, state)
+        # several questions open: one of them answers `truth`, which a later answer to the others may settle
+        asked = [self._question(part, frame, state) for part in open_parts]
+        if all(key is not None and state.writes.get(key) is None for key in asked):
+            one_of_them(state, asked, truth)
+        return state
+
+    def _question(self, part: ast.expr, frame: Frame, state: State) -> Any:
+        """The key a path keeps the answer to `part` under, where it is a question asked with no argument."""
+        if isinstance(part, ast.Call) and not part.args and not part.keywords:
+            return answer_key(self.eval(part.func, frame, state))
+        return None
 
     def _predicate_test(self, call: ast.Call, frame: Frame, state: State) -> ast.expr | None:
         """The test a call of a one-line predicate (`def active(b): return b.counts is not None`) returns, written
