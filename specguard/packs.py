@@ -34,6 +34,7 @@ _OPTIONAL = frozenset(
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
     | {"skip_keywords", "replan_keywords", "replan_when", "plan_helpers", "pad_calls", "forwards_after_padding"}
+    | {"replan_always_when", "replan_always_forwards"}
     | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests", "varlen_width_param"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls"}
 )
@@ -261,6 +262,11 @@ class Batches(_Section):
     # the batch's predicates, dotted from the batch, of which one must hold for it to (optional; none: always)
     replan_keywords: list[str] = field(default_factory=list)
     replan_when: list[str] = field(default_factory=list)
+    # the batch's predicates, dotted from the batch, under which some forwards plan the batch again whatever its mark
+    # or keywords (optional; SGLang's eager runner re-plans a target verify every time), and those forwards
+    # (optional; matched as `forwards` are)
+    replan_always_when: list[str] = field(default_factory=list)
+    replan_always_forwards: list[str] = field(default_factory=list)
     # the framework's own methods that plan the batch they are handed (optional): a file that calls one is read
     # even where its own text names no plan
     plan_helpers: list[str] = field(default_factory=list)

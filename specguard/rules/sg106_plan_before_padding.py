@@ -19,6 +19,7 @@ from specguard.evaluation.values import (
     UNKNOWN,
     Bound,
     ClassRef,
+    EnumMember,
     Function,
     Label,
     Method,
@@ -175,6 +176,9 @@ class _Batches(Hooks):
         self.skip_keywords = list(names.skip_keywords)
         self.replan_keywords = list(names.replan_keywords)
         self.replan_when = [tuple(test.split(".")) for test in names.replan_when]
+        self.always_when = [tuple(test.split(".")) for test in names.replan_always_when]
+        self.always_forwards = _Forwards(names.replan_always_forwards)
+        self.always_planned: set[Label] = set()  # plans made where one of `replan_always_when` held
         self.shapes: dict[Label, tuple[Any, Any]] = {}  # each plan -> the batch's count and tokens it was made for
         self.events: list[Event] = []
         self.undecided: list[tuple[ast.AST, str]] = []
@@ -235,6 +239,8 @@ class _Batches(Hooks):
                     self.assumed.add(label)
                 self.shapes[label] = self._shape(ev, batch, state, frame.depth)
                 self.planned.add(id(batch))
+                if self.always_when and self._holds(ev, batch, node, frame, state, self.always_when) is True:
+                    self.always_planned.add(label)
                 ev.store(batch, PLANNED, Tagged(True, frozenset({label})), state)
             return UNKNOWN  # what the plan computes is not the question
         receiver = _receiver(func)
@@ -253,7 +259,17 @@ class _Batches(Hooks):
         if self.forwards.match(name, node, func):
             replans = any(plain(kwargs.get(keyword)) is True for keyword in self.replan_keywords)
             batches = self.batches_in(args, kwargs)
-            if replans and all(self._replans(ev, batch, node, frame, state) for batch in batches):
+            if (
+                self.always_forwards.match(name, node, func)
+                and batches
+                and all(self._replanned_always(ev, batch, node, frame, state) for batch in batches)
+            ):
+                self.forwarded.update(id(batch) for batch in batches)
+                return NOT_HANDLED  # a mode the forward plans again whatever it is told: it plans the batch it runs
+            if replans and all(
+                not self.replan_when or self._holds(ev, batch, node, frame, state, self.replan_when) is True
+                for batch in batches
+            ):
                 self.forwarded.update(id(batch) for batch in batches)
                 return NOT_HANDLED  # told to plan again, and it does for this batch: it plans the batch it runs
             told = [plain(kwargs[keyword]) for keyword in self.skip_keywords if keyword in kwargs]
@@ -309,8 +325,14 @@ class _Batches(Hooks):
             return
         at, plans = reached
         now = self._shape(ev, batch, state, frame.depth)
-        if any(label not in self.shapes or _same_shape(self.shapes[label], now) for label in plans):
-            return  # on some path to it the batch is as it was planned (or the paths could not be told apart)
+        if any(label not in self.shapes for label in plans):
+            return  # planned where its shape could not be read
+        if all(_same_shape(self.shapes[label], now) for label in plans):
+            return  # it is as it was planned
+        if any(_same_shape(self.shapes[label], now) for label in plans):
+            # some of the paths that met here planned it as it is now, some not: read path by path
+            self.undecided.append((at, "the paths that reach it planned the batch for different shapes"))
+            return
         if plans & self.assumed:
             self.undecided.append((at, _ASSUMED))
             return
@@ -442,26 +464,36 @@ class _Batches(Hooks):
             for batch in batches:
                 self._forward(ev, batch, scope.node, frame, state, skips=False, pads=False)
 
-    def _replans(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> bool:
-        """Whether a forward told to plan again does so for this batch: where the pack says for which batches
-        (`replan_when`: `forward_mode.is_split_prefill`, SGLang's only mode that honours `reinit_attn_backend`),
-        one of those predicates holds on this path (the batch's mode known, or a test that passed said so)."""
-        if not self.replan_when:
-            return True
-        for *path, name in self.replan_when:
+    def _holds(
+        self, ev: Any, batch: Obj, node: ast.AST, frame: Frame, state: State, tests: list[tuple[str, ...]]
+    ) -> bool | None:
+        """Whether one of the batch's predicates `tests` holds on this path: True where one does (the batch's mode
+        known, or a test that passed said so), False where each is known not to, None where that is not known."""
+        answers = []
+        for *path, name in tests:
             value: Any = batch
             for attr in path:
                 value = ev.getattr(value, attr, state, frame.depth)
             method = ev.getattr(value, name, state, frame.depth)
             asked = answer_key(method)
-            if asked is not None and state.writes.get(asked) is True:
+            answer = state.writes.get(asked) if asked is not None else None
+            if answer is None and isinstance(plain(method), (Bound, Function)):
+                answer = plain(ev.call(method, [], {}, node, frame, state))
+            if answer is True:
                 return True
-            if (
-                isinstance(plain(method), (Bound, Function))
-                and plain(ev.call(method, [], {}, node, frame, state)) is True
-            ):
-                return True
-        return False
+            answers.append(answer)
+        return False if all(answer is False for answer in answers) else None
+
+    def _replanned_always(self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State) -> bool:
+        """Whether a forward that plans again whatever it is told (`replan_always_forwards`) does so for this batch:
+        every plan it had was made where one of `replan_always_when` held (a target verify), and nothing since made
+        that false."""
+        plans = _happened(state, batch, PLANNED)
+        return (
+            bool(plans)
+            and plans <= self.always_planned
+            and self._holds(ev, batch, node, frame, state, self.always_when) is not False
+        )
 
     def _unknown_skip(self) -> str:
         said = ", ".join(f"`{k}`" for k in self.skip_keywords)
@@ -537,8 +569,8 @@ def _literal_or_name(node: ast.expr, tests: frozenset[str]) -> bool:
     `get_spec().x`), which no writer of the instance's own objects sets."""
     if isinstance(node, (ast.Constant, ast.Name)):
         return True
-    if isinstance(node, ast.Attribute):
-        return node.attr in tests or _configuration_field(node)
+    if isinstance(node, ast.Attribute):  # (`self.plan_decode`: a method of its own, run where it is called)
+        return node.attr in tests or _configuration_field(node) or _of_self(node)
     if isinstance(node, ast.Compare):
         return all(_literal_or_name(v, tests) for v in (node.left, *node.comparators))
     if isinstance(node, ast.Call):
@@ -546,10 +578,11 @@ def _literal_or_name(node: ast.expr, tests: frozenset[str]) -> bool:
         if name in tests:
             return not node.args and not node.keywords
         if name == "partial" and node.args:
-            # a callable the instance keeps (`partial(self.backend.init_forward_metadata)`): what it calls is a
-            # name the rule reads, and what it binds are settings
+            # a callable the instance keeps (`partial(self.backend.init_forward_metadata)`,
+            # `partial(preplan, self.runner.attn_backend)`): what it calls is a name the rule reads, and what it
+            # binds are settings or objects the instance holds, handed on as they are
             first, rest = node.args[0], [*node.args[1:], *(k.value for k in node.keywords)]
-            return _attribute_chain(first) and all(_literal_or_name(v, tests) for v in rest)
+            return _attribute_chain(first) and all(_literal_or_name(v, tests) or _attribute_chain(v) for v in rest)
         return False
     if isinstance(node, ast.Dict):
         pairs = zip(node.keys, node.values, strict=True)
@@ -572,6 +605,11 @@ def _configuration_field(node: ast.Attribute) -> bool:
     return isinstance(root, ast.Name) and root.id not in ("self", "cls")
 
 
+def _of_self(node: ast.Attribute) -> bool:
+    """`self.plan_decode`: an attribute read off the instance itself (its value decides whether it is kept)."""
+    return isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
 def _attribute_chain(node: ast.expr) -> bool:
     """`self.backend.init_forward_metadata`: names read off one another, nothing called."""
     while isinstance(node, ast.Attribute):
@@ -586,12 +624,14 @@ def _setting(value: Any) -> bool:
     value = plain(value)
     if isinstance(value, Partial):
         return _name(value) is not None
+    if isinstance(value, Bound):  # a method of the tree, bound: run where it is called
+        return True
     if isinstance(value, OneOf):  # a hook, None until it is installed
         return all(_setting(option) for option in value.options)
     if isinstance(value, Obj):
         return _record(value) and all(_setting(v) for v in value.fields.values())
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _setting(v) for k, v in value.items())
+    if isinstance(value, dict):  # keyed by names, numbers or members of an enum (a handler per mode)
+        return all(isinstance(k, (str, int, EnumMember)) and _setting(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return all(_setting(v) for v in value)
     return isinstance(value, (bool, int, float, str, type(None)))
@@ -771,8 +811,8 @@ def _calls_and_stores(q: Question) -> tuple[set[tuple[str, str]], list[tuple[str
                     handed = [*node.args, *(k.value for k in node.keywords)]
                     names = {a.id for a in handed if isinstance(a, ast.Name)}
                     called |= {(scope.module.name, n) for n in names & imported}
-                elif isinstance(node, ast.Assign):
-                    attributes = {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                    attributes = {t.attr for t in _targets(node) if isinstance(t, ast.Attribute)}
                     if attributes:
                         stores.append((ast.unparse(node.value), attributes))
         q.program.memo[key] = (called, stores)
@@ -800,14 +840,14 @@ def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: 
 def _class_plans(q: Question, module: str, name: str, plan: list[str]) -> frozenset[str]:
     """The methods of the class `name` (as `module` sees it, a class this module builds) whose own text names one
     of `plan` (a helper object's `prime()` that plans and marks the batch it holds), by the name a caller calls
-    them: the class's own where its constructor does."""
+    them: the class's own where its constructor, or its `__enter__` (`with PrePlanned(batch) as fb:`), does."""
     cls = q.program.resolve_class(module, name)
     if cls is None:
         return frozenset()
     key = ("sg106-class-plans", cls.key, tuple(plan))
     if key not in q.program.memo:
         q.program.memo[key] = frozenset(
-            cls.name if method in ("__init__", "__post_init__") else method
+            cls.name if method in ("__init__", "__post_init__", "__enter__", "__exit__") else method
             for method, node in cls.methods.items()
             if not _attributes_and_names(node)[0].isdisjoint(plan)
         )
@@ -1129,6 +1169,10 @@ RULE = Rule(
         "A forward handed a keyword of the pack's `replan_keywords` as true (`reinit_attn_backend=True`) plans "
         "the batch it runs where one of the pack's `replan_when` holds of the batch on the path "
         "(`forward_mode.is_split_prefill()`, known or tested). "
+        "One of the pack's `replan_always_forwards` (the model runner's and the target worker's forwards, which reach "
+        "SGLang's eager runner) plans the batch again whatever its mark or keywords where every plan it had was made "
+        "where one of `replan_always_when` held (`forward_mode.is_target_verify()`, known or tested) and nothing "
+        "since made it false. "
         "A forward handed a keyword of the pack's `skip_keywords` as true (`skip_attn_backend_init=True`, SGLang "
         "before the readiness mark) does not plan at all; one whose keyword the function does not decide (its own "
         "parameter handed on, a test of the batch's mode) is a finding where the batch's predicate says not to plan "
