@@ -255,7 +255,13 @@ def _union_of_objects(options: list[tuple[Any, frozenset]]) -> OneOf | None:
     read from it or called on it is the others' (reading an attribute of None, or calling it, raises)."""
     objects: dict[Any, list[tuple[Any, frozenset]]] = {}
     has_none = False
-    for value, extra in options:
+    # a union among them (an attribute that is None or an object, joined again with the object) is its options
+    flat = [
+        (option, extra)
+        for value, extra in options
+        for option in (value.options if isinstance(value, OneOf) else (value,))
+    ]
+    for value, extra in flat:
         if plain(value) is None:
             has_none = True
         elif isinstance(value, Obj):
