@@ -663,7 +663,34 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
             cls = q.program.resolve_class(scope.module.name, dotted(param.annotation) or "")
             if cls is not None and _plain_class(q, cls):
                 bindings[param.arg] = Obj(cls, label=param.arg)  # `handle: DraftRunnerHandle`: its methods run
+            elif cls is not None:
+                record = _record_holding_a_batch(q, cls, fields)
+                if record is not None:
+                    bindings[param.arg] = record
     return bindings
+
+
+def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str]) -> Obj | None:
+    """A dataclass handed in that declares a field of the batch's type (`ctx: StepContext`, whose `forward_batch:
+    ForwardBatch` its caller filled): that field is a fresh batch, every other field unknown (its caller filled it,
+    not with the declared default)."""
+    if q.program.is_enum(cls) or not any(has_decorator(k.node, "dataclass") for k in q.program.ancestors(cls)):
+        return None
+    declared = {
+        node.target.id: node.annotation
+        for klass in q.program.ancestors(cls)
+        for node in klass.node.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+    types = set(q.pack.batches.batch_types)
+    batches = [name for name, annotation in declared.items() if annotation_names(annotation) & types]
+    if not batches:
+        return None
+    values: dict[str, Any] = dict.fromkeys(declared, UNKNOWN)
+    for name in batches:
+        annotation = dotted(declared[name]) or ""
+        values[name] = fresh_batch(q, q.program.resolve_class(cls.module, annotation), fields)
+    return Obj(cls, values, label="record")
 
 
 def _plain_class(q: Question, cls: ClassInfo) -> bool:

@@ -22,6 +22,7 @@ from specguard.evaluation.values import (
     Label,
     Method,
     Obj,
+    OneOf,
     Opaque,
     Partial,
     Sym,
@@ -276,7 +277,7 @@ class _Locality(Hooks):
         inner = plain(kept)
         keywords = isinstance(inner, dict) and bool(inner) and all(isinstance(k, str) for k in inner)
         useful = _locality([kept]) or self._is_batch(kept) or isinstance(inner, kinds) or keywords
-        return kept if useful else NOT_HANDLED
+        return kept if useful or _holds_lengths(kept) else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
         # the constructor that runs, whole: what it has its bases' (`super().__init__(...)`) and its own private
@@ -361,6 +362,17 @@ def _multi_labels(values: list[Any]) -> frozenset[Label]:
 
 def _locality(values: list[Any]) -> frozenset[Label]:
     return frozenset(x for v in values for x in labels_of(v) if x.kind in (GLOBAL, LOCAL, PARAM))
+
+
+def _holds_lengths(value: Any) -> bool:
+    """A record of lengths (a metadata object the planning method built, or None before it ran): an object, or one
+    of a few values one of which is, with lengths among its fields."""
+    inner = plain(value)
+    for option in inner.options if isinstance(inner, OneOf) else (inner,):
+        option = plain(option)
+        if isinstance(option, Obj) and option.label != "self" and _locality(list(option.fields.values())):
+            return True
+    return False
 
 
 def _global(value: Any) -> list[Label]:
