@@ -359,3 +359,100 @@ def test_a_mode_one_of_a_few_is_narrowed_wherever_it_is_held() -> None:
 
     found = {repr(plain(v)) for v in _returns(NARROWED_MODE, {"batch": Sym("batch")})}
     assert found == {"None", "Mode.VERIFY"}, found
+
+
+COMPREHENDED = """
+class Batch:
+    def __init__(self):
+        self.planned = False
+
+
+def plan(batch):
+    batch.planned = True
+    return batch
+
+
+def fn(batches):
+    made = Batch()
+    known = [plan(b) for b in [made]]
+    unsized = [plan(b) for b in batches]
+    return made.planned, [b.planned for b in known], unsized[0].planned
+"""
+
+
+def test_what_a_comprehension_writes_into_objects_stays_written() -> None:
+    """A comprehension's loop variable is its own, but the objects its calls write to are the caller's: CPython
+    sees `made.planned` set after the first one, and so must the evaluator (over a list of unknown size too)."""
+
+    class Given:
+        planned = False
+
+    assert _python(COMPREHENDED, [Given()]) == (True, [True], True)
+    from specguard.evaluation.values import Sym
+
+    (found,) = _returns(COMPREHENDED, {"batches": Sym("batches")})
+    made, known_ones, _ = plain(found)
+    assert (plain(made), [plain(x) for x in plain(known_ones)]) == (True, [True]), found
+
+
+UNPACKED_RECORD = """
+from typing import NamedTuple
+
+
+class Lens(NamedTuple):
+    local: int
+    global_: int
+
+
+def fn(swap):
+    lens = Lens(1, 2)
+    first, second = lens
+    return (second, first) if swap else (first, second), lens[1], [x for x in lens]
+"""
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_a_named_tuple_unpacks_indexes_and_iterates_as_its_fields(swap: bool) -> None:
+    """A `NamedTuple` is the tuple of its fields in declared order, as CPython unpacks, indexes and iterates it."""
+    (found,) = _returns(UNPACKED_RECORD, {"swap": swap})
+    pair, second, items = plain(found)
+    assert (tuple(plain(x) for x in plain(pair)), plain(second), [plain(x) for x in plain(items)]) == (
+        _python(UNPACKED_RECORD, swap)[0],
+        *_python(UNPACKED_RECORD, swap)[1:],
+    )
+
+
+DEFAULTED = """
+from dataclasses import dataclass
+
+
+@dataclass
+class Meta:
+    seq_lens: int
+
+
+def load(source) -> Meta:
+    return source.load()
+
+
+def fn(source):
+    meta = load(source)
+    return getattr(meta, "local_seq_lens", "default"), getattr(meta, "seq_lens", "default")
+"""
+
+
+def test_getattr_of_a_field_no_class_of_the_lineage_has_gives_the_default() -> None:
+    """An instance known only by its class (a dataclass the tree holds whole) has no `local_seq_lens`: CPython gives
+    the default, and so does the evaluator; a declared field is not the default."""
+    from specguard.evaluation.values import UNKNOWN
+
+    class Given:
+        seq_lens = 3
+
+        def load(self) -> Given:
+            return self
+
+    assert _python(DEFAULTED, Given()) == ("default", 3)
+    (found,) = _returns(DEFAULTED, {"source": UNKNOWN})
+    missing, declared = plain(found)
+    assert plain(missing) == "default" and plain(declared) != "default", found

@@ -118,6 +118,10 @@ class Builtins(ObjectModel):
             items = sorted(inner, key=repr)
         elif isinstance(inner, str):
             items = list(inner)
+        elif isinstance(inner, Obj) and inner.cls is not None and self.named_tuple(inner.cls):
+            # a `NamedTuple` is the tuple of its fields, in the order it declares them
+            declared = self.dataclass_fields(inner.cls) or []
+            items = [inner.fields.get(name, UNKNOWN) for _, name in declared]
         if items is None:
             return None
         if len(items) > MAX_ITERATIONS and not (self.work is not None and isinstance(inner, (str, dict))):

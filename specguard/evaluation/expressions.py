@@ -18,6 +18,7 @@ from specguard.evaluation.paths import (
     State,
     enclosing,
     join_values,
+    merge,
 )
 from specguard.evaluation.values import (
     NOT_HANDLED,
@@ -386,6 +387,8 @@ class Expressions(Builtins):
             return with_labels(inner.element, inner.labels)
         if isinstance(inner, Mapping):
             return with_labels(inner.value, inner.labels)
+        if isinstance(inner, Obj) and inner.cls is not None and self.named_tuple(inner.cls):
+            inner = tuple(self.iterate(base) or ())  # a `NamedTuple` indexes as the tuple of its fields
         if isinstance(inner, Abstract) and inner.step is not None:
             element = self._spaced_element(inner, key)
             if element is not None:
@@ -522,12 +525,20 @@ class Expressions(Builtins):
     ) -> Any:
         """The elements, when every generator runs over a known sequence; otherwise an unknown collection whose
         element is evaluated once, with the loop variables standing for any element."""
+        # its loop variables are its own (`inner`'s locals); what it writes into objects is the caller's too
         inner = state.copy()
         results: list[Any] | None = []
         self._generate(e, list(e.generators), frame, inner, results, 1)
         if results is None or (results and results[-1] is STAR_UNKNOWN):
-            element = self._element_once(e, frame, state.copy())
+            once = state.copy()
+            element = self._element_once(e, frame, once)
+            # run for any element, or for none: what it writes may have been written
+            joined = merge([State({}, state.writes, state.path), State({}, once.writes, state.path)])
+            if joined is not None and joined.writes is not state.writes:
+                state.writes.clear()
+                state.writes.update(joined.writes)
             return Many(element)
+        state.writes.update(inner.writes)
         return results
 
     def _generate(

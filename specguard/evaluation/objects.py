@@ -52,7 +52,7 @@ from specguard.evaluation.values import (
     with_labels,
 )
 from specguard.program.ast_tools import dotted
-from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, rebound_globals, starts_as_none
+from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, base_name, rebound_globals, starts_as_none
 
 if TYPE_CHECKING:
     from specguard.evaluation.hooks import Hooks
@@ -248,7 +248,7 @@ class ObjectModel:
         if isinstance(base, Abstract) and base.length is not None and attr == "shape":
             return (base.length,)  # a view `buf[:n]`: its first dimension is n
         if isinstance(base, Abstract) and base.kind is not None:
-            return self._typed_member(base, attr)
+            return self._typed_member(base, attr, missing)
         if isinstance(base, (Abstract, Many)) or base is UNKNOWN:
             return with_labels(UNKNOWN, self.provenance(base))
         if isinstance(base, ClassRef):
@@ -407,9 +407,10 @@ class ObjectModel:
                 return klass, klass.methods[name]
         return None
 
-    def _typed_member(self, base: Abstract, attr: str) -> Any:
+    def _typed_member(self, base: Abstract, attr: str, missing: Any = UNKNOWN) -> Any:
         """An attribute of an instance known only by its class: a method stays a method of it (known by name,
-        not followed); a property or a declared field is what its annotation promises."""
+        not followed); a property or a declared field is what its annotation promises; one that no class of a
+        lineage the tree holds whole declares or assigns is `missing` (`getattr(meta, "local_lens", default)`)."""
         assert base.kind is not None
         inherited = self.provenance(base)
         for klass in self.tree.ancestors(base.kind):
@@ -422,7 +423,20 @@ class ObjectModel:
             if attr in klass.annotations and not is_classvar(klass.annotations[attr]):
                 value = self.reading(klass.annotations[attr], self.tree.module(klass.module), klass)
                 return with_labels(value, inherited)
+        if missing is not UNKNOWN and self._never_has(base.kind, attr):
+            return missing
         return with_labels(UNKNOWN, inherited)
+
+    def _never_has(self, cls: ClassInfo, attr: str) -> bool:
+        """Whether no instance of `cls` has `attr`: every base of its lineage is in the tree (or `object`), and none
+        declares it, holds it at class level or assigns it to `self`."""
+        lineage = self.tree.ancestors(cls)
+        bases = [(klass, base_name(base)) for klass in lineage for base in klass.bases]
+        if any(name != "object" and self.tree.resolve_class(klass.module, name or "") is None for klass, name in bases):
+            return False
+        if any(attr in klass.attributes or attr in klass.annotations for klass in lineage):
+            return False
+        return not writers(cls, self.tree, attr) and "__getattr__" not in {m for k in lineage for m in k.methods}
 
     def provenance(self, value: Any) -> frozenset[Label]:
         """The labels of a value that what is read from it inherits: those that say where it came from."""
@@ -667,6 +681,11 @@ class ObjectModel:
             else:
                 out[name] = self._getattr(obj, name, state, 0, UNKNOWN)
         return out
+
+    def named_tuple(self, cls: ClassInfo) -> bool:
+        """A `NamedTuple` class (its instances unpack, iterate and index as a tuple of their fields)."""
+        bases = [base for klass in self.tree.ancestors(cls) for base in klass.bases]
+        return any((dotted(base) or "").rpartition(".")[2] == "NamedTuple" for base in bases)
 
     def dataclass_fields(self, cls: ClassInfo) -> list[tuple[ClassInfo, str]] | None:
         """The fields of a dataclass in definition order (bases first), or None if it is not one we can read."""

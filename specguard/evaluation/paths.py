@@ -27,6 +27,7 @@ from specguard.evaluation.values import (
     Obj,
     OneOf,
     Partial,
+    Sym,
     bounded,
     labels_of,
     maybe_of,
@@ -266,14 +267,18 @@ def _union_of_objects(options: list[tuple[Any, frozenset]]) -> OneOf | None:
             has_none = True
         elif isinstance(value, Obj):
             objects.setdefault(value.cls, []).append((value, extra))
-        elif isinstance(value, (Function, Bound, Partial)):
+        elif isinstance(value, (Function, Bound, Partial, Sym)):
             objects.setdefault(id(value), []).append((value, extra))
         else:
             return None
     if not objects or len(objects) + has_none > MAX_OPTIONS:
         return None
     joined = [group[0][0] if len(group) == 1 else join_values(group) for group in objects.values()]
-    if not all(isinstance(x, (Obj, Function, Bound, Partial)) for x in joined):
+    # a member known only by its name is one of them beside a callable (`run = partial(runner.forward, ...)` on one
+    # path, `runner.forward` on the other), not beside objects, which it would stand for no better than an unknown
+    if any(isinstance(x, Sym) for x in joined) and not any(isinstance(x, (Function, Bound, Partial)) for x in joined):
+        return None
+    if not all(isinstance(x, (Obj, Function, Bound, Partial, Sym)) for x in joined):
         return None
     return OneOf(((None,) if has_none else ()) + tuple(joined))
 

@@ -907,6 +907,8 @@ class Statements(Builtins):
     def _unpacked(self, targets: list[ast.expr], value: Any) -> list[Any]:
         """What each target of `a, *b, c = value` gets (a starred one: a list, or the element of an unknown)."""
         inner = plain(value)
+        if isinstance(inner, Obj) and inner.cls is not None and self.named_tuple(inner.cls):
+            inner = tuple(self.iterate(value) or ())  # a `NamedTuple` unpacks as the tuple of its fields
         star = next((i for i, t in enumerate(targets) if isinstance(t, ast.Starred)), None)
         values: list[Any] | None = None
         if isinstance(inner, (list, tuple)) and known(len(inner)):
