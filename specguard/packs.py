@@ -34,7 +34,7 @@ _OPTIONAL = frozenset(
     | {"target_batch_types", "target_batch_params", "padded_fields", "capacities", "observer_decorators"}
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
     | {"skip_keywords", "replan_keywords", "replan_when", "plan_helpers", "pad_calls", "forwards_after_padding"}
-    | {"replan_always_when", "replan_always_forwards"}
+    | {"replan_always_when", "replan_always_forwards", "copied_fields"}
     | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests", "varlen_width_param"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls"}
 )
@@ -267,6 +267,8 @@ class Batches(_Section):
     # (optional; matched as `forwards` are)
     replan_always_when: list[str] = field(default_factory=list)
     replan_always_forwards: list[str] = field(default_factory=list)
+    # the fields a batch made from another (`ForwardBatch.init_new(batch, runner)`) takes from it (optional)
+    copied_fields: list[str] = field(default_factory=list)
     # the framework's own methods that plan the batch they are handed (optional): a file that calls one is read
     # even where its own text names no plan
     plan_helpers: list[str] = field(default_factory=list)

@@ -145,6 +145,13 @@ def _inherited(func: Any) -> bool:
     return isinstance(receiver, Obj) and receiver.cls is not None and receiver.cls != func.func.owner
 
 
+def _bound_methods(value: Any) -> bool:
+    """A bound method, or one of a few: each judged on its own where it is defined."""
+    value = plain(value)
+    options = value.options if isinstance(value, OneOf) else (value,)
+    return all(isinstance(plain(option), Bound) for option in options)
+
+
 def _known(value: Any) -> bool:
     return isinstance(value, (bool, int, type(None)))
 
@@ -213,9 +220,11 @@ class _Batches(Hooks):
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: State
     ) -> Any:
-        if not ev.calls and (_inherited(func) or (isinstance(node.func, ast.Name) and node.func.id in state.locals)):
+        held = isinstance(node.func, ast.Name) and node.func.id in state.locals
+        if not ev.calls and (_inherited(func) or (held and not _bound_methods(func))):
+            # (a method of its own held in a local, `run = self._plain if ... else ...`, is judged on its own)
             self.decided_here.add(id(node))
-        made = self._made_batch(func, args, kwargs)
+        made = self._made_batch(ev, func, args, kwargs, state, frame.depth)
         if made is not None:
             return made
         name = _name(func)
@@ -374,10 +383,13 @@ class _Batches(Hooks):
         if self.tokens:
             ev.store(batch, self.tokens, tokens(PADDED_COUNT), state)
 
-    def _made_batch(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Obj | None:
+    def _made_batch(
+        self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], state: State, depth: int
+    ) -> Obj | None:
         """A batch a call makes: the batch class called, or one of its classmethods (`ForwardBatch.init_new`). One
         built field by field (`ForwardBatch(forward_mode=..., batch_size=bs, ...)`, a warm-up's) is synchronised
-        across DP ranks only where it is handed its per-rank counts: else its class's default (None) says not."""
+        across DP ranks only where it is handed its per-rank counts: else its class's default (None) says not. One
+        made from another batch (`ForwardBatch.init_new(batch, runner)`) takes its `copied_fields` (its mode)."""
         func = plain(func)
         made = func.info if isinstance(func, ClassRef) else None
         if isinstance(func, Bound) and isinstance(plain(func.self_value), ClassRef):
@@ -385,6 +397,9 @@ class _Batches(Hooks):
         if made is None or not is_batch_class(self.q, made):
             return None
         batch = fresh_batch(self.q, made)
+        if isinstance(func, Bound) and args and plain(args[0]) is not None:
+            for name in self.q.pack.batches.copied_fields:
+                batch.fields[name] = ev.getattr(args[0], name, state, depth)
         built = isinstance(func, ClassRef) and not args and STAR_KWARGS not in kwargs
         if built and self.dp_field:
             given = (
@@ -649,7 +664,9 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
     name (an instance of the tree's batch class where the annotation names it, so its methods run)."""
     names = q.pack.batches
     params = [*scope.node.args.posonlyargs, *scope.node.args.args, *scope.node.args.kwonlyargs]
-    bindings: dict[str, Any] = {p.arg: UNKNOWN for p in params}
+    # a parameter of no class the rule reads is an object known by its name: what a test asks of it
+    # (`batch.forward_mode.is_target_verify()`) is asked of the same object wherever it is read again
+    bindings: dict[str, Any] = {p.arg: Sym(p.arg) for p in params}
     if scope.bound and params:
         bindings[params[0].arg] = q.self_value(scope)
     for param in params[1 if scope.bound else 0 :]:
@@ -1209,7 +1226,10 @@ RULE = Rule(
         "was made for. Where the plan, the pad and the forward all lie inside one call of the function judged, the "
         "finding is the callee's, unless that call's callee is decided by the judged function: a method its `self` "
         "inherits (run with this class's overrides) or a callable it holds in a local (a `partial` a factory "
-        "returned).",
+        "returned; not a method of the tree's bound to its object, which is judged where it is defined). "
+        "A batch made from another (`ForwardBatch.init_new(batch, runner)`) takes the pack's `copied_fields` "
+        "from it (its mode), and a parameter the rule has no class for is one object by its name, so a test of "
+        "its mode says what the batch made from it is.",
         "Where the tests that matter are taken path by path (a plan, a pad or a mark on one side only), a test whose "
         "sides write a field the batch's predicate reads differently (`forward_metadata_ready = False` under a "
         "test) is one of them, and a test that calls a one-line predicate of the tree (`def active(b): return "
