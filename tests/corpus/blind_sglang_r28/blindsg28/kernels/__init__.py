@@ -1,0 +1,1 @@
+"""Kernels team: MLA decode under decode context parallelism (DCP)."""

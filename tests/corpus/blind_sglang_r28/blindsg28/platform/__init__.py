@@ -1,0 +1,1 @@
+"""Scheduler / overlap team: plan-ahead, routing, micro-batching, fallbacks."""

@@ -1,0 +1,1 @@
+"""Hardened serving extensions layered on SGLang (reliability + accelerator teams)."""

@@ -1,0 +1,1 @@
+"""Accelerator team: MLA attention backends under decode context parallelism."""

@@ -1,0 +1,1 @@
+"""Serving-reliability team: speculative variants and planning glue."""
