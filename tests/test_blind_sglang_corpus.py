@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r29, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r30, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -41,6 +41,7 @@ SETS = {
     "twenty-seventh": ("blind_sglang_r27", "blindsg27", (50, 100), 44, 1),
     "twenty-eighth": ("blind_sglang_r28", "blindsg28", (50, 100), 44, 1),
     "twenty-ninth": ("blind_sglang_r29", "blindsg29", (50, 100), 48, 1),
+    "thirtieth": ("blind_sglang_r30", "blindsg30", (50, 100), 41, 2),
 }
 
 

@@ -1,0 +1,1 @@
+"""Lab fork of SGLang speculative decoding plus production MLA/DCP patches."""
