@@ -57,6 +57,12 @@ RELEASES = {
             ("sglang/srt/speculative/eagle_worker_v2.py", 935, "SG106"),
             ("sglang/srt/speculative/frozen_kv_mtp_worker_v2.py", 560, "SG106"),  # the same as 0.5.23's 579
             (KIT, 423, "SG106"),
+            # MultiLayerEagleDraftWorker._draft_extend_for_decode's eager loop: each step plans its runner's backend
+            # for the unpadded batch (858) and runs `forward` (861), which pads it for DP attention; the comment says
+            # the batch is "left unmarked", but `prepare_for_draft_extend` marked it (not on NPU) without
+            # `replan_equivalent`, so the forward does not plan again (the shape of #38580; decided since the
+            # twenty-fourth session, listed as not decided before)
+            ("sglang/srt/speculative/multi_layer_eagle_worker_v2.py", 861, "SG106"),
             # TRTLLMMLABackend.forward_decode: `metadata.seq_lens_k` (the whole lengths, hoisted) or, where it is
             # None, `forward_batch.seq_lens`, beside a page table built from the same whole lengths, while the MLA
             # cache is written cyclically sharded across the DCP ranks (`set_mla_kv_concat_q_fp8(dcp_world_size=)`)
@@ -80,7 +86,7 @@ RELEASES = {
             ("sglang/srt/layers/attention/cutedsl_mla_backend.py", 221, "SG203"),
             ("sglang/srt/layers/attention/tokenspeed_mla_backend.py", 428, "SG203"),
         },
-        {"sglang/srt/speculative/multi_layer_eagle_worker_v2.py", FLASHINFER_MLA},
+        {FLASHINFER_MLA},
     ),
     "0.5.6": (
         {
