@@ -714,6 +714,8 @@ class Statements(Builtins):
         place on the path holding it (a batch built from another copies its mode) holds the narrower one."""
         func = test.func
         assert isinstance(func, ast.Attribute)
+        if any(isinstance(node, (ast.Call, ast.NamedExpr, ast.Await)) for node in ast.walk(func.value)):
+            return  # read again, it would run its calls a second time
         options = plain(self.eval(func.value, frame, state))
         if not isinstance(options, OneOf):
             return
