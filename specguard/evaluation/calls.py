@@ -17,6 +17,7 @@ from specguard.evaluation.paths import (
     join_values,
     merge,
     merge_agreed,
+    take_writes,
 )
 from specguard.evaluation.values import (
     NOT_HANDLED,
@@ -293,7 +294,7 @@ class Calls(Builtins):
                     assert left is not None
                     after = {k: v for k, v in left.writes.items() if entered.writes.get(k, _NONE) is not v}
                     self.on_exit[id(generated)] = (generated, after)
-                self._take_writes(state, entered)
+                take_writes(state, entered)
             return generated
         if not ends:
             if flow.raises and self.raise_ends_path:
@@ -306,27 +307,16 @@ class Calls(Builtins):
         if force and self.track_returns and flow.normal is not None:  # the implicit `return None` at its end
             self.record("return", func.module, func.node, "", flow.normal.path, None)
         if self.semantics.join == "unknown":  # what its paths agree on; the caller's path is not narrowed
-            end_writes = merge_agreed([State({}, s.writes, s.path) for s, _ in ends], self.work)
-            if end_writes is not None and end_writes.writes is not state.writes:
-                state.writes.clear()
-                state.writes.update(end_writes.writes)
+            take_writes(state, merge_agreed([State({}, s.writes, s.path) for s, _ in ends], self.work))
             return self.join([(value, frozenset()) for _, value in ends])
         end = merge([State({}, s.writes, s.path) for s, _ in ends], self.kept)
-        self._take_writes(state, end)
+        take_writes(state, end)
         state.path = end.path
         hop = f"returned by `{func.qualname}`"
         result = ends[0][1] if len(ends) == 1 else join_values([(value, s.path - end.path) for s, value in ends])
         if is_unknown(result) or isinstance(result, tuple):  # its annotation may say the kind of what is unknown
             result = self.kind_from(result, self.promised(func.module, func.owner, func.node))
         return traced(result, hop, self.hooks.traced)
-
-    @staticmethod
-    def _take_writes(state: State, end: State | None) -> None:
-        """What a callee left in the objects it was handed, as the caller's state from now on."""
-        assert end is not None
-        if end.writes is not state.writes:  # one way out shares the caller's writes: clearing would lose them
-            state.writes.clear()
-            state.writes.update(end.writes)
 
     def _generated(self, func: Function, yielded: list[tuple[Any, frozenset]], state: State) -> Any:
         if not yielded:

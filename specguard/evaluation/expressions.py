@@ -19,6 +19,7 @@ from specguard.evaluation.paths import (
     enclosing,
     join_values,
     merge,
+    take_writes,
 )
 from specguard.evaluation.values import (
     NOT_HANDLED,
@@ -533,10 +534,7 @@ class Expressions(Builtins):
             once = state.copy()
             element = self._element_once(e, frame, once)
             # run for any element, or for none: what it writes may have been written
-            joined = merge([State({}, state.writes, state.path), State({}, once.writes, state.path)])
-            if joined is not None and joined.writes is not state.writes:
-                state.writes.clear()
-                state.writes.update(joined.writes)
+            take_writes(state, merge([State({}, state.writes, state.path), State({}, once.writes, state.path)]))
             return Many(element)
         state.writes.update(inner.writes)
         return results

@@ -684,8 +684,7 @@ class ObjectModel:
 
     def named_tuple(self, cls: ClassInfo) -> bool:
         """A `NamedTuple` class (its instances unpack, iterate and index as a tuple of their fields)."""
-        bases = [base for klass in self.tree.ancestors(cls) for base in klass.bases]
-        return any((dotted(base) or "").rpartition(".")[2] == "NamedTuple" for base in bases)
+        return any(_declares_named_tuple(klass) for klass in self.tree.ancestors(cls))
 
     def dataclass_fields(self, cls: ClassInfo) -> list[tuple[ClassInfo, str]] | None:
         """The fields of a dataclass in definition order (bases first), or None if it is not one we can read."""
@@ -982,7 +981,12 @@ def _is_dataclass(cls: ClassInfo, names: frozenset[str] = frozenset({"dataclass"
 def _positional_record(cls: ClassInfo) -> bool:
     """A class whose constructor takes its annotated fields in order: a dataclass, or a `NamedTuple` (written as a
     class, or as `namedtuple(...)`, which the program view reads as one)."""
-    return _is_dataclass(cls) or any((dotted(base) or "").rpartition(".")[2] == "NamedTuple" for base in cls.bases)
+    return _is_dataclass(cls) or _declares_named_tuple(cls)
+
+
+def _declares_named_tuple(cls: ClassInfo) -> bool:
+    """`class R(NamedTuple)`, or `namedtuple(...)` read as one."""
+    return any((dotted(base) or "").rpartition(".")[2] == "NamedTuple" for base in cls.bases)
 
 
 def _dunder(name: str) -> bool:

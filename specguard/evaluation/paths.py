@@ -322,6 +322,15 @@ def merge(states: list[State], kept: int | None = None) -> State | None:
     return out
 
 
+def take_writes(state: State, end: State | None) -> None:
+    """What code run on a state of its own (a callee, a comprehension) left in the objects it was handed, as
+    `state`'s from now on."""
+    assert end is not None
+    if end.writes is not state.writes:  # one way out shares the caller's writes: clearing would lose them
+        state.writes.clear()
+        state.writes.update(end.writes)
+
+
 def merge_agreed(states: list[State], budget: Budget | None = None) -> State | None:
     """One state for paths that join again, keeping only what they agree on (`Semantics.join == "unknown"`): values
     they disagree on become UNKNOWN, containers of one shape join item by item, and the variables of the serving

@@ -693,12 +693,7 @@ def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str])
     not with the declared default)."""
     if q.program.is_enum(cls) or not any(has_decorator(k.node, "dataclass") for k in q.program.ancestors(cls)):
         return None
-    declared = {
-        node.target.id: node.annotation
-        for klass in q.program.ancestors(cls)
-        for node in klass.node.body
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-    }
+    declared = {name: note for klass in q.program.ancestors(cls) for name, note in klass.annotations.items()}
     types = set(q.pack.batches.batch_types)
     batches = [name for name, annotation in declared.items() if annotation_names(annotation) & types]
     if not batches:
