@@ -456,3 +456,34 @@ def test_getattr_of_a_field_no_class_of_the_lineage_has_gives_the_default() -> N
     (found,) = _returns(DEFAULTED, {"source": UNKNOWN})
     missing, declared = plain(found)
     assert plain(missing) == "default" and plain(declared) != "default", found
+
+
+RAISING_SIDE = """
+def fn(a, flag):
+    v = None if flag else a // a
+    w = flag or a // a
+    return v, w
+"""
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_side_of_an_undecided_choice_that_raises_is_a_raising_path(flag: bool) -> None:
+    """`None if flag else a // a` with a = 0: where `flag` is false CPython raises, so the value None the evaluator
+    gives holds only on the paths that go on; the raise is a path of its own (hypothesis found this one: a value
+    claimed while Python raised and no raise counted). The same for an `or` past an undecided operand."""
+    from specguard.evaluation.values import UNKNOWN
+
+    with pytest.raises(ZeroDivisionError) if not flag else contextlib.nullcontext():
+        _python(RAISING_SIDE, 0, flag)
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / "generated.py").write_text(textwrap.dedent(RAISING_SIDE))
+        locator = ModuleLocator(installed=False)
+        locator.add("generated", root / "generated.py", root)
+        prog = Program(locator, root, Parsed())
+        module = prog.module("generated")
+        assert module is not None
+        flow = Evaluator(prog, budget=20_000).run(Function(module, module.functions["fn"]), {"a": 0, "flag": UNKNOWN})
+    assert len(flow.raises) == 2 and all(s.raised and "ZeroDivisionError" in s.raised for s in flow.raises)
+    ((_, returned),) = flow.returns
+    assert plain(plain(returned)[0]) is None, returned

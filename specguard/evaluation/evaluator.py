@@ -123,6 +123,10 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         # the call, which that statement's block adds to its flow.
         self._pending: list[tuple[frozenset, set[str] | None, ast.AST | None]] = []
         self._raise_points: list[ast.AST] = []  # on a noting run (`choices`), the raises taken apart if they matter
+        # Paths that end in a raise inside an expression (a side of an undecided `x if c else y`, an operand of an
+        # `and`/`or` past an undecided one), each as the state where it raised: the block running the statement
+        # that holds the expression adds them to its flow's raises.
+        self.side_raises: list[State] = []
         # Objects whose attributes a state's writes hold, keyed by their id: kept alive while the evaluator is, so
         # that no object made later takes an id over, and with it what was written on one already gone.
         self._written: list[Obj] = []

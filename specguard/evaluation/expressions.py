@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from specguard.evaluation import exceptions
@@ -174,7 +175,8 @@ class Expressions(Builtins):
         value: Any = None
         for operand in e.values:
             value = self._branch_value(operand, frame, state) if undecided else self.eval(operand, frame, state)
-            if value is _RAISED:  # reached only past an undecided operand: the result is one of those
+            if isinstance(value, _Raised):  # reached only past an undecided operand: the result is one of those
+                self._side_raised(value, state)
                 return self._either(undecided)
             truth = self.truth(value, frame, state)
             if truth is UNKNOWN and isinstance(value, OneOf) and operand is not e.values[-1]:
@@ -330,10 +332,11 @@ class Expressions(Builtins):
             a, b = self._branch_value(e.body, frame, state), self._branch_value(e.orelse, frame, state)
         if noting is not None:  # where it matters path by path
             noting.note_values(e.test, a, b)
-        if a is _RAISED or b is _RAISED:  # one side raises: the value, where there is one, is the other's
-            if a is b:
-                raise PathEnds
-            return b if a is _RAISED else a
+        if isinstance(a, _Raised) and isinstance(b, _Raised):
+            raise PathEnds(None if a.raised is None or b.raised is None else a.raised | b.raised)
+        if isinstance(a, _Raised) or isinstance(b, _Raised):  # one side raises: the value is the other's
+            self._side_raised(a if isinstance(a, _Raised) else b, state)
+            return b if isinstance(a, _Raised) else a
         if self.is_doubt(test):
             cond = self.cond(e.test, frame.module)
             return self.join([(a, frozenset({(cond, True)})), (b, frozenset({(cond, False)}))])
@@ -342,8 +345,15 @@ class Expressions(Builtins):
     def _branch_value(self, e: ast.expr, frame: Frame, state: State) -> Any:
         try:
             return self.eval(e, frame, state)
-        except PathEnds:
-            return _RAISED
+        except PathEnds as ends:
+            return _Raised(ends.raised)
+
+    def _side_raised(self, side: _Raised, state: State) -> None:
+        """A side of an undecided choice inside an expression raises: the path that takes it ends there, a raise
+        of the statement holding the expression (its block adds it to its flow), while the expression's value is
+        the other side's."""
+        if self.raise_ends_path:
+            self.side_raises.append(replace(state.copy(), raised=side.raised))
 
     def _e_namedexpr(self, e: ast.NamedExpr, frame: Frame, state: State) -> Any:
         value = self.eval(e.value, frame, state)
@@ -650,7 +660,13 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 _MAX_SHIFT = 4096
 
 
-_RAISED: Any = object()  # an alternative that raises
+class _Raised:
+    """An alternative that raises: the names of the class it raises and of its bases (None: not known)."""
+
+    __slots__ = ("raised",)
+
+    def __init__(self, raised: set[str] | None) -> None:
+        self.raised = raised
 
 
 def too_costly(op: ast.operator, left: Any, right: Any) -> bool:

@@ -74,11 +74,12 @@ class Statements(Builtins):
                 break
             self.step()
             before = current.copy() if self._trying else None
-            mark = len(self._pending)
+            mark, sides = len(self._pending), len(self.side_raises)
             try:
                 res = self.exec_stmt(stmt, frame, current)
             except PathEnds as ends:
                 self._raise_pending(flow, before, mark)
+                flow.raises += self._side_raises_since(sides)
                 if self.raise_ends_path:
                     flow.raises.append(replace(current, raised=ends.raised))
                 current = None
@@ -92,11 +93,16 @@ class Statements(Builtins):
             flow.returns += res.returns
             flow.breaks += res.breaks
             flow.continues += res.continues
-            flow.raises += res.raises
+            flow.raises += res.raises + self._side_raises_since(sides)
             simple = isinstance(stmt, _SIMPLE)
             current = self._raise_pending(flow, before, mark, res.normal, frame if simple else None)
         flow.normal = current
         return flow
+
+    def _side_raises_since(self, mark: int) -> list[State]:
+        """The raises inside the expressions of the statement run since `side_raises` held `mark` of them."""
+        taken, self.side_raises[mark:] = self.side_raises[mark:], []
+        return taken
 
     def _raise_pending(
         self, flow: Flow, before: State | None, mark: int, after: State | None = None, frame: Frame | None = None
