@@ -45,7 +45,7 @@ from specguard.evaluation.values import (
     unknown_from,
     with_labels,
 )
-from specguard.program.ast_tools import cached_on, dotted
+from specguard.program.ast_tools import cached_on, dotted, walked
 from specguard.program.tree import message_of
 
 
@@ -465,7 +465,7 @@ def _is_generator(node: ast.AST) -> bool:
 def _pure(expr: ast.expr) -> bool:
     """An expression whose evaluation changes nothing (no call, no binding): skipping it loses nothing else."""
     return not any(
-        isinstance(node, (ast.Call, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)) for node in ast.walk(expr)
+        isinstance(node, (ast.Call, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)) for node in walked(expr)
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from specguard.evaluation.paths import State
 from specguard.evaluation.values import Deferred, Label, Obj, Sym, labels_of, place_text, plain
-from specguard.program.ast_tools import dotted
+from specguard.program.ast_tools import dotted, walked
 
 T = TypeVar("T")
 MAX_PATHS = 32  # the runs `each_path` makes at most; more paths than that are not decided
@@ -99,7 +99,7 @@ class Choices:
         """A test's text with what each name in it holds: an object or a named unknown by its identity (the same
         in every function it is handed to), anything else as this call's local."""
         parts = []
-        for name in sorted({n.id for n in ast.walk(test) if isinstance(n, ast.Name)}):
+        for name in sorted({n.id for n in walked(test) if isinstance(n, ast.Name)}):
             held = plain(state.locals.get(name))
             if isinstance(held, Sym):
                 parts.append((name, "sym", held.name))
@@ -131,7 +131,7 @@ class Choices:
     def _learn(self, test: ast.expr, side: bool, frame: Any, state: State) -> None:
         if not _asks_again_alike(test):
             return  # a call may answer otherwise the next time
-        names = frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(test) if _named(n))
+        names = frozenset(n.id if isinstance(n, ast.Name) else n.attr for n in walked(test) if _named(n))
         self.facts[self._key(test, frame, state)] = (side, names)
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             self._learn(test.operand, not side, frame, state)
@@ -167,7 +167,7 @@ def _asks_again_alike(test: ast.expr) -> bool:
     """Whether the same test, asked again on this path with its names unchanged, has the same answer: no
     assignment in it, and its calls only a question put to an object with nothing handed
     (`forward_batch.forward_mode.is_decode_or_idle()`), as a mode's or a batch's predicates are."""
-    for node in ast.walk(test):
+    for node in walked(test):
         if isinstance(node, (ast.Await, ast.NamedExpr, ast.Yield, ast.YieldFrom)):
             return False
         if isinstance(node, ast.Call) and (

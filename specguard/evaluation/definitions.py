@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from specguard.program.ast_tools import cached_on, walked
+
 _TESTS = (ast.BoolOp, ast.Compare, ast.UnaryOp, ast.Call)
 
 
@@ -16,7 +18,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 def functions_of(tree: ast.Module) -> list[Function]:
     """Every function of a module, nested ones too (what `enclosing_function` looks through; cached by the caller)."""
-    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [node for node in walked(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def enclosing_function(functions: list[Function], node: ast.AST) -> Function | None:
@@ -38,17 +40,22 @@ def defining_test(function: Function, name: str, use: ast.AST) -> ast.expr | Non
         return None
     if node.lineno >= getattr(use, "lineno", 0):
         return None
-    read = {_root(n) for n in ast.walk(node.value) if isinstance(n, (ast.Name, ast.Attribute))} - {None}
+    read = {_root(n) for n in walked(node.value) if isinstance(n, (ast.Name, ast.Attribute))} - {None}
     for other, bound in _bindings(function):
         if other is not node and _root(bound) in read and other.lineno > node.lineno:
             return None
     return node.value
 
 
-def _bindings(function: ast.AST) -> Iterator[tuple[ast.stmt | ast.expr, ast.expr | None]]:
+def _bindings(function: ast.AST) -> tuple[tuple[ast.stmt | ast.expr, ast.expr | None], ...]:
     """Each binding statement (or walrus) of the function and each target it binds, nested functions included
-    (they may rebind through `nonlocal`: read as a binding, which only makes the answer None more often)."""
-    for node in ast.walk(function):
+    (they may rebind through `nonlocal`: read as a binding, which only makes the answer None more often); read once
+    per function."""
+    return cached_on(function, "bindings", lambda f: tuple(_read_bindings(f)))  # type: ignore[no-any-return]
+
+
+def _read_bindings(function: ast.AST) -> Iterator[tuple[ast.stmt | ast.expr, ast.expr | None]]:
+    for node in walked(function):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 yield from ((node, t) for t in _unpacked(target))

@@ -51,7 +51,7 @@ from specguard.evaluation.values import (
     why_of,
     with_labels,
 )
-from specguard.program.ast_tools import dotted
+from specguard.program.ast_tools import dotted, walked
 
 
 class Expressions(Builtins):
@@ -609,7 +609,7 @@ class Expressions(Builtins):
         for gen in e.generators:
             iterable = self.eval(gen.iter, frame, state)
             self.assign(gen.target, self.element_of(iterable), frame, state, e)
-            targets = {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+            targets = {n.id for n in walked(gen.target) if isinstance(n, ast.Name)}
             for cond in gen.ifs:
                 self.eval(cond, frame, state)
                 self._kept_at_least(cond, targets, frame, state)

@@ -11,7 +11,7 @@ from typing import Any
 
 from specguard.evaluation.paths import join_values
 from specguard.evaluation.values import UNKNOWN, Function, Obj, OneOf, plain, settled, traced
-from specguard.program.ast_tools import cached_on
+from specguard.program.ast_tools import cached_on, walked
 from specguard.program.tree import ClassInfo, SourceTree
 
 Evaluate = Callable[[Function, Obj, "dict | None"], list[tuple[Any, dict[tuple[Any, str], Any]]]]
@@ -57,7 +57,7 @@ def _read_private_calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> froze
     me = _instance(method)
     return frozenset(
         node.func.attr
-        for node in ast.walk(method)
+        for node in walked(method)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and isinstance(node.func.value, ast.Name)
@@ -81,7 +81,7 @@ def _self_attributes(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozense
     me = _instance(method)
     return frozenset(
         target.attr
-        for node in ast.walk(method)
+        for node in walked(method)
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
         for target in _flat(node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == me

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from specguard.program.ast_tools import cached_on
+from specguard.program.ast_tools import cached_on, walked
 
 
 def own_nodes(node: ast.AST) -> Iterable[ast.AST]:
-    """The nodes of a function body, not of the functions, classes and lambdas nested in it."""
+    """The nodes of a function body, not of the functions, classes and lambdas nested in it (kept on a function, as
+    `walked` keeps its walk)."""
+    if isinstance(node, ast.stmt):
+        return cached_on(node, "own_nodes", lambda n: tuple(_own_nodes(n)))  # type: ignore[no-any-return]
+    return _own_nodes(node)
+
+
+def _own_nodes(node: ast.AST) -> Iterator[ast.AST]:
     todo = list(ast.iter_child_nodes(node))
     while todo:
         sub = todo.pop()
@@ -66,7 +73,7 @@ def stores_state(node: ast.AST) -> bool:
 def assigned_names(stmts: list[ast.stmt]) -> set[str]:
     names: set[str] = set()
     for stmt in stmts:
-        for sub in ast.walk(stmt):
+        for sub in walked(stmt):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                 names.add(sub.id)
     return names

@@ -120,6 +120,7 @@ class Program(SourceTree):
         return path, path.name == "__init__.py"
 
     def module(self, name: str) -> ParsedModule | None:
+        self._read_module(name)
         if name in self._cache:
             if name in self._stamps:
                 path, stamp = self._stamps[name]
@@ -142,6 +143,8 @@ class Program(SourceTree):
         if text is not None:
             self.parsed.add_text(path, text)
         parsed, stamp = self.parsed.module(name, path, path.name == "__init__.py")
+        if name in self._cache and self._cache[name] is not parsed:
+            self.forget_resolved()  # names resolved into the module it replaces
         self._cache[name] = parsed
         self._stamps[name] = (path, stamp)
         self.read[path] = stamp

@@ -57,7 +57,7 @@ from specguard.evaluation.values import (
     why_of,
     with_labels,
 )
-from specguard.program.ast_tools import absolute_module, cached_on, last_name
+from specguard.program.ast_tools import absolute_module, cached_on, last_name, walked
 from specguard.program.tree import message_of, starts_as_none
 
 
@@ -213,7 +213,7 @@ class Statements(Builtins):
     def _inert(self, value: ast.expr, frame: Frame, state: State) -> bool:
         """An expression that cannot write the instance or bind a name: its calls are of module-level functions
         and classes not handed the instance itself (a method of an object may write anything)."""
-        for node in ast.walk(value):
+        for node in walked(value):
             if isinstance(node, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
                 return False
             if isinstance(node, ast.Call):
@@ -720,7 +720,7 @@ class Statements(Builtins):
         place on the path holding it (a batch built from another copies its mode) holds the narrower one."""
         func = test.func
         assert isinstance(func, ast.Attribute)
-        if any(isinstance(node, (ast.Call, ast.NamedExpr, ast.Await)) for node in ast.walk(func.value)):
+        if any(isinstance(node, (ast.Call, ast.NamedExpr, ast.Await)) for node in walked(func.value)):
             return  # read again, it would run its calls a second time
         options = plain(self.eval(func.value, frame, state))
         if not isinstance(options, OneOf):
@@ -799,7 +799,7 @@ class Statements(Builtins):
             asked = self._question(part, frame, state)  # a question this path answered
             if asked is not None and isinstance(state.writes.get(asked), bool):
                 return state.writes[asked]  # type: ignore[no-any-return]
-            if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Lambda)) for n in ast.walk(part)):
+            if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Lambda)) for n in walked(part)):
                 return None
             truth = self.truth(self.eval(part, frame, state), frame, state)
             return truth if isinstance(truth, bool) else None
@@ -842,7 +842,7 @@ class Statements(Builtins):
         if len(given) != len(call.args) + len(call.keywords) or not all(_is_reference(v) for v in given.values()):
             return None
         test = body[0].value
-        if any(isinstance(n, ast.Name) and n.id not in given for n in ast.walk(test)):
+        if any(isinstance(n, ast.Name) and n.id not in given for n in walked(test)):
             return None
         key = (id(call), id(test))
         if key not in _INLINED:  # kept, with the nodes it is for: the evaluation may key what it learns by node
@@ -879,13 +879,17 @@ class Statements(Builtins):
             if (isinstance(base, dict) and known(key)) or in_list:
                 base[key] = value
             elif (
-                isinstance(target.value, ast.Name)
+                isinstance(target.value, (ast.Name, ast.Attribute))
                 and (base is UNKNOWN or isinstance(base, Abstract))
                 and (labels_of(value) or maybe_of(value))
             ):
-                # an item written into an array the evaluation cannot see into: the array now holds what it was
-                # given (a padded count written as the last offset), so what is read from it is derived from that
-                state.locals[target.value.id] = _holding(held, value)
+                # an item written into an array the evaluation cannot see into, held in a local or in an object's
+                # field (`self.kv_lens_cpu[:bs] = lens`): the array now holds what it was given (a padded count
+                # written as the last offset), so what is read from it is derived from that
+                if isinstance(target.value, ast.Name):
+                    state.locals[target.value.id] = _holding(held, value)
+                else:
+                    self.assign(target.value, _holding(held, value), frame, state, stmt)
         elif isinstance(target, ast.Starred):
             self.assign(target.value, UNKNOWN, frame, state, stmt)
 
@@ -968,7 +972,7 @@ def _env_of(node: ast.AST, state: State) -> list[str]:
     """The environment's variables the locals `node` reads were computed from."""
     if not state.env:
         return []
-    return [n for sub in ast.walk(node) if isinstance(sub, ast.Name) for n in state.env.get(sub.id, ())]
+    return [n for sub in walked(node) if isinstance(sub, ast.Name) for n in state.env.get(sub.id, ())]
 
 
 # A handler runs once per distinct path that reaches it, up to this many (more: the rest once, under all their
@@ -1071,7 +1075,7 @@ def _same_shape(a: Any, b: Any) -> bool:
 
 def _pattern_names(pattern: ast.pattern) -> set[str]:
     names = set()
-    for sub in ast.walk(pattern):
+    for sub in walked(pattern):
         name = getattr(sub, "name", None) or getattr(sub, "rest", None)
         if isinstance(name, str):
             names.add(name)

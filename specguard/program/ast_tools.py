@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
 
 from specguard.program.sparse import sparse_lines
@@ -172,6 +172,15 @@ def cached_on(node: ast.AST, name: str, compute: Callable[[ast.AST], Any]) -> An
         found = compute(node)
         setattr(node, key, found)
     return found
+
+
+def walked(node: ast.AST) -> Iterable[ast.AST]:
+    """`ast.walk(node)`; for a statement or a module (a function the evaluation and the rules each read whole), as a
+    tuple kept on it. Never kept for an expression: one may be copied and rewritten (a predicate inlined into its
+    caller's test), and its copy would keep the original's nodes."""
+    if isinstance(node, (ast.stmt, ast.Module)):
+        return cached_on(node, "walked", lambda n: tuple(ast.walk(n)))  # type: ignore[no-any-return]
+    return ast.walk(node)
 
 
 def absolute_module(module: str, is_package: bool, level: int, target: str | None) -> str:

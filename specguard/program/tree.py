@@ -10,14 +10,14 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specguard._files import SOURCE_CAP, UnreadableFile, read_regular
 from specguard.errors import SourceError, UserError
-from specguard.program.ast_tools import absolute_module, cached_on, dotted
+from specguard.program.ast_tools import absolute_module, cached_on, dotted, walked
 from specguard.program.discover import discover
 from specguard.program.reading import decode, parse_shared
 
@@ -92,7 +92,7 @@ def rebound_globals(parsed: ParsedModule) -> frozenset[str]:
     there is whatever the last such call left, not the module's first value. Read once per module, where asked."""
 
     def read(tree: ast.AST) -> frozenset[str]:
-        return frozenset(name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names)
+        return frozenset(name for node in walked(tree) if isinstance(node, ast.Global) for name in node.names)
 
     return cached_on(parsed.tree, "rebound_globals", read)  # type: ignore[no-any-return]
 
@@ -273,6 +273,13 @@ class SourceTree:
     # read (missing, unreadable, a special file, a link out), module -> why. A hazard that found nothing while its
     # evidence had a gap was not judged: the gap may hold what it looks for.
     gaps: dict[str, str] | None = None
+    # What `resolve` and `ancestors` found, asked again and again by every evaluation: kept while no gaps are tracked
+    # (a hazard tracking them must meet each gap itself).
+    # Each with the modules computing it read, which are read again (`module`) wherever it is reused: a reader that
+    # records the files a judgement depends on (the cache's) sees the same reads.
+    _resolved: dict[tuple[str, str], tuple[object | None, frozenset[str]]] = field(default_factory=dict)
+    _lineages: dict[int, tuple[tuple[ClassInfo, list[ClassInfo]], frozenset[str]]] = field(default_factory=dict)
+    _reading: list[set[str]] = field(default_factory=list)  # per `_kept` computation under way: the modules read
 
     @classmethod
     def open(cls, path: str | Path) -> SourceTree:
@@ -314,6 +321,7 @@ class SourceTree:
         return None
 
     def module(self, name: str) -> ParsedModule | None:
+        self._read_module(name)
         if name in self._cache:
             return self._cache[name]
         found = self.file_of(name)
@@ -410,6 +418,39 @@ class SourceTree:
     def resolve(self, module: str, name: str, _seen: frozenset[tuple[str, str]] = frozenset()) -> object | None:
         """What `name` means in `module`: a ClassInfo, a (ParsedModule, FunctionDef), a module name (str) or
         a (ParsedModule, value expression) for a module-level assignment; re-exports are followed."""
+        if _seen or self.gaps is not None:
+            return self._resolve(module, name, _seen)
+        return self._kept(self._resolved, (module, name), lambda: self._resolve(module, name, _seen))
+
+    def _kept(self, kept: dict[Any, tuple[Any, frozenset[str]]], key: Any, compute: Callable[[], Any]) -> Any:
+        """`compute()`, kept in `kept` under `key`; the modules it read are read again each time it is reused."""
+        if key in kept:
+            found, read = kept[key]
+            for name in read:
+                self.module(name)
+            return found
+        reading: set[str] = set()
+        self._reading.append(reading)
+        try:
+            found = compute()
+        finally:
+            self._reading.pop()
+        for outer in self._reading:
+            outer |= reading
+        kept[key] = (found, frozenset(reading))
+        return found
+
+    def forget_resolved(self) -> None:
+        """Drop what `resolve` and `ancestors` kept: a module was replaced by another reading of it."""
+        self._resolved.clear()
+        self._lineages.clear()
+
+    def _read_module(self, name: str) -> None:
+        """Note a module read for the `_kept` computations under way."""
+        if self._reading:
+            self._reading[-1].add(name)
+
+    def _resolve(self, module: str, name: str, _seen: frozenset[tuple[str, str]]) -> object | None:
         key = (module, name)
         if key in _seen:
             return None
@@ -482,6 +523,11 @@ class SourceTree:
 
     def ancestors(self, cls: ClassInfo) -> list[ClassInfo]:
         """The class and its resolvable bases, breadth first, each once (an approximation of the MRO)."""
+        if self.gaps is not None:
+            return self._ancestors(cls)
+        return list(self._kept(self._lineages, id(cls), lambda: (cls, self._ancestors(cls)))[1])
+
+    def _ancestors(self, cls: ClassInfo) -> list[ClassInfo]:
         out: list[ClassInfo] = []
         seen: set[tuple[str, str]] = set()
         queue = [cls]
@@ -515,7 +561,7 @@ class SourceTree:
         """id(node) -> its parent, for every node of a module (built once per module)."""
         key = ("parents", module.name)
         if key not in self.memo:
-            self.memo[key] = {id(child): node for node in ast.walk(module.tree) for child in ast.iter_child_nodes(node)}
+            self.memo[key] = {id(child): node for node in walked(module.tree) for child in ast.iter_child_nodes(node)}
         return self.memo[key]
 
     def is_enum(self, cls: ClassInfo) -> bool:
@@ -532,7 +578,7 @@ class SourceTree:
             except SyntaxError:
                 return []
         out: list[ClassInfo] = []
-        for node in ast.walk(annotation):
+        for node in walked(annotation):
             name = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
             found = self.resolve_class(module, name) if name else None
             if found is not None and found not in out:
@@ -594,15 +640,15 @@ def _string_pieces(node: ast.AST) -> list[tuple[int, int, str]]:
     """String literals under `node` with their positions; an f-string counts once, its holes as `{expr}`."""
     inside: set[int] = set()
     pieces: list[tuple[int, int, str]] = []
-    for sub in ast.walk(node):
+    for sub in walked(node):
         if isinstance(sub, ast.JoinedStr):
-            inside.update(id(n) for v in sub.values for n in ast.walk(v))
+            inside.update(id(n) for v in sub.values for n in walked(v))
             text = "".join(
                 v.value if isinstance(v, ast.Constant) else "{" + ast.unparse(v.value) + "}"  # type: ignore[attr-defined]
                 for v in sub.values
             )
             pieces.append((sub.lineno, sub.col_offset, text))
-    for sub in ast.walk(node):
+    for sub in walked(node):
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and id(sub) not in inside:
             pieces.append((sub.lineno, sub.col_offset, sub.value))
     return sorted(pieces)
@@ -614,8 +660,8 @@ def literal_strings(node: ast.AST) -> list[str]:
 
 
 def message_of(node: ast.AST) -> str:
-    """The text a raise, assert or warning says: its literals joined in source order."""
-    return "".join(literal_strings(node))
+    """The text a raise, assert or warning says: its literals joined in source order (read once per node)."""
+    return cached_on(node, "message", lambda n: "".join(literal_strings(n)))  # type: ignore[no-any-return]
 
 
 def literal_value(node: ast.expr) -> object:

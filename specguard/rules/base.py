@@ -17,7 +17,7 @@ from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.fix_model import NodeFix
 from specguard.packs import Pack
-from specguard.program.ast_tools import span
+from specguard.program.ast_tools import span, walked
 from specguard.program.reading import parse_ast
 from specguard.program.sparse import sparse_lines
 
@@ -90,7 +90,7 @@ class RuleContext:
     def _functions(self) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
         """Every function of `tree` by name, in `ast.walk` order: the tree is walked once, not once a finding."""
         found: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-        for node in ast.walk(self.tree):
+        for node in walked(self.tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found.setdefault(node.name, []).append(node)
         return found
@@ -99,7 +99,7 @@ class RuleContext:
     def _expressions(self) -> dict[tuple[int, int, int, int], ast.AST]:
         """The first expression or keyword argument of each span in `ast.walk` order, the tree walked once."""
         found: dict[tuple[int, int, int, int], ast.AST] = {}
-        for node in ast.walk(self.tree):
+        for node in walked(self.tree):
             if isinstance(node, (ast.expr, ast.keyword)):
                 found.setdefault(span(node), node)
         return found

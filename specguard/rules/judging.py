@@ -44,7 +44,7 @@ from specguard.evaluation.values import (
 from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.packs import Pack
-from specguard.program.ast_tools import FUNCTIONS, dotted, has_decorator, same_scope, span
+from specguard.program.ast_tools import FUNCTIONS, dotted, has_decorator, same_scope, span, walked
 from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, read_class
 
 BUDGET = 40_000  # evaluation steps per function a rule asks about; more is "not decided (budget)"
@@ -361,7 +361,7 @@ def _self_calls(method: ast.AST) -> set[str]:
     """The methods a function calls on `self` (`self._run_decode_kernel(...)`)."""
     return {
         n.func.attr
-        for n in ast.walk(method)
+        for n in walked(method)
         if isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and isinstance(n.func.value, ast.Name)

@@ -40,7 +40,7 @@ from specguard.fixes.import_edits import add_import
 from specguard.fixes.layout import Layout, flat
 from specguard.fixes.query_count import QueryNames, Reached, real_count
 from specguard.packs import Pack
-from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span
+from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, source_segment, span, walked
 from specguard.program.signatures import signature
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, speculator_module
@@ -426,7 +426,7 @@ def _candidates(q: Question) -> list[Scope]:
 
 
 def _passes_a_count(node: ast.AST, sinks: set[str], counts: set[str], any_callee: bool = False) -> bool:
-    for sub in ast.walk(node):
+    for sub in walked(node):
         if isinstance(sub, ast.Call):
             name = sub.func.attr if isinstance(sub.func, ast.Attribute) else getattr(sub.func, "id", None)
             if name not in sinks and name not in ("partial", "dict") and not any_callee:
@@ -713,7 +713,7 @@ def full_or_real_fix(
         return NoFix("the rule pack names no CUDA-graph mode to test (`[padding] mode_enum`)")
     if arg.star:
         return NoFix(f"the count reaches the call inside `{arg.star}` arguments, with nothing to rewrite in place")
-    reads = (n for n in ast.walk(function) if isinstance(n, ast.Attribute) and n.attr == pad.padded_attribute)
+    reads = (n for n in walked(function) if isinstance(n, ast.Attribute) and n.attr == pad.padded_attribute)
     read = next((n for n in reads if span(n) == read_at), None)
     descriptor = dotted(read.value) if read is not None else None
     if read is None or descriptor is None:
@@ -752,9 +752,7 @@ def _rebound(function: ast.FunctionDef | ast.AsyncFunctionDef, descriptor: str, 
     ends: the mode tested at the call would then be another descriptor's."""
     start, end = (read.lineno, read.col_offset), (call.end_lineno or call.lineno, call.end_col_offset or 0)  # type: ignore[attr-defined]
     holders = {".".join(descriptor.split(".")[:i]) for i in range(1, descriptor.count(".") + 2)}
-    stores = (
-        n for n in ast.walk(function) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store)
-    )
+    stores = (n for n in walked(function) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store))
     return any(dotted(n) in holders and start < (n.lineno, n.col_offset) < end for n in stores)
 
 

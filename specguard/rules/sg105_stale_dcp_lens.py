@@ -24,7 +24,7 @@ from specguard.evaluation.values import (
     why_of,
 )
 from specguard.findings import Judgement
-from specguard.program.ast_tools import annotation_names
+from specguard.program.ast_tools import annotation_names, walked
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
     MAX_DEPTH,
@@ -156,7 +156,7 @@ def _stored(label: Label) -> Label:
 
 
 def _yields(loop: ast.stmt) -> bool:
-    return any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in ast.walk(loop))
+    return any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in walked(loop))
 
 
 def _prepared(ev: Any, name: str, node: ast.Call, frame: Frame, state: Any) -> Any:
@@ -206,7 +206,7 @@ def _may_hand_lengths(scope: Scope, names: set[str], dcp: str) -> bool:
         return False
     return any(
         isinstance(node, ast.Name) and node.id in names or isinstance(node, ast.Attribute) and node.attr in names
-        for node in ast.walk(scope.node)
+        for node in walked(scope.node)
     )
 
 

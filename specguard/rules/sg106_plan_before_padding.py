@@ -37,7 +37,7 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.packs import Pack
-from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, last_name, span
+from specguard.program.ast_tools import annotation_names, cached_on, dotted, has_decorator, last_name, span, walked
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
@@ -562,7 +562,7 @@ def _stored(method: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, list[as
 
     def read(node: ast.AST) -> dict[str, list[ast.expr]]:
         stored: dict[str, list[ast.expr]] = {}
-        for statement in ast.walk(node):
+        for statement in walked(node):
             if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
                 for target in _targets(statement):
                     if isinstance(target, ast.Attribute):
@@ -842,7 +842,7 @@ def _calls_and_stores(q: Question) -> tuple[set[tuple[str, str]], list[tuple[str
         called: set[tuple[str, str]] = set()
         stores: list[tuple[str, set[str]]] = []
         for scope in q.scopes:
-            for node in ast.walk(scope.node):
+            for node in walked(scope.node):
                 name = dotted(node.func) if isinstance(node, ast.Call) else None
                 if name and ("." not in name or name.count(".") == 1 and name.partition(".")[0] in imported):
                     called.add((scope.module.name, name))
@@ -897,7 +897,7 @@ def _attributes_and_names(function: ast.FunctionDef) -> tuple[frozenset[str], fr
     """The attribute names and the bare names a function's text uses: read once per function."""
 
     def read(node: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
-        nodes = list(ast.walk(node))
+        nodes = list(walked(node))
         return (
             frozenset(n.attr for n in nodes if isinstance(n, ast.Attribute)),
             frozenset(n.id for n in nodes if isinstance(n, ast.Name)),
@@ -1005,7 +1005,7 @@ def _predicate_fields(q: Question) -> frozenset[str]:
         first = method.args.args[0].arg if method.args.args else "self"
         fields |= {
             n.attr
-            for n in ast.walk(method)
+            for n in walked(method)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == first
         }
     return frozenset(fields)

@@ -16,7 +16,7 @@ from specguard.fixes.agreement import AGREEING as AGREEING_REDUCTIONS
 from specguard.fixes.agreement import agreement_fix
 from specguard.fixes.ast_edits import indent_unit
 from specguard.fixes.layout import Layout
-from specguard.program.ast_tools import has_decorator, span
+from specguard.program.ast_tools import has_decorator, span, walked
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext
 from specguard.rules.judging import MAX_DEPTH, OutOfBudget, Question, Scope
 
@@ -187,7 +187,7 @@ def _fix(ctx: RuleContext, judgement: Judgement) -> NodeFix | NoFix:
     if name not in AGREEING_REDUCTIONS:
         return NoFix(f"`{name}()` has no value that stands for agreeing layers; require agreement by hand")
     at = tuple(map(int, where.split(",")))
-    reduction = next((n for n in ast.walk(method) if isinstance(n, ast.Call) and span(n) == at), None)
+    reduction = next((n for n in walked(method) if isinstance(n, ast.Call) and span(n) == at), None)
     if reduction is None:
         return NoFix(f"the `{name}()` is made outside the merge, where a check could change its other callers")
     layout = Layout(ctx.facts.line_length, indent_unit(ctx.text, method))

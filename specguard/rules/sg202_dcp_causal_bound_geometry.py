@@ -29,7 +29,7 @@ from specguard.evaluation.values import (
     relabelled,
 )
 from specguard.findings import Judgement
-from specguard.program.ast_tools import span
+from specguard.program.ast_tools import span, walked
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
@@ -288,7 +288,7 @@ def _bound_node(scope: Scope, param: str) -> ast.AST | None:
     """Where the bound's value is written in the judged function: the kernel's keyword, an `.update(...)` keyword
     of the mapping it spreads, or that mapping's item (the last one written), if the function holds them."""
     found: ast.AST | None = None
-    for node in ast.walk(scope.node):
+    for node in walked(scope.node):
         if isinstance(node, ast.keyword) and node.arg == param:
             found = node.value
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:

@@ -33,7 +33,7 @@ from specguard.evaluation.values import (
 )
 from specguard.findings import Judgement
 from specguard.packs import Mla, Pack
-from specguard.program.ast_tools import cached_on, dotted, span
+from specguard.program.ast_tools import cached_on, dotted, span, walked
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
 from specguard.rules.judging import (
@@ -86,6 +86,8 @@ class _Locality(Hooks):
         # whether the question is about a run with speculative decoding on too (a constructor's refusal of the pair)
         self.speculative = set(dcp.speculative_tests) if speculative else set()
         self.unsure_stores = False  # see `_left_whole`
+        # launch-read fields left holding the whole lengths by a function that never asked whether DCP is on
+        self.unasked_stores: list[Site] = []
         self.sites: list[Site] = []
         self.localized: list[Any] = []  # lengths rewritten to this rank's share in place, by identity
         # the judged function's parameters its own code treats as the whole lengths, with the call or store that
@@ -186,10 +188,11 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and inner.name == "copy_" and args:
             if _kept_field(node, self.fields):
                 self._admits(args[0], node, frame.module)  # `metadata.global_seq_lens_k.copy_(lens)`
-            if _kept_field(node, self.kept) or isinstance(node.func.value, ast.Name):  # type: ignore[attr-defined]
-                # `metadata.seq_lens_k.copy_(lens)`, `buffer.copy_(lens)`: it holds those lengths now, whatever it
-                # held
-                ev.assign(node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
+            field = _kept_field(node, self.kept)
+            if field is not None or isinstance(node.func.value, ast.Name):  # type: ignore[attr-defined]
+                # `metadata.seq_lens_k.copy_(lens)`, `buffer.copy_(lens)`, `self.seq_lens_k[:bs].copy_(lens)`: it
+                # holds those lengths now, whatever it held
+                ev.assign(field or node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
                 return NOT_HANDLED
         handed = _planning_keyword(self.q.pack.mla, node)
         if handed is not None:  # a framework's call that plans with the lengths handed under this keyword
@@ -438,8 +441,12 @@ def _evaluation(
 
     flow = ev.run(function, bind_parameters(function, self_value, parameter, q.program))
     hooks.admitted_stores(ev)
-    if hooks.dcp_tested and hooks.kept:
-        hooks.sites.extend(_left_whole(ev, function, hooks, [state for state, _ in flow.returns]))
+    if hooks.kept:
+        left = _left_whole(ev, function, hooks, [state for state, _ in flow.returns])
+        if hooks.dcp_tested:
+            hooks.sites.extend(left)
+        else:  # whole lengths left there, with DCP never asked: whether it is on is its callers'
+            hooks.unasked_stores.extend(s for s in left if _global(s[1]))
 
 
 def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) -> list[Site]:
@@ -475,7 +482,7 @@ def _last_stores(function: ast.AST, fields: frozenset[str]) -> list[ast.Attribut
 
     def read(node: ast.AST) -> list[ast.Attribute]:
         last: dict[str, ast.Attribute] = {}
-        for inner in ast.walk(node):
+        for inner in walked(node):
             target = _kept_field(inner, fields)
             if target is not None:
                 seen = last.get(ast.unparse(target))
@@ -495,11 +502,14 @@ def _holds_whole(state: Any, attr: str) -> bool:
 
 
 def _kept_field(node: ast.AST, fields: set[str]) -> ast.Attribute | None:
-    """The field written, where `node` writes one of `fields`: `x.<field> = ...`, or `x.<field>.copy_(...)`."""
+    """The field written, where `node` writes one of `fields`: `x.<field> = ...`, or `x.<field>.copy_(...)`; a
+    slice of it copied into (`x.<field>[:bs].copy_(...)`) is the field: the rows a launch reads."""
     if isinstance(node, ast.Assign):
         return next((t for t in node.targets if isinstance(t, ast.Attribute) and t.attr in fields), None)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "copy_":
         inner = node.func.value
+        while isinstance(inner, ast.Subscript):
+            inner = inner.value
         return inner if isinstance(inner, ast.Attribute) and inner.attr in fields else None
     return None
 
@@ -525,6 +535,19 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
         first = hooks_of[0]
         if not first.dcp_tested and not _file_asks_dcp(q):
             return  # read for a launch-read field it names; nothing it runs, nor its file, asks about DCP
+        if not first.dcp_tested and first.unasked_stores and next(_callers(q, scope), None) is None:
+            # (one its class calls on itself is left to those callers: 0.5.18 calls its replay so only without DCP)
+            where, _, field, _ = first.unasked_stores[0]
+            yield q.undecided(
+                "SG203",
+                scope,
+                where,
+                f"whether the whole lengths it leaves in `.{field.attr}` (this rank's, as the launch reads them) "  # type: ignore[attr-defined]
+                "are left there under DCP",
+                "it never asks whether DCP is on (without DCP the two are the same lengths), and what its callers "
+                "run it under is not followed",
+            )
+            return
         unbounded = _unbounded(q, scope, first.unbounded)
         # where paths meet, lengths read on one of them and unknown on another are one value that carries the read:
         # each path through the tests that choose them says which paths hand the kernel the whole lengths
@@ -649,7 +672,7 @@ def _entry(kernel: ast.Call) -> str:
 
 def _compared(scope: Scope, count: str) -> ast.Compare | None:
     """A comparison in the judged function of the count a query was viewed with (`if n > 1: raise ...`)."""
-    for node in ast.walk(scope.node):
+    for node in walked(scope.node):
         if isinstance(node, ast.Compare) and count in {ast.unparse(x) for x in (node.left, *node.comparators)}:
             return node
     return None
@@ -791,7 +814,7 @@ def _holders(q: Question, klass: ClassInfo, name: str) -> Iterator[tuple[ClassIn
         held = {
             f"self.{target.attr}.{name}"
             for node in holder.methods.values()
-            for stmt in ast.walk(node)
+            for stmt in walked(node)
             if isinstance(stmt, ast.Assign)
             and isinstance(stmt.value, ast.Call)
             and isinstance(stmt.value.func, ast.Name)
@@ -882,7 +905,7 @@ def _callees(q: Question, scope: Scope, read: list[Label], chain: tuple[ast.AST,
         lines = range(other.node.lineno, (other.node.end_lineno or 0) + 1)
         if other is scope or not all(x.path == home and x.span[0] in lines for x in read):
             continue
-        inside = {id(n) for n in ast.walk(other.node) if isinstance(n, ast.Call)}
+        inside = {id(n) for n in walked(other.node) if isinstance(n, ast.Call)}
         if any(id(call) in inside for call in chain[1:]) and any(j.decided for j in _judged(q, other)):
             return True
     return False
