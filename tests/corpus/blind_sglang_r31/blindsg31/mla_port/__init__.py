@@ -1,0 +1,1 @@
+"""Vendor port of SGLang's MLA attention backends under decode context parallel."""

@@ -1,0 +1,1 @@
+"""Rollout engine: speculative decoding inside SGLang for RL post-training."""
