@@ -4,7 +4,7 @@ not plan again."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -110,14 +110,25 @@ def _owned_as(func: Any, paths: set[tuple[str, ...]]) -> bool:
 
 class _Forwards:
     """Forwards as the pack names them: by their last name (`forward`), by the end of their dotted name
-    (`eager_runner.execute`), or by the class that defines them (`EagerRunner.execute`)."""
+    (`eager_runner.execute`), or by the class that defines them (`EagerRunner.execute`), that of the object it is
+    called on included where the judged instance holds it as a parameter of a declared class
+    (`self.target_runner = runner`, `runner: ModelRunner`)."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = {name for name in names if "." not in name}
         self.paths = {tuple(name.split(".")) for name in names if "." in name}
 
-    def match(self, name: str | None, node: ast.Call, func: Any) -> bool:
-        return name in self.names or called_as(node, self.paths) is not None or _owned_as(func, self.paths)
+    def match(
+        self, name: str | None, node: ast.Call, func: Any, held: Callable[[str], list[str]] | None = None
+    ) -> bool:
+        if name in self.names or called_as(node, self.paths) is not None or _owned_as(func, self.paths):
+            return True
+        inner = plain(func)
+        receiver = plain(inner.receiver) if isinstance(inner, Method) else None
+        if held is None or not isinstance(receiver, Sym) or receiver.name.count(".") != 1:
+            return False
+        owner, _, attr = receiver.name.partition(".")
+        return owner == "self" and any((klass, inner.name) in self.paths for klass in held(attr))  # type: ignore[union-attr]
 
 
 def _name(func: Any) -> str | None:
@@ -186,6 +197,7 @@ class _Batches(Hooks):
         self.always_when = [tuple(test.split(".")) for test in names.replan_always_when]
         self.always_forwards = _Forwards(names.replan_always_forwards)
         self.always_planned: set[Label] = set()  # plans made where one of `replan_always_when` held
+        self.owner: ClassInfo | None = None  # the judged instance's class (its held objects' declared classes)
         self.shapes: dict[Label, tuple[Any, Any]] = {}  # each plan -> the batch's count and tokens it was made for
         self.events: list[Event] = []
         self.undecided: list[tuple[ast.AST, str]] = []
@@ -269,7 +281,7 @@ class _Batches(Hooks):
             replans = any(plain(kwargs.get(keyword)) is True for keyword in self.replan_keywords)
             batches = self.batches_in(args, kwargs)
             if (
-                self.always_forwards.match(name, node, func)
+                self.always_forwards.match(name, node, func, self._held_classes)
                 and batches
                 and all(self._replanned_always(ev, batch, node, frame, state) for batch in batches)
             ):
@@ -312,8 +324,12 @@ class _Batches(Hooks):
         if not setting and not _holds_planner(self.q, obj.cls, attr):
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
-        useful = _setting(kept) if setting else isinstance(plain(kept), Obj)
+        useful = _setting(kept) if setting else isinstance(plain(kept), (Obj, Function))
         return kept if useful else NOT_HANDLED
+
+    def _held_classes(self, attr: str) -> list[str]:
+        """The names of the class, and of its bases, of what the judged instance holds as `self.<attr>`."""
+        return _held_classes(self.q, self.owner, attr) if self.owner is not None else []
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
         return writes_of(self.q, _Batches(self.q, self.fields), function, me, unknown_parameter, writes, own_calls=True)
@@ -533,8 +549,10 @@ def _settings_only(q: Question, cls: ClassInfo, attr: str) -> bool:
 def _holds_planner(q: Question, cls: ClassInfo, attr: str) -> bool:
     """Whether every write of `self.<attr>` in the lineage builds a helper of the tree that plans through another
     object (`self.planner = DraftBatchPlanner(backend)`, whose `plan(batch)` plans on the backend it keeps and marks
-    the batch): its methods then run. Not a backend or a runner (a class defining a plan or a forward itself),
-    whose calls the rule reads by name."""
+    the batch), or stores a function of the tree that plans, as it is or as a function made by one
+    (`self._plan = plan_and_mark`, `self._plan = make_planner(backend, replan=False)`, a closure): its methods, or
+    it, then run. Not a backend or a runner (a class defining a plan or a forward itself), whose calls the rule
+    reads by name."""
     key = ("sg106-planner", cls.key, attr)
     if key not in q.program.memo:
         values = [
@@ -543,8 +561,43 @@ def _holds_planner(q: Question, cls: ClassInfo, attr: str) -> bool:
             for value in _stored(method).get(attr, ())
         ]
         built = {(home, dotted(v.func) or "") for home, v in values if isinstance(v, ast.Call)}
-        q.program.memo[key] = len(built) == len(values) == 1 and _plans_through_another(q, *next(iter(built)))
+        helper = len(built) == len(values) == 1 and _plans_through_another(q, *next(iter(built)))
+        q.program.memo[key] = helper or bool(values) and all(_function_that_plans(q, *found) for found in values)
     return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _held_classes(q: Question, cls: ClassInfo, attr: str) -> list[str]:
+    """Where every write of `self.<attr>` in the lineage stores a parameter of its writer whose annotation names a
+    class of the tree (`self.target_runner = runner`, `runner: "ModelRunner"`), and all name one: its name and its
+    bases' names; else none."""
+    key = ("sg106-held-classes", cls.key, attr)
+    if key not in q.program.memo:
+        found: set[tuple[str, str]] = set()
+        held: ClassInfo | None = None
+        for klass, method in writers(cls, q.program, attr):
+            params = {
+                a.arg: a.annotation for a in [*method.args.posonlyargs, *method.args.args, *method.args.kwonlyargs]
+            }
+            for value in _stored(method).get(attr, ()):
+                annotation = params.get(value.id) if isinstance(value, ast.Name) else None
+                if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+                    annotation = ast.Name(annotation.value) if annotation.value.isidentifier() else None
+                held = q.program.resolve_class(klass.module, dotted(annotation) or "") if annotation else None
+                found.add(held.key if held is not None else ("", ""))
+        q.program.memo[key] = (
+            [k.name for k in q.program.ancestors(held)] if held is not None and len(found) == 1 else []
+        )
+    return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _function_that_plans(q: Question, module: str, value: ast.expr) -> bool:
+    """Whether `value` names a function of the tree whose text plans, or calls one that makes such a function (a
+    closure it defines and returns)."""
+    name = dotted(value.func) if isinstance(value, ast.Call) else dotted(value)
+    found = q.program.resolve(module, name) if name else None
+    if not (isinstance(found, tuple) and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef))):
+        return False
+    return not _attributes_and_names(found[1])[0].isdisjoint(q.pack.batches.plan)
 
 
 def _plans_through_another(q: Question, module: str, name: str) -> bool:
@@ -929,6 +982,7 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
 
     def run(choices: Choices) -> _Batches:
         hooks = _Batches(q, fields)
+        hooks.owner = scope.cls
         ev = q.evaluator(hooks)
         ev.choices = choices
         bindings = _bindings(q, scope, fields)
