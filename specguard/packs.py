@@ -272,6 +272,9 @@ class Batches(_Section):
     # the framework's own methods that plan the batch they are handed (optional): a file that calls one is read
     # even where its own text names no plan
     plan_helpers: list[str] = field(default_factory=list)
+    # the batch's methods that mark its metadata planned (optional): a file that calls one plans somewhere, maybe only
+    # through a helper of another module (`plan_and_mark`), so it is read too
+    marks: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -310,6 +313,7 @@ class Pack:
             *self.mla.planning_call_holders,
             *self.batches.plan,
             *self.batches.plan_helpers,
+            *self.batches.marks,
         ]
         names += [n for n in (self.mla.global_bound_param, self.mla.dcp_flag_param, self.batches.replan_predicate) if n]
         return tuple(sorted({n.encode() for n in names if n}))
@@ -334,6 +338,7 @@ class Pack:
             *self.mla.planning_call_holders,
             *self.batches.plan,
             *self.batches.plan_helpers,
+            *self.batches.marks,
             *([self.batches.replan_predicate] if self.batches.replan_predicate else []),
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}

@@ -110,25 +110,32 @@ def _owned_as(func: Any, paths: set[tuple[str, ...]]) -> bool:
 
 class _Forwards:
     """Forwards as the pack names them: by their last name (`forward`), by the end of their dotted name
-    (`eager_runner.execute`), or by the class that defines them (`EagerRunner.execute`), that of the object it is
-    called on included where the judged instance holds it as a parameter of a declared class
-    (`self.target_runner = runner`, `runner: ModelRunner`)."""
+    (`eager_runner.execute`), or by the class that defines them (`EagerRunner.execute`)."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = {name for name in names if "." not in name}
         self.paths = {tuple(name.split(".")) for name in names if "." in name}
 
-    def match(
-        self, name: str | None, node: ast.Call, func: Any, held: Callable[[str], list[str]] | None = None
-    ) -> bool:
-        if name in self.names or called_as(node, self.paths) is not None or _owned_as(func, self.paths):
+    def match(self, name: str | None, node: ast.Call, func: Any) -> bool:
+        return name in self.names or called_as(node, self.paths) is not None or _owned_as(func, self.paths)
+
+    def match_receiver(self, name: str | None, node: ast.Call, func: Any, held: Callable[[str], list[str]]) -> bool:
+        """`match`, or by the class of the object it is called on where the judged instance holds that as a parameter
+        of a declared class (`self.target_runner = runner`, `runner: ModelRunner`), or by the last name of one of
+        these where that object's class is not known (`runner.forward(batch)`: taken for the framework's forward,
+        as the pack's `forwards` take a call of that name)."""
+        if self.match(name, node, func):
             return True
         inner = plain(func)
-        receiver = plain(inner.receiver) if isinstance(inner, Method) else None
-        if held is None or not isinstance(receiver, Sym) or receiver.name.count(".") != 1:
+        if not isinstance(inner, Method):
             return False
-        owner, _, attr = receiver.name.partition(".")
-        return owner == "self" and any((klass, inner.name) in self.paths for klass in held(attr))  # type: ignore[union-attr]
+        receiver = plain(inner.receiver)
+        if isinstance(receiver, Sym) and receiver.name.count(".") == 1:
+            owner, _, attr = receiver.name.partition(".")
+            classes = held(attr) if owner == "self" else []
+            if classes:
+                return any((klass, inner.name) in self.paths for klass in classes)
+        return inner.name in {path[-1] for path in self.paths}
 
 
 def _name(func: Any) -> str | None:
@@ -281,7 +288,7 @@ class _Batches(Hooks):
             replans = any(plain(kwargs.get(keyword)) is True for keyword in self.replan_keywords)
             batches = self.batches_in(args, kwargs)
             if (
-                self.always_forwards.match(name, node, func, self._held_classes)
+                self.always_forwards.match_receiver(name, node, func, self._held_classes)
                 and batches
                 and all(self._replanned_always(ev, batch, node, frame, state) for batch in batches)
             ):
@@ -324,7 +331,7 @@ class _Batches(Hooks):
         if not setting and not _holds_planner(self.q, obj.cls, attr):
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
-        useful = _setting(kept) if setting else isinstance(plain(kept), (Obj, Function))
+        useful = _setting(kept) if setting else isinstance(plain(kept), (Obj, Function, Partial, dict, list, tuple))
         return kept if useful else NOT_HANDLED
 
     def _held_classes(self, attr: str) -> list[str]:
@@ -591,8 +598,15 @@ def _held_classes(q: Question, cls: ClassInfo, attr: str) -> list[str]:
 
 
 def _function_that_plans(q: Question, module: str, value: ast.expr) -> bool:
-    """Whether `value` names a function of the tree whose text plans, or calls one that makes such a function (a
-    closure it defines and returns)."""
+    """Whether `value` names a function of the tree whose text plans, calls one that makes such a function (a
+    closure it defines and returns), binds one (`functools.partial(plan_and_mark, backend)`), or is a table of
+    those (`{ForwardMode.DECODE: partial(...), ...}`, a list, a tuple)."""
+    if isinstance(value, ast.Dict):
+        return bool(value.values) and all(_function_that_plans(q, module, v) for v in value.values)
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return bool(value.elts) and all(_function_that_plans(q, module, v) for v in value.elts)
+    if isinstance(value, ast.Call) and (dotted(value.func) or "").rpartition(".")[2] == "partial" and value.args:
+        return _function_that_plans(q, module, value.args[0])
     name = dotted(value.func) if isinstance(value, ast.Call) else dotted(value)
     found = q.program.resolve(module, name) if name else None
     if not (isinstance(found, tuple) and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef))):
@@ -1080,9 +1094,9 @@ def check(ctx: RuleContext) -> Iterator[Diagnostic]:
 
 
 def _plans(facts: Any, pack: Pack, mentions: frozenset[str]) -> bool:
-    """A file that names a plan or one of the framework's methods that plan, or asks the batch whether to plan (and
-    may plan through an inherited method)."""
-    names = [*pack.batches.plan, *pack.batches.plan_helpers, pack.batches.replan_predicate]
+    """A file that names a plan or one of the framework's methods that plan, marks a batch planned (and may plan
+    through a helper it imports), or asks the batch whether to plan (and may plan through an inherited method)."""
+    names = [*pack.batches.plan, *pack.batches.plan_helpers, *pack.batches.marks, pack.batches.replan_predicate]
     return any(name in mentions for name in names if name)
 
 
@@ -1301,10 +1315,10 @@ RULE = Rule(
             "Only functions that name a planning call and a forward, or a function or method of theirs (one their "
             "class inherits, one of the tree they call, a method of a class of the tree they build) whose text "
             "does, are judged, in files whose text names a planning call, one of the framework's planning methods "
-            "the pack lists (`plan_helpers`) or the re-plan predicate: a function that reaches the plan or the "
-            "forward only through another object's method is judged where that method's own text names both, and "
-            "a file that plans only through a helper of another module, a helper object it builds or a method its "
-            "classes inherit, none listed, is not read."
+            "the pack lists (`plan_helpers`), the batch's mark (`marks`) or the re-plan predicate: a function that "
+            "reaches the plan or the forward only through another object's method is judged where that method's "
+            "own text names both, and a file that plans only through a helper of another module, a helper object "
+            "it builds or a method its classes inherit, none listed, and marks no batch, is not read."
         ),
         Limit(
             "A forward's decision to plan again is the batch's predicate alone. SGLang 0.5.23's eager runner also "
