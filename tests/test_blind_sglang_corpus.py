@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r31, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r32, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -42,7 +42,8 @@ SETS = {
     "twenty-eighth": ("blind_sglang_r28", "blindsg28", (50, 100), 44, 1),
     "twenty-ninth": ("blind_sglang_r29", "blindsg29", (50, 100), 48, 1),
     "thirtieth": ("blind_sglang_r30", "blindsg30", (50, 100), 41, 2),
-    "thirty-first": ("blind_sglang_r31", "blindsg31", (50, 100), 30, 4),
+    "thirty-first": ("blind_sglang_r31", "blindsg31", (50, 100), 31, 2),
+    "thirty-second": ("blind_sglang_r32", "blindsg32", (50, 100), 37, 1),
 }
 
 
