@@ -154,3 +154,56 @@ def test_a_second_save_within_one_mtime_tick_is_never_served_from_the_cache(tmp_
     os.utime(leaf, ns=(first.st_atime_ns, first.st_mtime_ns))
     assert leaf.stat().st_size == first.st_size
     assert run(root) == ["leaf.py:7:SG101"]
+
+
+PLANNED_AHEAD = """
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+from fork.impl import mark
+
+
+def step(runner, backend, forward_batch: ForwardBatch):
+    backend.init_forward_metadata(forward_batch)
+    mark(forward_batch)
+    return runner.forward(forward_batch)
+"""
+IMPL = """
+from fork.flags import REPLAN
+
+
+def mark(forward_batch):
+    forward_batch.mark_forward_metadata_ready(replan_equivalent=REPLAN)
+"""
+
+
+def test_a_module_two_files_reach_through_a_name_kept_once_is_a_dependency_of_both(tmp_path: Path) -> None:
+    """a.py and b.py both mark through `fork.impl.mark`, whose flag `fork.impl` imports from `fork.flags`: the
+    evaluation resolves that name once and keeps it, and the second file judged must still depend on `fork.flags`
+    (the kept name reads it again), so that changing only flags.py re-judges both in a warm run."""
+    from specguard.packs import load_pack
+    from tests.conftest import unpacked
+
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    (tmp_path / "sglang").symlink_to(unpacked("sglang", "0.5.23"))
+    files = {
+        "__init__.py": "",
+        "flags.py": "REPLAN = False\n",
+        "impl.py": IMPL,
+        "a.py": PLANNED_AHEAD,
+        "b.py": PLANNED_AHEAD,
+    }
+    for name, text in files.items():
+        (fork / name).write_text(text)
+    a_minute_ago = time.time() - 60
+    for path in fork.iterdir():
+        os.utime(path, (a_minute_ago, a_minute_ago))
+    settings = Settings(root=tmp_path, cache_dir=tmp_path / "cache")
+    pack = load_pack(builtin=("vllm", "sglang"))
+
+    def findings() -> list[str]:
+        return sorted(f"{Path(f.path).name}:{f.code}" for f in check_paths([fork], settings, pack=pack).findings)
+
+    assert findings() == ["a.py:SG106", "b.py:SG106"]
+    bump(fork / "flags.py", "REPLAN = True\n")
+    assert findings() == []

@@ -273,10 +273,10 @@ class SourceTree:
     # read (missing, unreadable, a special file, a link out), module -> why. A hazard that found nothing while its
     # evidence had a gap was not judged: the gap may hold what it looks for.
     gaps: dict[str, str] | None = None
-    # What `resolve` and `ancestors` found, asked again and again by every evaluation: kept while no gaps are tracked
-    # (a hazard tracking them must meet each gap itself).
-    # Each with the modules computing it read, which are read again (`module`) wherever it is reused: a reader that
-    # records the files a judgement depends on (the cache's) sees the same reads.
+    # What `resolve` and `ancestors` found, asked again and again by every evaluation, kept while no gaps are tracked
+    # (a hazard tracking them must meet each gap itself), each with the modules computing it read: those are read
+    # again (`module`) wherever it is reused, so that what records the files a judgement depends on (the cache) sees
+    # the same reads.
     _resolved: dict[tuple[str, str], tuple[object | None, frozenset[str]]] = field(default_factory=dict)
     _lineages: dict[int, tuple[tuple[ClassInfo, list[ClassInfo]], frozenset[str]]] = field(default_factory=dict)
     _reading: list[set[str]] = field(default_factory=list)  # per `_kept` computation under way: the modules read
