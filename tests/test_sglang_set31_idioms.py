@@ -1,8 +1,8 @@
 """What blind SGLang sets 31 and 32 (issue 29) showed SG106 and SG203 getting wrong, written as those sets' forks are,
 each checked beside SGLang 0.5.23's real tree with its finding (or its absence, or its listing as not decided):
 
-- a planner function held in a field: a closure a factory of the tree made in `__init__`, or a table of partials of a
-  planning helper (SG106 runs it where it is called);
+- a planner function held in a field: a closure a factory of the tree made in `__init__`, a table of partials of a
+  planning helper, or a function of the tree stored by its name (SG106 runs it where it is called);
 - a target verify planned ahead and made sure of by an `assert`, forwarded on a runner held as a typed parameter or
   on one whose class is not known (the eager runner plans it again);
 - a file whose only planning is a helper of another module, but which marks a batch planned (it is read);
@@ -46,6 +46,35 @@ class RolloutLoop:
 def test_a_planner_closure_held_in_a_field_runs_where_called(tmp_path: Path, replan: str, flagged: bool) -> None:
     """Set 31's `RolloutLoop.step` and `ReplanningRolloutLoop.step`."""
     found = check_fork_beside_sglang(tmp_path, {"loops.py": textwrap.dedent(PLANNER_FACTORY).replace("REPLAN", replan)})
+    assert [f.code for f in found.findings] == (["SG106"] if flagged else []), found.findings
+
+
+PLAIN_FUNCTION = """
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+
+def plan_now(forward_batch: ForwardBatch) -> None:
+    forward_batch.attn_backend.init_forward_metadata(forward_batch)
+    forward_batch.mark_forward_metadata_ready(replan_equivalent=REPLAN)
+
+
+class HookedLoop:
+    def __init__(self, runner):
+        self.runner = runner
+        self._plan = plan_now
+
+    def step(self, forward_batch: ForwardBatch):
+        self._plan(forward_batch)
+        return self.runner.forward(forward_batch)
+"""
+
+
+@pytest.mark.parametrize(("replan", "flagged"), [("False", True), ("True", False)], ids=["kept", "replanned"])
+def test_a_planning_function_held_in_a_field_by_its_name_runs_where_called(
+    tmp_path: Path, replan: str, flagged: bool
+) -> None:
+    """A name stored in a field reads like a setting; here it is a function that plans, run where it is called."""
+    found = check_fork_beside_sglang(tmp_path, {"loops.py": textwrap.dedent(PLAIN_FUNCTION).replace("REPLAN", replan)})
     assert [f.code for f in found.findings] == (["SG106"] if flagged else []), found.findings
 
 

@@ -328,11 +328,16 @@ class _Batches(Hooks):
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED
         setting = _settings_only(self.q, obj.cls, attr)
-        if not setting and not _holds_planner(self.q, obj.cls, attr):
+        # A name stored there may be a setting or a planning function (`self._plan = plan_and_mark`): either kept.
+        planner = _holds_planner(self.q, obj.cls, attr)
+        if not setting and not planner:
             return NOT_HANDLED
         kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
-        useful = _setting(kept) if setting else isinstance(plain(kept), (Obj, Function, Partial, dict, list, tuple))
-        return kept if useful else NOT_HANDLED
+        if setting and _setting(kept):
+            return kept
+        if planner and isinstance(plain(kept), (Obj, Function, Partial, dict, list, tuple)):
+            return kept
+        return NOT_HANDLED
 
     def _held_classes(self, attr: str) -> list[str]:
         """The names of the class, and of its bases, of what the judged instance holds as `self.<attr>`."""
