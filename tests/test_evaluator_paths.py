@@ -19,7 +19,7 @@ from specguard.evaluation.choices import Path as TakenPath
 from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.program import Parsed, Program
-from specguard.evaluation.values import Abstract, Function, Label, OneOf, known, plain
+from specguard.evaluation.values import Abstract, Function, Label, OneOf, Sym, known, plain
 from specguard.program.modules import ModuleLocator
 
 
@@ -487,3 +487,62 @@ def test_a_side_of_an_undecided_choice_that_raises_is_a_raising_path(flag: bool)
     assert len(flow.raises) == 2 and all(s.raised and "ZeroDivisionError" in s.raised for s in flow.raises)
     ((_, returned),) = flow.returns
     assert plain(plain(returned)[0]) is None, returned
+
+
+ENDLESS = """
+def fn(n):
+    attempt = 0
+    state = 0
+    while True:
+        try:
+            state = 1
+            reserve(n)
+            state = 2
+            break
+        except MemoryError:
+            attempt += 1
+            if attempt > n:
+                raise
+    return state
+"""
+
+
+def test_an_endless_loop_is_left_by_its_breaks_only() -> None:
+    """`while True:` retried in a handler: CPython returns only what the `break` left (an SG106 false positive of
+    blind set 33, `DraftRetryPolicy.run_with_retries`, read the state after a round as a way out). `reserve` is
+    not in the tree: the evaluator knows it may raise anything."""
+    calls = iter([MemoryError, None])
+
+    def reserve(n: int) -> None:
+        raised = next(calls)
+        if raised is not None:
+            raise raised()
+
+    scope: dict[str, Any] = {"reserve": reserve}
+    exec(compile(textwrap.dedent(ENDLESS), "generated.py", "exec"), scope)  # noqa: S102 - a program written here
+    assert scope["fn"](3) == 2
+    assert _possible(_returns(ENDLESS, {"n": Abstract()})) == {2}
+
+
+ASSERTED_EQUAL = """
+def fn(worker):
+    assert worker.num_steps == 1
+    ran = 0
+    for i in range(worker.num_steps):
+        if i == worker.num_steps - 1:
+            break
+        ran += 1
+    return ran
+"""
+
+
+def test_a_name_found_equal_to_a_constant_is_that_constant() -> None:
+    """`assert worker.num_steps == 1`: on the path that goes on, `range(worker.num_steps)` runs once and breaks
+    before the rest of its body (an SG106 false positive of blind set 33, `TreeDraftWorker.draft_single_step`,
+    whose step loop never reaches a forward)."""
+
+    class Worker:
+        num_steps = 1
+
+    assert _python(ASSERTED_EQUAL, Worker()) == 0
+    assert _possible(_returns(ASSERTED_EQUAL, {"worker": Sym("worker")})) == {0}

@@ -334,7 +334,8 @@ class Statements(Builtins):
         truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
         if truth is False:
             return self.exec_block(stmt.orelse, frame, state)
-        return self._loop_unknown(stmt, None, stmt.body, frame, state)
+        # `while True:` is left by a `break` only (or a return or a raise), never where a round ends
+        return self._loop_unknown(stmt, None, stmt.body, frame, state, endless=truth is True)
 
     def _s_for(self, stmt: ast.For | ast.AsyncFor, frame: Frame, state: State) -> Flow:
         iterable = self.eval(stmt.iter, frame, state)
@@ -390,14 +391,22 @@ class Statements(Builtins):
         return Flow(normal=after, returns=res.returns)
 
     def _loop_unknown(
-        self, stmt: ast.stmt, element: Any, body: list[ast.stmt], frame: Frame, state: State, first: Any = None
+        self,
+        stmt: ast.stmt,
+        element: Any,
+        body: list[ast.stmt],
+        frame: Frame,
+        state: State,
+        first: Any = None,
+        endless: bool = False,
     ) -> Flow:
         """A loop that runs an unknown number of times: its body runs from the state before it and from the state
-        after each run until its locals settle (LOOP_ROUNDS at most), and every one of those states is a way out.
-        `first`, where known, is the target's value on the first run (`for i in range(n)`: 0)."""
+        after each run until its locals settle (LOOP_ROUNDS at most), and every one of those states is a way out
+        (`endless`, a test that is always true: only its breaks are). `first`, where known, is the target's value
+        on the first run (`for i in range(n)`: 0)."""
         flow = Flow()
         target = getattr(stmt, "target", None)
-        exits: list[State] = [state]
+        exits: list[State] = [] if endless else [state]
         current = state
         containers = _containers(state)
         unsettled: set[str] = set()
@@ -413,7 +422,8 @@ class Statements(Builtins):
             unsettled = _changed(current, again) if again is not None else set()
             if again is None or (not unsettled and current.writes.keys() == again.writes.keys()):
                 break  # its locals (and the objects' attributes it writes) settled
-            exits.append(again)
+            if not endless:
+                exits.append(again)
             current = again
         after = merge(exits, self.kept)
         if after is not None:
@@ -422,7 +432,7 @@ class Statements(Builtins):
                 value = settled(after.locals[name])
                 after.locals[name] = unknown_from(value, keep=frozenset(x.kind for x in labels_of(value)))
             after.path = state.path
-            orelse = getattr(stmt, "orelse", [])
+            orelse = [] if endless else getattr(stmt, "orelse", [])
             if orelse:
                 res = self.exec_block(orelse, frame, after)
                 flow.returns += res.returns
@@ -692,6 +702,8 @@ class Statements(Builtins):
             return self._narrow_by_the_other_operands(test, truth, frame, state)
         if isinstance(test, ast.Name) and test.id in state.locals:
             return self._narrow_local(test, truth, frame, state)
+        if self._narrow_equal(test, truth, frame, state):
+            return state
         if not (
             isinstance(test, ast.Compare)
             and len(test.ops) == 1
@@ -713,6 +725,34 @@ class Statements(Builtins):
         else:
             self.store(self.eval(target.value, frame, state), target.attr, value, state)
         return state
+
+    def _narrow_equal(self, test: ast.expr, truth: bool, frame: Frame, state: State) -> bool:
+        """`x == 1` found true (`x != 1` false), `x` a name or attribute the path knows only by its name: it is 1
+        there (`assert self.num_steps == 1`, then `range(self.num_steps)` runs once). Not a value the evaluation
+        knows anything of (a tensor compares element-wise)."""
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+            return False
+        if isinstance(test.ops[0], ast.Eq) != truth:
+            return False
+        target, constant = test.left, test.comparators[0]
+        if isinstance(target, ast.Constant):
+            target, constant = constant, target
+        if not (
+            isinstance(constant, ast.Constant)
+            and type(constant.value) in (int, str, bool)
+            and isinstance(target, (ast.Name, ast.Attribute))
+        ):
+            return False
+        if isinstance(target, ast.Name) and target.id not in state.locals:
+            return False
+        current = plain(self.eval(target, frame, state))
+        if not (isinstance(current, Sym) or current is UNKNOWN):
+            return False
+        if isinstance(target, ast.Name):
+            state.locals[target.id] = constant.value
+        else:
+            self.store(self.eval(target.value, frame, state), target.attr, constant.value, state)
+        return True
 
     def _narrow_options(self, test: ast.Call, truth: bool, frame: Frame, state: State) -> None:
         """`mode.is_idle()` found `truth` where `mode` is one of a few known values (a mode set under a test the
