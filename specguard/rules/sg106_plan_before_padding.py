@@ -753,16 +753,17 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
             if cls is not None and _plain_class(q, cls):
                 bindings[param.arg] = Obj(cls, label=param.arg)  # `handle: DraftRunnerHandle`: its methods run
             elif cls is not None:
-                record = _record_holding_a_batch(q, cls, fields)
+                record = _record_holding_a_batch(q, cls, fields, param.arg)
                 if record is not None:
                     bindings[param.arg] = record
     return bindings
 
 
-def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str]) -> Obj | None:
-    """A dataclass handed in that declares a field of the batch's type (`ctx: StepContext`, whose `forward_batch:
-    ForwardBatch` its caller filled): that field is a fresh batch, every other field unknown (its caller filled it,
-    not with the declared default)."""
+def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str], name: str) -> Obj | None:
+    """A dataclass handed in as parameter `name` that declares a field of the batch's type (`ctx: StepContext`,
+    whose `forward_batch: ForwardBatch` its caller filled): that field is a fresh batch, every other field a value
+    known by its name (its caller filled it, not with the declared default; what a test asks of it, `assert
+    batch.forward_mode.is_idle()`, holds at every read, and of a batch made from it)."""
     if q.program.is_enum(cls) or not any(has_decorator(k.node, "dataclass") for k in q.program.ancestors(cls)):
         return None
     declared = {name: note for klass in q.program.ancestors(cls) for name, note in klass.annotations.items()}
@@ -770,11 +771,11 @@ def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str])
     batches = [name for name, annotation in declared.items() if annotation_names(annotation) & types]
     if not batches:
         return None
-    values: dict[str, Any] = dict.fromkeys(declared, UNKNOWN)
-    for name in batches:
-        annotation = dotted(declared[name]) or ""
-        values[name] = fresh_batch(q, q.program.resolve_class(cls.module, annotation), fields)
-    return Obj(cls, values, label="record")
+    values: dict[str, Any] = {field: Sym(f"{name}.{field}") for field in declared}
+    for field in batches:
+        annotation = dotted(declared[field]) or ""
+        values[field] = fresh_batch(q, q.program.resolve_class(cls.module, annotation), fields)
+    return Obj(cls, values, label=name)
 
 
 def _plain_class(q: Question, cls: ClassInfo) -> bool:
