@@ -1,0 +1,1 @@
+"""Decode-context-parallel ports of the MLA attention backends."""

@@ -1,0 +1,1 @@
+"""Draft-side extensions: tree drafting, block drafters, overlap workers."""
