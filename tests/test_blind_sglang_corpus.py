@@ -44,7 +44,7 @@ SETS = {
     "thirtieth": ("blind_sglang_r30", "blindsg30", (50, 100), 41, 2),
     "thirty-first": ("blind_sglang_r31", "blindsg31", (50, 100), 31, 2),
     "thirty-second": ("blind_sglang_r32", "blindsg32", (50, 100), 37, 1),
-    "thirty-third": ("blind_sglang_r33", "blindsg33", (50, 100), 27, 1),
+    "thirty-third": ("blind_sglang_r33", "blindsg33", (50, 100), 27, 2),
 }
 
 

@@ -489,41 +489,6 @@ def test_a_side_of_an_undecided_choice_that_raises_is_a_raising_path(flag: bool)
     assert plain(plain(returned)[0]) is None, returned
 
 
-ENDLESS = """
-def fn(n):
-    attempt = 0
-    state = 0
-    while True:
-        try:
-            state = 1
-            reserve(n)
-            state = 2
-            break
-        except MemoryError:
-            attempt += 1
-            if attempt > n:
-                raise
-    return state
-"""
-
-
-def test_an_endless_loop_is_left_by_its_breaks_only() -> None:
-    """`while True:` retried in a handler: CPython returns only what the `break` left (an SG106 false positive of
-    blind set 33, `DraftRetryPolicy.run_with_retries`, read the state after a round as a way out). `reserve` is
-    not in the tree: the evaluator knows it may raise anything."""
-    calls = iter([MemoryError, None])
-
-    def reserve(n: int) -> None:
-        raised = next(calls)
-        if raised is not None:
-            raise raised()
-
-    scope: dict[str, Any] = {"reserve": reserve}
-    exec(compile(textwrap.dedent(ENDLESS), "generated.py", "exec"), scope)  # noqa: S102 - a program written here
-    assert scope["fn"](3) == 2
-    assert _possible(_returns(ENDLESS, {"n": Abstract()})) == {2}
-
-
 ASSERTED_EQUAL = """
 def fn(worker):
     assert worker.num_steps == 1

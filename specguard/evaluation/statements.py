@@ -334,8 +334,7 @@ class Statements(Builtins):
         truth = self.truth(self.eval(stmt.test, frame, state), frame, state)
         if truth is False:
             return self.exec_block(stmt.orelse, frame, state)
-        # `while True:` is left by a `break` only (or a return or a raise), never where a round ends
-        return self._loop_unknown(stmt, None, stmt.body, frame, state, endless=truth is True)
+        return self._loop_unknown(stmt, None, stmt.body, frame, state)
 
     def _s_for(self, stmt: ast.For | ast.AsyncFor, frame: Frame, state: State) -> Flow:
         iterable = self.eval(stmt.iter, frame, state)
@@ -391,22 +390,14 @@ class Statements(Builtins):
         return Flow(normal=after, returns=res.returns)
 
     def _loop_unknown(
-        self,
-        stmt: ast.stmt,
-        element: Any,
-        body: list[ast.stmt],
-        frame: Frame,
-        state: State,
-        first: Any = None,
-        endless: bool = False,
+        self, stmt: ast.stmt, element: Any, body: list[ast.stmt], frame: Frame, state: State, first: Any = None
     ) -> Flow:
         """A loop that runs an unknown number of times: its body runs from the state before it and from the state
-        after each run until its locals settle (LOOP_ROUNDS at most), and every one of those states is a way out
-        (`endless`, a test that is always true: only its breaks are). `first`, where known, is the target's value
-        on the first run (`for i in range(n)`: 0)."""
+        after each run until its locals settle (LOOP_ROUNDS at most), and every one of those states is a way out.
+        `first`, where known, is the target's value on the first run (`for i in range(n)`: 0)."""
         flow = Flow()
         target = getattr(stmt, "target", None)
-        exits: list[State] = [] if endless else [state]
+        exits: list[State] = [state]
         current = state
         containers = _containers(state)
         unsettled: set[str] = set()
@@ -422,8 +413,7 @@ class Statements(Builtins):
             unsettled = _changed(current, again) if again is not None else set()
             if again is None or (not unsettled and current.writes.keys() == again.writes.keys()):
                 break  # its locals (and the objects' attributes it writes) settled
-            if not endless:
-                exits.append(again)
+            exits.append(again)
             current = again
         after = merge(exits, self.kept)
         if after is not None:
@@ -432,7 +422,7 @@ class Statements(Builtins):
                 value = settled(after.locals[name])
                 after.locals[name] = unknown_from(value, keep=frozenset(x.kind for x in labels_of(value)))
             after.path = state.path
-            orelse = [] if endless else getattr(stmt, "orelse", [])
+            orelse = getattr(stmt, "orelse", [])
             if orelse:
                 res = self.exec_block(orelse, frame, after)
                 flow.returns += res.returns
