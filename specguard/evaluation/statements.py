@@ -710,10 +710,7 @@ class Statements(Builtins):
         value = None if isinstance(test.ops[0], ast.Is) == truth else not_none(current)
         if value is current:
             return state
-        if isinstance(target, ast.Name):
-            state.locals[target.id] = value
-        else:
-            self.store(self.eval(target.value, frame, state), target.attr, value, state)
+        self._bind_tested(target, value, frame, state)
         return state
 
     def _narrow_equal(self, test: ast.expr, truth: bool, frame: Frame, state: State) -> bool:
@@ -738,11 +735,15 @@ class Statements(Builtins):
         current = plain(self.eval(target, frame, state))
         if not (isinstance(current, Sym) or current is UNKNOWN):
             return False
-        if isinstance(target, ast.Name):
-            state.locals[target.id] = constant.value
-        else:
-            self.store(self.eval(target.value, frame, state), target.attr, constant.value, state)
+        self._bind_tested(target, constant.value, frame, state)
         return True
+
+    def _bind_tested(self, target: ast.Name | ast.Attribute, value: Any, frame: Frame, state: State) -> None:
+        """What a test found `target` to be, on its path: a local, or an attribute of the object it is read from."""
+        if isinstance(target, ast.Name):
+            state.locals[target.id] = value
+        else:
+            self.store(self.eval(target.value, frame, state), target.attr, value, state)
 
     def _narrow_options(self, test: ast.Call, truth: bool, frame: Frame, state: State) -> None:
         """`mode.is_idle()` found `truth` where `mode` is one of a few known values (a mode set under a test the

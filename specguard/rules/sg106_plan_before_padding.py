@@ -759,8 +759,8 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
     return bindings
 
 
-def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str], name: str) -> Obj | None:
-    """A dataclass handed in as parameter `name` that declares a field of the batch's type (`ctx: StepContext`,
+def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str], parameter: str) -> Obj | None:
+    """A dataclass handed in as `parameter` that declares a field of the batch's type (`ctx: StepContext`,
     whose `forward_batch: ForwardBatch` its caller filled): that field is a fresh batch, every other field a value
     known by its name (its caller filled it, not with the declared default; what a test asks of it, `assert
     batch.forward_mode.is_idle()`, holds at every read, and of a batch made from it)."""
@@ -771,11 +771,11 @@ def _record_holding_a_batch(q: Question, cls: ClassInfo, fields: frozenset[str],
     batches = [name for name, annotation in declared.items() if annotation_names(annotation) & types]
     if not batches:
         return None
-    values: dict[str, Any] = {field: Sym(f"{name}.{field}") for field in declared}
+    values: dict[str, Any] = {field: Sym(f"{parameter}.{field}") for field in declared}
     for field in batches:
         annotation = dotted(declared[field]) or ""
         values[field] = fresh_batch(q, q.program.resolve_class(cls.module, annotation), fields)
-    return Obj(cls, values, label=name)
+    return Obj(cls, values, label=parameter)
 
 
 def _plain_class(q: Question, cls: ClassInfo) -> bool:
