@@ -35,8 +35,8 @@ _OPTIONAL = frozenset(
     | {"batch_types", "batch_params", "dp_tests", "dp_sizes", "dp_field", "token_field", "model_forwards"}
     | {"skip_keywords", "replan_keywords", "replan_when", "plan_helpers", "pad_calls", "forwards_after_padding"}
     | {"replan_always_when", "replan_always_forwards", "copied_fields"}
-    | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests", "varlen_width_param"}
-    | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls"}
+    | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests", "varlen_width_param", "decode_methods"}
+    | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls", "launches"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
 
@@ -134,6 +134,9 @@ class Dcp(_Section):
     # what says speculative decoding is on (optional; SG203): a class whose constructor refuses DCP together with it
     # never runs a target verify's or a draft extend's query under DCP
     speculative_tests: list[str] = field(default_factory=list)
+    # a backend's methods the framework calls for one query token per request only (optional; SG203): in them a
+    # query viewed with `-1` tokens per request has one, not a verify's several
+    decode_methods: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,17 @@ class Mla(_Section):
     # the lengths planned (SGLang's FlashInfer MLA decode updater, `self.indices_updater_decode.update(...,
     # init_metadata_replay=True, kv_len_arr_cpu=...)`, whose CUDA-graph replay plans them as handed)
     planning_calls: list[str] = field(default_factory=list)
+    # other MLA decode launches, by signature (optional; SG203): kernels with no DCP switch or global causal bound
+    # of their own (FlashMLA's `flash_mla_with_kvcache`, and `get_mla_metadata`, whose schedule the launch reads),
+    # each `name(param, ...)` in positional order, `param: lens` marking the lengths (this rank's share under DCP),
+    # `param: query` the query (several tokens per request under DCP need a bound these kernels cannot take) and
+    # `param: sparse` an argument that, handed, makes it read the KV at given indices instead (not judged)
+    launches: list[str] = field(default_factory=list)
+
+    @cached_property
+    def launch_forms(self) -> dict[str, LaunchForm]:
+        """`launches` read: the kernel's name -> its parameters in order and which are the lengths and query."""
+        return dict(parse_launch(text, "mla.launches") for text in self.launches)
 
     @cached_property
     def metadata_builders(self) -> dict[str, tuple[str, ...]]:
@@ -209,6 +223,40 @@ class Mla(_Section):
                 raise UserError(f"rule pack key 'mla.planning_calls': {text!r} names not one keyword")
             read[tuple(name.split("."))] = keywords[0]
         return read
+
+
+@dataclass(frozen=True)
+class LaunchForm:
+    """A kernel's parameters in positional order, and the names of its lengths and (optional) query parameters."""
+
+    params: tuple[str, ...]
+    lens: str
+    query: str | None
+    sparse: str | None  # handed (not None), the kernel reads the KV at the indices given, not by the lengths
+
+
+_ROLE = re.compile(r"^(\w+)\s*(?::\s*(lens|query|sparse))?$")
+
+
+def parse_launch(text: str, key: str) -> tuple[str, LaunchForm]:
+    """`kernel(q: query, cache, seqlens: lens, indices: sparse)` -> ("kernel", its form); a UserError naming the
+    pack's key and the entry where it is not one, or marks no lengths or one role twice."""
+    opened = text.find("(")
+    name, inner = text[:opened].strip(), text[opened + 1 :].rstrip().removesuffix(")")
+    params, roles = [], {}
+    parts = [part.strip() for part in inner.split(",")] if opened > 0 and text.rstrip().endswith(")") else []
+    for part in parts:
+        match = _ROLE.match(part)
+        if match is None:
+            raise UserError(f"rule pack key '{key}': {text!r} is not `name(param, param: lens, param: query, ...)`")
+        params.append(match.group(1))
+        if match.group(2):
+            if match.group(2) in roles:
+                raise UserError(f"rule pack key '{key}': {text!r} marks two parameters `: {match.group(2)}`")
+            roles[match.group(2)] = match.group(1)
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", name) or "lens" not in roles:
+        raise UserError(f"rule pack key '{key}': {text!r} is not `name(param, param: lens, param: query, ...)`")
+    return name, LaunchForm(tuple(params), roles["lens"], roles.get("query"), roles.get("sparse"))
 
 
 _SIGNATURE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*\(\s*((?:\w+\s*,\s*)*\w*)\s*\)\s*$")
@@ -306,6 +354,7 @@ class Pack:
             *self.dcp.prepare,
             *self.kv_groups.flags,
             *self.mla.decode_entry,
+            *self.mla.launch_forms,
             *self.dcp.enabled_tests,
             *self.dcp.sizes,
             *self.dcp.gated_methods,
@@ -377,6 +426,7 @@ def _validate(raw: dict[str, Any], origin: str) -> Pack:
     try:
         pack.mla.metadata_builders  # noqa: B018 - read now, so that a malformed entry names its file
         pack.mla.planning_call_lens  # noqa: B018
+        pack.mla.launch_forms  # noqa: B018
     except UserError as exc:
         raise UserError(f"{origin}: {exc}") from None
     return pack

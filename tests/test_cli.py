@@ -378,6 +378,18 @@ def test_a_pack_can_ask_for_non_causal_too(cli, tmp_path: Path) -> None:  # type
             '[mla]\nplanning_calls = ["updater.update(lens, other)"]\n',
             "fork.toml: rule pack key 'mla.planning_calls': 'updater.update(lens, other)' names not one keyword",
         ),
+        (
+            '[mla]\nlaunches = ["kernel(q: query, cache)"]\n',
+            "fork.toml: rule pack key 'mla.launches': 'kernel(q: query, cache)' is not `name(param, param: lens, ",
+        ),
+        (
+            '[mla]\nlaunches = ["kernel(a: lens, b: lens)"]\n',
+            "fork.toml: rule pack key 'mla.launches': 'kernel(a: lens, b: lens)' marks two parameters `: lens`",
+        ),
+        (
+            '[mla]\nlaunches = ["kernel(q: query, lens: length)"]\n',
+            "fork.toml: rule pack key 'mla.launches': 'kernel(q: query, lens: length)' is not `name(param, ",
+        ),
     ],
 )
 def test_malformed_pack_is_one_line_and_exit_2(cli, project: Path, text: str, message: str) -> None:  # type: ignore[no-untyped-def]

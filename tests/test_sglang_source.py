@@ -20,6 +20,12 @@ TRTLLM_MLA = "sglang/srt/layers/attention/trtllm_mla_backend.py"
 # DCP); which of the two a DCP run takes is its callers' to say (another object's), which the evaluation does not
 # follow
 FLASHINFER_MLA = "sglang/srt/layers/attention/flashinfer_mla_backend.py"
+# FlashMLABackend under DCP: its bf16 decode, its verify and draft extend and the split-KV schedules it plans hand
+# `flash_mla_with_kvcache` / `get_mla_metadata` the whole lengths (with a page table of every rank's pages) while
+# each rank's MLA cache holds its cyclic share; only the FP8 branch refuses DCP (sgl-project/sglang#39970: "FlashMLA
+# currently receives global sequence lengths and global cache page tables under DCP"; #37735 proposes refusing it).
+# Found since the pack names FlashMLA's launch by its signature (`[mla] launches`).
+FLASHMLA = "sglang/srt/layers/attention/flashmla_backend.py"
 # The findings per release, each read in the code. SG106: the EAGLE draft path plans the real batch (and marks it
 # ready, or hands `skip_attn_backend_init=True` to the forward in older releases), and the model runner pads it for
 # DP attention without planning again (sgl-project/sglang#38580 quotes 0.5.23's). SG203: 0.5.18's trtllm MLA decode
@@ -40,6 +46,10 @@ RELEASES = {
             # the attention unit-test kit's eager draft runner, which mirrors the production path ("mirror
             # production: pre-plan marks") with a batch the rule cannot tell is never synchronised across DP ranks
             (KIT, 428, "SG106"),
+            (FLASHMLA, 131, "SG203"),  # init_forward_metadata_out_graph: the graph replay's schedule
+            (FLASHMLA, 259, "SG203"),  # init_forward_metadata: the draft extend's schedule
+            (FLASHMLA, 495, "SG203"),  # forward_decode (bf16)
+            (FLASHMLA, 570, "SG203"),  # forward_extend: the verify's and draft extend's launch
         },
         {
             # the multi-layer EAGLE worker's draft extend: more paths through its helpers' tests than the evaluation
@@ -85,6 +95,10 @@ RELEASES = {
             # read by a key the code names (`self.decode_cuda_graph_metadata[bs]`), is one object
             ("sglang/srt/layers/attention/cutedsl_mla_backend.py", 221, "SG203"),
             ("sglang/srt/layers/attention/tokenspeed_mla_backend.py", 428, "SG203"),
+            (FLASHMLA, 126, "SG203"),  # the same four as 0.5.23's
+            (FLASHMLA, 235, "SG203"),
+            (FLASHMLA, 464, "SG203"),
+            (FLASHMLA, 538, "SG203"),
         },
         {FLASHINFER_MLA},
     ),

@@ -491,10 +491,11 @@ def is_batch_class(q: Question, cls: ClassInfo) -> bool:
     return any(k.name in q.pack.batches.batch_types for k in q.program.ancestors(cls))
 
 
-def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
-    """Methods the classes of this module have or inherit (from any module of the tree, the speculator bases and
-    the shared helpers aside) whose text `pattern` finds, or names such a method: a method calling one may reach
-    what they call, however many of them lie between (a preselection by reading; the evaluation decides)."""
+def reaching_methods(q: Question, pattern: re.Pattern[str], held: tuple[ClassInfo, ...] = ()) -> set[str]:
+    """Methods the classes of this module (and the `held` classes, whose instances they keep) have or inherit (from
+    any module of the tree, the speculator bases and the shared helpers aside) whose text `pattern` finds, or names
+    such a method: a method calling one may reach what they call, however many of them lie between (a preselection
+    by reading; the evaluation decides)."""
     skip = set(q.pack.speculators.bases)
     helpers = set(q.pack.speculators.shared_helpers)
     texts: dict[str, str] = {}
@@ -502,6 +503,7 @@ def reaching_methods(q: Question, pattern: re.Pattern[str]) -> set[str]:
     by_module: dict[str, set[str]] = {}
     # (a class with no method of its own counts: what it inherits is what a mixin of the module calls on `self`)
     classes = {id(s.cls): s.cls for s in q.scopes if s.cls is not None} | {id(c): c for c in q.module.classes.values()}
+    classes |= {id(c): c for c in held}
     seen: set[tuple[str, str]] = set()
     for cls in classes.values():
         for klass in q.program.ancestors(cls):

@@ -32,7 +32,7 @@ from specguard.evaluation.values import (
     plain,
 )
 from specguard.findings import Judgement
-from specguard.packs import Mla, Pack
+from specguard.packs import FRAMEWORK_PACKS, Mla, Pack
 from specguard.program.ast_tools import cached_on, dotted, span, walked
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
@@ -75,9 +75,12 @@ DCP_SIZE = 2  # the ranks a request's KV is spread over where the evaluation run
 class _Locality(Hooks):
     """Under DCP, which lengths each MLA decode launch gets: every rank's together, or this rank's share."""
 
-    def __init__(self, q: Question, into: ast.AST | None = None, speculative: bool = False) -> None:
+    def __init__(
+        self, q: Question, into: ast.AST | None = None, speculative: bool = False, decode: bool = False
+    ) -> None:
         dcp, batches = q.pack.dcp, q.pack.batches
         self.q, self.entries, self.lens = q, set(q.pack.mla.decode_entry), q.pack.mla.lens_param or ""
+        self.forms = q.pack.mla.launch_forms  # kernels known by their signature in the pack
         self.tests, self.sizes, self.localizers = set(dcp.enabled_tests), set(dcp.sizes), set(dcp.localizers)
         self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
@@ -85,6 +88,8 @@ class _Locality(Hooks):
         self.kept = set(dcp.local_lens)
         # whether the question is about a run with speculative decoding on too (a constructor's refusal of the pair)
         self.speculative = set(dcp.speculative_tests) if speculative else set()
+        # whether the judged function is one the framework calls for one query token per request only
+        self.decode = decode
         self.unsure_stores = False  # see `_left_whole`
         # launch-read fields left holding the whole lengths by a function that never asked whether DCP is on
         self.unasked_stores: list[Site] = []
@@ -133,16 +138,24 @@ class _Locality(Hooks):
         if name in self.sizes:
             self.dcp_tested = True
             return DCP_SIZE
-        if name in self.entries:
+        form = self.forms.get(name or "") if name not in self.entries else None
+        if name in self.entries or form is not None:
             target = callee(func)
             values = (
                 dict(kwargs)
                 if target is None
                 else {k: v for k, (v, _, _) in bind_arguments(target, args, kwargs, node).items()}
             )
+            if form is not None and (target is None or target.function is None):
+                # a kernel whose code the tree does not hold: its signature in the pack binds its positions
+                positional = [*(target.partial_args if target is not None else ()), *args]
+                values = {**dict(zip(form.params, positional, strict=False)), **values}
+            if form is not None and form.sparse and plain(values.get(form.sparse)) is not None:
+                return UNKNOWN  # a sparse launch: it reads the KV at the indices handed, whatever the lengths
+            lens_name, query_name = (form.lens, form.query or "") if form else (self.lens, self.query)
             where = ev.calls[0] if ev.calls else node
-            self.sites.append((where, self._as_left(values.get(self.lens, UNKNOWN)), node, tuple(ev.calls)))
-            query, bound = values.get(self.query, UNKNOWN), values.get(self.bound)
+            self.sites.append((where, self._as_left(values.get(lens_name, UNKNOWN)), node, tuple(ev.calls)))
+            query, bound = values.get(query_name, UNKNOWN), values.get(self.bound)
             if self.switch and plain(values.get(self.switch)) is True:
                 self.dcp_tested = True  # the launch itself says it runs under DCP
             unread = STAR_KWARGS in kwargs and any(kw.arg is None for kw in node.keywords)
@@ -160,7 +173,7 @@ class _Locality(Hooks):
             if plain(bound) is None and not unread:
                 if _multi(query) and self.dcp_tested:
                     self.unbounded.append((where, query, node))
-                elif _handed_on(query, node, self.query):
+                elif _handed_on(query, node, query_name):
                     self.open_queries.append((where, query))  # what the callers hand it decides (and DCP's asking)
                 elif _multi(query):
                     self.unasked.append((where, query))
@@ -169,6 +182,8 @@ class _Locality(Hooks):
         if (isinstance(inner, Method) and inner.name in _SHAPED or made_like) and args:
             shape = plain(args[0]) if len(args) == 1 or made_like else args  # one tuple, or one by one
             tokens = plain(shape[1]) if isinstance(shape, (list, tuple)) and len(shape) == 4 else 1
+            if tokens == -1 and self.decode:
+                tokens = 1  # as many as the query holds per request, in a decode: one
             if tokens != 1 and not (isinstance(tokens, int) and tokens < 1 and tokens != -1):
                 # [requests, tokens, heads, dim] with a token count that is not one: a target verify or draft extend
                 # (`-1`: as many as the query holds per request, which SGLang's target verify writes; a decode pins
@@ -280,13 +295,14 @@ class _Locality(Hooks):
         inner = plain(kept)
         keywords = isinstance(inner, dict) and bool(inner) and all(isinstance(k, str) for k in inner)
         useful = _locality([kept]) or self._is_batch(kept) or isinstance(inner, kinds) or keywords
+        useful = useful or isinstance(inner, Obj) and _own_class(self.q, inner.cls)
         return kept if useful or _holds_lengths(kept) else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
         # the constructor that runs, whole: what it has its bases' (`super().__init__(...)`) and its own private
         # helpers write too
         return writes_of(
-            self.q, _Locality(self.q), function, me, lambda param, frame: Sym(param.arg), writes, own_calls=True
+            self.q, _Locality(self.q), function, me, partial(_held_parameter, self.q), writes, own_calls=True
         )
 
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
@@ -322,6 +338,40 @@ class _Locality(Hooks):
         if isinstance(inner, Obj):
             return (inner.cls is not None and is_batch_class(self.q, inner.cls)) or inner.label in self.batch_params
         return isinstance(inner, Sym) and inner.name in self.batch_params
+
+
+def _held_parameter(q: Question, param: ast.arg, frame: Frame) -> Any:
+    """What a constructor's parameter is when the instance keeps it: an instance of the class its annotation names
+    where that is one of the analyzed tree's own (`backend: VendorDcpBackend`, whose methods then run where the
+    instance calls them), else a value known by its name."""
+    if isinstance(param.annotation, (ast.Name, ast.Attribute)):
+        cls = q.program.resolve_class(frame.module.name, dotted(param.annotation) or "")
+        if cls is not None and _own_class(q, cls):
+            return Obj(cls, label=param.arg)
+    return Sym(param.arg)
+
+
+def _held_classes(q: Question) -> tuple[ClassInfo, ...]:
+    """The tree's own classes whose instances the module's classes keep from their constructors' annotated
+    parameters (see `_held_parameter`)."""
+    held: dict[int, ClassInfo] = {}
+    for cls in q.module.classes.values():
+        init = cls.methods.get("__init__")
+        for param in init.args.args[1:] if init is not None else ():
+            if isinstance(param.annotation, (ast.Name, ast.Attribute)):
+                found = q.program.resolve_class(q.module.name, dotted(param.annotation) or "")
+                if found is not None and _own_class(q, found):
+                    held[id(found)] = found
+    return tuple(held.values())
+
+
+def _own_class(q: Question, cls: ClassInfo | None) -> bool:
+    """A class of the judged module's own package, not of a framework's (whose base classes, `AttentionBackend`,
+    say nothing of which backend an instance holds)."""
+    if cls is None:
+        return False
+    top = cls.module.partition(".")[0]
+    return top == q.module.name.partition(".")[0] and top not in FRAMEWORK_PACKS
 
 
 def _handed_on(query: Any, call: ast.Call, param: str) -> bool:
@@ -392,10 +442,10 @@ def judge(q: Question) -> Iterator[Judgement]:
     if not (mla.lens_param and dcp.enabled_tests and (dcp.global_lens or dcp.batch_global_lens)):
         return
     # the entry under the names this module binds it to (`self._decode = functools.partial(<entry>, ...)`)
-    names = aliases(q, set(mla.decode_entry)) | set(mla.plan_methods) | set(dcp.local_lens)
+    names = aliases(q, set(mla.decode_entry) | set(mla.launch_forms)) | set(mla.plan_methods) | set(dcp.local_lens)
     names |= set(mla.planning_call_holders)  # `self.indices_updater_decode.update(...)`
     names |= reaching_imports(q, names)  # first: a method may reach a launch through a helper it imports
-    names |= reaching_methods(q, words(names)) | reaching_functions(q, words(names))
+    names |= reaching_methods(q, words(names), _held_classes(q)) | reaching_functions(q, words(names))
     for scope in q.scopes:
         if scope.mentions(names):
             yield from _judged(q, scope)
@@ -524,7 +574,7 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     hooks_of: list[_Locality] = []
 
     def run(choices: Choices) -> list[Site]:
-        hooks = _Locality(q)
+        hooks = _Locality(q, decode=scope.qualname.rpartition(".")[2] in q.pack.dcp.decode_methods)
         _evaluation(q, scope.function, q.self_value(scope), hooks, choices)
         hooks_of[:] = [hooks]
         return hooks.sites
@@ -609,11 +659,14 @@ def _unbounded(
                 "comparison leaves a count is not narrowed by the evaluation"
             )
             return q.undecided("SG203", scope, where, what, why)
+        bound = f"no `{q.pack.mla.global_bound_param}`"
+        if entry in q.pack.mla.launch_forms:  # a kernel with no global bound to pass
+            bound = f"no global causal bound (`{entry}` takes none)"
         message = (
             f"`{scope.qualname}` launches `{entry}` under DCP{how} with a query of more than one token per request "
-            f"({made.text}, {at}) and no `{q.pack.mla.global_bound_param}`: each rank holds only its share of the "
-            f"KV, so each query token's causal limit must be given as a global position; pass the global bound "
-            f"(to a kernel that takes it) or refuse that query under DCP"
+            f"({made.text}, {at}) and {bound}: each rank holds only its share of the KV, so each query token's "
+            f"causal limit must be given as a global position; pass the global bound (to a kernel that takes it) or "
+            f"refuse that query under DCP"
         )
         return q.judgement("SG203", scope, where, message)
     return None
@@ -660,6 +713,8 @@ def _lens_param(q: Question, kernel: ast.Call) -> str:
     handed = _planning_keyword(mla, kernel)
     if handed is not None:
         return handed
+    if _entry(kernel) in mla.launch_forms:
+        return mla.launch_forms[_entry(kernel)].lens
     if _entry(kernel) not in mla.plan_methods:
         return mla.lens_param or ""
     form = _plan_form(mla, len(kernel.args), {kw.arg for kw in kernel.keywords if kw.arg})
@@ -938,11 +993,13 @@ RULE = Rule(
     title="MLA decode under DCP handed every rank's lengths beside this rank's pages",
     summary=(
         "Flags a launch of the MLA decode entry (`trtllm_batch_decode_with_kv_cache_mla`, reached through the "
-        "backend's own helpers), or a plan of FlashInfer's MLA wrapper, that with DCP on gets the lengths of the "
-        "whole sequence (the batch's `seq_lens`, a metadata's `global_seq_lens_k`, or anything computed from "
-        "them) on some path, where this rank's KV cache holds only its share of each request; and a launch, in "
-        "code that asks whether DCP is on, of a query with more than one token per request (target verify, draft "
-        "extend) without the global causal bound `causal_seqlens_kv_global` and without refusing it."
+        "backend's own helpers, or a kernel the pack names by its signature: FlashMLA's `flash_mla_with_kvcache` "
+        "and the schedule `get_mla_metadata` it reads), or a plan of FlashInfer's MLA wrapper, that with DCP on "
+        "gets the lengths of the whole sequence (the batch's `seq_lens`, a metadata's `global_seq_lens_k`, or "
+        "anything computed from them) on some path, where this rank's KV cache holds only its share of each "
+        "request; and a launch, in code that asks whether DCP is on, of a query with more than one token per "
+        "request (target verify, draft extend) without the global causal bound `causal_seqlens_kv_global` and "
+        "without refusing it."
     ),
     analysis=(
         "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
@@ -969,7 +1026,9 @@ RULE = Rule(
         "rewrites the lengths it is handed into it (that tensor, under every name that holds it: a helper's "
         "parameter and its caller's variable); slices, `.to(...)` and other methods of the lengths keep "
         "what they are. Helpers of the tree and of the framework, properties, `functools.partial` kernels and "
-        "what the instance's other methods keep on it are followed (a setting its constructor chooses is what the "
+        "what the instance's other methods keep on it are followed (an instance of a class of the analyzed "
+        "package's own that its constructor keeps from a parameter annotated so, `backend: VendorDcpBackend`, is "
+        "one of that class, whose methods run; a setting its constructor chooses is what the "
         "constructor that runs leaves, a subclass's `__init__` over its base's), so lengths read in one place and "
         "launched in another are compared. Where lengths read on one path meet others, each path through the "
         f"tests that choose them is evaluated on its own, up to {MAX_PATHS} paths, and the finding names the "
@@ -1013,6 +1072,13 @@ RULE = Rule(
         "whose token count (or ragged width) the function compares before (a refusal on the count) is listed as "
         "not decided, "
         "since a comparison does not narrow a count in the evaluation.",
+        "Kernels the pack names by signature in `[mla] launches` (`flash_mla_with_kvcache(q: query, k_cache, "
+        "block_table, cache_seqlens: lens, ..., indices: sparse)`) are launches too, their positions bound by that "
+        "signature where the tree does not hold their code: the parameter marked `lens` must be this rank's share, "
+        "one marked `query` is judged as the entry's query, and none takes a global causal bound; a call handed the "
+        "parameter marked `sparse` (DSA's top-k `indices`) reads the KV at the indices given and is not judged. In "
+        "the pack's `[dcp] decode_methods` (SGLang's `forward_decode`, which the framework calls for one token per "
+        "request only), a query viewed with `-1` tokens per request has one.",
     ),
     why=(
         "Under decode context parallelism each rank holds an interleaved slice of every request's KV cache, so "
@@ -1028,6 +1094,7 @@ RULE = Rule(
 
         import flashinfer
         import torch
+        from sgl_kernel.flash_mla import flash_mla_with_kvcache
         from sglang.srt.runtime_context import get_parallel
 
         class DcpDecodeBackend:
@@ -1068,10 +1135,29 @@ RULE = Rule(
                         query=q, kv_cache=kv_cache, block_tables=forward_batch.block_kv_indices,
                         seq_lens=forward_batch.seq_lens, return_lse=True,
                     )
+
+        class FlashMLADcpBackend:  # a kernel the pack names by its signature (`[mla] launches`)
+            def forward_decode(self, q, k_cache, layer, forward_batch):
+                bs, md = forward_batch.batch_size, self.forward_metadata
+                o, lse = flash_mla_with_kvcache(  # SG203
+                    q.view(bs, -1, layer.tp_q_head_num, layer.head_dim), k_cache, md.block_kv_indices,
+                    forward_batch.seq_lens.to(torch.int32), 512, md.flashmla_metadata, md.num_splits,
+                )
+                return (o, lse) if get_parallel().dcp_enabled else o
+
+            def forward_extend(self, q, k_cache, layer, forward_batch):  # a verify's query: FlashMLA takes no bound
+                bs, md = forward_batch.batch_size, self.forward_metadata
+                if get_parallel().dcp_enabled:
+                    return flash_mla_with_kvcache(  # SG203
+                        q=q.view(bs, self.num_draft_tokens, layer.tp_q_head_num, layer.head_dim), k_cache=k_cache,
+                        block_table=md.block_kv_indices, cache_seqlens=md.seq_lens_k, head_dim_v=512,
+                        tile_scheduler_metadata=md.flashmla_metadata, num_splits=md.num_splits, causal=True,
+                    )
     """,
     good="""
         import flashinfer
         import torch
+        from sgl_kernel.flash_mla import flash_mla_with_kvcache
         from sglang.srt.layers.dcp.layout import get_dcp_lens, update_local_kv_lens_for_dcp
         from sglang.srt.runtime_context import get_parallel
 
@@ -1098,6 +1184,24 @@ RULE = Rule(
 
         def _to_this_rank(lens):
             update_local_kv_lens_for_dcp(lens)
+
+        class FlashMLADcpBackend:
+            def forward_decode(self, q, k_cache, layer, forward_batch):  # `-1` tokens in a decode: one each
+                bs, md, parallel = forward_batch.batch_size, self.forward_metadata, get_parallel()
+                local = get_dcp_lens(forward_batch.seq_lens, parallel.dcp_size, parallel.dcp_rank)
+                o, lse = flash_mla_with_kvcache(
+                    q.view(bs, -1, layer.tp_q_head_num, layer.head_dim), k_cache, md.block_kv_indices,
+                    local.to(torch.int32), 512, md.flashmla_metadata, md.num_splits,
+                )
+                return (o, lse) if parallel.dcp_enabled else o
+
+            def forward_extend(self, q, k_cache, layer, forward_batch, topk_indices):  # DSA's sparse form
+                md = self.forward_metadata
+                if get_parallel().dcp_enabled:
+                    return flash_mla_with_kvcache(
+                        q=q, k_cache=k_cache, block_table=None, cache_seqlens=forward_batch.seq_lens, head_dim_v=512,
+                        tile_scheduler_metadata=md.flashmla_metadata, indices=topk_indices,
+                    )
     """,
     check=check,
     applies=_names_dcp,
@@ -1149,5 +1253,7 @@ RULE = Rule(
         "sgl-project/sglang#33926, #39737 and #31785: DCP decode and speculative verify on the MLA backends, where "
         "the rank-local lengths (`TRTLLMMLABackend._get_dcp_local_seq_lens`, `get_dcp_lens`) go beside the "
         "rank-local page table (`_fill_dcp_block_kv_indices`) and the global ones only as the causal bound.",
+        "sgl-project/sglang#39970 and #37735: FlashMLA under DCP receives the whole lengths and page table (SGLang "
+        "0.5.18 and 0.5.23, where only its FP8 branch refuses DCP).",
     ),
 )
