@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r33, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r34, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -44,7 +44,8 @@ SETS = {
     "thirtieth": ("blind_sglang_r30", "blindsg30", (50, 100), 41, 2),
     "thirty-first": ("blind_sglang_r31", "blindsg31", (50, 100), 31, 2),
     "thirty-second": ("blind_sglang_r32", "blindsg32", (50, 100), 37, 1),
-    "thirty-third": ("blind_sglang_r33", "blindsg33", (50, 100), 27, 2),
+    "thirty-third": ("blind_sglang_r33", "blindsg33", (50, 100), 30, 3),
+    "thirty-fourth": ("blind_sglang_r34", "blindsg34", (50, 100), 36, 0),
 }
 
 

@@ -44,6 +44,9 @@ class Choices:
     files: dict[int, str] = field(default_factory=dict)  # id of each test taken -> the file it is written in
     noted: set[int] = field(default_factory=set)
     depth: int = 1  # the calls deep whose tests are taken one way: the run function's (0) and its callees' (1)
+    # past its callees, only the tests of this package's own modules are taken one way (a framework's deeper
+    # helpers stay joined: a test each call of one takes anew would give paths that contradict each other)
+    within: str | None = None
     joining: int = 0  # > 0 while both sides of a test that does not matter run, to be joined: nothing is taken
     # (test text, what its names hold) -> side, names read: a test decides itself again wherever its names hold
     # the same (see `_key`)
@@ -245,7 +248,13 @@ def each_path(run: Callable[[Choices], T], noted: Choices, limit: int = MAX_PATH
     replay: list[bool] = []
     while len(paths) <= limit:
         choices = Choices(
-            noted.kinds, noted.noted, replay, depth=noted.depth, kept_kinds=noted.kept_kinds, fields=noted.fields
+            noted.kinds,
+            noted.noted,
+            replay,
+            depth=noted.depth,
+            kept_kinds=noted.kept_kinds,
+            fields=noted.fields,
+            within=noted.within,
         )
         paths.append(Path(choices.taken, run(choices), choices.files))
         sides = [side for _, side in choices.taken]

@@ -654,7 +654,11 @@ class Statements(Builtins):
     def choosing(self, frame: Frame) -> Any:
         """The path-by-path choices (see `choices`) where this frame's tests are taken one way, else None."""
         choices = self.choices
-        return choices if choices is not None and frame.depth <= choices.depth else None
+        if choices is None or frame.depth > choices.depth:
+            return None
+        if frame.depth > 1 and choices.within is not None and frame.module.name.partition(".")[0] != choices.within:
+            return None
+        return choices
 
     def is_doubt(self, value: Any) -> bool:
         """An undecided test that verdicts must name: every one (`Semantics.name_every_doubt`), else one about a

@@ -747,7 +747,11 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
             # `micro_batches: Sequence[ForwardBatch]`: every batch in it is like that one, taken as its one batch (a
             # loop that plans each and one that runs each meet the same batch, in one round each, so the fields its
             # predicate reads are those one round left, never a join of rounds)
-            bindings[param.arg] = [batch] if _sequence_annotation(param.annotation) else batch
+            # (`phases: Dict[str, ForwardBatch]`: one entry, under a key known by the parameter's name)
+            if _collection_annotation(param.annotation, _MAPPINGS):
+                bindings[param.arg] = {f"{param.arg}[...]": batch}
+            else:
+                bindings[param.arg] = [batch] if _collection_annotation(param.annotation, _SEQUENCES) else batch
         elif isinstance(param.annotation, (ast.Name, ast.Attribute)):
             cls = q.program.resolve_class(scope.module.name, dotted(param.annotation) or "")
             if cls is not None and _plain_class(q, cls):
@@ -791,15 +795,17 @@ def _plain_class(q: Question, cls: ClassInfo) -> bool:
 
 
 _SEQUENCES = frozenset({"Sequence", "List", "list", "Tuple", "tuple", "Iterable", "Iterator", "Collection"})
+_MAPPINGS = frozenset({"Dict", "dict", "Mapping", "MutableMapping"})
 
 
-def _sequence_annotation(annotation: ast.expr | None) -> bool:
-    """`Sequence[X]`, `list[X]`, `Optional[List[X]]`: a collection of its element type."""
+def _collection_annotation(annotation: ast.expr | None, kinds: frozenset[str]) -> bool:
+    """`Sequence[X]`, `list[X]`, `Optional[List[X]]` (kinds `_SEQUENCES`), `Dict[str, X]` (`_MAPPINGS`): a collection
+    of that kind."""
     if isinstance(annotation, ast.Subscript):
-        if last_name(annotation.value) in _SEQUENCES:
+        if last_name(annotation.value) in kinds:
             return True
         if last_name(annotation.value) == "Optional":
-            return _sequence_annotation(annotation.slice)
+            return _collection_annotation(annotation.slice, kinds)
     return False
 
 
@@ -1025,6 +1031,18 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | Non
                 own = Choices(kinds, kept_kinds=kinds, depth=0, fields=fields)
                 run(own)
                 complete = each_path(run, own) is not None
+            elif not any(hooks.events for hooks in runs) and any(hooks.undecided for hooks in runs[1:]):
+                # still not decided path by path: the tests of its callees' callees in its own package may choose
+                # too (a hook that plans and marks the batch on one path only, handed back beside the flag that
+                # says which)
+                start = len(runs)
+                package = scope.module.name.partition(".")[0]
+                deeper = Choices(kinds, kept_kinds=kinds, depth=2, fields=fields, within=package)
+                run(deeper)
+                if each_path(run, deeper) is not None:
+                    runs[1:] = runs[start + 1 :]  # these paths, each decided or not, say it
+                elif not any(hooks.events for hooks in runs[start:]):
+                    del runs[start:]
     except (OutOfBudget, RecursionError):
         return q.out_of_budget("SG106", scope)
     events = [e for hooks in runs for e in hooks.events]

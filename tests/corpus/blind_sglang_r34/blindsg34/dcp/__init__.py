@@ -1,0 +1,1 @@
+"""Vendor port of SGLang's MLA attention backends to decode context parallelism."""

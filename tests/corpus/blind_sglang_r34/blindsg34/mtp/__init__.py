@@ -1,0 +1,1 @@
+"""DeepSeek-style MTP / NextN drafting on SGLang spec-v2 workers with DP attention."""
