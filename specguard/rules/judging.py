@@ -43,7 +43,7 @@ from specguard.evaluation.values import (
 )
 from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
-from specguard.packs import Pack
+from specguard.packs import FRAMEWORK_PACKS, Pack
 from specguard.program.ast_tools import FUNCTIONS, dotted, has_decorator, same_scope, span, walked
 from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, read_class
 
@@ -489,6 +489,62 @@ def _reaching(texts: dict[str, str], pattern: re.Pattern[str], seeds: set[str] |
 def is_batch_class(q: Question, cls: ClassInfo) -> bool:
     """Whether a class of the tree is a batch as `[batches] batch_types` names one: it or one of its ancestors."""
     return any(k.name in q.pack.batches.batch_types for k in q.program.ancestors(cls))
+
+
+def own_class(q: Question, cls: ClassInfo | None) -> bool:
+    """A class of the judged module's own package, not of a framework's (whose base classes, `AttentionBackend`,
+    say nothing of which backend an instance holds)."""
+    if cls is None:
+        return False
+    top = cls.module.partition(".")[0]
+    return top == q.module.name.partition(".")[0] and top not in FRAMEWORK_PACKS
+
+
+def annotated_own_class(q: Question, module: str, annotation: ast.expr | None) -> ClassInfo | None:
+    """The class of the judged module's own package that an annotation names (`backend: VendorBackend`, or the
+    forward reference `"VendorBackend"`), else None."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if not isinstance(annotation, (ast.Name, ast.Attribute)):
+        return None
+    cls = q.program.resolve_class(module, dotted(annotation) or "")
+    return cls if own_class(q, cls) else None
+
+
+def held_classes(q: Question) -> tuple[ClassInfo, ...]:
+    """The own package's classes whose instances the module's classes keep from their constructors' annotated
+    parameters (see `held_instance`)."""
+    held: dict[int, ClassInfo] = {}
+    for cls in q.module.classes.values():
+        init = cls.methods.get("__init__")
+        for param in init.args.args[1:] if init is not None else ():
+            found = annotated_own_class(q, cls.module, param.annotation)
+            if found is not None:
+                held[id(found)] = found
+    return tuple(held.values())
+
+
+def held_instance(q: Question, cls: ClassInfo, attr: str) -> ClassInfo | None:
+    """The own package's class of what an instance keeps as `self.<attr>` where its constructor (its class's or a
+    base's) stores there a parameter annotated with that class (`self.strategy = strategy`), else None."""
+    for klass in q.program.ancestors(cls):
+        init = klass.methods.get("__init__")
+        if init is None:
+            continue
+        params = {p.arg: p.annotation for p in init.args.args[1:] + init.args.kwonlyargs}
+        for node in walked(init):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in params
+                and any(dotted(t) == f"self.{attr}" for t in node.targets)
+            ):
+                return annotated_own_class(q, klass.module, params[node.value.id])
+        return None  # the nearest constructor says what the instance keeps
+    return None
 
 
 def reaching_methods(q: Question, pattern: re.Pattern[str], held: tuple[ClassInfo, ...] = ()) -> set[str]:

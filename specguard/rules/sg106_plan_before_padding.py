@@ -48,6 +48,8 @@ from specguard.rules.judging import (
     called_as,
     constructor_refuses,
     definition_text,
+    held_classes,
+    held_instance,
     is_batch_class,
     unknown_parameter,
     words,
@@ -327,6 +329,11 @@ class _Batches(Hooks):
         were, names the rule reads calls by."""
         if obj.label != "self" or obj.cls is None:
             return NOT_HANDLED
+        held = held_instance(self.q, obj.cls, attr)
+        if held is not None:
+            # an object of its own package's class, kept from its constructor's annotated parameter
+            # (`self.strategy = strategy`): its methods run where the instance calls them
+            return Obj(held, label=attr)
         setting = _settings_only(self.q, obj.cls, attr)
         # A name stored there may be a setting or a planning function (`self._plan = plan_and_mark`): either kept.
         planner = _holds_planner(self.q, obj.cls, attr)
@@ -894,14 +901,17 @@ def _reaching_names(q: Question, seeds: set[str], calls: list[str]) -> frozenset
 
 
 def _inherited_callers(q: Question, calls: list[str]) -> set[str]:
-    """Methods the classes of this module inherit whose own text names one of `calls` (SGLang's
-    `_init_frozen_kv_metadata`, which plans and marks); not those that only name another such method, nor the
-    pack's forwards and plans or dunders: every method of an attention backend would reach a plan that way."""
+    """Methods the classes of this module inherit (or the objects they keep have) whose own text names one of
+    `calls` (SGLang's `_init_frozen_kv_metadata`, which plans and marks); not those that only name another such
+    method, nor the pack's forwards and plans or dunders: every method of an attention backend would reach a plan
+    that way."""
     pattern = words(frozenset(calls))
     skip = {*(name.rpartition(".")[2] for name in q.pack.batches.forwards), *q.pack.batches.plan}
     found: set[str] = set()
-    for cls in {id(s.cls): s.cls for s in q.scopes if s.cls is not None}.values():
-        for klass in q.program.ancestors(cls)[1:]:
+    own = [q.program.ancestors(c)[1:] for c in {id(s.cls): s.cls for s in q.scopes if s.cls is not None}.values()]
+    held = [q.program.ancestors(c) for c in held_classes(q)]  # the objects its classes keep (see `held_instance`)
+    for klasses in own + held:
+        for klass in klasses:
             module = q.program.module(klass.module)
             for name, node in klass.methods.items():
                 if name in skip or name in found or (name.startswith("__") and name.endswith("__")):
@@ -1316,12 +1326,16 @@ RULE = Rule(
         "returned; not a method of the tree's bound to its object, which is judged where it is defined). "
         "A batch made from another (`ForwardBatch.init_new(batch, runner)`) takes the pack's `copied_fields` "
         "from it (its mode), and a parameter the rule has no class for is one object by its name, so a test of "
-        "its mode says what the batch made from it is.",
+        "its mode says what the batch made from it is. A `Dict[str, ForwardBatch]` parameter holds one such batch, "
+        "and an object of the analyzed package's own class that the instance keeps from its constructor's "
+        'annotated parameter (`self.strategy = strategy`, `strategy: "DraftStrategy"`) is one of that class, '
+        "whose methods run where the instance calls them.",
         "Where the tests that matter are taken path by path (a plan, a pad or a mark on one side only), a test whose "
         "sides write a field the batch's predicate reads differently (`forward_metadata_ready = False` under a "
         "test) is one of them, and a test that calls a one-line predicate of the tree (`def active(b): return "
         "b.global_num_tokens_cpu is not None`) narrows what that predicate tests; a skip keyword set on some paths "
-        "only is read on each. They are taken so after a run with the paths joined that left a site undecided, "
+        "only is read on each. They are taken so after a run with the paths joined that left a site undecided "
+        "(and, where that still leaves one, once more with the tests of its callees' callees in its own package), "
         "or that planned a batch no forward ran while a forward ran another (a batch built and planned on one "
         "side of a test and the parameter kept on the other meet as one joined object, which has no plan). "
         "A setting the instance keeps (`replan_equivalent=self._replan_after_pad`) is what "

@@ -32,7 +32,7 @@ from specguard.evaluation.values import (
     plain,
 )
 from specguard.findings import Judgement
-from specguard.packs import FRAMEWORK_PACKS, Mla, Pack
+from specguard.packs import Mla, Pack
 from specguard.program.ast_tools import cached_on, dotted, span, walked
 from specguard.program.tree import ClassInfo
 from specguard.rules.base import Diagnostic, Limit, Rule, RuleContext, report_judgements
@@ -42,13 +42,16 @@ from specguard.rules.judging import (
     Question,
     Scope,
     aliases,
+    annotated_own_class,
     bind_arguments,
     bind_parameters,
     called_as,
     callee,
     constructor_refuses,
     definition_text,
+    held_classes,
     is_batch_class,
+    own_class,
     reaching_functions,
     reaching_imports,
     reaching_methods,
@@ -295,7 +298,7 @@ class _Locality(Hooks):
         inner = plain(kept)
         keywords = isinstance(inner, dict) and bool(inner) and all(isinstance(k, str) for k in inner)
         useful = _locality([kept]) or self._is_batch(kept) or isinstance(inner, kinds) or keywords
-        useful = useful or isinstance(inner, Obj) and _own_class(self.q, inner.cls)
+        useful = useful or isinstance(inner, Obj) and own_class(self.q, inner.cls)
         return kept if useful or _holds_lengths(kept) else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
@@ -342,36 +345,10 @@ class _Locality(Hooks):
 
 def _held_parameter(q: Question, param: ast.arg, frame: Frame) -> Any:
     """What a constructor's parameter is when the instance keeps it: an instance of the class its annotation names
-    where that is one of the analyzed tree's own (`backend: VendorDcpBackend`, whose methods then run where the
+    where that is one of the analyzed package's own (`backend: VendorDcpBackend`, whose methods then run where the
     instance calls them), else a value known by its name."""
-    if isinstance(param.annotation, (ast.Name, ast.Attribute)):
-        cls = q.program.resolve_class(frame.module.name, dotted(param.annotation) or "")
-        if cls is not None and _own_class(q, cls):
-            return Obj(cls, label=param.arg)
-    return Sym(param.arg)
-
-
-def _held_classes(q: Question) -> tuple[ClassInfo, ...]:
-    """The tree's own classes whose instances the module's classes keep from their constructors' annotated
-    parameters (see `_held_parameter`)."""
-    held: dict[int, ClassInfo] = {}
-    for cls in q.module.classes.values():
-        init = cls.methods.get("__init__")
-        for param in init.args.args[1:] if init is not None else ():
-            if isinstance(param.annotation, (ast.Name, ast.Attribute)):
-                found = q.program.resolve_class(q.module.name, dotted(param.annotation) or "")
-                if found is not None and _own_class(q, found):
-                    held[id(found)] = found
-    return tuple(held.values())
-
-
-def _own_class(q: Question, cls: ClassInfo | None) -> bool:
-    """A class of the judged module's own package, not of a framework's (whose base classes, `AttentionBackend`,
-    say nothing of which backend an instance holds)."""
-    if cls is None:
-        return False
-    top = cls.module.partition(".")[0]
-    return top == q.module.name.partition(".")[0] and top not in FRAMEWORK_PACKS
+    cls = annotated_own_class(q, frame.module.name, param.annotation)
+    return Obj(cls, label=param.arg) if cls is not None else Sym(param.arg)
 
 
 def _handed_on(query: Any, call: ast.Call, param: str) -> bool:
@@ -445,7 +422,7 @@ def judge(q: Question) -> Iterator[Judgement]:
     names = aliases(q, set(mla.decode_entry) | set(mla.launch_forms)) | set(mla.plan_methods) | set(dcp.local_lens)
     names |= set(mla.planning_call_holders)  # `self.indices_updater_decode.update(...)`
     names |= reaching_imports(q, names)  # first: a method may reach a launch through a helper it imports
-    names |= reaching_methods(q, words(names), _held_classes(q)) | reaching_functions(q, words(names))
+    names |= reaching_methods(q, words(names), held_classes(q)) | reaching_functions(q, words(names))
     for scope in q.scopes:
         if scope.mentions(names):
             yield from _judged(q, scope)
