@@ -517,33 +517,41 @@ def annotated_own_class(q: Question, module: str, annotation: ast.expr | None) -
 def held_classes(q: Question) -> tuple[ClassInfo, ...]:
     """The own package's classes whose instances the module's classes keep from their constructors' annotated
     parameters (see `held_instance`)."""
-    held: dict[int, ClassInfo] = {}
-    for cls in q.module.classes.values():
-        init = cls.methods.get("__init__")
-        for param in init.args.args[1:] if init is not None else ():
-            found = annotated_own_class(q, cls.module, param.annotation)
-            if found is not None:
-                held[id(found)] = found
-    return tuple(held.values())
+    key = ("held-classes", q.module.name)
+    if key not in q.program.memo:
+        held: dict[int, ClassInfo] = {}
+        for cls in q.module.classes.values():
+            init = cls.methods.get("__init__")
+            for param in init.args.args[1:] if init is not None else ():
+                found = annotated_own_class(q, cls.module, param.annotation)
+                if found is not None:
+                    held[id(found)] = found
+        q.program.memo[key] = tuple(held.values())
+    return q.program.memo[key]  # type: ignore[no-any-return]
 
 
 def held_instance(q: Question, cls: ClassInfo, attr: str) -> ClassInfo | None:
     """The own package's class of what an instance keeps as `self.<attr>` where its constructor (its class's or a
-    base's) stores there a parameter annotated with that class (`self.strategy = strategy`), else None."""
-    for klass in q.program.ancestors(cls):
-        init = klass.methods.get("__init__")
-        if init is None:
-            continue
-        params = {p.arg: p.annotation for p in init.args.args[1:] + init.args.kwonlyargs}
-        for node in walked(init):
-            if (
-                isinstance(node, ast.Assign)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in params
-                and any(dotted(t) == f"self.{attr}" for t in node.targets)
-            ):
-                return annotated_own_class(q, klass.module, params[node.value.id])
-        return None  # the nearest constructor says what the instance keeps
+    base's, the nearest) stores there a parameter annotated with that class (`self.strategy = strategy`), else
+    None."""
+    key = ("held-instance", q.module.name, cls.key, attr)
+    if key not in q.program.memo:
+        init = next((k for k in q.program.ancestors(cls) if "__init__" in k.methods), None)
+        q.program.memo[key] = _kept_parameter_class(q, init, attr) if init is not None else None
+    return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _kept_parameter_class(q: Question, klass: ClassInfo, attr: str) -> ClassInfo | None:
+    init = klass.methods["__init__"]
+    params = {p.arg: p.annotation for p in init.args.args[1:] + init.args.kwonlyargs}
+    for node in walked(init):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in params
+            and any(dotted(t) == f"self.{attr}" for t in node.targets)
+        ):
+            return annotated_own_class(q, klass.module, params[node.value.id])
     return None
 
 

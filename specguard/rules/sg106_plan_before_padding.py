@@ -223,6 +223,7 @@ class _Batches(Hooks):
         # one side, the parameter on the other, joined into a third object), so its paths are taken one by one
         self.planned: set[int] = set()
         self.forwarded: set[int] = set()
+        self.held: dict[str, Obj] = {}  # the objects of its own package's classes the instance keeps, one each
 
     def is_batch(self, value: Any) -> bool:
         value = plain(value)
@@ -332,8 +333,8 @@ class _Batches(Hooks):
         held = held_instance(self.q, obj.cls, attr)
         if held is not None:
             # an object of its own package's class, kept from its constructor's annotated parameter
-            # (`self.strategy = strategy`): its methods run where the instance calls them
-            return Obj(held, label=attr)
+            # (`self.strategy = strategy`): its methods run where the instance calls them, on one object
+            return self.held.setdefault(attr, Obj(held, label=attr))
         setting = _settings_only(self.q, obj.cls, attr)
         # A name stored there may be a setting or a planning function (`self._plan = plan_and_mark`): either kept.
         planner = _holds_planner(self.q, obj.cls, attr)
