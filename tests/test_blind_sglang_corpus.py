@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r35, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r36, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -47,6 +47,7 @@ SETS = {
     "thirty-third": ("blind_sglang_r33", "blindsg33", (50, 100), 30, 3),
     "thirty-fourth": ("blind_sglang_r34", "blindsg34", (50, 100), 36, 0),
     "thirty-fifth": ("blind_sglang_r35", "blindsg35", (50, 100), 25, 4),
+    "thirty-sixth": ("blind_sglang_r36", "blindsg36", (50, 100), 34, 2),
 }
 
 

@@ -502,7 +502,8 @@ def own_class(q: Question, cls: ClassInfo | None) -> bool:
 
 def annotated_own_class(q: Question, module: str, annotation: ast.expr | None) -> ClassInfo | None:
     """The class of the judged module's own package that an annotation names (`backend: VendorBackend`, or the
-    forward reference `"VendorBackend"`), else None."""
+    forward reference `"VendorBackend"`), else None; never an enum (`plan_mode: PlanMode` is a setting, whose
+    value its constructor chooses)."""
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         try:
             annotation = ast.parse(annotation.value, mode="eval").body
@@ -511,7 +512,7 @@ def annotated_own_class(q: Question, module: str, annotation: ast.expr | None) -
     if not isinstance(annotation, (ast.Name, ast.Attribute)):
         return None
     cls = q.program.resolve_class(module, dotted(annotation) or "")
-    return cls if own_class(q, cls) else None
+    return cls if cls is not None and own_class(q, cls) and not q.program.is_enum(cls) else None
 
 
 def held_classes(q: Question) -> tuple[ClassInfo, ...]:
