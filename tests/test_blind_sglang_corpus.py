@@ -45,8 +45,8 @@ SETS = {
     "thirty-first": ("blind_sglang_r31", "blindsg31", (50, 100), 31, 2),
     "thirty-second": ("blind_sglang_r32", "blindsg32", (50, 100), 37, 1),
     "thirty-third": ("blind_sglang_r33", "blindsg33", (50, 100), 30, 3),
-    "thirty-fourth": ("blind_sglang_r34", "blindsg34", (50, 100), 36, 0),
-    "thirty-fifth": ("blind_sglang_r35", "blindsg35", (50, 100), 25, 4),
+    "thirty-fourth": ("blind_sglang_r34", "blindsg34", (50, 100), 35, 0),
+    "thirty-fifth": ("blind_sglang_r35", "blindsg35", (50, 100), 25, 5),
     "thirty-sixth": ("blind_sglang_r36", "blindsg36", (50, 100), 34, 2),
 }
 

@@ -1,7 +1,6 @@
 """What blind SGLang sets 33 and 34 (issue 29) showed SG106 and SG203 getting wrong, written as those sets' forks
 are, each checked beside SGLang 0.5.23's real tree:
 
-- a `Dict[str, ForwardBatch]` parameter, each batch planned in one loop and run in another;
 - a template method whose hook, overridden by a subclass, plans and marks the batch on one path only and hands it
   back beside the flag that says which (the tests of a callee's callee choose the path);
 - a backend of the fork's own class kept by a launcher from its constructor's annotated parameter;
@@ -134,39 +133,6 @@ def test_a_flashmla_verify_under_dcp_is_refused_or_a_finding(tmp_path: Path, ref
     messages = [f.message for f in found.findings if f.code == "SG203"]
     assert len(messages) == flagged, found.findings
     assert all("no global causal bound (`flash_mla_with_kvcache` takes none)" in m for m in messages)
-
-
-PHASES = """
-from typing import Dict
-
-from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-
-
-def preplan_and_mark(backend, forward_batch: ForwardBatch, *, replan_equivalent: bool = False) -> ForwardBatch:
-    backend.init_forward_metadata(forward_batch)
-    forward_batch.mark_forward_metadata_ready(replan_equivalent=replan_equivalent)
-    return forward_batch
-
-
-class MultiLayerDrafter:
-    def run_phases(self, phases: Dict[str, ForwardBatch]):
-        runner = self.draft_model_runner
-        planned = {}
-        for name, forward_batch in phases.items():
-            planned[name] = preplan_and_mark(runner.attn_backend, forward_batch, replan_equivalent=REPLAN)
-        return {name: runner.forward(forward_batch) for name, forward_batch in planned.items()}
-"""
-
-
-@pytest.mark.parametrize(("replan", "flagged"), [("False", True), ("True", False)])
-def test_a_dict_of_batches_handed_in_is_planned_and_run_entry_by_entry(
-    tmp_path: Path, replan: str, flagged: bool
-) -> None:
-    """Set 34's `MultiLayerMTPDraftWorker._run_planned_phases` (a `Dict[str, ForwardBatch]` parameter: each batch
-    planned and marked in one loop, run padded in a comprehension) and its clean twin that lets a padded batch be
-    planned again."""
-    found = check_fork_beside_sglang(tmp_path, {"phases.py": PHASES.replace("REPLAN", replan)})
-    assert [f.code for f in found.findings] == (["SG106"] if flagged else []), found.findings
 
 
 HELD = """

@@ -755,11 +755,7 @@ def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, An
             # `micro_batches: Sequence[ForwardBatch]`: every batch in it is like that one, taken as its one batch (a
             # loop that plans each and one that runs each meet the same batch, in one round each, so the fields its
             # predicate reads are those one round left, never a join of rounds)
-            # (`phases: Dict[str, ForwardBatch]`: one entry, under a key known by the parameter's name)
-            if _collection_annotation(param.annotation, _MAPPINGS):
-                bindings[param.arg] = {f"{param.arg}[...]": batch}
-            else:
-                bindings[param.arg] = [batch] if _collection_annotation(param.annotation, _SEQUENCES) else batch
+            bindings[param.arg] = [batch] if _sequence_annotation(param.annotation) else batch
         elif isinstance(param.annotation, (ast.Name, ast.Attribute)):
             cls = q.program.resolve_class(scope.module.name, dotted(param.annotation) or "")
             if cls is not None and _plain_class(q, cls):
@@ -803,17 +799,15 @@ def _plain_class(q: Question, cls: ClassInfo) -> bool:
 
 
 _SEQUENCES = frozenset({"Sequence", "List", "list", "Tuple", "tuple", "Iterable", "Iterator", "Collection"})
-_MAPPINGS = frozenset({"Dict", "dict", "Mapping", "MutableMapping"})
 
 
-def _collection_annotation(annotation: ast.expr | None, kinds: frozenset[str]) -> bool:
-    """`Sequence[X]`, `list[X]`, `Optional[List[X]]` (kinds `_SEQUENCES`), `Dict[str, X]` (`_MAPPINGS`): a collection
-    of that kind."""
+def _sequence_annotation(annotation: ast.expr | None) -> bool:
+    """`Sequence[X]`, `list[X]`, `Optional[List[X]]`: a collection of its element type."""
     if isinstance(annotation, ast.Subscript):
-        if last_name(annotation.value) in kinds:
+        if last_name(annotation.value) in _SEQUENCES:
             return True
         if last_name(annotation.value) == "Optional":
-            return _collection_annotation(annotation.slice, kinds)
+            return _sequence_annotation(annotation.slice)
     return False
 
 
@@ -1327,10 +1321,9 @@ RULE = Rule(
         "returned; not a method of the tree's bound to its object, which is judged where it is defined). "
         "A batch made from another (`ForwardBatch.init_new(batch, runner)`) takes the pack's `copied_fields` "
         "from it (its mode), and a parameter the rule has no class for is one object by its name, so a test of "
-        "its mode says what the batch made from it is. A `Dict[str, ForwardBatch]` parameter holds one such batch, "
-        "and an object of the analyzed package's own class that the instance keeps from its constructor's "
-        'annotated parameter (`self.strategy = strategy`, `strategy: "DraftStrategy"`) is one of that class, '
-        "whose methods run where the instance calls them.",
+        "its mode says what the batch made from it is. An object of the analyzed package's own class that the "
+        "instance keeps from its constructor's annotated parameter (`self.strategy = strategy`, `strategy: "
+        '"DraftStrategy"`) is one of that class, whose methods run where the instance calls them.',
         "Where the tests that matter are taken path by path (a plan, a pad or a mark on one side only), a test whose "
         "sides write a field the batch's predicate reads differently (`forward_metadata_ready = False` under a "
         "test) is one of them, and a test that calls a one-line predicate of the tree (`def active(b): return "

@@ -50,8 +50,8 @@ from specguard.rules.judging import (
     constructor_refuses,
     definition_text,
     held_classes,
+    held_instance,
     is_batch_class,
-    own_class,
     reaching_functions,
     reaching_imports,
     reaching_methods,
@@ -298,7 +298,9 @@ class _Locality(Hooks):
         inner = plain(kept)
         keywords = isinstance(inner, dict) and bool(inner) and all(isinstance(k, str) for k in inner)
         useful = _locality([kept]) or self._is_batch(kept) or isinstance(inner, kinds) or keywords
-        useful = useful or isinstance(inner, Obj) and own_class(self.q, inner.cls)
+        # (an object of its own package's class kept from the constructor's annotated parameter, whose methods
+        # run; not one the constructor builds, whose fields other code may set: a configuration)
+        useful = useful or isinstance(inner, Obj) and held_instance(self.q, obj.cls, attr) is not None
         return kept if useful or _holds_lengths(kept) else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
