@@ -511,8 +511,11 @@ def annotated_own_class(q: Question, module: str, annotation: ast.expr | None) -
             return None
     if not isinstance(annotation, (ast.Name, ast.Attribute)):
         return None
-    cls = q.program.resolve_class(module, dotted(annotation) or "")
-    return cls if cls is not None and own_class(q, cls) and not q.program.is_enum(cls) else None
+    key = ("own-class", q.module.name, module, dotted(annotation) or "")
+    if key not in q.program.memo:  # (a thousand classes of one file annotate `vllm_config: VllmConfig` alike)
+        cls = q.program.resolve_class(module, key[3])
+        q.program.memo[key] = cls if cls is not None and own_class(q, cls) and not q.program.is_enum(cls) else None
+    return q.program.memo[key]  # type: ignore[no-any-return]
 
 
 def held_classes(q: Question) -> tuple[ClassInfo, ...]:
