@@ -73,6 +73,11 @@ class _Parser(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> Any:  # type: ignore[override]
         raise _ParseError(message or f"exited with status {status}")
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse asks for a formatter on every add_argument, and one asks the terminal its size (a system call
+        # each): this parser's help is never shown, so a fixed width (a config run registers hundreds of options)
+        return self.formatter_class(prog=self.prog, width=100)
+
 
 class _Switch(argparse.Action):
     """A vLLM boolean switch: `--x` / `--no-x` (and `--enable-y` / `--disable-y` where the source pairs them)."""

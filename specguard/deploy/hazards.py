@@ -51,6 +51,7 @@ from specguard.evaluation import environment
 from specguard.evaluation.budget import OutOfBudget, run_budget
 from specguard.evaluation.paths import Cond, Outcome, Verdict, verdict
 from specguard.evaluation.values import UNKNOWN, ClassRef, Obj
+from specguard.program.ast_tools import cached_on, walked
 from specguard.program.tree import ClassInfo, ParsedModule, SourceLeftUnread, SourceTree
 
 
@@ -794,6 +795,24 @@ def _validation_without_builder(ctx: Context, sites: list[SiteRef], role_attribu
 # -- vLLM's own validation ----------------------------------------------------------------------------------------
 
 
+def _assignments_to(module: ast.Module, attribute: str) -> tuple[ast.Assign, ...]:
+    """The statements of `module` assigning `<...parallel_config...>.attribute`, kept on the module: each config
+    judged asks again."""
+
+    def find(tree: ast.AST) -> tuple[ast.Assign, ...]:
+        return tuple(
+            node
+            for node in walked(tree)
+            if isinstance(node, ast.Assign)
+            and any(
+                isinstance(t, ast.Attribute) and t.attr == attribute and "parallel_config" in ast.unparse(t)
+                for t in node.targets
+            )
+        )
+
+    return cached_on(module, f"assignments_to_{attribute}", find)  # type: ignore[no-any-return]
+
+
 def _resolve_interleave(ctx: Context, res: InterleaveResolution) -> _Resolved:
     given_key = "cp-kv-cache-interleave-size"
     base = ctx.situation.value_of(ctx.situation.vllm.fields["parallel_config"], res.attribute)
@@ -803,14 +822,10 @@ def _resolve_interleave(ctx: Context, res: InterleaveResolution) -> _Resolved:
     sites = []
     from specguard.deploy.situation import innermost
 
-    for node in ast.walk(parsed.tree):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Attribute) and t.attr == res.attribute and "parallel_config" in ast.unparse(t)
-            for t in node.targets
-        ):
-            found = innermost(parsed, node, ctx.facts.tree)
-            if found is not None:
-                sites.append(SiteRef(parsed, found[0], found[1], node, ast.unparse(node.value), res.file))
+    for node in _assignments_to(parsed.tree, res.attribute):
+        found = innermost(parsed, node, ctx.facts.tree)
+        if found is not None:
+            sites.append(SiteRef(parsed, found[0], found[1], node, ast.unparse(node.value), res.file))
     outcomes = ctx.reach.outcomes(sites, watch_attrs={res.attribute})
     assigned = [o for o in outcomes if o.site.kind == "assign"]
     v = verdict(assigned)

@@ -30,6 +30,7 @@ from specguard.evaluation.budget import OutOfBudget
 from specguard.evaluation.evaluator import Evaluator, own_nodes
 from specguard.evaluation.paths import Frame, Outcome, State, Verdict, verdict
 from specguard.evaluation.values import NOT_HANDLED, UNKNOWN, Bound, ClassRef, EnumMember, Function, Obj
+from specguard.program.ast_tools import cached_on, walked
 from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, dotted, message_of
 
 ENTRY_DECORATORS = {"field_validator", "model_validator", "model_serializer", "cached_property", "property"}
@@ -311,12 +312,17 @@ def _engine_derivations(tree: SourceTree, given: dict[str, Any]) -> dict[str, di
     return out
 
 
-def _post_init_fields(cls: ClassInfo | None) -> list[str]:
+def _post_init_fields(cls: ClassInfo | None) -> tuple[str, ...]:
     """Fields `__post_init__` assigns: vLLM computes them, so the user's JSON does not decide them."""
     if cls is None or "__post_init__" not in cls.methods:
-        return []
+        return ()
+    # kept on the method: every config judged builds its sections again, and the pre-flight judges one after another
+    return cached_on(cls.methods["__post_init__"], "post_init_fields", _self_fields_assigned)  # type: ignore[no-any-return]
+
+
+def _self_fields_assigned(function: ast.AST) -> tuple[str, ...]:
     names: list[str] = []
-    for sub in ast.walk(cls.methods["__post_init__"]):
+    for sub in walked(function):
         if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
             for target in targets:
@@ -326,7 +332,7 @@ def _post_init_fields(cls: ClassInfo | None) -> list[str]:
                     and target.value.id == "self"
                 ):
                     names.append(target.attr)
-    return names
+    return tuple(names)
 
 
 # -- finding statements -------------------------------------------------------------------------------------------
