@@ -35,6 +35,7 @@ from specguard.evaluation.values import (
     LiteralType,
     Many,
     Mapping,
+    Method,
     Obj,
     OneOf,
     Opaque,
@@ -298,6 +299,29 @@ class Expressions(Builtins):
         except (ZeroDivisionError, TypeError, ValueError, OverflowError) as exc:
             return self.fails(type(exc).__name__)  # what Python raises for these known operands
         return with_labels(result, labels)
+
+    def builtin(
+        self, name: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
+    ) -> Any:
+        torch_call = name.startswith("torch.") and len(args) == 2
+        op = division_operator(name.rpartition(".")[2], kwargs) if torch_call else None
+        if op is not None and isinstance(node, ast.Call) and len(node.args) == 2:
+            return self._divided(op, args[0], args[1], node.args[0], node.args[1])  # `torch.div(a, b, ...)`
+        return super().builtin(name, args, kwargs, node, frame, state)
+
+    def unknown_method(self, method: Method, args: list[Any], kwargs: dict[str, Any], node: ast.AST) -> Any:
+        op = division_operator(method.name, kwargs) if len(args) == 1 else None
+        if op is not None and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            return self._divided(op, method.receiver, args[0], node.func.value, node.args[0])  # `a.div(b)`
+        return super().unknown_method(method, args, kwargs, node)
+
+    def _divided(self, op: ast.operator, left: Any, right: Any, left_node: ast.expr, right_node: ast.expr) -> Any:
+        """A tensor's division written as a call: what `left / right` (`//` for a floor or truncating rounding)
+        is, quotient's divisor included."""
+        result = self.binop(op, left, right)
+        if not is_unknown(plain(result)):
+            return result
+        return self._rounding(op, _divisor_key(left, left_node), _divisor_key(right, right_node), left, right, result)
 
     def _rounding(
         self, op: ast.operator, left_key: str | None, right_key: str | None, left: Any, right: Any, result: Any
@@ -685,6 +709,20 @@ def _mapping(pairs: list[tuple[Any, Any]]) -> Mapping:
     """The dict these pairs make where some key is unknown: any value may be under any key."""
     keys = join_values([(k, frozenset()) for k, _ in pairs])
     return Mapping(keys, join_values([(v, frozenset()) for _, v in pairs]))
+
+
+_DIVISIONS = {"div": ast.Div, "divide": ast.Div, "true_divide": ast.Div, "floor_divide": ast.FloorDiv}
+
+
+def division_operator(name: str, kwargs: dict[str, Any]) -> ast.operator | None:
+    """The operator a tensor's division call (`torch.div`, `x.floor_divide`) computes; None for any other call."""
+    kind = _DIVISIONS.get(name)
+    if kind is None or set(kwargs) - {"rounding_mode"}:
+        return None
+    rounding = plain(kwargs.get("rounding_mode"))
+    if rounding in ("floor", "trunc"):
+        return ast.FloorDiv()
+    return kind() if rounding is None else None
 
 
 def _divisor_key(value: Any, node: ast.expr) -> str | None:

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
+from specguard.evaluation.expressions import division_operator
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.paths import Frame, PathEnds
 from specguard.evaluation.values import (
@@ -228,6 +229,8 @@ class _Locality(Hooks):
         built = _built_metadata(self.q.pack.mla, inner, node, args, kwargs)
         if built is not None:
             return built
+        if (name in self.localizers or name in self.in_place) and args and self._one_rank(func, args, kwargs, node):
+            return args[0]  # a share of one rank is the whole: `get_dcp_lens(lens, 1, 0)` hands `lens` back
         if name in self.localizers or name in self.in_place:
             self._admits(args[0] if args else UNKNOWN, node, frame.module)
             share = Label(LOCAL, f"`{ast.unparse(node.func)}`", span(node), str(frame.module.path))
@@ -240,9 +243,18 @@ class _Locality(Hooks):
                 ev.assign(out, made, frame, state, node)
                 return NOT_HANDLED
             return made
-        if isinstance(inner, Method) and _locality([inner.receiver]):
+        if isinstance(inner, Method) and _locality([inner.receiver]) and division_operator(inner.name, kwargs) is None:
             return Abstract(_locality([inner.receiver]), exists=True)  # `.to(...)`, `.int()`: the same lengths
         return NOT_HANDLED
+
+    def _one_rank(self, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call) -> bool:
+        """Whether a localizer whose code the tree holds is handed one DCP rank (a parameter the pack's `sizes`
+        names bound to 1, a default included): its share is then every length."""
+        target = callee(func)
+        if target is None:
+            return False
+        bound = bind_arguments(target, args, kwargs, node)
+        return any(plain(bound[p][0]) == 1 for p in self.sizes if p in bound and bound[p][0] is not DCP_SIZE)
 
     def _planned_lens(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """The lengths a plan call of the wrapper is handed, in whichever form it is called; None: a method of
