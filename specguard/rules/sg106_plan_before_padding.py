@@ -560,9 +560,15 @@ def _settings_only(q: Question, cls: ClassInfo, attr: str) -> bool:
     (its runners, its backends) are never run for it."""
     key = ("sg106-settings", cls.key, attr)
     if key not in q.program.memo:
-        values = [value for _, method in writers(cls, q.program, attr) for value in _stored(method).get(attr, ())]
+        values = [
+            (klass.module, value)
+            for klass, method in writers(cls, q.program, attr)
+            for value in _stored(method).get(attr, ())
+        ]
         tests = frozenset(q.pack.batches.dp_tests) | frozenset(q.pack.batches.dp_sizes)
-        q.program.memo[key] = bool(values) and all(_literal_or_name(v, tests) for v in values)
+        q.program.memo[key] = bool(values) and all(
+            _literal_or_name(v, tests) or _built_record(q, module, v, tests) for module, v in values
+        )
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
@@ -733,10 +739,40 @@ def _setting(value: Any) -> bool:
 
 
 def _record(value: Obj) -> bool:
-    """An object of a class of the tree that only holds fields (no method of its own but dunders): a policy, a
-    config; not a runner or a backend, whose methods the rule reads calls by."""
-    cls = value.cls
-    return cls is not None and not any(not (n.startswith("__") and n.endswith("__")) for n in cls.methods)
+    """An object of a class of the tree that only holds fields: a policy, a config; not a runner or a backend,
+    whose methods the rule reads calls by."""
+    return value.cls is not None and _record_class(value.cls)
+
+
+def _record_class(cls: ClassInfo) -> bool:
+    """A class whose methods other than dunders only compute from its own fields (`DraftPlanPolicy.mark_kwargs`,
+    returning `{"replan_equivalent": self.replan_equivalent}`): they call nothing but Python's own builtins and
+    its own methods."""
+    return all(
+        isinstance(call.func, ast.Name)
+        and call.func.id in _PURE_BUILTINS
+        or isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "self"
+        and call.func.attr in cls.methods
+        for name, method in cls.methods.items()
+        if not (name.startswith("__") and name.endswith("__"))
+        for call in walked(method)
+        if isinstance(call, ast.Call)
+    )
+
+
+_PURE_BUILTINS = frozenset({"dict", "list", "tuple", "set", "bool", "int", "float", "str", "len", "min", "max"})
+
+
+def _built_record(q: Question, module: str, node: ast.expr, tests: frozenset[str]) -> bool:
+    """`DraftPlanPolicy(replan_equivalent=True)`: a record of the tree (see `_record_class`) built of settings."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, (ast.Name, ast.Attribute)):
+        return False
+    if not all(_literal_or_name(v, tests) for v in (*node.args, *(k.value for k in node.keywords))):
+        return False
+    cls = q.program.resolve_class(module, dotted(node.func) or "")
+    return cls is not None and _record_class(cls)
 
 
 def _bindings(q: Question, scope: Scope, fields: frozenset[str]) -> dict[str, Any]:
