@@ -116,6 +116,10 @@ class Dcp(_Section):
     enabled_tests: list[str] = field(default_factory=list)
     # what gives the number of DCP ranks (optional; SG203 evaluates with two)
     sizes: list[str] = field(default_factory=list)
+    # what gives this rank's index among them (optional; SG203): lengths divided by the number of ranks are this
+    # rank's share only where the index enters (`lens // size + (rank < lens % size)`); a share every rank computes
+    # alike (`(lens + size - 1) // size`) is no rank's
+    ranks: list[str] = field(default_factory=list)
     # calls that give this rank's share of a request's lengths or pages (SG203): what they return is rank-local
     localizers: list[str] = field(default_factory=list)
     # calls that rewrite the lengths handed as their first argument to this rank's share, in place

@@ -580,9 +580,10 @@ class Builtins(ObjectModel):
 
 def _replace(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
     source = plain(args[0]) if args else None
-    if not isinstance(source, Obj):
+    if not isinstance(source, Obj) and (not args or STAR_KWARGS in kwargs or not kwargs):
         return unknown_from(*args, *kwargs.values())
-    copied = _copy_of(source, state)
+    # an object not known: its copy holds what the call sets, every other field unknown as in it
+    copied = _copy_of(source, state) if isinstance(source, Obj) else Obj(None, label="replaced")
     copied.fields.update(kwargs)
     if isinstance(node, ast.Call):
         copied.nodes.update({kw.arg: kw for kw in node.keywords if kw.arg})

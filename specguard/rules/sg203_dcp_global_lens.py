@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
+from pathlib import PurePath
 from typing import Any
 
 from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
@@ -63,6 +64,8 @@ from specguard.rules.judging import (
 # Label kinds: lengths of the whole sequence (where they were read), this rank's share, and a parameter of the
 # judged function (whose lengths they are, its callers say).
 GLOBAL, LOCAL, PARAM = "global-lens", "rank-local", "param"
+# lengths divided by the number of DCP ranks, and this rank's index: the two together are this rank's share
+SHARE, RANK = "share", "dcp-rank"
 MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with more than one token per request
 # Tensor methods whose arguments are a shape: a view of the query, or a buffer made like it (`q.new_zeros((bs,
 # max_q, heads, dim))`, which a draft extend pads its ragged query into).
@@ -86,6 +89,7 @@ class _Locality(Hooks):
         self.q, self.entries, self.lens = q, set(q.pack.mla.decode_entry), q.pack.mla.lens_param or ""
         self.forms = q.pack.mla.launch_forms  # kernels known by their signature in the pack
         self.tests, self.sizes, self.localizers = set(dcp.enabled_tests), set(dcp.sizes), set(dcp.localizers)
+        self.ranks = set(dcp.ranks)
         self.batch_fields, self.fields = set(dcp.batch_global_lens), set(dcp.global_lens)
         self.in_place, self.plans = set(dcp.in_place_localizers), set(q.pack.mla.plan_methods)
         self.batch_params = set(batches.batch_params)
@@ -117,6 +121,7 @@ class _Locality(Hooks):
         # a holder's evaluation: calls of `into` spelled on the attribute that holds an instance of its class
         # (`self.indices_updater_decode.update(...)`), whatever the evaluation makes of that attribute
         self.spelled: tuple[frozenset[str], Function] | None = None
+        self.own_root = _package_root(q)
 
     def call(
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: Any
@@ -142,6 +147,8 @@ class _Locality(Hooks):
         if name in self.sizes:
             self.dcp_tested = True
             return DCP_SIZE
+        if name in self.ranks:
+            return _rank(name, node, str(frame.module.path))
         form = self.forms.get(name or "") if name not in self.entries else None
         if name in self.entries or form is not None:
             target = callee(func)
@@ -158,7 +165,7 @@ class _Locality(Hooks):
                 return UNKNOWN  # a sparse launch: it reads the KV at the indices handed, whatever the lengths
             lens_name, query_name = (form.lens, form.query or "") if form else (self.lens, self.query)
             where = ev.calls[0] if ev.calls else node
-            self.sites.append((where, self._as_left(values.get(lens_name, UNKNOWN)), node, tuple(ev.calls)))
+            self._launch(ev, values.get(lens_name, UNKNOWN), node, frame)
             query, bound = values.get(query_name, UNKNOWN), values.get(self.bound)
             if self.switch and plain(values.get(self.switch)) is True:
                 self.dcp_tested = True  # the launch itself says it runs under DCP
@@ -207,24 +214,22 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and inner.name == "copy_" and args:
             if _kept_field(node, self.fields):
                 self._admits(args[0], node, frame.module)  # `metadata.global_seq_lens_k.copy_(lens)`
-            field = _kept_field(node, self.kept)
-            if field is not None or isinstance(node.func.value, ast.Name):  # type: ignore[attr-defined]
-                # `metadata.seq_lens_k.copy_(lens)`, `buffer.copy_(lens)`, `self.seq_lens_k[:bs].copy_(lens)`: it
-                # holds those lengths now, whatever it held
-                ev.assign(field or node.func.value, args[0], frame, state, node)  # type: ignore[attr-defined]
+            field = _kept_field(node, self.kept) or _copied_into(node.func.value)  # type: ignore[attr-defined]
+            if field is not None:
+                # `metadata.seq_lens_k.copy_(lens)`, `buffer.copy_(lens)`, `self.static_lens[:bs].copy_(lens)`: it
+                # holds those lengths now, whatever it held (a CUDA graph's static buffer, read again later)
+                ev.assign(field, args[0], frame, state, node)
                 return NOT_HANDLED
         handed = _planning_keyword(self.q.pack.mla, node)
         if handed is not None:  # a framework's call that plans with the lengths handed under this keyword
             if handed in kwargs:
-                self.sites.append(
-                    (ev.calls[0] if ev.calls else node, self._as_left(kwargs[handed]), node, tuple(ev.calls))
-                )
+                self._launch(ev, kwargs[handed], node, frame)
             return NOT_HANDLED
         planned = _unbound(inner, args, kwargs)
         if planned is not None and planned[0].name.rpartition(".")[2] in self.plans:
             lens = self._planned_lens(*planned[1:])  # `wrapper.plan(...)`: a library's, never followed
             if lens is not None:
-                self.sites.append((ev.calls[0] if ev.calls else node, self._as_left(lens), node, tuple(ev.calls)))
+                self._launch(ev, lens, node, frame)
             return NOT_HANDLED
         built = _built_metadata(self.q.pack.mla, inner, node, args, kwargs)
         if built is not None:
@@ -256,6 +261,22 @@ class _Locality(Hooks):
         bound = bind_arguments(target, args, kwargs, node)
         return any(plain(bound[p][0]) == 1 for p in self.sizes if p in bound and bound[p][0] is not DCP_SIZE)
 
+    def _launch(self, ev: Any, lens: Any, node: ast.expr, frame: Frame) -> None:
+        """A launch (or plan) handed `lens`, as a site of the judged function; not where the launch and every read
+        of the whole lengths it gets lie in code beside the judged package (the framework method a fork's override
+        delegates to, `super().init_forward_metadata(batch)`): that is the framework's own finding, made where its
+        code is checked, and the caller handed it no lengths."""
+        left = self._as_left(lens)
+        read = _global(left)
+        if read and all(self._beside(path) for path in (str(frame.module.path), *(x.path for x in read))):
+            return
+        self.sites.append((ev.calls[0] if ev.calls else node, left, node, tuple(ev.calls)))
+
+    def _beside(self, path: str | None) -> bool:
+        if self.own_root is None or path is None:
+            return False
+        return not PurePath(path).is_relative_to(self.own_root)
+
     def _planned_lens(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """The lengths a plan call of the wrapper is handed, in whichever form it is called; None: a method of
         that name that is no plan."""
@@ -279,9 +300,11 @@ class _Locality(Hooks):
         if attr in self.sizes:
             self.dcp_tested = True
             return DCP_SIZE
+        if attr in self.ranks:
+            return _rank(attr, node, str(ev.here))
         if attr == "shape" and _multi(base):
             return (UNKNOWN, QUERY_TOKENS, UNKNOWN, UNKNOWN)
-        handed = _params(value)
+        handed = _params(value) & _params(base)  # (a parameter's lengths kept on another object are those lengths)
         if handed and isinstance(value, Abstract):  # a field of a parameter is not the parameter
             value = replace(value, labels=value.labels - handed, maybe=value.maybe - handed)
             if attr not in self.fields:
@@ -329,7 +352,7 @@ class _Locality(Hooks):
         """Lengths divided by the number of DCP ranks (`lens // world + (rank < lens % world)`): this rank's share,
         worked out in place."""
         if divisor == repr(DCP_SIZE) and any(x.kind in (GLOBAL, PARAM) for x in labels_of(value)):
-            return frozenset({Label(LOCAL, "a share by the number of DCP ranks", None, str(ev.here))})
+            return frozenset({Label(SHARE, "a share by the number of DCP ranks", None, str(ev.here))})
         return frozenset()
 
     def _admits(self, value: Any, node: ast.AST, module: Any) -> None:
@@ -404,8 +427,13 @@ def _multi_labels(values: list[Any]) -> frozenset[Label]:
     return frozenset(x for v in values for x in labels_of(v) if x.kind == MULTI)
 
 
+def _rank(name: str, node: ast.AST | None, path: str) -> Abstract:
+    """This rank's index among the DCP ranks, not known."""
+    return Abstract(frozenset({Label(RANK, f"`{name}`", span(node) if node is not None else None, path)}))
+
+
 def _locality(values: list[Any]) -> frozenset[Label]:
-    return frozenset(x for v in values for x in labels_of(v) if x.kind in (GLOBAL, LOCAL, PARAM))
+    return frozenset(x for v in values for x in labels_of(v) if x.kind in (GLOBAL, LOCAL, PARAM, SHARE, RANK))
 
 
 def _holds_lengths(value: Any) -> bool:
@@ -423,7 +451,8 @@ def _global(value: Any) -> list[Label]:
     """Where the lengths were read as every rank's, if they come from such a read and never from a localizer
     (labels say where a value may come from: both, where paths met, is for each path to say)."""
     labels = labels_of(value) | maybe_of(value)
-    if any(x.kind == LOCAL for x in labels):
+    kinds = {x.kind for x in labels}
+    if LOCAL in kinds or {SHARE, RANK} <= kinds:  # a localizer's, or a share this rank's index entered
         return []
     return sorted((x for x in labels if x.kind == GLOBAL), key=lambda x: x.span)
 
@@ -484,6 +513,7 @@ def _evaluation(
     hooks.admitted_stores(ev)
     if hooks.kept:
         left = _left_whole(ev, function, hooks, [state for state, _ in flow.returns])
+        left += _built_whole(function, hooks, flow.returns)
         if hooks.dcp_tested:
             hooks.sites.extend(left)
         else:  # whole lengths left there, with DCP never asked: whether it is on is its callers'
@@ -517,6 +547,29 @@ def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) 
     return sites
 
 
+def _built_whole(function: Function, hooks: _Locality, returns: list[Any]) -> list[Site]:
+    """The launch-read fields of objects the function builds (`TRTLLMMLADecodeMetadata(seq_lens_k=lens)`) and
+    hands out, returned or stored on another object, holding the whole lengths at the end of some path: a site at
+    the keyword that set them. A field assigned afterwards holds what was assigned (`_left_whole` reads those)."""
+    lines = range(function.node.lineno, (function.node.end_lineno or 0) + 1)
+    sites: list[Site] = []
+    seen: set[int] = set()
+    for state, value in returns:
+        for obj in (plain(value), *(plain(v) for v in state.writes.values())):
+            if not isinstance(obj, Obj) or id(obj) in seen:
+                continue
+            for field in hooks.kept:
+                given = obj.nodes.get(field)
+                if given is None or getattr(given, "lineno", 0) not in lines or (id(obj), field) in state.writes:
+                    continue
+                held = obj.fields.get(field)
+                if any(x.kind in (GLOBAL, PARAM) for x in labels_of(held) | maybe_of(held)):
+                    seen.add(id(obj))
+                    named = ast.Attribute(ast.Name("metadata", ast.Load()), field, ast.Load())  # for the message
+                    sites.append((given, held, ast.copy_location(named, given), ()))
+    return sites
+
+
 def _last_stores(function: ast.AST, fields: frozenset[str]) -> list[ast.Attribute]:
     """The last store the function's text makes to each launch-read field it names (by the field's spelling), read
     once per function: every run of it (one per path, per caller) asks again."""
@@ -540,6 +593,14 @@ def _holds_whole(state: Any, attr: str) -> bool:
         key[1] == attr and any(x.kind == GLOBAL for x in labels_of(value) | maybe_of(value))
         for key, value in state.writes.items()
     )
+
+
+def _copied_into(target: ast.expr) -> ast.Name | ast.Attribute | None:
+    """The buffer a `.copy_(...)` writes: a name or an attribute, its rows included (`buf[:bs]` is `buf`; an item
+    of a container, `buffers["lens"]`, is not the container)."""
+    while isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Slice):
+        target = target.value
+    return target if isinstance(target, (ast.Name, ast.Attribute)) else None
 
 
 def _kept_field(node: ast.AST, fields: set[str]) -> ast.Attribute | None:
@@ -955,6 +1016,12 @@ def _callees(q: Question, scope: Scope, read: list[Label], chain: tuple[ast.AST,
         if any(id(call) in inside for call in chain[1:]) and any(j.decided for j in _judged(q, other)):
             return True
     return False
+
+
+def _package_root(q: Question) -> PurePath | None:
+    """The folder of the judged module's top package (None for a module outside any)."""
+    found = q.program.file_of(q.module.name.partition(".")[0])
+    return found[0].parent if found is not None and found[1] else None
 
 
 def _global_field(q: Question) -> str:
