@@ -196,3 +196,47 @@ def test_the_host_side_part_of_a_plan_plans(tmp_path: Path, mark: str, flagged: 
     assert [(f.code, f.symbol) for f in found.findings] == (
         [("SG106", "FrozenKVDraftService.seed_forward")] if flagged else []
     )
+
+
+SHARE = """
+import torch
+
+from sglang.kernels.ops.attention.flash_mla_interface import flash_mla_with_kvcache
+from sglang.srt.runtime_context import get_parallel
+
+
+def decode(q, layer, forward_batch, block_table, k_cache, mla_metadata, num_splits, kv_lora_rank):
+    p = get_parallel()
+    if not p.dcp_enabled:
+        raise NotImplementedError("this fork's decode path is DCP-only")
+    bs = forward_batch.batch_size
+    lens = forward_batch.seq_lens[:bs]
+    local = (SHARE).to(torch.int32)
+    return flash_mla_with_kvcache(
+        q=q.view(bs, 1, layer.tp_q_head_num, layer.head_dim),
+        k_cache=k_cache,
+        block_table=block_table,
+        cache_seqlens=local,
+        head_dim_v=kv_lora_rank,
+        tile_scheduler_metadata=mla_metadata,
+        num_splits=num_splits,
+        softmax_scale=layer.scaling,
+        causal=True,
+    )
+"""
+
+
+@pytest.mark.parametrize(
+    ("share", "flagged"),
+    [
+        ("lens // p.dcp_size + (p.dcp_rank < lens % p.dcp_size)", False),
+        ('torch.div(lens - p.dcp_rank - 1, p.dcp_size, rounding_mode="floor") + 1', False),
+        ('torch.div(lens + p.dcp_size - 1, p.dcp_size, rounding_mode="floor")', True),
+        ("(lens + p.dcp_size - 1) // p.dcp_size", True),
+    ],
+)
+def test_a_share_is_this_ranks_only_where_its_index_enters(tmp_path: Path, share: str, flagged: bool) -> None:
+    """Set 28's `CeilDivDecodeBackend.forward_decode` (a ceil division, the same on every rank, overstating the
+    share of the ranks past the remainder) against the two exact forms, in which this rank's index enters."""
+    found = check_fork_beside_sglang(tmp_path, {"decode.py": SHARE.replace("SHARE", share)})
+    assert [(f.code, f.symbol) for f in found.findings] == ([("SG203", "decode")] if flagged else [])
