@@ -107,3 +107,38 @@ def test_a_division_written_as_a_call_is_the_division(tmp_path: Path, divided: s
     lens = LENS.replace("DIVIDED", divided)
     found = check_fork_beside_sglang(tmp_path, {"lens.py": lens, "plan.py": PLAN})
     assert [(f.code, f.symbol) for f in found.findings] == ([("SG203", "plan_decode")] if flagged else [])
+
+
+TEMPLATE = """
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+
+class TreeDraftBase:
+    def __init__(self, worker):
+        self.worker = worker
+
+    def _pre_plan(self, forward_batch: ForwardBatch) -> None:
+        self.worker.draft_runner.attn_backend.init_forward_metadata(forward_batch)
+
+    def run(self, forward_batch: ForwardBatch):
+        if not forward_batch.forward_mode.is_idle():
+            self._pre_plan(forward_batch)
+        return self.worker.draft_runner.forward(forward_batch).logits_output
+
+
+class TreeDraftPlanned(TreeDraftBase):
+    def _pre_plan(self, forward_batch: ForwardBatch) -> None:
+        super()._pre_plan(forward_batch)
+        forward_batch.mark_forward_metadata_ready(MARK)
+"""
+
+
+@pytest.mark.parametrize(("mark", "flagged"), [("", True), ("replan_equivalent=True", False)])
+def test_an_override_whose_base_method_runs_its_batch(tmp_path: Path, mark: str, flagged: bool) -> None:
+    """Set 36's `TreeDraftPlannedV2._pre_plan`: the override plans and marks, and the base's `run`, which the
+    subclass inherits, calls it and then runs the forward that pads the batch; and the twin marked so that a padded
+    batch is planned again."""
+    found = check_fork_beside_sglang(tmp_path, {"tree.py": TEMPLATE.replace("MARK", mark)})
+    assert [(f.code, f.symbol) for f in found.findings] == (
+        [("SG106", "TreeDraftPlanned._pre_plan")] if flagged else []
+    )

@@ -32,6 +32,7 @@ from specguard.evaluation.values import (
     answer_key,
     labels_of,
     maybe_of,
+    place_text,
     plain,
     same_value,
 )
@@ -1034,8 +1035,8 @@ def judge(q: Question) -> Iterator[Judgement]:
         if not scope.mentions(reaching):
             continue
         forwarding = _forwarding_names(q) if forwarding is None else forwarding
-        if not scope.mentions(forwarding) and not _pad_step(q, scope):
-            continue
+        if not scope.mentions(forwarding) and not _pad_step(q, scope) and next(_templates(q, scope), None) is None:
+            continue  # (a hook a base's method calls before its forward is judged as that method runs it)
         fields = _predicate_fields(q) if fields is None else fields
         if constructor_refuses(q, scope, partial(_Batches, q, fields), "DP"):
             continue  # no instance of its class exists with DP attention on, the only case the rule asks about
@@ -1044,7 +1045,56 @@ def judge(q: Question) -> Iterator[Judgement]:
             yield found
 
 
-def _judge(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | None:
+def _judge(q: Question, scope: Scope, fields: frozenset[str], inherited: bool = True) -> Judgement | None:
+    judged = _judge_own(q, scope, fields)
+    templates = list(_templates(q, scope)) if inherited and (judged is None or not judged.decided) else []
+    if templates and _planned_only(q, scope, fields):
+        for template in templates:
+            found = _judge(q, template, fields, inherited=False)
+            if found is not None and found.decided:
+                # the override plans and marks; the base's method that calls it on this class's instance runs it
+                at = place_text(str(template.module.path), found.span[0], str(scope.module.path))
+                message = f"`{template.qualname}`, which calls this override, runs its batch ({at}): {found.message}"
+                return q.judgement("SG106", scope, scope.node, message)
+    return judged
+
+
+def _planned_only(q: Question, scope: Scope, fields: frozenset[str]) -> bool:
+    """Whether the method, run on its own, plans a batch and runs none (a hook of a base's method that runs it)."""
+    hooks = _Batches(q, fields)
+    hooks.owner = scope.cls
+    ev = q.evaluator(hooks)
+    try:
+        ev.run(scope.function, _bindings(q, scope, fields))
+    except (OutOfBudget, RecursionError):
+        return False
+    return bool(hooks.planned) and not hooks.forwarded
+
+
+def _templates(q: Question, scope: Scope) -> Iterator[Scope]:
+    """The methods a base of the method's class defines, and the class inherits as they are, that call the method
+    on `self` (a template method whose hook it overrides), each as run on an instance of the method's class."""
+    name = scope.node.name
+    if not scope.bound or scope.cls is None:
+        return
+    for klass in q.program.ancestors(scope.cls)[1:]:
+        module = q.program.module(klass.module)
+        for method_name, method in klass.methods.items():
+            found = q.program.method(scope.cls, method_name)
+            if module is None or method_name == name or found is None or found[0] is not method:
+                continue
+            if any(
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr == name
+                and isinstance(n.func.value, ast.Name)
+                and n.func.value.id == "self"
+                for n in walked(method)
+            ):
+                yield Scope(f"{klass.name}.{method_name}", scope.class_name, scope.cls, method, module)
+
+
+def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | None:
     runs: list[_Batches] = []  # every run made, each one path (or the paths it joined): a forward on any is one
 
     def run(choices: Choices) -> _Batches:
@@ -1337,7 +1387,10 @@ RULE = Rule(
         "in a helper, in another module. A batch the code builds field by field (`ForwardBatch(...)`, a warm-up's) "
         "is synchronised across DP ranks only where it is handed the pack's `dp_field`. An override of one of the "
         "pack's `pad_calls` (the framework's own padding step) is judged as the framework runs it: each path out "
-        "of it is followed by the forward of the batch it was handed, one of the `forwards_after_padding`.",
+        "of it is followed by the forward of the batch it was handed, one of the `forwards_after_padding`. An "
+        "override that plans a batch and runs none, called on `self` by a method a base defines and its class "
+        "inherits as written (a template method's hook: `run` calls `self._pre_plan(batch)`, then the forward), "
+        "is judged as that method runs on an instance of the override's class.",
         "A forward handed a keyword of the pack's `replan_keywords` as true (`reinit_attn_backend=True`) plans "
         "the batch it runs where one of the pack's `replan_when` holds of the batch on the path "
         "(`forward_mode.is_split_prefill()`, known or tested). "
