@@ -349,8 +349,8 @@ class _Locality(Hooks):
         return Abstract(_locality([base]), exists=True) if _locality([base]) else NOT_HANDLED
 
     def divided(self, ev: Any, value: Any, divisor: str) -> frozenset[Label]:
-        """Lengths divided by the number of DCP ranks (`lens // world + (rank < lens % world)`): this rank's share,
-        worked out in place."""
+        """Lengths divided by the number of DCP ranks: this rank's share where its index enters too (see
+        `_global`), worked out in place (`lens // world + (rank < lens % world)`)."""
         if divisor == repr(DCP_SIZE) and any(x.kind in (GLOBAL, PARAM) for x in labels_of(value)):
             return frozenset({Label(SHARE, "a share by the number of DCP ranks", None, str(ev.here))})
         return frozenset()
@@ -1082,8 +1082,12 @@ RULE = Rule(
         "the instance) holds the whole sequence's lengths; a call of the pack's `localizers` "
         "(`get_dcp_lens(lens, size, rank)`) gives this rank's share, and one of its `in_place_localizers` "
         "rewrites the lengths it is handed into it (that tensor, under every name that holds it: a helper's "
-        "parameter and its caller's variable); slices, `.to(...)` and other methods of the lengths keep "
-        "what they are. Helpers of the tree and of the framework, properties, `functools.partial` kernels and "
+        "parameter and its caller's variable), unless it is handed one rank (`get_dcp_lens(lens, 1, 0)` hands "
+        "`lens` back); lengths divided by the number of ranks (`//`, `torch.div`) are this rank's share where "
+        "the rank's index (`[dcp] ranks`) enters too (`lens // size + (rank < lens % size)`), never a share "
+        "every rank computes alike (`(lens + size - 1) // size`); slices, `.to(...)` and other methods of the "
+        "lengths keep what they are; what is copied into a buffer's rows (`buf[:bs].copy_(lens)`) is what the "
+        "buffer holds. Helpers of the tree and of the framework, properties, `functools.partial` kernels and "
         "what the instance's other methods keep on it are followed (an instance of a class of the analyzed "
         "package's own that its constructor keeps from a parameter annotated so, `backend: VendorDcpBackend`, is "
         "one of that class, whose methods run; a setting its constructor chooses is what the "
@@ -1102,7 +1106,10 @@ RULE = Rule(
         "seq_lens)`), itself or in a helper it calls, is judged as them. Where that still leaves a parameter, or "
         "nothing calls it, the launch is listed as not decided. A launch reached through another function of the "
         "file that reads the whole lengths and launches with them itself is that function's finding, not its "
-        "callers'. A method that launches a query of several tokens per request without the bound and never asks "
+        "callers'; so is one reached in code beside the analyzed package (the framework's method an override "
+        "hands the batch to, `super().init_forward_metadata(batch)`), where that code both reads the lengths and "
+        "launches: its finding is made where it is checked. A method that launches a query of several tokens "
+        "per request without the bound and never asks "
         "whether DCP is on is judged as those methods run it once they have asked (a base's `forward_extend` that "
         "sends DCP's draft extend to a hook a subclass overrides). A class whose constructor refuses DCP together "
         "with speculative decoding (the pack's `speculative_tests`) runs no such query under DCP. A mixin's "
@@ -1111,7 +1118,9 @@ RULE = Rule(
         "A field the framework's launch reads as this rank's lengths (the pack's `[dcp] local_lens`: "
         "`metadata.seq_lens_k`) is a launch too: a function that asks whether DCP is on (or is one of the pack's "
         "`gated_methods`, which the framework calls only with DCP on) and stores there, by assignment or "
-        "`.copy_(...)`, is judged by what the field holds at each of its ends, path by path where paths met. A "
+        "`.copy_(...)`, or builds an object with it as a keyword and hands that out (`Metadata(seq_lens_k=lens)`, "
+        "`dataclasses.replace(metadata, seq_lens_k=lens)`, returned or stored), is judged by what the field holds "
+        "at each of its ends, path by path where paths met. A "
         "file that names such a field is read, though it never asks about DCP itself (a fork's CUDA-graph replay "
         "shortcut that fills `metadata.seq_lens_k` before SGLang's own DCP step would); a function of such a file "
         "is judged only where its evaluation asks (the framework's method it falls back to, say). An element of a "
