@@ -335,9 +335,10 @@ def writes_of(
 def constructor_refuses(q: Question, scope: Scope, hooks: Callable[[], Hooks], setting: str) -> bool:
     """Whether `scope` is a method of a class whose constructor, the one an instance runs, raises on every path where
     the hooks say `setting` is on (`if get_parallel().attn_dcp_size > 1: raise ValueError(...)`): no instance then
-    runs with it on, the only case a rule about that setting asks about. By the constructor's own statements,
-    evaluated once per class and setting (`hooks` makes the rule's hooks for that one evaluation): what it calls is
-    not read (a base's constructor may fail for reasons the evaluation cannot see, which is no refusal)."""
+    runs with it on, the only case a rule about that setting asks about. By the constructor's own statements and
+    the functions of its own package it calls (`refuse_dcp("component")`, two calls deep), evaluated once per class
+    and setting (`hooks` makes the rule's hooks for that one evaluation): a framework's code it calls is not read (a
+    base's constructor may fail for reasons the evaluation cannot see, which is no refusal)."""
     cls = scope.cls
     if cls is None or not scope.bound:
         return False
@@ -350,11 +351,27 @@ def constructor_refuses(q: Question, scope: Scope, hooks: Callable[[], Hooks], s
             function = Function(module, init[1], init[0])
             bindings = bind_parameters(function, Obj(cls, label="self"), unknown_parameter, q.program)
             try:
-                refuses = not q.evaluator(hooks(), max_depth=0).run(function, bindings).returns
+                refuses = not q.evaluator(_own_calls_only(q, hooks()), max_depth=2).run(function, bindings).returns
             except (OutOfBudget, RecursionError):
                 refuses = False
         q.program.memo[key] = refuses
     return q.program.memo[key]  # type: ignore[no-any-return]
+
+
+def _own_calls_only(q: Question, hooks: Hooks) -> Hooks:
+    """The rule's hooks, with every call of a function outside the judged module's own package left unread."""
+    answer = hooks.call
+    top = q.module.name.partition(".")[0]
+
+    def call(ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, *rest: Any) -> Any:
+        target = callee(func)
+        outside = target is not None and target.function is not None and target.function.module.name.partition(".")[0]
+        if outside and (outside != top or top in FRAMEWORK_PACKS):
+            return UNKNOWN
+        return answer(ev, func, args, kwargs, node, *rest)
+
+    hooks.call = call  # type: ignore[method-assign]
+    return hooks
 
 
 def _self_calls(method: ast.AST) -> set[str]:
