@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r36, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r38, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -48,6 +48,8 @@ SETS = {
     "thirty-fourth": ("blind_sglang_r34", "blindsg34", (50, 100), 35, 0),
     "thirty-fifth": ("blind_sglang_r35", "blindsg35", (50, 100), 25, 5),
     "thirty-sixth": ("blind_sglang_r36", "blindsg36", (50, 100), 34, 2),
+    "thirty-seventh": ("blind_sglang_r37", "blindsg37", (50, 100), 44, 2),
+    "thirty-eighth": ("blind_sglang_r38", "blindsg38", (50, 100), 45, 2),
 }
 
 

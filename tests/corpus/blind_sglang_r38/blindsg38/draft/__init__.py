@@ -1,0 +1,1 @@
+"""Kestrel speculative-decoding workers (EAGLE v2 / MTP) and planning glue."""
