@@ -47,8 +47,8 @@ SETS = {
     "thirty-third": ("blind_sglang_r33", "blindsg33", (50, 100), 30, 3),
     "thirty-fourth": ("blind_sglang_r34", "blindsg34", (50, 100), 35, 0),
     "thirty-fifth": ("blind_sglang_r35", "blindsg35", (50, 100), 25, 5),
-    "thirty-sixth": ("blind_sglang_r36", "blindsg36", (50, 100), 34, 2),
-    "thirty-seventh": ("blind_sglang_r37", "blindsg37", (50, 100), 44, 2),
+    "thirty-sixth": ("blind_sglang_r36", "blindsg36", (50, 100), 37, 1),
+    "thirty-seventh": ("blind_sglang_r37", "blindsg37", (50, 100), 43, 2),
     "thirty-eighth": ("blind_sglang_r38", "blindsg38", (50, 100), 45, 2),
 }
 

@@ -7,9 +7,7 @@ are, each checked beside SGLang 0.5.23's real tree:
   it is read again, and metadata built with the whole lengths as a keyword (`Metadata(seq_lens_k=lens)`,
   `dataclasses.replace(old, seq_lens_k=lens)`) and handed out keeps them there;
 - SG106: a policy record kept by the constructor (`self.policy = DraftPlanPolicy(replan_equivalent=True)`, a
-  dataclass with a method that only reads its fields) is a setting whose value the mark gets;
-- SG106: the host-side part of a plan that the CUDA-graph runners call alone (`init_forward_metadata_out_graph`)
-  plans."""
+  dataclass with a method that only reads its fields) is a setting whose value the mark gets."""
 
 from __future__ import annotations
 
@@ -173,28 +171,6 @@ def test_a_policy_record_kept_by_the_constructor_is_a_setting(tmp_path: Path, po
     found = check_fork_beside_sglang(tmp_path, modules)
     assert [(f.code, f.symbol) for f in found.findings] == (
         [("SG106", "DraftExtendStrategy.execute")] if flagged else []
-    )
-
-
-SEED = """
-from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-
-
-class FrozenKVDraftService:
-    def seed_forward(self, forward_batch: ForwardBatch):
-        self.draft_attn_backend.init_forward_metadata_out_graph(forward_batch, in_capture=True)
-        forward_batch.mark_forward_metadata_ready(MARK)
-        return self.draft_runner.forward(forward_batch)
-"""
-
-
-@pytest.mark.parametrize(("mark", "flagged"), [("", True), ("replan_equivalent=True", False)])
-def test_the_host_side_part_of_a_plan_plans(tmp_path: Path, mark: str, flagged: bool) -> None:
-    """Set 37's `FrozenKVDraftService.seed_forward_eager`: planned by `init_forward_metadata_out_graph`, marked,
-    then run by the eager forward, which pads it."""
-    found = check_fork_beside_sglang(tmp_path, {"service.py": SEED.replace("MARK", mark)})
-    assert [(f.code, f.symbol) for f in found.findings] == (
-        [("SG106", "FrozenKVDraftService.seed_forward")] if flagged else []
     )
 
 

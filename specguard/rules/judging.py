@@ -364,11 +364,12 @@ def _own_calls_only(q: Question, hooks: Hooks) -> Hooks:
     top = q.module.name.partition(".")[0]
 
     def call(ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, *rest: Any) -> Any:
+        answered = answer(ev, func, args, kwargs, node, *rest)  # the rule's answer first (`require_mlp_sync()`)
         target = callee(func)
         outside = target is not None and target.function is not None and target.function.module.name.partition(".")[0]
-        if outside and (outside != top or top in FRAMEWORK_PACKS):
+        if answered is NOT_HANDLED and outside and (outside != top or top in FRAMEWORK_PACKS):
             return UNKNOWN
-        return answer(ev, func, args, kwargs, node, *rest)
+        return answered
 
     hooks.call = call  # type: ignore[method-assign]
     return hooks

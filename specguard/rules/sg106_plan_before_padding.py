@@ -1077,21 +1077,32 @@ def _templates(q: Question, scope: Scope) -> Iterator[Scope]:
     name = scope.node.name
     if not scope.bound or scope.cls is None:
         return
+    own = scope.cls.methods.values()
     for klass in q.program.ancestors(scope.cls)[1:]:
         module = q.program.module(klass.module)
         for method_name, method in klass.methods.items():
             found = q.program.method(scope.cls, method_name)
             if module is None or method_name == name or found is None or found[0] is not method:
                 continue
-            if any(
-                isinstance(n, ast.Call)
-                and isinstance(n.func, ast.Attribute)
-                and n.func.attr == name
-                and isinstance(n.func.value, ast.Name)
-                and n.func.value.id == "self"
-                for n in walked(method)
-            ):
+            # (one its own class calls is judged there, on this class's instance: the finding is that method's)
+            if name in _self_called(method) and not any(method_name in _self_called(m) for m in own):
                 yield Scope(f"{klass.name}.{method_name}", scope.class_name, scope.cls, method, module)
+
+
+def _self_called(method: ast.AST) -> frozenset[str]:
+    """The methods a function calls on `self`."""
+    return cached_on(method, "sg106_self_called", _read_self_called)  # type: ignore[no-any-return]
+
+
+def _read_self_called(method: ast.AST) -> frozenset[str]:
+    return frozenset(
+        n.func.attr
+        for n in walked(method)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "self"
+    )
 
 
 def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | None:

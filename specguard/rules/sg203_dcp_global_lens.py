@@ -214,7 +214,8 @@ class _Locality(Hooks):
         if isinstance(inner, Method) and inner.name == "copy_" and args:
             if _kept_field(node, self.fields):
                 self._admits(args[0], node, frame.module)  # `metadata.global_seq_lens_k.copy_(lens)`
-            field = _kept_field(node, self.kept) or _copied_into(node.func.value)  # type: ignore[attr-defined]
+            whole = _kept_field(node, self.fields) is not None  # (a whole-lengths field reads as one: see `attribute`)
+            field = _kept_field(node, self.kept) or (None if whole else _copied_into(node.func.value))  # type: ignore[attr-defined]
             if field is not None:
                 # `metadata.seq_lens_k.copy_(lens)`, `buffer.copy_(lens)`, `self.static_lens[:bs].copy_(lens)`: it
                 # holds those lengths now, whatever it held (a CUDA graph's static buffer, read again later)
