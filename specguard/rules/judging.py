@@ -146,7 +146,7 @@ class Question:
         """The class whose instance a method runs on: its own; for a mixin's (a class with no base, whose method
         calls a method of `self` that it does not define) the one class of its module that mixes it in, whose
         methods those calls reach (`class Backend(DcpDecodeMixin, MLABackend)`)."""
-        if cls.bases or not (_self_calls(method) - cls.methods.keys()):
+        if cls.bases or not (self_calls(method) - cls.methods.keys()):
             return cls
         users = [k for k in self.module.classes.values() if k != cls and cls in self.program.ancestors(k)]
         return users[0] if len(users) == 1 else cls
@@ -375,7 +375,7 @@ def _own_calls_only(q: Question, hooks: Hooks) -> Hooks:
     return hooks
 
 
-def _self_calls(method: ast.AST) -> set[str]:
+def self_calls(method: ast.AST) -> set[str]:
     """The methods a function calls on `self` (`self._run_decode_kernel(...)`)."""
     return {
         n.func.attr

@@ -52,6 +52,7 @@ from specguard.rules.judging import (
     held_classes,
     held_instance,
     is_batch_class,
+    self_calls,
     unknown_parameter,
     words,
     writes_of,
@@ -1090,19 +1091,8 @@ def _templates(q: Question, scope: Scope) -> Iterator[Scope]:
 
 
 def _self_called(method: ast.AST) -> frozenset[str]:
-    """The methods a function calls on `self`."""
-    return cached_on(method, "sg106_self_called", _read_self_called)  # type: ignore[no-any-return]
-
-
-def _read_self_called(method: ast.AST) -> frozenset[str]:
-    return frozenset(
-        n.func.attr
-        for n in walked(method)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and isinstance(n.func.value, ast.Name)
-        and n.func.value.id == "self"
-    )
+    """The methods a function calls on `self`, read once per function."""
+    return cached_on(method, "sg106_self_called", lambda m: frozenset(self_calls(m)))  # type: ignore[no-any-return]
 
 
 def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | None:
