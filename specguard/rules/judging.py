@@ -44,7 +44,7 @@ from specguard.evaluation.values import (
 from specguard.file_facts import FileFacts
 from specguard.findings import Judgement
 from specguard.packs import FRAMEWORK_PACKS, Pack
-from specguard.program.ast_tools import FUNCTIONS, dotted, has_decorator, same_scope, span, walked
+from specguard.program.ast_tools import FUNCTIONS, cached_on, dotted, has_decorator, same_scope, span, walked
 from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, read_class
 
 BUDGET = 40_000  # evaluation steps per function a rule asks about; more is "not decided (budget)"
@@ -375,16 +375,20 @@ def _own_calls_only(q: Question, hooks: Hooks) -> Hooks:
     return hooks
 
 
-def self_calls(method: ast.AST) -> set[str]:
-    """The methods a function calls on `self` (`self._run_decode_kernel(...)`)."""
-    return {
+def self_calls(method: ast.AST) -> frozenset[str]:
+    """The methods a function calls on `self` (`self._run_decode_kernel(...)`), read once per function."""
+    return cached_on(method, "self_calls", _read_self_calls)  # type: ignore[no-any-return]
+
+
+def _read_self_calls(method: ast.AST) -> frozenset[str]:
+    return frozenset(
         n.func.attr
         for n in walked(method)
         if isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and isinstance(n.func.value, ast.Name)
         and n.func.value.id == "self"
-    }
+    )
 
 
 def unknown_parameter(param: ast.arg, frame: Frame) -> Any:

@@ -1036,22 +1036,24 @@ def judge(q: Question) -> Iterator[Judgement]:
         if not scope.mentions(reaching):
             continue
         forwarding = _forwarding_names(q) if forwarding is None else forwarding
-        if not scope.mentions(forwarding) and not _pad_step(q, scope) and next(_templates(q, scope), None) is None:
+        templates = list(_templates(q, scope))
+        if not scope.mentions(forwarding) and not _pad_step(q, scope) and not templates:
             continue  # (a hook a base's method calls before its forward is judged as that method runs it)
         fields = _predicate_fields(q) if fields is None else fields
         if constructor_refuses(q, scope, partial(_Batches, q, fields), "DP"):
             continue  # no instance of its class exists with DP attention on, the only case the rule asks about
-        found = _judge(q, scope, fields)
+        found = _judge(q, scope, fields, templates)
         if found is not None:
             yield found
 
 
-def _judge(q: Question, scope: Scope, fields: frozenset[str], inherited: bool = True) -> Judgement | None:
+def _judge(q: Question, scope: Scope, fields: frozenset[str], templates: list[Scope]) -> Judgement | None:
+    """The scope's judgement; where it decides nothing and it is a hook that plans, as each of `templates` (see
+    `_templates`) runs it."""
     judged = _judge_own(q, scope, fields)
-    templates = list(_templates(q, scope)) if inherited and (judged is None or not judged.decided) else []
-    if templates and _planned_only(q, scope, fields):
+    if templates and (judged is None or not judged.decided) and _planned_only(q, scope, fields):
         for template in templates:
-            found = _judge(q, template, fields, inherited=False)
+            found = _judge_own(q, template, fields)
             if found is not None and found.decided:
                 # the override plans and marks; the base's method that calls it on this class's instance runs it
                 at = place_text(str(template.module.path), found.span[0], str(scope.module.path))
@@ -1086,13 +1088,8 @@ def _templates(q: Question, scope: Scope) -> Iterator[Scope]:
             if module is None or method_name == name or found is None or found[0] is not method:
                 continue
             # (one its own class calls is judged there, on this class's instance: the finding is that method's)
-            if name in _self_called(method) and not any(method_name in _self_called(m) for m in own):
+            if name in self_calls(method) and not any(method_name in self_calls(m) for m in own):
                 yield Scope(f"{klass.name}.{method_name}", scope.class_name, scope.cls, method, module)
-
-
-def _self_called(method: ast.AST) -> frozenset[str]:
-    """The methods a function calls on `self`, read once per function."""
-    return cached_on(method, "sg106_self_called", lambda m: frozenset(self_calls(m)))  # type: ignore[no-any-return]
 
 
 def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement | None:

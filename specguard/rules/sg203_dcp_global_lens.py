@@ -260,7 +260,7 @@ class _Locality(Hooks):
         if target is None:
             return False
         bound = bind_arguments(target, args, kwargs, node)
-        return any(plain(bound[p][0]) == 1 for p in self.sizes if p in bound and bound[p][0] is not DCP_SIZE)
+        return any(plain(bound[p][0]) == 1 for p in self.sizes if p in bound)
 
     def _launch(self, ev: Any, lens: Any, node: ast.expr, frame: Frame) -> None:
         """A launch (or plan) handed `lens`, as a site of the judged function; not where the launch and every read
