@@ -87,15 +87,11 @@ def fix_of(applicability: Applicability, message: str, edits: Iterable[Edit]) ->
     return Fix(applicability, message, ordered) if ordered else None
 
 
-def split_lines(text: str) -> list[str]:
-    """Lines with their endings, as CPython ends them (specguard/lines.py), as line numbers in edits count them.
-    A file is split once
-    for all the fixes that ask (each gets its own list): a split a fix was quadratic in the file's size."""
-    return list(_split(text))
-
-
 @functools.lru_cache(maxsize=8)  # a file's source and sparse text, and each fix's own small ones
-def _split(text: str) -> tuple[str, ...]:
+def split_lines(text: str) -> tuple[str, ...]:
+    """Lines with their endings, as CPython ends them (specguard/lines.py), as line numbers in edits count them.
+    A file is split once for all the fixes that ask (a split a fix was quadratic in the file's size); the lines
+    are a tuple, shared by every caller, so a caller that edits them makes its own list."""
     return tuple(source_lines(text))
 
 

@@ -7,6 +7,8 @@ a fix edit lands beside its code. Every position, fix edit and diff of source te
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 
 NEWLINE = re.compile(r"\r\n?|\n")
@@ -26,7 +28,19 @@ def line_starts(text: str) -> list[int]:
 
 def newlines_in(text: str, start: int = 0, end: int | None = None) -> int:
     """How many line endings `text[start:end]` holds."""
-    return len(NEWLINE.findall(text, start, len(text) if end is None else end))
+    end = len(text) if end is None else end
+    return text.count("\n", start, end) + text.count("\r", start, end) - text.count("\r\n", start, end)
+
+
+def line_at(text: str, offset: int) -> int:
+    """The 1-based line of `text` that holds `offset`; the text's line starts are found once for all the
+    offsets asked of it (a file's fixes each ask one)."""
+    return bisect.bisect_right(_line_starts(text), offset)
+
+
+@functools.lru_cache(maxsize=4)
+def _line_starts(text: str) -> tuple[int, ...]:
+    return tuple(line_starts(text))
 
 
 def position(text: str, offset: int, first_line: int = 1) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from typing import Any
 import libcst as cst
 
 from specguard.fix_model import Change, Edit, Fix, NodeFix, fix_of, split_lines
-from specguard.lines import after_line_end, newlines_in, position
+from specguard.lines import after_line_end, line_at, position
 from specguard.program.cst_tools import kids
 
 
@@ -98,8 +98,8 @@ def text_edits(
         return ()
     targets, on_paths = {id(old): new for old, new in changes}, set()
     edits: list[Edit] = []
-    if not module.has_trailing_newline:  # libcst renders the last statement with the newline the file lacks
-        parsed += module.default_newline
+    # libcst renders the last statement with the newline the file lacks
+    rendered = parsed if module.has_trailing_newline else parsed + module.default_newline
     touched = None if holders is None else {id(holders[id(old)]) for old, _ in changes if id(old) in holders}
     walked = (stmt for stmt in module.body if touched is None or id(stmt) in touched)
     for old in (stmt for stmt in walked if _on_paths(stmt, set(targets), on_paths)):
@@ -109,10 +109,10 @@ def text_edits(
         ):
             raise ValueError("a fix may not add or remove top-level statements or the lines above them")
         old_code, new_code = module.code_for_node(_bare(old)), module.code_for_node(_bare(new))
-        at = parsed.find(old_code)
-        if at < 0 or parsed.find(old_code, at + 1) >= 0 or not after_line_end(parsed, at):
+        at = rendered.find(old_code)
+        if at < 0 or rendered.find(old_code, at + 1) >= 0 or not after_line_end(rendered, at):
             raise ValueError("the definition is not where the parsed text has it once")
-        edits.extend(_diff(old_code, new_code, newlines_in(parsed, 0, at) + 1))
+        edits.extend(_diff(old_code, new_code, line_at(parsed, at)))
     return tuple(edits)
 
 

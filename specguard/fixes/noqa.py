@@ -30,7 +30,7 @@ def _with_codes(line: str, codes: list[str]) -> str:
 def add_noqa(path: str, text: str, findings: Sequence[Finding], line_codes: Callable[[str], set[str]]) -> FixedText:
     """`text` (the checked content of `path`) with the codes of `findings` (its reported ones) in noqa comments;
     `applied` lists the findings now covered. `line_codes` reads the codes a line's comments already silence."""
-    lines = split_lines(text)
+    lines = list(split_lines(text))
     moved = comment_lines(text)
     by_line: dict[int, list[Finding]] = {}
     for finding in findings:

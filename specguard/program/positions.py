@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from specguard.lines import NEWLINE
+from specguard.lines import newlines_in
 
 
 @dataclass(frozen=False)
@@ -54,13 +54,13 @@ def spans(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> list[Span]:
     where: dict[int, tuple[int, int]] = {}
     line, col, done = 1, 0, 0
     for index in wanted:  # walk the tokens once, stopping at each wanted index
-        for token in state.tokens[done:index]:
-            ends = NEWLINE.findall(token)  # as CPython counts lines: a lone CR ends one too
-            if ends:
-                line += len(ends)
-                col = len(token) - (token.rfind(ends[-1]) + len(ends[-1]))
-            else:
-                col += len(token)
+        text = "".join(state.tokens[done:index])
+        ends = newlines_in(text)  # as CPython counts lines: a lone CR ends one too
+        if ends:
+            line += ends
+            col = len(text) - (max(text.rfind("\n"), text.rfind("\r")) + 1)
+        else:
+            col += len(text)
         done = index
         where[index] = (line, col + 1)
     result = []

@@ -7,6 +7,7 @@ Importing a rule imports no libcst: the main process loads the rules on the eval
 from __future__ import annotations
 
 import ast
+import bisect
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -77,23 +78,36 @@ class RuleContext:
     def function_at(self, judgement: Judgement) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The innermost function of the judgement's scope (by name) that holds its first line."""
         name, line = judgement.scope.rpartition(".")[2], judgement.span[0]
-        found = [
-            node for node in self._functions.get(name, []) if node.lineno <= line <= (node.end_lineno or node.lineno)
-        ]
-        return max(found, key=lambda node: node.lineno, default=None)
+        starts, nodes, enclosing = self._functions.get(name, ([], [], []))
+        at = bisect.bisect_right(starts, line) - 1  # the last one to start at or above the line
+        while at >= 0 and line > (nodes[at].end_lineno or nodes[at].lineno):
+            at = enclosing[at]  # one that ended above the line: only a function around it may still hold the line
+        return nodes[at] if at >= 0 else None
 
     def node_at(self, where: tuple[int, int, int, int] | None) -> ast.AST | None:
         """The expression (or keyword argument) of `tree` at exactly this span, the outermost where several are."""
         return self._expressions.get(where) if where is not None else None
 
     @cached_property
-    def _functions(self) -> dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]:
-        """Every function of `tree` by name, in `ast.walk` order: the tree is walked once, not once a finding."""
+    def _functions(self) -> dict[str, tuple[list[int], list[ast.FunctionDef | ast.AsyncFunctionDef], list[int]]]:
+        """Every function of `tree` by name, in line order, with the index of the nearest one of that name around
+        each (-1 for none): the tree is walked once, and a judgement looks at a few functions, not at every one of
+        its name (a file of a thousand speculators made that quadratic)."""
         found: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
         for node in walked(self.tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found.setdefault(node.name, []).append(node)
-        return found
+        indexed = {}
+        for name, nodes in found.items():
+            nodes.sort(key=lambda node: node.lineno)
+            enclosing, open_ = [], []
+            for at, node in enumerate(nodes):
+                while open_ and (nodes[open_[-1]].end_lineno or nodes[open_[-1]].lineno) < node.lineno:
+                    open_.pop()
+                enclosing.append(open_[-1] if open_ else -1)
+                open_.append(at)
+            indexed[name] = ([node.lineno for node in nodes], nodes, enclosing)
+        return indexed
 
     @cached_property
     def _expressions(self) -> dict[tuple[int, int, int, int], ast.AST]:
