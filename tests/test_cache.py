@@ -85,6 +85,33 @@ def test_settings_and_packs_get_their_own_cache(tmp_path: Path) -> None:
     assert len(list((root / "cache").glob("v*"))) == 3
 
 
+def test_results_of_other_code_get_their_own_cache(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A checkout or an editable install changes specguard's code without a new version: what the old code cached
+    lies in another folder, never read by the new code."""
+    from specguard.analysis import cache
+
+    root = tree(tmp_path, "DraftModelSpeculator")
+    assert run(root) == ["leaf.py:7:SG101"]
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "the code of another checkout")
+    assert run(root) == ["leaf.py:7:SG101"]
+    assert len(list((root / "cache").glob("v*"))) == 2
+
+
+def test_the_code_fingerprint_follows_every_module(tmp_path: Path) -> None:
+    from specguard.analysis.cache import modules_fingerprint
+
+    package = tmp_path / "package"
+    (package / "rules").mkdir(parents=True)
+    (package / "a.py").write_text("A = 1\n")
+    (package / "rules" / "b.py").write_text("B = 1\n")
+    (package / "notes.txt").write_text("not a module\n")
+    before = modules_fingerprint(str(package))
+    (package / "notes.txt").write_text("still not a module\n")
+    assert modules_fingerprint(str(package)) == before
+    bump(package / "rules" / "b.py", "B = 2\n")  # same size: the modification time tells
+    assert modules_fingerprint(str(package)) != before
+
+
 def test_a_corrupt_cache_is_only_a_slower_run(tmp_path: Path) -> None:
     root = tree(tmp_path, "DraftModelSpeculator")
     run(root)

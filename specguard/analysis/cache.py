@@ -2,8 +2,8 @@
 
 The cache lives in the analyzed tree, so it is treated as hostile input. Its files are data (specguard/_datafile.py:
 msgpack decoded into FileScan and Finding with every field type-checked), never code, read as regular files under
-a size cap. Its folder is named by a keyed hash of (specguard version, pack, settings) under a random key kept in
-the user's cache, used only while it is a regular file of the user's with mode 0600: a cache folder committed to
+a size cap. Its folder is named by a keyed hash of (specguard version and code, pack, settings) under a random key
+kept in the user's cache, used only while it is a regular file of the user's with mode 0600: a cache folder committed to
 the repository, or copied from another machine, is never found, so it can neither run code nor hide findings.
 A cache folder that is a symlink is not followed, and the `.gitignore` that keeps the cache out of git is written
 only into a folder specguard has just created. Every folder and file of the cache is opened beneath a handle held
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import re
@@ -112,6 +113,26 @@ def _key_in(folder: int, path: Path) -> tuple[bytes | None, str | None]:
     return key, note
 
 
+@functools.cache
+def code_fingerprint() -> str:
+    """specguard's own modules as they are installed: a checkout or an editable install changes its code without a
+    new version number, and results cached by the old code must not be read by the new (a rule changed, the
+    version and the inputs did not)."""
+    return modules_fingerprint(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def modules_fingerprint(package: str) -> str:
+    """Each module's path, size and modification time under `package` (a stat each: 5 ms for specguard's)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for folder, folders, files in os.walk(package):
+        folders.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                digest.update(f"{os.path.relpath(folder, package)}/{name}/{st.st_size}/{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
 def version_folder_name(name: str) -> bool:
     """Whether `name` is a cache folder's name as `Cache.at` makes them, for any version (`specguard clean`)."""
     return _VERSION_FOLDER.fullmatch(name) is not None
@@ -141,14 +162,15 @@ class Cache:
 
     @classmethod
     def at(cls, root: Path, pack_fp: str, settings_fp: str, project: Path | None = None) -> Cache:
-        """The cache folder for this version, pack and settings under `root`; no cache where the user has no key,
+        """The cache folder for this version, code, pack and settings under `root`; no cache where the user has no key,
         or where `root` is a symlink (it could lead anywhere: specguard never follows one to write). `root` inside
         `project` is walked beneath the project's root, so no link leads it out."""
         key, note = _user_key()
         notes = [note] if note else []
         if key is None:
             return cls(None, notes)
-        name = hashlib.blake2b(f"{__version__}/{_FORMAT}/{pack_fp}/{settings_fp}".encode(), key=key, digest_size=16)
+        keyed = f"{__version__}/{_FORMAT}/{code_fingerprint()}/{pack_fp}/{settings_fp}"
+        name = hashlib.blake2b(keyed.encode(), key=key, digest_size=16)
         inside = project is not None and relative_inside(root, project) is not None
         return cls(root / f"v{__version__}-{name.hexdigest()}", notes, project if inside else root.parent)
 
