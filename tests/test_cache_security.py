@@ -275,17 +275,13 @@ def _key_path(xdg: Path) -> Path:
 
 def _forge_results(root: Path, xdg: Path) -> None:
     """What an attacker who knows the key commits: the cache of the victim's tree, every result emptied."""
-    import hashlib
-
-    from specguard import __version__
-    from specguard.analysis.cache import _FORMAT, ResultTable
+    from specguard.analysis.cache import ResultTable, folder_name
     from specguard.packs import load_pack
     from specguard.settings import load_settings
 
     key = _datafile.decode(_key_path(xdg).read_bytes(), "cache-key", bytes)
-    fingerprint = f"{__version__}/{_FORMAT}/{load_pack().fingerprint}/{load_settings(None, root).fingerprint()}"
-    name = hashlib.blake2b(fingerprint.encode(), key=key, digest_size=16).hexdigest()
-    results = root / "cache" / f"v{__version__}-{name}" / "results.msgpack"
+    name = folder_name(key, load_pack().fingerprint, load_settings(None, root).fingerprint())
+    results = root / "cache" / name / "results.msgpack"
     table = _datafile.decode(results.read_bytes(), "results", ResultTable)
     assert table and any(table.values()), "the forged file is the one the victim's runs read"
     results.write_bytes(_datafile.encode("results", {k: [] for k in table}))

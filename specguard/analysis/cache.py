@@ -47,7 +47,7 @@ from specguard.findings import Finding, Judgement
 from specguard.ownership import untrusted
 from specguard.program.reading import UNSTAMPED
 
-_FORMAT = 8  # bump when a cached type changes shape
+_FORMAT = 9  # bump when a cached type changes shape
 _SCANS, _RESULTS, _JUDGED = "scans.msgpack", "results.msgpack", "judged.msgpack"
 DATA_FILES = (_SCANS, _RESULTS, _JUDGED)  # what a cache folder holds (`specguard clean` removes nothing else)
 GITIGNORE = b"*\n"  # what the cache root's .gitignore holds, so that no one commits the cache
@@ -133,6 +133,12 @@ def modules_fingerprint(package: str) -> str:
     return digest.hexdigest()
 
 
+def folder_name(key: bytes, pack_fp: str, settings_fp: str) -> str:
+    """The cache folder's name for this version and code of specguard, this pack and these settings, under `key`."""
+    keyed = f"{__version__}/{_FORMAT}/{code_fingerprint()}/{pack_fp}/{settings_fp}"
+    return f"v{__version__}-{hashlib.blake2b(keyed.encode(), key=key, digest_size=16).hexdigest()}"
+
+
 def version_folder_name(name: str) -> bool:
     """Whether `name` is a cache folder's name as `Cache.at` makes them, for any version (`specguard clean`)."""
     return _VERSION_FOLDER.fullmatch(name) is not None
@@ -169,10 +175,8 @@ class Cache:
         notes = [note] if note else []
         if key is None:
             return cls(None, notes)
-        keyed = f"{__version__}/{_FORMAT}/{code_fingerprint()}/{pack_fp}/{settings_fp}"
-        name = hashlib.blake2b(keyed.encode(), key=key, digest_size=16)
         inside = project is not None and relative_inside(root, project) is not None
-        return cls(root / f"v{__version__}-{name.hexdigest()}", notes, project if inside else root.parent)
+        return cls(root / folder_name(key, pack_fp, settings_fp), notes, project if inside else root.parent)
 
     def _load(self) -> None:
         try:
