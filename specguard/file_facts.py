@@ -26,6 +26,9 @@ class FileFacts:
     helper_overrides: frozenset[str] = frozenset()
     # of those, the parameters of the definition `super().<method>` reaches from the class, where the project has it
     overridden: tuple[tuple[str, Signature], ...] = ()
+    # for each class of this file with no base, the project's classes that name it beside other bases: (class,
+    # module, class)
+    mixed_into: tuple[tuple[str, str, str], ...] = ()
     line_length: int = 88  # what the project formats this file at (ruff's line-length): fixes fit it
     # what the rules on the evaluator concluded about its sites (computed with the whole project in view)
     judgements: tuple[Judgement, ...] = ()

@@ -42,6 +42,7 @@ class ProjectIndex:
         self._load = load
         self._summaries: dict[tuple[Path, str], ModuleSummary | None] = {}
         self.unresolved: dict[str, Unresolved] = {}  # by base: what `check` says once instead of guessing
+        self._users: dict[Path, dict[str, list[tuple[str, str]]]] = {}  # by root: base -> classes naming it
 
     def add(self, summary: ModuleSummary, root: Path) -> None:
         self._summaries[(root, summary.module)] = summary
@@ -123,6 +124,31 @@ class ProjectIndex:
         parent, _, name = module.rpartition(".")  # a name inside a module: fine if that module defines it
         found = self.summary(parent, root)
         return found is not None and not any(name in d for d in (found[0].classes, found[0].imports))
+
+    def mixed_into(self, summary: ModuleSummary, root: Path) -> tuple[tuple[str, str, str], ...]:
+        """For each class of the module with no base (a mixin, maybe), the project's classes that name it as a base
+        beside others, as (the class, their module, their class): a mixin's methods run on an instance of a class
+        that mixes it in, which may live in any module of the project."""
+        users = self._named_as_base(root)
+        return tuple(
+            (name, module, user)
+            for name, cls in sorted(summary.classes.items())
+            if not cls.bases and "." not in name
+            for module, user in users.get(f"{summary.module}.{name}", ())
+        )
+
+    def _named_as_base(self, root: Path) -> dict[str, list[tuple[str, str]]]:
+        """Every base the project's scanned modules name beside another (resolved through their imports only:
+        nothing is loaded), with the classes that name it; built once, after the scan has indexed every module."""
+        if root not in self._users:
+            found: dict[str, list[tuple[str, str]]] = {}
+            for (where, _), mod in self._summaries.items():
+                if where == root and mod is not None:
+                    for name, cls in mod.classes.items():
+                        for base in cls.bases if len(cls.bases) > 1 else ():  # mixed in beside another base
+                            found.setdefault(mod.resolve(base), []).append((mod.module, name))
+            self._users[root] = found
+        return self._users[root]
 
     def ancestors(self, summary: ModuleSummary, root: Path, class_name: str) -> list[str]:
         return self.lineage(summary, root, class_name)[0]
@@ -233,6 +259,7 @@ class ProjectIndex:
             sink_accepts_dcp=any(dcp_param in params for params in self.function_params(summary, root, sink)),
             object_imports=self._object_imports(summary, root, call_owners),
             helper_overrides=frozenset(f"{cls}.{method}" for cls, method in overrides),
+            mixed_into=self.mixed_into(summary, root),
             overridden=tuple(
                 (f"{cls}.{method}", found)
                 for cls, method in overrides

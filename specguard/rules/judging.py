@@ -143,13 +143,27 @@ class Question:
         return Obj(self._mixed_into(scope.cls, scope.node), label="self", labels=labels)
 
     def _mixed_into(self, cls: ClassInfo, method: ast.AST) -> ClassInfo:
-        """The class whose instance a method runs on: its own; for a mixin's (a class with no base, whose method
-        calls a method of `self` that it does not define) the one class of its module that mixes it in, whose
-        methods those calls reach (`class Backend(DcpDecodeMixin, MLABackend)`)."""
-        if cls.bases or not (self_calls(method) - cls.methods.keys()):
+        """The class whose instance a method runs on: its own; for a mixin's (a class with no base whose method
+        uses what it does not have) the one class that mixes it in, whose attributes those uses reach (`class
+        Backend(DcpDecodeMixin, MLABackend)`): where the method calls a method of `self` that the class does not
+        define, the one class of its module below it; where it uses any attribute the class neither defines nor
+        assigns, the one class of the project that names it beside another base."""
+        if cls.bases:
             return cls
-        users = [k for k in self.module.classes.values() if k != cls and cls in self.program.ancestors(k)]
-        return users[0] if len(users) == 1 else cls
+        if self_calls(method) - cls.methods.keys():
+            users = [k for k in self.module.classes.values() if k != cls and cls in self.program.ancestors(k)]
+            if len(users) == 1:
+                return users[0]
+        if self_attributes_used(method) - cls.methods.keys() - cls.attributes.keys() - _own(cls):
+            named = {(module, user) for mixin, module, user in self.facts.mixed_into if mixin == cls.name}
+            users = [found for module, user in sorted(named) if (found := self._class(module, user)) is not None]
+            if len(users) == 1:
+                return users[0]
+        return cls
+
+    def _class(self, module: str, name: str) -> ClassInfo | None:
+        parsed = self.program.module(module)
+        return parsed.classes.get(name) if parsed is not None else None
 
     def judgement(self, code: str, scope: Scope, node: ast.AST, message: str, **details: str) -> Judgement:
         return Judgement(code, scope.qualname, span(node), True, message, details=tuple(sorted(details.items())))
@@ -373,6 +387,36 @@ def _own_calls_only(q: Question, hooks: Hooks) -> Hooks:
 
     hooks.call = call  # type: ignore[method-assign]
     return hooks
+
+
+def self_attributes_used(method: ast.AST) -> frozenset[str]:
+    """The attributes a function reads or calls on `self` (`self.dcp_size`, `self._local(...)`), read once per
+    function."""
+    return cached_on(method, "self_attributes_used", _read_self_attributes)  # type: ignore[no-any-return]
+
+
+def _read_self_attributes(method: ast.AST) -> frozenset[str]:
+    return frozenset(
+        n.attr
+        for n in walked(method)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Load)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+    )
+
+
+def _own(cls: ClassInfo) -> frozenset[str]:
+    """The attributes a class's own methods assign on `self`."""
+    return frozenset(
+        n.attr
+        for method in cls.methods.values()
+        for n in walked(method)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+    )
 
 
 def self_calls(method: ast.AST) -> frozenset[str]:
