@@ -24,7 +24,7 @@ def writers(
     found = []
     for klass in tree.ancestors(cls):
         for method in klass.methods.values():
-            if attr in _assigned(method):
+            if attr in assigned_on_self(method):
                 found.append((klass, method))
     return found
 
@@ -67,8 +67,9 @@ def _read_private_calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> froze
     )
 
 
-def _assigned(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
-    return cached_on(method, "assigned", _self_attributes)
+def assigned_on_self(method: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The attributes a method assigns on its instance (tuple targets unpacked), read once per method."""
+    return cached_on(method, "assigned", _self_attributes)  # type: ignore[no-any-return]
 
 
 def _instance(method: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any
 from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budget, OutOfBudget
 from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.hooks import Hooks
-from specguard.evaluation.instances import InstanceAttributes
+from specguard.evaluation.instances import InstanceAttributes, assigned_on_self
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.program import Program
 from specguard.evaluation.values import (
@@ -407,16 +407,8 @@ def _read_self_attributes(method: ast.AST) -> frozenset[str]:
 
 
 def _own(cls: ClassInfo) -> frozenset[str]:
-    """The attributes a class's own methods assign on `self`."""
-    return frozenset(
-        n.attr
-        for method in cls.methods.values()
-        for n in walked(method)
-        if isinstance(n, ast.Attribute)
-        and isinstance(n.ctx, ast.Store)
-        and isinstance(n.value, ast.Name)
-        and n.value.id == "self"
-    )
+    """The attributes a class's own methods assign on their instance."""
+    return frozenset().union(*(assigned_on_self(method) for method in cls.methods.values()))
 
 
 def self_calls(method: ast.AST) -> frozenset[str]:
