@@ -156,14 +156,14 @@ class Question:
                 return users[0]
         if self_attributes_used(method) - cls.methods.keys() - cls.attributes.keys() - _own(cls):
             named = {(module, user) for mixin, module, user in self.facts.mixed_into if mixin == cls.name}
-            users = [found for module, user in sorted(named) if (found := self._class(module, user)) is not None]
+            users = [
+                found
+                for module, user in sorted(named)
+                if isinstance(found := self.program.resolve(module, user), ClassInfo)
+            ]
             if len(users) == 1:
                 return users[0]
         return cls
-
-    def _class(self, module: str, name: str) -> ClassInfo | None:
-        parsed = self.program.module(module)
-        return parsed.classes.get(name) if parsed is not None else None
 
     def judgement(self, code: str, scope: Scope, node: ast.AST, message: str, **details: str) -> Judgement:
         return Judgement(code, scope.qualname, span(node), True, message, details=tuple(sorted(details.items())))
