@@ -98,7 +98,7 @@ def test_results_of_other_code_get_their_own_cache(tmp_path: Path, monkeypatch) 
 
 
 def test_the_code_fingerprint_follows_every_module(tmp_path: Path) -> None:
-    from specguard.analysis.cache import modules_fingerprint
+    from specguard.program.discover import modules_fingerprint
 
     package = tmp_path / "package"
     (package / "rules").mkdir(parents=True)

@@ -45,6 +45,7 @@ from specguard._snapshots import user_cache_folder, user_cache_home
 from specguard.analysis.scan import FileScan
 from specguard.findings import Finding, Judgement
 from specguard.ownership import untrusted
+from specguard.program.discover import modules_fingerprint
 from specguard.program.reading import UNSTAMPED
 
 _FORMAT = 9  # bump when a cached type changes shape
@@ -119,18 +120,6 @@ def code_fingerprint() -> str:
     new version number, and results cached by the old code must not be read by the new (a rule changed, the
     version and the inputs did not)."""
     return modules_fingerprint(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def modules_fingerprint(package: str) -> str:
-    """Each module's path, size and modification time under `package` (a stat each: 5 ms for specguard's)."""
-    digest = hashlib.blake2b(digest_size=16)
-    for folder, folders, files in os.walk(package):
-        folders.sort()
-        for name in sorted(files):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(folder, name))
-                digest.update(f"{os.path.relpath(folder, package)}/{name}/{st.st_size}/{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def folder_name(key: bytes, pack_fp: str, settings_fp: str) -> str:

@@ -17,6 +17,7 @@ from specguard.deploy.arguments import ServeOptions, serve_options
 from specguard.deploy.tree_check import TreeChecker
 from specguard.deploy.vllm_tree import not_vllm
 from specguard.errors import UserError
+from specguard.program.discover import modules_fingerprint
 from specguard.program.tree import ClassInfo, SourceLeftUnread, SourceTree, literal_strings, literal_value
 
 
@@ -242,21 +243,26 @@ def open_source(path: str | Path | None, check: TreeChecker | None = None) -> So
     vLLM is a UserError naming what it lacks (judged against it, every hazard would pass). `check`: how to run
     `specguard check` over it, for the hazards that depend on a finding."""
     if path is not None:
-        facts, given = _facts_for(SourceTree.open(path).root, check), f"--vllm-source {path}"
+        facts, given = _facts_of(SourceTree.open(path).root, check), f"--vllm-source {path}"
     else:
         installed = installed_vllm_dir()
         if installed is None:
             return None
-        facts, given = _facts_for(SourceTree.open(installed).root, check), f"the installed vllm ({installed})"
+        facts, given = _facts_of(SourceTree.open(installed).root, check), f"the installed vllm ({installed})"
     lacking = not_vllm(facts.tree)
     if lacking is not None:
         raise UserError(f"{given}: not a vLLM source tree: {lacking}")
     return facts
 
 
+def _facts_of(root: Path, check: TreeChecker | None) -> SourceFacts:
+    return _facts_for(root, modules_fingerprint(root), check)
+
+
 @lru_cache(maxsize=4)
-def _facts_for(root: Path, check: TreeChecker | None) -> SourceFacts:
-    # One SourceFacts per tree per process: a second config against the same source reuses its parses.
+def _facts_for(root: Path, modules: str, check: TreeChecker | None) -> SourceFacts:
+    # One SourceFacts per tree per process: a second config against the same source reuses its parses, unless a
+    # module of the tree was edited, added or removed in between (`modules`: their paths, sizes and times).
     return SourceFacts(SourceTree(root), check)
 
 

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sg_mutate import fork
+from sg_mutate import fork, replace, rewrite
 
 from specguard.composition import check_served_tree
 from specguard.deploy.catalogue import load_catalogue
 from specguard.deploy.doctor import _check_summary
-from specguard.deploy.facts import SourceFacts
+from specguard.deploy.facts import SourceFacts, open_source
 from specguard.deploy.hazards import Context, _speculators, evaluate
 from specguard.deploy.load import load
 from specguard.deploy.situation import find_sites
@@ -191,3 +191,17 @@ def test_installed_vllm_is_located_without_running_it(tmp_path: Path, monkeypatc
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
     assert installed_vllm_dir() == pkg
     assert "vllm" not in sys.modules
+
+
+def test_a_tree_edited_between_two_runs_in_one_process_is_read_as_edited(
+    source_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A process keeps a tree's facts for its next run (the config pre-flight run case after case), but not past an
+    edit of a module: a fork edited in place between two runs in one process is judged as it now is."""
+    tree = fork(source_dir("0.33.0"), tmp_path)
+    first = open_source(tree, check_served_tree)
+    assert first is not None and first.version == "0.33.0"
+    assert open_source(tree, check_served_tree) is first
+    rewrite(tree, "_version.py", replace("__version__ = version = '0.33.0'", "__version__ = version = '0.33.1'"))
+    edited = open_source(tree, check_served_tree)
+    assert edited is not None and edited.version == "0.33.1"
