@@ -50,6 +50,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+# Test files whose tests share session fixtures that cost minutes: under `--dist loadfile` (CI's), each folder here is
+# one unit of work for one process, as a file is. The end-to-end files share the servers `scenario_run` starts (a
+# minute or more each): spread over processes, each process started the servers its files use again.
+TOGETHER = ("tests/e2e/",)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: the one-minute tier's venv has no xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadfile":
+        return None  # the mode asked for, as xdist makes it
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndFolders(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return next((folder for folder in TOGETHER if scope.startswith(folder)), scope)
+
+    return FilesAndFolders(config, log)
+
+
 @contextlib.contextmanager
 def _alone(name: str) -> Iterator[None]:
     """One test process at a time fetches or unpacks a release (pytest -n runs several): the others wait for it
