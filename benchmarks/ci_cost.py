@@ -11,8 +11,9 @@ under `SPECGUARD_CACHE`, default `~/.cache/specguard`, when it started; point `S
 folder under the cache afterwards. The README and CONTRIBUTING.md quote these runs, and tests/test_bench_figures.py
 holds their figures to benchmarks/results.json. Run it on an idle machine: the run takes 20 minutes and more.
 
-`.ci/run` installs the clone's specguard into the test venv in editable mode; after this script, reinstall your
-checkout's (`"$PY" -m pip install -e .`) if you use that venv.
+`.ci/run` installs the clone's specguard into both venvs in editable mode, and the e2e tier's fault plugin into the
+e2e venv: after this script, reinstall your checkout's (`"$PY" -m pip install -e .`, and in the e2e venv also
+`-e tests/e2e/fault_plugin`) if you use them: the clone is gone, and the e2e fault tests fail with no fault injected.
 """
 
 from __future__ import annotations
