@@ -1,4 +1,4 @@
-"""How CI's test processes share the work (`.ci/run`: `pytest -n 3 --dist loadfile`): whole files, except the
+"""How CI's test processes share the work (`.ci/run`: `pytest -n 2 --dist loadfile`): whole files, except the
 folders in `conftest.TOGETHER`, each one unit (the end-to-end files share the servers a session fixture starts)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from tests.conftest import pytest_xdist_make_scheduler
 
 class _Config:
     def __init__(self, dist: str) -> None:
-        self.values = {"dist": dist, "tx": ["3*popen"]}
+        self.values = {"dist": dist, "tx": ["2*popen"]}
 
     def getvalue(self, name: str) -> Any:
         return self.values[name]
