@@ -376,9 +376,9 @@ class Pack:
         """The prefilter proper: a file can match only if it holds every needle of some group.
 
         A speculator rule needs one of its names; SG201 needs a flag and a merge method; SG202 the global bound
-        (the MLA entry it reaches may be called in another module). Names that contain another
-        (`_build_attn_metadata` holds `build_attn_metadata`) are left out, since the shorter one already admits
-        the file.
+        (the MLA entry it reaches may be called in another module); SG203 an MLA launch beside a DCP size. Names
+        that contain another (`_build_attn_metadata` holds `build_attn_metadata`) are left out, since the shorter
+        one already admits the file.
         """
         singles = [
             *self.metadata.sink,
@@ -396,6 +396,11 @@ class Pack:
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}
         groups |= {(f, m) for f in self.kv_groups.flags for m in self.kv_groups.merge_methods}
+        # SG203 judges an MLA launch in code that reads the DCP size (`self.dcp_size > 1`), whatever else the file
+        # names (before, a comment naming a DCP hook could be what admitted it). Not a plan method beside a size:
+        # `plan` is in too many words, and that pair cost SGLang 0.5.23's cold check half its time again.
+        launches = [*self.mla.decode_entry, *self.mla.launch_forms]
+        groups |= {(launch, size) for launch in launches for size in self.dcp.sizes}
         if self.mla.global_bound_param:  # the launch may be a base class's, in another module
             groups.add((self.mla.global_bound_param,))
         return tuple(sorted(tuple(n.encode() for n in g) for g in groups))

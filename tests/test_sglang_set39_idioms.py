@@ -197,9 +197,15 @@ class ForkMLABackend(DcpSettingsMixin, DcpRefusalMixin, DcpDecodeKernelMixin, TR
 """
 
 
-def test_sg203_a_mixin_calls_a_sibling_mixins_localizer_through_the_class_that_mixes_both(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hooks", ["`_forward_decode_dcp` hooks", "decode hooks"])
+def test_sg203_a_mixin_calls_a_sibling_mixins_localizer_through_the_class_that_mixes_both(
+    tmp_path: Path, hooks: str
+) -> None:
     """Set 39's `DcpDecodeKernelMixin._launch_decode_from_batch_local` (a false positive before: `self._local` was
     unknown on the mixin, whose one user lives in another module) and its twin that launches with the whole lengths
-    and hands only the fix-up this rank's share, as the set wrote them."""
-    found = check_fork_beside_sglang(tmp_path, {"mixins.py": MLA_MIXINS, "backend.py": BACKEND})
+    and hands only the fix-up this rank's share, as the set wrote them. Whether the module's docstring names a DCP
+    hook changes nothing: the MLA launch beside `self.dcp_size` is what has the file read (before, that docstring
+    was what admitted it, and without it the twin was missed)."""
+    mixins = MLA_MIXINS.replace("`_forward_decode_dcp` hooks", hooks)
+    found = check_fork_beside_sglang(tmp_path, {"mixins.py": mixins, "backend.py": BACKEND})
     assert [(f.code, f.symbol) for f in found.findings] == [("SG203", "DcpDecodeKernelMixin._launch_decode_from_batch")]
