@@ -396,11 +396,13 @@ class Pack:
         ]
         groups = {(n,) for n in singles if not any(o != n and o in n for o in singles)}
         groups |= {(f, m) for f in self.kv_groups.flags for m in self.kv_groups.merge_methods}
-        # SG203 judges an MLA launch in code that reads the DCP size (`self.dcp_size > 1`), whatever else the file
-        # names (before, a comment naming a DCP hook could be what admitted it). Not a plan method beside a size:
-        # `plan` is in too many words, and that pair cost SGLang 0.5.23's cold check half its time again.
+        # SG203 judges an MLA launch in code that reads the DCP size (`self.dcp_size > 1`) or hands the entry its DCP
+        # switch (`enable_dcp=...`), whatever else the file names (before, a comment naming a DCP hook could be what
+        # admitted it). Not a plan method beside them: `plan` is in too many words, and that pair cost SGLang
+        # 0.5.23's cold check half its time again.
         launches = [*self.mla.decode_entry, *self.mla.launch_forms]
-        groups |= {(launch, size) for launch in launches for size in self.dcp.sizes}
+        asking = [*self.dcp.sizes, *([self.mla.dcp_flag_param] if self.mla.dcp_flag_param else [])]
+        groups |= {(launch, name) for launch in launches for name in asking}
         if self.mla.global_bound_param:  # the launch may be a base class's, in another module
             groups.add((self.mla.global_bound_param,))
         return tuple(sorted(tuple(n.encode() for n in g) for g in groups))

@@ -114,6 +114,7 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         self._conds: dict[tuple[int, str], Cond] = {}
         self._module_values: dict[tuple[str, str], Any] = {}
         self._promised: dict[tuple[int, str], Any] = {}  # what each function's return annotation promises
+        self._factory_fields: dict[tuple[tuple[str, str], str], Any] = {}  # see ObjectModel._factory_field
         self._resolving: set[tuple[str, str]] = set()
         self._active: dict[int, int] = {}  # id(function node) -> how many of its calls are being inlined
         self._dropped: set[int] = set()  # call nodes whose result is not used (expression statements)

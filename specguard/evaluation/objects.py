@@ -14,7 +14,7 @@ from specguard.evaluation import environment
 from specguard.evaluation.annotations import annotated
 from specguard.evaluation.budget import size
 from specguard.evaluation.instances import writers
-from specguard.evaluation.paths import Cond, Frame, Outcome, Site, State, join_values
+from specguard.evaluation.paths import Cond, Frame, Outcome, PathEnds, Site, State, join_values
 from specguard.evaluation.values import (
     NO_LABELS,
     NOT_HANDLED,
@@ -134,6 +134,7 @@ class ObjectModel:
     _conds: dict[tuple[int, str], Cond]
     _module_values: dict[tuple[str, str], Any]
     _promised: dict[tuple[int, str], Any]
+    _factory_fields: dict[tuple[tuple[str, str], str], Any]
     _resolving: set[tuple[str, str]]
     env: environment.ServedEnvironment
     _module_reads: dict[tuple[str, str], list[str]]  # the serving environment's variables each value read
@@ -232,6 +233,10 @@ class ObjectModel:
             answered = self.hooks.instance_attribute(self, base, attr)  # type: ignore[arg-type]
             if answered is not NOT_HANDLED and (answered is not UNKNOWN or not base.label):
                 return answered
+            if found is _DECLARED and not base.fields and self_built(base.cls):  # type: ignore[arg-type]
+                built = self._factory_field(base.cls, attr, depth)  # type: ignore[arg-type]
+                if built is not MISSING:
+                    return built
             declared = self._declared_object(base, attr, state) if found is _DECLARED else None
             if declared is not None:
                 return declared
@@ -413,6 +418,11 @@ class ObjectModel:
         lineage the tree holds whole declares or assigns is `missing` (`getattr(meta, "local_lens", default)`)."""
         assert base.kind is not None
         inherited = self.provenance(base)
+        if self_built(base.kind):
+            # a frozen record whose class builds its instances itself: one of those (its fields what they were
+            # given, its properties run on them)
+            built = self._getattr(Obj(base.kind), attr, State({}, {}, frozenset()), 0, missing)
+            return built if built is missing else with_labels(built, inherited)
         for klass in self.tree.ancestors(base.kind):
             if attr in klass.methods:
                 node = klass.methods[attr]
@@ -483,6 +493,34 @@ class ObjectModel:
             if attr in klass.annotations:  # a declared field without a class-level value
                 return _DECLARED if instance else UNKNOWN
         return missing
+
+    def _factory_field(self, cls: ClassInfo, attr: str, depth: int) -> Any:
+        """A field of a record known only by its class (a parameter, another record's field), where the class builds
+        its instances itself: what its factories (class methods returning `cls(...)`: `from_server_args`) give the
+        field, run on what they are handed (unknown), joined. A frozen settings object is what its factory read;
+        MISSING where the class has no factory, one of them builds no such object, or the field is being built."""
+        key = (cls.key, attr)
+        if key in self._factory_fields:
+            return self._factory_fields[key]
+        self._factory_fields[key] = MISSING  # a factory that reads the field of another such instance reads nothing
+        module = self.tree.module(cls.module)
+        factories = [node for node in cls.methods.values() if _builds_own_class(node)]
+        values: list[Any] = []
+        for node in factories if module is not None else []:
+            state = State({}, {}, frozenset())
+            try:
+                built = self._invoke(Function(module, node, cls), ClassRef(cls), [], {}, state, depth + 1)  # type: ignore[arg-type]
+            except PathEnds:
+                continue
+            inner = plain(built)
+            options = inner.options if isinstance(inner, OneOf) else (inner,)
+            if not all(isinstance(o, Obj) and o.cls == cls for o in options):
+                values = []
+                break
+            values += [written_fields(o, state).get(attr, o.fields.get(attr, MISSING)) for o in options]  # type: ignore[union-attr]
+        if values and MISSING not in values:
+            self._factory_fields[key] = join_values([(v, frozenset()) for v in values])
+        return self._factory_fields[key]
 
     def _own_attribute(self, cls: ClassInfo, attr: str) -> bool:
         """Whether an instance of `cls` may hold its own `attr` beside the class-level value: one its constructor
@@ -976,6 +1014,43 @@ def _is_dataclass(cls: ClassInfo, names: frozenset[str] = frozenset({"dataclass"
         if (dotted(target) or "").rpartition(".")[2] in names:
             return True
     return False
+
+
+def self_built(cls: ClassInfo) -> bool:
+    """A frozen record (`@dataclass(frozen=True)`, a named tuple) that builds its instances itself, in class methods
+    returning `cls(...)` (`from_server_args`): no code sets its fields after, so an instance known only by its class
+    holds what one of those factories gave it (`ObjectModel._factory_field`)."""
+    return _frozen_record(cls) and any(_builds_own_class(m) for m in cls.methods.values())
+
+
+def _frozen_record(cls: ClassInfo) -> bool:
+    if {(dotted(b) or "").rpartition(".")[2] for b in cls.node.bases} & {"NamedTuple"}:
+        return True
+    for decorator in cls.node.decorator_list:
+        name = (dotted(decorator.func if isinstance(decorator, ast.Call) else decorator) or "").rpartition(".")[2]
+        if (
+            name == "frozen"
+            or isinstance(decorator, ast.Call)
+            and name in _RECORD_DECORATORS
+            and any(
+                k.arg == "frozen" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in decorator.keywords
+            )
+        ):
+            return True
+    return False
+
+
+def _builds_own_class(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A class method every `return` of which builds the class it is called on (`return cls(...)`)."""
+    if not any((dotted(d) or "") == "classmethod" for d in node.decorator_list) or not node.args.args:
+        return False
+    first = node.args.args[0].arg
+    returns = [n for n in ast.walk(node) if isinstance(n, ast.Return)]
+    return bool(returns) and all(
+        isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Name) and r.value.func.id == first
+        for r in returns
+    )
 
 
 def _positional_record(cls: ClassInfo) -> bool:

@@ -576,34 +576,38 @@ def annotated_own_class(q: Question, module: str, annotation: ast.expr | None) -
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
-def held_classes(q: Question) -> tuple[ClassInfo, ...]:
+def held_classes(q: Question, built: bool = False) -> tuple[ClassInfo, ...]:
     """The own package's classes whose instances the module's classes keep from their constructors' annotated
-    parameters (see `held_instance`)."""
-    key = ("held-classes", q.module.name)
+    parameters, and with `built` those their constructors build (see `held_instance`)."""
+    key = ("held-classes", q.module.name, built)
     if key not in q.program.memo:
         held: dict[int, ClassInfo] = {}
         for cls in q.module.classes.values():
             init = cls.methods.get("__init__")
-            for param in init.args.args[1:] if init is not None else ():
-                found = annotated_own_class(q, cls.module, param.annotation)
+            if init is None:
+                continue
+            kept = [annotated_own_class(q, cls.module, param.annotation) for param in init.args.args[1:]]
+            made = [annotated_own_class(q, cls.module, call.func) for _, call in _built_components(init)]
+            for found in [*kept, *(c for c in made if c is not None and _component(c))] if built else kept:
                 if found is not None:
                     held[id(found)] = found
         q.program.memo[key] = tuple(held.values())
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
-def held_instance(q: Question, cls: ClassInfo, attr: str) -> ClassInfo | None:
+def held_instance(q: Question, cls: ClassInfo, attr: str, built: bool = False) -> ClassInfo | None:
     """The own package's class of what an instance keeps as `self.<attr>` where its constructor (its class's or a
-    base's, the nearest) stores there a parameter annotated with that class (`self.strategy = strategy`), else
-    None."""
-    key = ("held-instance", q.module.name, cls.key, attr)
+    base's, the nearest) stores there a parameter annotated with that class (`self.strategy = strategy`), or with
+    `built`, an instance of a component class of the package it builds (`self.padder = MlpSyncPadder(runner)`:
+    a class with methods, no record, whose methods run on it), else None."""
+    key = ("held-instance", q.module.name, cls.key, attr, built)
     if key not in q.program.memo:
         init = next((k for k in q.program.ancestors(cls) if "__init__" in k.methods), None)
-        q.program.memo[key] = _kept_parameter_class(q, init, attr) if init is not None else None
+        q.program.memo[key] = _kept_parameter_class(q, init, attr, built) if init is not None else None
     return q.program.memo[key]  # type: ignore[no-any-return]
 
 
-def _kept_parameter_class(q: Question, klass: ClassInfo, attr: str) -> ClassInfo | None:
+def _kept_parameter_class(q: Question, klass: ClassInfo, attr: str, built: bool) -> ClassInfo | None:
     init = klass.methods["__init__"]
     params = {p.arg: p.annotation for p in init.args.args[1:] + init.args.kwonlyargs}
     for node in walked(init):
@@ -614,7 +618,30 @@ def _kept_parameter_class(q: Question, klass: ClassInfo, attr: str) -> ClassInfo
             and any(dotted(t) == f"self.{attr}" for t in node.targets)
         ):
             return annotated_own_class(q, klass.module, params[node.value.id])
+    for target, call in _built_components(init) if built else ():
+        found = annotated_own_class(q, klass.module, call.func)
+        if target == f"self.{attr}" and found is not None and _component(found):
+            return found
     return None
+
+
+def _built_components(init: ast.AST) -> Iterator[tuple[str, ast.Call]]:
+    """`self.<attr> = SomeClass(...)` in a constructor: the target and the call."""
+    for node in walked(init):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
+            target = dotted(node.targets[0]) or ""
+            if target.startswith("self.") and isinstance(node.value.func, (ast.Name, ast.Attribute)):
+                yield target, node.value
+
+
+def _component(cls: ClassInfo) -> bool:
+    """A class whose instances do work (a method beside its constructor) and are no record of settings (no
+    dataclass or named tuple, whose fields other code may set)."""
+    decorators = [d.func if isinstance(d, ast.Call) else d for d in cls.node.decorator_list]
+    decorated = {(dotted(d) or "").rpartition(".")[2] for d in decorators}
+    bases = {(dotted(b) or "").rpartition(".")[2] for b in cls.node.bases}
+    record = decorated & {"dataclass", "define", "attrs", "frozen"} or bases & {"NamedTuple", "BaseModel", "TypedDict"}
+    return not record and any(name != "__init__" for name in cls.methods)
 
 
 def reaching_methods(q: Question, pattern: re.Pattern[str], held: tuple[ClassInfo, ...] = ()) -> set[str]:

@@ -340,14 +340,17 @@ class _Batches(Hooks):
         setting = _settings_only(self.q, obj.cls, attr)
         # A name stored there may be a setting or a planning function (`self._plan = plan_and_mark`): either kept.
         planner = _holds_planner(self.q, obj.cls, attr)
-        if not setting and not planner:
-            return NOT_HANDLED
-        kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
+        kept = None
+        if setting or planner:
+            kept = self.q.instance_attributes("SG106", constructed=True).value(obj.cls, attr, None, self._writes)
         if setting and _setting(kept):
             return kept
         if planner and isinstance(plain(kept), (Obj, Function, Partial, dict, list, tuple)):
             return kept
-        return NOT_HANDLED
+        # a component its constructor builds (`self.eager = EagerModelRunner(runner)`), where it is no planner
+        # read as built: one object of that class, whose methods run where the instance calls them
+        built = held_instance(self.q, obj.cls, attr, built=True)
+        return self.held.setdefault(attr, Obj(built, label=attr)) if built is not None else NOT_HANDLED
 
     def _held_classes(self, attr: str) -> list[str]:
         """The names of the class, and of its bases, of what the judged instance holds as `self.<attr>`."""
@@ -942,7 +945,8 @@ def _inherited_callers(q: Question, calls: list[str]) -> set[str]:
     skip = {*(name.rpartition(".")[2] for name in q.pack.batches.forwards), *q.pack.batches.plan}
     found: set[str] = set()
     own = [q.program.ancestors(c)[1:] for c in {id(s.cls): s.cls for s in q.scopes if s.cls is not None}.values()]
-    held = [q.program.ancestors(c) for c in held_classes(q)]  # the objects its classes keep (see `held_instance`)
+    # the objects its classes keep or build (see `held_instance`)
+    held = [q.program.ancestors(c) for c in held_classes(q, built=True)]
     for klasses in own + held:
         for klass in klasses:
             module = q.program.module(klass.module)
@@ -1410,7 +1414,8 @@ RULE = Rule(
         "from it (its mode), and a parameter the rule has no class for is one object by its name, so a test of "
         "its mode says what the batch made from it is. An object of the analyzed package's own class that the "
         "instance keeps from its constructor's annotated parameter (`self.strategy = strategy`, `strategy: "
-        '"DraftStrategy"`) is one of that class, whose methods run where the instance calls them.',
+        '"DraftStrategy"`), or that its constructor builds and that is no record of settings (`self.padder = '
+        "MlpSyncPadder(runner)`), is one of that class, whose methods run where the instance calls them.",
         "Where the tests that matter are taken path by path (a plan, a pad or a mark on one side only), a test whose "
         "sides write a field the batch's predicate reads differently (`forward_metadata_ready = False` under a "
         "test) is one of them, and a test that calls a one-line predicate of the tree (`def active(b): return "

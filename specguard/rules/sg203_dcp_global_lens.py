@@ -12,6 +12,7 @@ from typing import Any
 from specguard.evaluation.choices import MAX_PATHS, Choices, Path, each_path
 from specguard.evaluation.expressions import division_operator
 from specguard.evaluation.hooks import Hooks
+from specguard.evaluation.objects import self_built
 from specguard.evaluation.paths import Frame, PathEnds
 from specguard.evaluation.values import (
     NOT_HANDLED,
@@ -111,6 +112,7 @@ class _Locality(Hooks):
         self.width = q.pack.mla.varlen_width_param or ""
         self.dcp_tested = False  # whether the evaluation asked whether DCP is on, or its size (before the launch)
         self.unbounded: list[tuple[ast.AST, Any, ast.Call]] = []  # multi-token launches under DCP with no bound
+        self.local_bounds: list[tuple[ast.AST, Any, ast.Call]] = []  # launches under DCP bounded by this rank's share
         self.open_queries: list[tuple[ast.AST, Any]] = []  # launches with no bound of a query the function is handed
         # launches with no bound of a query of several tokens per request, DCP not asked by then: its callers may
         self.unasked: list[tuple[ast.AST, Any]] = []
@@ -181,6 +183,8 @@ class _Locality(Hooks):
                     MULTI, f"a ragged query, `{self.varlen}=`", span(given), str(frame.module.path), origin=written
                 )
                 query = Abstract(frozenset({flat}), exists=True)
+            if bound is not None and plain(bound) is not None and self.dcp_tested and _only_local(bound):
+                self.local_bounds.append((where, bound, node))
             if plain(bound) is None and not unread:
                 if _multi(query) and self.dcp_tested:
                     self.unbounded.append((where, query, node))
@@ -337,6 +341,8 @@ class _Locality(Hooks):
         # (an object of its own package's class kept from the constructor's annotated parameter, whose methods
         # run; not one the constructor builds, whose fields other code may set: a configuration)
         useful = useful or isinstance(inner, Obj) and held_instance(self.q, obj.cls, attr) is not None
+        # (or a frozen settings record its class builds from the server's arguments: what its factory read)
+        useful = useful or isinstance(inner, Abstract) and inner.kind is not None and self_built(inner.kind)
         return kept if useful or _holds_lengths(kept) else NOT_HANDLED
 
     def _writes(self, function: Function, me: Obj, writes: dict | None) -> list[tuple[Any, dict]]:
@@ -467,6 +473,7 @@ def judge(q: Question) -> Iterator[Judgement]:
     names |= set(mla.planning_call_holders)  # `self.indices_updater_decode.update(...)`
     names |= reaching_imports(q, names)  # first: a method may reach a launch through a helper it imports
     names |= reaching_methods(q, words(names), held_classes(q)) | reaching_functions(q, words(names))
+    names |= aliases(q, names)  # `self._launch = functools.partial(<a helper that launches>, enable_dcp=True)`
     for scope in q.scopes:
         if scope.mentions(names):
             yield from _judged(q, scope)
@@ -652,6 +659,7 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
             )
             return
         unbounded = _unbounded(q, scope, first.unbounded)
+        bounded = _bounded_locally(q, scope, first.local_bounds)
         # where paths meet, lengths read on one of them and unknown on another are one value that carries the read:
         # each path through the tests that choose them says which paths hand the kernel the whole lengths
         paths = each_path(run, noted) if _doubtful(joined) or first.unsure_stores else []
@@ -659,7 +667,7 @@ def _judge_scope(q: Question, scope: Scope) -> Iterator[Judgement]:
     except (OutOfBudget, RecursionError):
         yield q.out_of_budget("SG203", scope)
         return
-    judged = [v for v in (_verdict(q, scope, joined), unbounded, handed) if v is not None]
+    judged = [v for v in (_verdict(q, scope, joined), unbounded, handed, bounded) if v is not None]
     verdict = next((v for v in judged if v.decided), judged[0] if judged else None)
     if paths is None:
         if verdict is None:
@@ -720,6 +728,27 @@ def _unbounded(
             f"({made.text}, {at}) and {bound}: each rank holds only its share of the KV, so each query token's "
             f"causal limit must be given as a global position; pass the global bound (to a kernel that takes it) or "
             f"refuse that query under DCP"
+        )
+        return q.judgement("SG203", scope, where, message)
+    return None
+
+
+def _only_local(bound: Any) -> bool:
+    """Lengths that are this rank's share on every path (a localizer's, or a share the rank's index entered) and
+    never the whole ones."""
+    kinds = {x.kind for x in labels_of(bound) | maybe_of(bound)}
+    return (LOCAL in kinds or {SHARE, RANK} <= kinds) and not kinds & {GLOBAL, PARAM}
+
+
+def _bounded_locally(q: Question, scope: Scope, launches: list[tuple[ast.AST, Any, ast.Call]]) -> Judgement | None:
+    """A launch under DCP whose global causal bound is this rank's share of the lengths: each query token's limit
+    is then a position within this rank's slice, not in the whole sequence."""
+    for where, _, kernel in launches:
+        bound = q.pack.mla.global_bound_param
+        message = (
+            f"`{scope.qualname}` launches `{_entry(kernel)}` under DCP with `{bound}` set to this rank's share of the "
+            f"lengths: the bound places each query token in the whole sequence, so it must be every rank's lengths "
+            f"(the batch's `seq_lens`), while `seq_lens` gets this rank's share ({_localizers(q)})"
         )
         return q.judgement("SG203", scope, where, message)
     return None
@@ -811,6 +840,8 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
     for klass, function in callers:
         caller = f"`{klass.name}.{function.node.name}`"
         for handed, asked, how in _handed_by(q, scope, klass, function):
+            if _read_in_reported_caller(q, function, handed):
+                continue  # the caller's own finding: the whole lengths are its read, handed on here unchanged
             verdict = _given_verdict(q, scope, handed, asked, how=f" as {caller} calls it{how}")
             if verdict is not None and verdict.decided:
                 return verdict
@@ -820,6 +851,17 @@ def _handed(q: Question, scope: Scope, hooks: _Locality) -> Judgement | None:
         why = f"it is its parameter, and {others[0]}: what it is is decided by callers further up"
         return q.undecided("SG203", scope, where, what, why)
     return None
+
+
+def _read_in_reported_caller(q: Question, function: Function, handed: dict[str, Any]) -> bool:
+    """Whether every read of the whole lengths `function` hands on lies in this file (its own text, or what its
+    class keeps), and `function` is a function of this file reported when judged on its own (its launch through
+    its own class's method): the finding is the caller's, not the override's it hands them on to unchanged."""
+    own = next((s for s in q.scopes if s.node is function.node), None)
+    reads = [x for value in handed.values() for x in _global(value)]
+    if own is None or not reads or not all(x.path == str(own.module.path) for x in reads):
+        return False
+    return any(j.decided for j in _judged(q, own))
 
 
 def _asked_by_callers(q: Question, scope: Scope) -> Judgement | None:
@@ -1058,7 +1100,7 @@ RULE = Rule(
         "anything computed from them) on some path, where this rank's KV cache holds only its share of each "
         "request; and a launch, in code that asks whether DCP is on, of a query with more than one token per "
         "request (target verify, draft extend) without the global causal bound `causal_seqlens_kv_global` and "
-        "without refusing it."
+        "without refusing it, or with that bound set to this rank's share of the lengths."
     ),
     analysis=(
         "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
@@ -1092,14 +1134,19 @@ RULE = Rule(
         "what the instance's other methods keep on it are followed (an instance of a class of the analyzed "
         "package's own that its constructor keeps from a parameter annotated so, `backend: VendorDcpBackend`, is "
         "one of that class, whose methods run; a setting its constructor chooses is what the "
-        "constructor that runs leaves, a subclass's `__init__` over its base's), so lengths read in one place and "
+        "constructor that runs leaves, a subclass's `__init__` over its base's; a frozen settings record whose "
+        "class builds it in class methods, `DcpSettings.from_server_args(server_args)`, is what those read, its "
+        "properties run on it; a `functools.partial` of a helper that launches is one of the launches), so "
+        "lengths read in one place and "
         "launched in another are compared. Where lengths read on one path meet others, each path through the "
         f"tests that choose them is evaluated on its own, up to {MAX_PATHS} paths, and the finding names the "
         "path; more is listed as not decided.",
         "Lengths the judged function was handed as a parameter, passed on unchanged in whose they are, are its "
         "callers': where other functions of its file call it, they are judged with what they hand it; otherwise "
         "the methods of its class and their bases (the framework's included) that call it on `self` are "
-        "evaluated, and the whole lengths passed by one are a finding. Where one passes its own parameter, the "
+        "evaluated, and the whole lengths passed by one are a finding, unless they are that caller's own finding "
+        "(read in this file by it or its class, and the caller reported when judged itself). Where one passes "
+        "its own parameter, the "
         "methods of the classes of that caller's module that hold an instance of its class (`self.updater = "
         "Updater(...)`) and call it there (`self.updater.update(forward_batch.seq_lens, ...)`) are evaluated "
         "too, and what they hand it is handed on. A parameter the function's own code treats as the whole lengths, "
