@@ -1,0 +1,1 @@
+"""Decode-context-parallel ports of the TRT-LLM, FlashInfer-MLA and CuteDSL MLA backends."""

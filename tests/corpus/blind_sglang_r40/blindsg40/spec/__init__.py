@@ -1,0 +1,1 @@
+"""Speculative draft / verify orchestration built from planner, padder and runner parts."""
