@@ -211,3 +211,33 @@ def test_sg203_an_override_handed_a_reported_callers_whole_lengths_is_not_report
     on unchanged."""
     found = check_fork_beside_sglang(tmp_path, {"backends.py": BACKENDS})
     assert [(f.code, f.symbol) for f in found.findings] == [("SG203", "ForkBackend.forward_decode_current")]
+
+
+TWICE = """
+import flashinfer
+from sglang.srt.layers.dcp.layout import get_dcp_lens
+from sglang.srt.runtime_context import get_parallel
+
+
+def launch(query, kv_cache, block_tables, forward_batch):
+    parallel = get_parallel()
+    whole = forward_batch.seq_lens[: forward_batch.batch_size]
+    lens = get_dcp_lens(whole, parallel.dcp_size, parallel.dcp_rank)
+    if parallel.dcp_enabled:
+        lens = get_dcp_lens(AGAIN, parallel.dcp_size, parallel.dcp_rank)
+    return flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla(
+        query=query, kv_cache=kv_cache, block_tables=block_tables, seq_lens=lens, max_seq_len=4096,
+        causal_seqlens_kv_global=whole, enable_dcp=True, return_lse=True, backend="cute-dsl",
+    )
+"""
+
+
+@pytest.mark.parametrize(("again", "flagged"), [("lens", True), ("whole", False)])
+def test_sg203_lengths_localized_twice(tmp_path: Path, again: str, flagged: bool) -> None:
+    """Set 40's `PrelocalizedDcpUpdater.call_begin_forward` (`update_local_kv_lens_for_dcp`, then
+    `plan_dcp_decode_metadata`, which localizes the same lengths again): a share of this rank's share is no rank's
+    length. Its twin localizes the whole lengths once."""
+    found = check_fork_beside_sglang(tmp_path, {"twice.py": TWICE.replace("AGAIN", again)})
+    assert [(f.code, f.symbol) for f in found.findings] == ([("SG203", "launch")] if flagged else [])
+    if flagged:
+        assert "localized twice" in found.findings[0].message

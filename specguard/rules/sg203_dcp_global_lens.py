@@ -68,6 +68,7 @@ GLOBAL, LOCAL, PARAM = "global-lens", "rank-local", "param"
 # lengths divided by the number of DCP ranks, and this rank's index: the two together are this rank's share
 SHARE, RANK = "share", "dcp-rank"
 MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with more than one token per request
+TWICE = "localized-twice"  # this rank's share of lengths that were this rank's share already
 # Tensor methods whose arguments are a shape: a view of the query, or a buffer made like it (`q.new_zeros((bs,
 # max_q, heads, dim))`, which a draft extend pads its ragged query into).
 _SHAPED = ("view", "reshape", "new_zeros", "new_empty", "new_ones")
@@ -242,8 +243,13 @@ class _Locality(Hooks):
         if (name in self.localizers or name in self.in_place) and args and self._one_rank(func, args, kwargs, node):
             return args[0]  # a share of one rank is the whole: `get_dcp_lens(lens, 1, 0)` hands `lens` back
         if name in self.localizers or name in self.in_place:
-            self._admits(args[0] if args else UNKNOWN, node, frame.module)
+            handed = args[0] if args else UNKNOWN
+            self._admits(handed, node, frame.module)
             share = Label(LOCAL, f"`{ast.unparse(node.func)}`", span(node), str(frame.module.path))
+            if _only_local(handed):  # a share of what was this rank's share already: wrong lengths on every rank
+                share = Label(
+                    TWICE, f"`{ast.unparse(node.func)}`{_after(handed, frame)}", span(node), str(frame.module.path)
+                )
             made = Abstract(frozenset({share}))
             out = node.args[0] if node.args else None
             if name in self.in_place and isinstance(out, (ast.Name, ast.Attribute, ast.Subscript)):
@@ -461,7 +467,8 @@ def _global(value: Any) -> list[Label]:
     kinds = {x.kind for x in labels}
     if LOCAL in kinds or {SHARE, RANK} <= kinds:  # a localizer's, or a share this rank's index entered
         return []
-    return sorted((x for x in labels if x.kind == GLOBAL), key=lambda x: x.span)
+    # (lengths localized twice are as wrong for the launch: a share of a share)
+    return sorted((x for x in labels if x.kind in (GLOBAL, TWICE)), key=lambda x: x.span)
 
 
 def judge(q: Question) -> Iterator[Judgement]:
@@ -731,6 +738,14 @@ def _unbounded(
         )
         return q.judgement("SG203", scope, where, message)
     return None
+
+
+def _after(lens: Any, frame: Frame) -> str:
+    """Where lengths handed to a localizer were made this rank's share before, as a trail names it."""
+    before = sorted((x for x in labels_of(lens) | maybe_of(lens) if x.kind == LOCAL and x.span), key=lambda x: x.span)
+    if not before:
+        return ""
+    return f" after {before[0].text} ({place_text(before[0].path, before[0].span[0], str(frame.module.path))})"
 
 
 def _only_local(bound: Any) -> bool:
@@ -1035,6 +1050,12 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
                 f"DCP{on}, which the decode launches with as this rank's lengths: store this rank's share there "
                 f"({_localizers(q)}), and the whole lengths in `{_global_field(q)}`"
             )
+        elif all(x.kind == TWICE for x in read):
+            message = (
+                f"`{scope.qualname}` hands `{_called(q, kernel)}` lengths localized twice as "
+                f"`{_lens_param(q, kernel)}` ({sources}) under DCP{on}: they were this rank's share already, and a "
+                "share of that is no rank's length; localize the whole lengths once"
+            )
         else:
             message = (
                 f"`{scope.qualname}` hands `{_called(q, kernel)}` the whole sequence's lengths as "
@@ -1100,7 +1121,8 @@ RULE = Rule(
         "anything computed from them) on some path, where this rank's KV cache holds only its share of each "
         "request; and a launch, in code that asks whether DCP is on, of a query with more than one token per "
         "request (target verify, draft extend) without the global causal bound `causal_seqlens_kv_global` and "
-        "without refusing it, or with that bound set to this rank's share of the lengths."
+        "without refusing it, or with that bound set to this rank's share of the lengths. Lengths localized "
+        "twice (a localizer handed what was this rank's share already) are as wrong as the whole ones."
     ),
     analysis=(
         "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
