@@ -51,7 +51,7 @@ from specguard.evaluation.values import (
     unknown_from,
     with_labels,
 )
-from specguard.program.ast_tools import dotted
+from specguard.program.ast_tools import cached_on, dotted
 from specguard.program.tree import ClassInfo, ParsedModule, SourceTree, base_name, rebound_globals, starts_as_none
 
 if TYPE_CHECKING:
@@ -530,11 +530,7 @@ class ObjectModel:
 
     def _record(self, cls: ClassInfo) -> bool:
         """Whether the class's instances are built field by field, each annotated name a field."""
-        for klass in self.tree.ancestors(cls):
-            bases = {(dotted(b) or "").rpartition(".")[2] for b in klass.node.bases}
-            if _is_dataclass(klass, _RECORD_DECORATORS) or bases & _RECORD_BASES:
-                return True
-        return False
+        return any(declares_record(klass) for klass in self.tree.ancestors(cls))
 
     def _method_value(
         self, klass: ClassInfo, node: ast.FunctionDef | ast.AsyncFunctionDef, owner_value: Any, state: State, depth: int
@@ -1016,11 +1012,23 @@ def _is_dataclass(cls: ClassInfo, names: frozenset[str] = frozenset({"dataclass"
     return False
 
 
+def declares_record(cls: ClassInfo) -> bool:
+    """Whether the class itself is declared a record (a dataclass, attrs or pydantic class, a named tuple...): one
+    whose instances are built field by field (a subclass of one is one too: see `ObjectModel._record`)."""
+    bases = {(dotted(b) or "").rpartition(".")[2] for b in cls.node.bases}
+    return _is_dataclass(cls, _RECORD_DECORATORS) or bool(bases & _RECORD_BASES)
+
+
 def self_built(cls: ClassInfo) -> bool:
     """A frozen record (`@dataclass(frozen=True)`, a named tuple) that builds its instances itself, in class methods
     returning `cls(...)` (`from_server_args`): no code sets its fields after, so an instance known only by its class
-    holds what one of those factories gave it (`ObjectModel._factory_field`)."""
-    return _frozen_record(cls) and any(_builds_own_class(m) for m in cls.methods.values())
+    holds what one of those factories gave it (`ObjectModel._factory_field`). Read once per class: every read of a
+    declared field or a typed member asks."""
+
+    def read(node: ast.AST) -> bool:
+        return _frozen_record(cls) and any(_builds_own_class(m) for m in cls.methods.values())
+
+    return cached_on(cls.node, "self_built", read)  # type: ignore[no-any-return]
 
 
 def _frozen_record(cls: ClassInfo) -> bool:

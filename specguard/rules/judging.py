@@ -22,6 +22,7 @@ from specguard.evaluation.budget import FILE_STEPS, FILE_WORK, RULES_WORK, Budge
 from specguard.evaluation.evaluator import Evaluator
 from specguard.evaluation.hooks import Hooks
 from specguard.evaluation.instances import InstanceAttributes, assigned_on_self
+from specguard.evaluation.objects import declares_record
 from specguard.evaluation.paths import Frame
 from specguard.evaluation.program import Program
 from specguard.evaluation.values import (
@@ -586,11 +587,11 @@ def held_classes(q: Question, built: bool = False) -> tuple[ClassInfo, ...]:
             init = cls.methods.get("__init__")
             if init is None:
                 continue
-            kept = [annotated_own_class(q, cls.module, param.annotation) for param in init.args.args[1:]]
-            made = [annotated_own_class(q, cls.module, call.func) for _, call in _built_components(init)]
-            for found in [*kept, *(c for c in made if c is not None and _component(c))] if built else kept:
-                if found is not None:
-                    held[id(found)] = found
+            found = [annotated_own_class(q, cls.module, param.annotation) for param in init.args.args[1:]]
+            if built:
+                made = [annotated_own_class(q, cls.module, call.func) for _, call in _built_components(init)]
+                found += [c for c in made if c is not None and _component(q, c)]
+            held.update((id(c), c) for c in found if c is not None)
         q.program.memo[key] = tuple(held.values())
     return q.program.memo[key]  # type: ignore[no-any-return]
 
@@ -620,7 +621,7 @@ def _kept_parameter_class(q: Question, klass: ClassInfo, attr: str, built: bool)
             return annotated_own_class(q, klass.module, params[node.value.id])
     for target, call in _built_components(init) if built else ():
         found = annotated_own_class(q, klass.module, call.func)
-        if target == f"self.{attr}" and found is not None and _component(found):
+        if target == f"self.{attr}" and found is not None and _component(q, found):
             return found
     return None
 
@@ -634,14 +635,10 @@ def _built_components(init: ast.AST) -> Iterator[tuple[str, ast.Call]]:
                 yield target, node.value
 
 
-def _component(cls: ClassInfo) -> bool:
-    """A class whose instances do work (a method beside its constructor) and are no record of settings (no
-    dataclass or named tuple, whose fields other code may set)."""
-    decorators = [d.func if isinstance(d, ast.Call) else d for d in cls.node.decorator_list]
-    decorated = {(dotted(d) or "").rpartition(".")[2] for d in decorators}
-    bases = {(dotted(b) or "").rpartition(".")[2] for b in cls.node.bases}
-    record = decorated & {"dataclass", "define", "attrs", "frozen"} or bases & {"NamedTuple", "BaseModel", "TypedDict"}
-    return not record and any(name != "__init__" for name in cls.methods)
+def _component(q: Question, cls: ClassInfo) -> bool:
+    """A class whose instances do work (a method beside its constructor) and are no record of settings (no class of
+    its lineage a dataclass, named tuple or the like, whose fields other code may set)."""
+    return not any(declares_record(k) for k in q.program.ancestors(cls)) and any(n != "__init__" for n in cls.methods)
 
 
 def reaching_methods(q: Question, pattern: re.Pattern[str], held: tuple[ClassInfo, ...] = ()) -> set[str]:
