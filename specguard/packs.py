@@ -36,6 +36,7 @@ _OPTIONAL = frozenset(
     | {"skip_keywords", "replan_keywords", "replan_when", "plan_helpers", "pad_calls", "forwards_after_padding"}
     | {"replan_always_when", "replan_always_forwards", "copied_fields"}
     | {"dcp_flag_param", "gated_methods", "local_lens", "speculative_tests", "varlen_width_param", "decode_methods"}
+    | {"decode_tests"}
     | {"plan_metadata_param", "plan_metadata_lens", "plan_metadata_builders", "planning_calls", "launches"}
 )
 _STRICT = {"extra": "forbid"}  # pydantic reads this off each dataclass
@@ -141,6 +142,9 @@ class Dcp(_Section):
     # a backend's methods the framework calls for one query token per request only (optional; SG203): in them a
     # query viewed with `-1` tokens per request has one, not a verify's several
     decode_methods: list[str] = field(default_factory=list)
+    # tests of a batch that, where a path has them hold, say it is a decode of one query token per request
+    # (optional; SG203), as `decode_methods` says of a whole method: `assert forward_mode.is_decode_or_idle()`
+    decode_tests: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ SETS = {
     "thirty-eighth": ("blind_sglang_r38", "blindsg38", (50, 100), 45, 2),
     "thirty-ninth": ("blind_sglang_r39", "blindsg39", (50, 100), 44, 2),
     "fortieth": ("blind_sglang_r40", "blindsg40", (50, 100), 39, 1),
-    "forty-first": ("blind_sglang_r41", "blindsg41", (50, 100), 38, 4),
+    "forty-first": ("blind_sglang_r41", "blindsg41", (50, 100), 38, 1),
 }
 
 

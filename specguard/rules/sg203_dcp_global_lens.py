@@ -100,6 +100,7 @@ class _Locality(Hooks):
         self.speculative = set(dcp.speculative_tests) if speculative else set()
         # whether the judged function is one the framework calls for one query token per request only
         self.decode = decode
+        self.decode_tests = tuple(dcp.decode_tests)  # or where a test the path passed says the batch is a decode
         self.unsure_stores = False  # see `_left_whole`
         # launch-read fields left holding the whole lengths by a function that never asked whether DCP is on
         self.unasked_stores: list[Site] = []
@@ -198,7 +199,7 @@ class _Locality(Hooks):
         if (isinstance(inner, Method) and inner.name in _SHAPED or made_like) and args:
             shape = plain(args[0]) if len(args) == 1 or made_like else args  # one tuple, or one by one
             tokens = plain(shape[1]) if isinstance(shape, (list, tuple)) and len(shape) == 4 else 1
-            if tokens == -1 and self.decode:
+            if tokens == -1 and (self.decode or _decode_on_path(state, self.decode_tests)):
                 tokens = 1  # as many as the query holds per request, in a decode: one
             if tokens != 1 and not (isinstance(tokens, int) and tokens < 1 and tokens != -1):
                 # [requests, tokens, heads, dim] with a token count that is not one: a target verify or draft extend
@@ -430,6 +431,16 @@ def _built_metadata(mla: Mla, func: Any, node: ast.Call, args: list[Any], kwargs
         return None
     given = {**dict(zip(fields, args, strict=False)), **{k: v for k, v in kwargs.items() if k in fields}}
     return Obj(None, given, label="plan metadata")
+
+
+def _decode_on_path(state: Any, tests: tuple[str, ...]) -> bool:
+    """Whether this path passed a test saying its batch is a decode (`assert fb.forward_mode.is_decode_or_idle()`):
+    the answers a path keeps, under the question's name (see `answer_key`)."""
+    return any(
+        truth is True and isinstance(key, tuple) and key[1:] == ("()",) and isinstance(key[0], str)
+        and any(key[0] == t or key[0].endswith("." + t) for t in tests)
+        for key, truth in state.writes.items()
+    )
 
 
 def _multi(value: Any) -> bool:
@@ -1215,7 +1226,8 @@ RULE = Rule(
         "one marked `query` is judged as the entry's query, and none takes a global causal bound; a call handed the "
         "parameter marked `sparse` (DSA's top-k `indices`) reads the KV at the indices given and is not judged. In "
         "the pack's `[dcp] decode_methods` (SGLang's `forward_decode`, which the framework calls for one token per "
-        "request only), a query viewed with `-1` tokens per request has one.",
+        "request only), and on a path that passed one of its `[dcp] decode_tests` (`assert "
+        "forward_batch.forward_mode.is_decode_or_idle()`), a query viewed with `-1` tokens per request has one.",
     ),
     why=(
         "Under decode context parallelism each rank holds an interleaved slice of every request's KV cache, so "
