@@ -511,3 +511,50 @@ def test_a_name_found_equal_to_a_constant_is_that_constant() -> None:
 
     assert _python(ASSERTED_EQUAL, Worker()) == 0
     assert _possible(_returns(ASSERTED_EQUAL, {"worker": Sym("worker")})) == {0}
+
+
+def test_a_slice_of_what_may_be_none_may_raise_into_a_handler() -> None:
+    """An unknown no one said exists may be None, whose slice raises the `TypeError` a handler catches (set 12's
+    `try: lens = metadata.seq_lens_k[:bs]` / `except TypeError:` fallback, once the read carries a label)."""
+    text = """
+        def fn(n):
+            try:
+                n[:1]
+                return 1
+            except TypeError:
+                return 2
+    """
+    possible = _possible(_returns(text, {"n": Abstract(frozenset({Label("x", "n")}))}))
+    assert possible is not None and _python(text, None) in possible and _python(text, "ab") in possible
+
+
+def test_a_namespace_and_a_called_instance_are_objects_of_the_tree() -> None:
+    """`types.SimpleNamespace(a=..., b=...)` is an object with those fields, and an instance called runs its
+    class's `__call__` (set 41's action tables, set 42's callable planner)."""
+    text = """
+        from types import SimpleNamespace
+
+        class Scale:
+            def __init__(self, k):
+                self.k = k
+
+            def __call__(self, v):
+                return v * self.k
+
+        def fn(n):
+            ns = SimpleNamespace(a=2, b=n)
+            ns.c = 3
+            return Scale(ns.a)(ns.c) + ns.a
+    """
+    assert _possible(_returns(text, {"n": Abstract()})) == {_python(text, 0)}
+
+
+def test_a_division_by_one_of_a_few_divisors_one_of_them_zero_may_raise_and_may_return() -> None:
+    """`a // d` where `d` is 0 on one path and 3 on another: the first path raises, the other returns (hypothesis
+    found the evaluator saying the function always raises)."""
+    text = """
+        def fn(a, n):
+            d = 0 if n == "a" else 3
+            return a // d
+    """
+    assert _possible(_returns(text, {"a": 6, "n": Abstract()})) == {_python(text, 6, "7")}

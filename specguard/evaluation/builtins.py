@@ -92,6 +92,9 @@ class Builtins(ObjectModel):
     def binop(self, op: ast.operator, left: Any, right: Any) -> Any:
         raise NotImplementedError
 
+    def binop_at(self, op: ast.operator, left: Any, right: Any, state: State) -> Any:
+        raise NotImplementedError
+
     def instantiate(
         self, cls: Any, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State
     ) -> Any:
@@ -604,6 +607,13 @@ def _copy_of(source: Obj, state: State) -> Obj:
     return Obj(source.cls, fields, source.defaults, "", source.pinned, source.labels, dict(source.nodes), source.held)
 
 
+def _namespace(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
+    """`types.SimpleNamespace(a=1, b=x)`: an object with those fields (one handed `**unknown` has others too)."""
+    if args:
+        return UNKNOWN  # (a mapping handed positionally, Python 3.13's form)
+    return Obj(None, {k: v for k, v in kwargs.items() if k != STAR_KWARGS})
+
+
 def _fields(ev: Builtins, args: list[Any], kwargs: dict[str, Any], node: ast.AST, frame: Frame, state: State) -> Any:
     target = plain(args[0]) if args else None
     cls = target.info if isinstance(target, ClassRef) else target.cls if isinstance(target, Obj) else None
@@ -693,6 +703,7 @@ _STDLIB = {
     "dataclasses.fields": _fields,
     "dataclasses.asdict": _asdict,
     "copy.copy": _copy,
+    "types.SimpleNamespace": _namespace,
     "copy.deepcopy": _copy,
     "functools.partial": _partial,
     "functools.reduce": _reduce,

@@ -179,6 +179,19 @@ class Calls(Builtins):
             return result
         if isinstance(func, ClassRef):
             return self.instantiate(func.info, args, kwargs, node, frame, state)
+        if isinstance(func, Obj) and func.cls is not None:
+            found = self.tree.method(func.cls, "__call__")  # an instance called: its class's `__call__`
+            if found is not None:
+                method, owner = found
+                return self._invoke(
+                    Function(self.tree.module(owner.module), method, owner),
+                    func,
+                    args,
+                    kwargs,
+                    state,
+                    frame.depth + 1,
+                    node,
+                )
         if isinstance(func, TypeOf) and not args:
             like = func.instance
             return Obj(None, dict(kwargs), like.defaults, like.label, like.pinned, like.labels)
@@ -258,7 +271,16 @@ class Calls(Builtins):
         inner = State(bindings, state.writes, state.path)
         frame = Frame(func.module, func.owner, func.closure, depth)
         if isinstance(func.node, ast.Lambda):
-            return self.eval(func.node.body, frame, inner)
+            # (its call is one the judged function makes, as a def's is: a client names the outermost)
+            if node is not None:
+                self.calls.append(node)
+            caller_file, self.here = self.here, func.module.path
+            try:
+                return self.eval(func.node.body, frame, inner)
+            finally:
+                self.here = caller_file
+                if node is not None:
+                    self.calls.pop()
         self._active[id(func.node)] = self._active.get(id(func.node), 0) + 1
         if node is not None:
             self.calls.append(node)

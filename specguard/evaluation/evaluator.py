@@ -128,6 +128,8 @@ class Evaluator(Statements, Expressions, Calls, RecordedRaises):
         # `and`/`or` past an undecided one), each as the state where it raised: the block running the statement
         # that holds the expression adds them to its flow's raises.
         self.side_raises: list[State] = []
+        # raises of some of the values an operand may be, not yet a path's (see `binop_at`)
+        self.raised_aside: list[set[str] | None] = []
         # Objects whose attributes a state's writes hold, keyed by their id: kept alive while the evaluator is, so
         # that no object made later takes an id over, and with it what was written on one already gone.
         self._written: list[Obj] = []

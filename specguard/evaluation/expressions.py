@@ -41,6 +41,7 @@ from specguard.evaluation.values import (
     Opaque,
     Sym,
     Tagged,
+    anonymous,
     divisor_identity,
     is_unknown,
     known,
@@ -246,23 +247,38 @@ class Expressions(Builtins):
                 + (right.values if isinstance(right, LiteralType) else ())
             )
             return LiteralType(values)
-        result = self.binop(e.op, left, right)
+        result = self.binop_at(e.op, left, right, state)
         if not isinstance(e.op, (ast.FloorDiv, ast.Div, ast.Mult)) or not is_unknown(plain(result)):
             return result
         return self._rounding(e.op, _divisor_key(left, e.left), _divisor_key(right, e.right), left, right, result)
+
+    def binop_at(self, op: ast.operator, left: Any, right: Any, state: State) -> Any:
+        """`binop` in a statement: where some of the values an operand may be raise (a division by one of a few
+        divisors, one of them 0), the path that takes those ends in that raise, and the value is the others'."""
+        mark = len(self.raised_aside)
+        result = self.binop(op, left, right)
+        for raised in self.raised_aside[mark:]:
+            self._side_raised(_Raised(raised), state)
+        del self.raised_aside[mark:]
+        return result
 
     def binop(self, op: ast.operator, left: Any, right: Any) -> Any:
         """Arithmetic: known operands give the result, which keeps every label of both; an unknown operand gives an
         unknown that keeps them too (a padded count plus one is still padded)."""
         for side in (left, right):
             if isinstance(side, OneOf):
-                others = [right if side is left else left]
-                results = [
-                    self.binop(op, with_labels(x, side.labels), others[0])
-                    if side is left
-                    else self.binop(op, others[0], with_labels(x, side.labels))
-                    for x in side.options
-                ]
+                other = right if side is left else left
+                results, raised = [], None
+                for x in side.options:
+                    option = with_labels(x, side.labels)
+                    try:
+                        results.append(self.binop(op, option, other) if side is left else self.binop(op, other, option))
+                    except PathEnds as ends:  # this one raises (`n // d`, d one of 0 and 3): its path ends there
+                        raised = ends
+                if raised is not None and not results:
+                    raise raised
+                if raised is not None:
+                    self.raised_aside.append(raised.raised)  # the statement's own raise (see `_e_binop`)
                 return join_values([(r, frozenset()) for r in results])
         labels = labels_of(left) | labels_of(right) if _labelled(left, right) else frozenset()
         a, b = plain(left), plain(right)
@@ -398,8 +414,8 @@ class Expressions(Builtins):
             first = e.slice.elts[0] if isinstance(e.slice, ast.Tuple) else e.slice
             return self.eval(first, frame, state)
         if isinstance(e.slice, ast.Slice):
-            if not isinstance(inner, (list, tuple, str, Abstract)):  # a slice of what may be None, in a `try`
-                self.may_raise(e, frame, state, _SLICE_ERRORS, point=True)
+            if not isinstance(inner, (list, tuple, str)) and not _is_object(inner):
+                self.may_raise(e, frame, state, _SLICE_ERRORS, point=True)  # a slice of what may be None, in a `try`
             return self._slice(base, e.slice, frame, state)
         key = self.eval(e.slice, frame, state)
         if _may_miss(inner, plain(key)):  # a lookup in a `try` may be what its handler catches
@@ -774,3 +790,8 @@ def _with_a_string(e: ast.Compare) -> bool:
     sides = (e.left, *e.comparators)
     by_value = all(isinstance(op, (ast.Eq, ast.NotEq)) for op in e.ops)
     return by_value and any(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in sides)
+
+
+def _is_object(value: Any) -> bool:
+    """An unknown known to be an object, never None: one said to exist, of a class, or of a known length."""
+    return isinstance(value, Abstract) and not anonymous(value)

@@ -301,7 +301,7 @@ class ObjectModel:
             return None
         value = plain(self.reading(owner.annotations[attr], self.tree.module(owner.module), owner))
         kind = self._instance_kind(value)
-        if kind is not None and attr not in owner.attributes and self._plain_class(owner):
+        if kind is not None and attr not in owner.attributes and self.plain_class(owner):
             # `decode_backend: TRTLLMMLABackend` in a plain class's body (a declaration, not a record's field),
             # narrowing what a base's constructor was handed: an instance of that class, whose methods run where
             # this one calls them
@@ -315,9 +315,9 @@ class ObjectModel:
         """The plain class an annotation's reading says a value is an instance of."""
         inner = plain(value)
         kind = inner.kind if isinstance(inner, Abstract) else None
-        return kind if kind is not None and self._plain_class(kind) else None
+        return kind if kind is not None and self.plain_class(kind) else None
 
-    def _plain_class(self, cls: ClassInfo) -> bool:
+    def plain_class(self, cls: ClassInfo) -> bool:
         """A class whose instance is what its constructor made of it: no enum or record in its lineage."""
         return not self.tree.is_enum(cls) and not self._record(cls)
 

@@ -41,6 +41,7 @@ from specguard.evaluation.values import (
     OneOf,
     Opaque,
     Sym,
+    anonymous,
     answer_key,
     bounded,
     is_unknown,
@@ -227,7 +228,7 @@ class Statements(Builtins):
     def _s_augassign(self, stmt: ast.AugAssign, frame: Frame, state: State) -> Flow:
         mark = len(self.env.log)
         current = self.eval(stmt.target, frame, state)
-        value = self.binop(stmt.op, current, self.eval(stmt.value, frame, state))
+        value = self.binop_at(stmt.op, current, self.eval(stmt.value, frame, state), state)
         self.assign(stmt.target, value, frame, state, stmt)
         self._carry_env(stmt.target, stmt, state, mark)
         return Flow(normal=state)
@@ -784,7 +785,7 @@ class Statements(Builtins):
         """A local the path found true or false: the test it was bound to is so too (see definitions.py); one found
         false that held an unknown holds a false value now (`if multi_step and synced: raise`, passed with `synced`
         true: a later `if multi_step:` is false, whichever false value it is)."""
-        if not truth and _anonymous(state.locals[test.id]):
+        if not truth and anonymous(state.locals[test.id]):
             state.locals[test.id] = OneOf(_FALSE_VALUES, labels_of(state.locals[test.id]))
         (defined,) = cached_on(test, "defining_test", lambda _: (self._defining_test(test, frame),))
         return state if defined is None else self.narrow(defined, truth, frame, state)
@@ -903,6 +904,11 @@ class Statements(Builtins):
             self._unpack(target.elts, value, frame, state, stmt)
         elif isinstance(target, ast.Attribute):
             base = self.eval(target.value, frame, state)
+            if isinstance(target.value, ast.Name) and target.value.id in state.locals and _no_identity(base):
+                # a local holding an object the evaluation does not know (`md = self._metadata(fb)`): from here on
+                # it is one object known by that name, so what is written to it is read back through it
+                base = Sym(f"<{target.value.id} at {getattr(stmt, 'lineno', 0)}>", labels_of(base))
+                state.locals[target.value.id] = base
             if target.attr in self.watch_attrs:
                 self.record("assign", frame.module, stmt, target.attr, state.path, (base, value))
             self.store(base, target.attr, value, state, stmt)
@@ -937,6 +943,12 @@ class Statements(Builtins):
                 base.nodes[attr] = node
         elif isinstance(base, Sym):
             state.writes[(base.name, attr)] = value
+        elif isinstance(base, OneOf):
+            # one of a few objects (`metadata = a or b`): whichever it is holds the value now, as a read through
+            # the same name says (the others are taken to as well: which one is not known)
+            for option in base.options:
+                if option is not None:
+                    self.store(option, attr, value, state, node)
 
     def _unpack(self, targets: list[ast.expr], value: Any, frame: Frame, state: State, stmt: ast.AST) -> None:
         for target, item in zip(targets, self._unpacked(targets, value), strict=True):
@@ -1149,14 +1161,7 @@ _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
 _FALSE_VALUES = (False, None, 0, "")
 
 
-def _anonymous(value: Any) -> bool:
-    """An unknown that is nothing more: no kind, length or step the evaluation knows of it, nor an object."""
-    if value is UNKNOWN:
-        return True
-    return (
-        isinstance(value, Abstract)
-        and value.kind is None
-        and value.length is None
-        and value.step is None
-        and not value.exists
-    )
+def _no_identity(value: Any) -> bool:
+    """An unknown that is no object the evaluation can write into: nothing known of it but where it came from."""
+    inner = plain(value)
+    return anonymous(inner) and not (isinstance(inner, Abstract) and (inner.maybe or inner.why))

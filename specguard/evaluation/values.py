@@ -591,3 +591,16 @@ def same_value(a: Any, b: Any) -> bool:
         return type(a) is type(b) and known(a) and known(b) and bool(a == b)
     except Exception:  # noqa: BLE001 - comparing arbitrary evaluated values must not fail the evaluation
         return False
+
+
+def anonymous(value: Any) -> bool:
+    """An unknown that is nothing more: no kind, length or step the evaluation knows of it, nor an object."""
+    if value is UNKNOWN:
+        return True
+    return (
+        isinstance(value, Abstract)
+        and value.kind is None
+        and value.length is None
+        and value.step is None
+        and not value.exists
+    )
