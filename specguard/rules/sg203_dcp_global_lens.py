@@ -33,6 +33,7 @@ from specguard.evaluation.values import (
     maybe_of,
     place_text,
     plain,
+    with_labels,
 )
 from specguard.findings import Judgement
 from specguard.packs import Mla, Pack
@@ -69,6 +70,10 @@ GLOBAL, LOCAL, PARAM = "global-lens", "rank-local", "param"
 SHARE, RANK = "share", "dcp-rank"
 MULTI = "multi-token"  # a query viewed as [requests, tokens, heads, dim] with more than one token per request
 TWICE = "localized-twice"  # this rank's share of lengths that were this rank's share already
+# read from a field the launches read as this rank's lengths (`metadata.seq_lens_k`), filled by a step not run here:
+# this rank's share by the framework's contract, for what is done with it next (localized again: TWICE); not a
+# localization the function did, so a path that hands the launch the whole lengths beside it is still reported
+KEPT = "kept-local"
 # Tensor methods whose arguments are a shape: a view of the query, or a buffer made like it (`q.new_zeros((bs,
 # max_q, heads, dim))`, which a draft extend pads its ragged query into).
 _SHAPED = ("view", "reshape", "new_zeros", "new_empty", "new_ones")
@@ -319,8 +324,12 @@ class _Locality(Hooks):
         handed = _params(value) & _params(base)  # (a parameter's lengths kept on another object are those lengths)
         if handed and isinstance(value, Abstract):  # a field of a parameter is not the parameter
             value = replace(value, labels=value.labels - handed, maybe=value.maybe - handed)
-            if attr not in self.fields:
-                return value  # (a whole-lengths field, `metadata.global_seq_lens_k`, is read as one, below)
+        if attr in self.kept and node is not None and not _locality([value]) and not self._unpaired(ev, base, state):
+            # (see KEPT; where a function leaves the whole lengths there, that store is what is reported)
+            read = Label(KEPT, f"`{ast.unparse(node)}` (this rank's share)", span(node), str(ev.here))
+            return with_labels(value, frozenset({read}))  # (what else the evaluation knows of it stands: a name)
+        if handed and isinstance(value, Abstract) and attr not in self.fields:
+            return value  # (a whole-lengths field, `metadata.global_seq_lens_k`, is read as one, below)
         if _locality([value]) or node is None:
             return NOT_HANDLED  # what the evaluation knows of the field (lengths stored there) stands
         batch = attr in self.batch_fields and self._is_batch(base)
@@ -329,6 +338,11 @@ class _Locality(Hooks):
             # a batch's lengths are always there; a metadata's field may be unset (None) until a step fills it
             return Abstract(frozenset({read}), exists=batch)
         return NOT_HANDLED
+
+    def _unpaired(self, ev: Any, base: Any, state: Any) -> bool:
+        """Whether this path found the object's whole-lengths field unset (`if md.global_seq_lens_k is None:`):
+        the framework fills it where it makes the kept field this rank's share, so that one is not."""
+        return any(plain(ev.getattr(base, field, state, 0)) is None for field in self.fields)
 
     def instance_attribute(self, ev: Any, obj: Any, attr: str) -> Any:
         """Lengths a method of the judged instance kept on it (once a step, for every layer's launch): what its
@@ -360,6 +374,8 @@ class _Locality(Hooks):
         )
 
     def subscript(self, ev: Any, base: Any, key: Any, node: ast.AST | None) -> Any:
+        if isinstance(plain(base), (dict, list, tuple)):
+            return NOT_HANDLED  # a container the evaluation holds: the item looked up, not all of them
         return Abstract(_locality([base]), exists=True) if _locality([base]) else NOT_HANDLED
 
     def divided(self, ev: Any, value: Any, divisor: str) -> frozenset[Label]:
@@ -437,7 +453,10 @@ def _decode_on_path(state: Any, tests: tuple[str, ...]) -> bool:
     """Whether this path passed a test saying its batch is a decode (`assert fb.forward_mode.is_decode_or_idle()`):
     the answers a path keeps, under the question's name (see `answer_key`)."""
     return any(
-        truth is True and isinstance(key, tuple) and key[1:] == ("()",) and isinstance(key[0], str)
+        truth is True
+        and isinstance(key, tuple)
+        and key[1:] == ("()",)
+        and isinstance(key[0], str)
         and any(key[0] == t or key[0].endswith("." + t) for t in tests)
         for key, truth in state.writes.items()
     )
@@ -564,8 +583,9 @@ def _left_whole(ev: Any, function: Function, hooks: _Locality, ends: list[Any]) 
             # (an object the function only names, `self.decode_backend.forward_decode_metadata`, by that name)
             identity = id(holder) if isinstance(holder, Obj) else holder.name if isinstance(holder, Sym) else None
             value = state.writes.get((identity, target.attr), UNKNOWN) if identity is not None else UNKNOWN
-            if any(x.kind in (GLOBAL, PARAM) for x in labels_of(value) | maybe_of(value)):
-                # whole lengths on some path (each path's run says), or what a caller hands (see `_handed`)
+            if any(x.kind in (GLOBAL, PARAM, TWICE) for x in labels_of(value) | maybe_of(value)):
+                # whole lengths on some path (each path's run says), or what a caller hands (see `_handed`), or a
+                # share of this rank's share
                 sites.append((target, value, target, ()))
                 break
             if plain(value) is UNKNOWN and not labels_of(value) and _holds_whole(state, target.attr):
@@ -753,7 +773,9 @@ def _unbounded(
 
 def _after(lens: Any, frame: Frame) -> str:
     """Where lengths handed to a localizer were made this rank's share before, as a trail names it."""
-    before = sorted((x for x in labels_of(lens) | maybe_of(lens) if x.kind == LOCAL and x.span), key=lambda x: x.span)
+    before = sorted(
+        (x for x in labels_of(lens) | maybe_of(lens) if x.kind in (LOCAL, KEPT) and x.span), key=lambda x: x.span
+    )
     if not before:
         return ""
     return f" after {before[0].text} ({place_text(before[0].path, before[0].span[0], str(frame.module.path))})"
@@ -763,7 +785,7 @@ def _only_local(bound: Any) -> bool:
     """Lengths that are this rank's share on every path (a localizer's, or a share the rank's index entered) and
     never the whole ones."""
     kinds = {x.kind for x in labels_of(bound) | maybe_of(bound)}
-    return (LOCAL in kinds or {SHARE, RANK} <= kinds) and not kinds & {GLOBAL, PARAM}
+    return (LOCAL in kinds or KEPT in kinds or {SHARE, RANK} <= kinds) and not kinds & {GLOBAL, PARAM}
 
 
 def _bounded_locally(q: Question, scope: Scope, launches: list[tuple[ast.AST, Any, ast.Call]]) -> Judgement | None:
@@ -1055,7 +1077,13 @@ def _verdict(q: Question, scope: Scope, sites: list[Site], path: Path | None = N
         if not read or _callees(q, scope, read, (*chain, kernel)):
             continue
         sources = ", ".join(f"{x.text} ({place_text(x.path, x.span[0], home)})" for x in read)
-        if isinstance(kernel, ast.Attribute):  # a launch-read field left holding the lengths (`_left_whole`)
+        if isinstance(kernel, ast.Attribute) and all(x.kind == TWICE for x in read):
+            message = (
+                f"`{scope.qualname}` leaves lengths localized twice ({sources}) in `.{kernel.attr}` under DCP{on}, "
+                "which the decode launches with as this rank's lengths: they were this rank's share already, and a "
+                "share of that is no rank's length; localize the whole lengths once"
+            )
+        elif isinstance(kernel, ast.Attribute):  # a launch-read field left holding the lengths (`_left_whole`)
             message = (
                 f"`{scope.qualname}` leaves the whole sequence's lengths ({sources}) in `.{kernel.attr}` under "
                 f"DCP{on}, which the decode launches with as this rank's lengths: store this rank's share there "
@@ -1133,7 +1161,9 @@ RULE = Rule(
         "request; and a launch, in code that asks whether DCP is on, of a query with more than one token per "
         "request (target verify, draft extend) without the global causal bound `causal_seqlens_kv_global` and "
         "without refusing it, or with that bound set to this rank's share of the lengths. Lengths localized "
-        "twice (a localizer handed what was this rank's share already) are as wrong as the whole ones."
+        "twice (a localizer handed what was this rank's share already, such as what is read from the field the "
+        "launches read as this rank's lengths, `metadata.seq_lens_k`, where the object's `global_seq_lens_k` is "
+        "set) are as wrong as the whole ones, at a launch or left in that field."
     ),
     analysis=(
         "The rule evaluates each function that reaches the entry (directly, or through a method or function of "
