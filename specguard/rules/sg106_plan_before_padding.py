@@ -167,6 +167,29 @@ def _inherited(func: Any) -> bool:
     return isinstance(receiver, Obj) and receiver.cls is not None and receiver.cls != func.func.owner
 
 
+def _not_alone(func: Any, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """A call whose callee is not judged on its own as this call runs it, so what happens inside is the judged
+    function's: a closure or a lambda (no scope of its own: `compose(*steps)(state)`), or a function handed the
+    functions it calls (`run_steps(state, plan, mark, forward)`, a list of steps)."""
+    inner = plain(func)
+    inner = inner.func if isinstance(inner, Bound) else inner
+    if isinstance(inner, Function) and (inner.closure is not None or isinstance(inner.node, ast.Lambda)):
+        return True
+    return any(_callables(value) for value in [*args, *kwargs.values()])
+
+
+def _callables(value: Any, depth: int = 2) -> bool:
+    """A function, a partial or a bound method, or a list, tuple or dict of them (a few levels down)."""
+    value = plain(value)
+    if isinstance(value, (Function, Partial, Bound)):
+        return True
+    if depth and isinstance(value, (list, tuple)):
+        return any(_callables(v, depth - 1) for v in value)
+    if depth and isinstance(value, dict):
+        return any(_callables(v, depth - 1) for v in value.values())
+    return False
+
+
 def _bound_methods(value: Any) -> bool:
     """A bound method, or one of a few: each judged on its own where it is defined."""
     value = plain(value)
@@ -216,6 +239,8 @@ class _Batches(Hooks):
         # class's overrides; judged alone, with its own class's) or a callable held in a local (a `partial` a
         # factory returned): what happens inside is judged here, where the batch is handed to it
         self.decided_here: set[int] = set()
+        self.decorated = False  # whether the judged function ran as its own decorators wrap it (`_run_decorated`)
+        self.local_annotations: frozenset[int] = frozenset()  # see `_own_object`
         # plans of a batch whose count code before them computed and the evaluation could not (a join of paths, an
         # alignment the pack does not name): planned for REAL_COUNT by assumption, so a forward of another shape
         # is not decided by them
@@ -225,6 +250,10 @@ class _Batches(Hooks):
         # one side, the parameter on the other, joined into a third object), so its paths are taken one by one
         self.planned: set[int] = set()
         self.forwarded: set[int] = set()
+        # whether a forward was handed, under a batch's name, a value that is no batch the evaluation holds (a batch
+        # lost where paths met: the one a test's side planned and the one its other side read)
+        self.blind_forward = False
+        self.batch_names = frozenset(q.pack.batches.batch_params)
         self.held: dict[str, Obj] = {}  # the objects of its own package's classes the instance keeps, one each
 
     def is_batch(self, value: Any) -> bool:
@@ -236,7 +265,7 @@ class _Batches(Hooks):
         return value.cls is not None and is_batch_class(self.q, value.cls)
 
     def lost_plan(self) -> bool:
-        return bool(self.forwarded) and not self.planned <= self.forwarded
+        return bool(self.planned) and self.blind_forward or bool(self.forwarded) and not self.planned <= self.forwarded
 
     def batches_in(self, args: list[Any], kwargs: dict[str, Any]) -> list[Obj]:
         return [plain(v) for v in (*args, *kwargs.values()) if self.is_batch(v)]
@@ -245,7 +274,7 @@ class _Batches(Hooks):
         self, ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, frame: Frame, state: State
     ) -> Any:
         held = isinstance(node.func, ast.Name) and node.func.id in state.locals
-        if not ev.calls and (_inherited(func) or (held and not _bound_methods(func))):
+        if not ev.calls and (_inherited(func) or (held and not _bound_methods(func)) or _not_alone(func, args, kwargs)):
             # (a method of its own held in a local, `run = self._plain if ... else ...`, is judged on its own)
             self.decided_here.add(id(node))
         made = self._made_batch(ev, func, args, kwargs, state, frame.depth)
@@ -292,6 +321,10 @@ class _Batches(Hooks):
         if self.forwards.match(name, node, func):
             replans = any(plain(kwargs.get(keyword)) is True for keyword in self.replan_keywords)
             batches = self.batches_in(args, kwargs)
+            if not batches and any(
+                last_name(a) in self.batch_names for a in (*node.args, *(k.value for k in node.keywords))
+            ):
+                self.blind_forward = True  # handed what is named a batch, and no batch the evaluation holds
             if (
                 self.always_forwards.match_receiver(name, node, func, self._held_classes)
                 and batches
@@ -456,8 +489,21 @@ class _Batches(Hooks):
         """A value an annotation promises to be a batch (a helper's return, a parameter) is a fresh one."""
         name = (dotted(annotation) or "").rpartition(".")[2]
         if name not in self.types:
-            return NOT_HANDLED
+            return self._own_object(ev, annotation, frame)
         return fresh_batch(self.q, ev.tree.resolve_class(frame.module.name, dotted(annotation) or name), self.fields)
+
+    def _own_object(self, ev: Any, annotation: ast.expr, frame: Frame) -> Any:
+        """A local of the judged function annotated with a class of its own package, no record or enum
+        (`dw: ForkDraftWorker = self._worker`): an object whose methods run where it is called (its fields what
+        they write, or unknown), as a parameter so annotated is."""
+        if id(annotation) not in self.local_annotations:
+            return NOT_HANDLED
+        text = dotted(annotation)
+        cls = ev.tree.resolve_class(frame.module.name, text) if text else None
+        package = self.q.module.name.partition(".")[0]
+        if cls is None or cls.module.partition(".")[0] != package or not ev.plain_class(cls):
+            return NOT_HANDLED
+        return Obj(cls, label=text or "")
 
     def _forward(
         self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool | None, pads: bool
@@ -980,6 +1026,11 @@ def _calls_and_stores(q: Question) -> tuple[set[tuple[str, str]], list[tuple[str
                     attributes = {t.attr for t in _targets(node) if isinstance(t, ast.Attribute)}
                     if attributes:
                         stores.append((ast.unparse(node.value), attributes))
+        for node in q.module.tree.body:  # a module's table of steps (`PIPELINES = {"extend": [plan, forward]}`)
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                names = {t.id for t in _targets(node) if isinstance(t, ast.Name)}
+                if names:
+                    stores.append((ast.unparse(node.value), names))
         q.program.memo[key] = (called, stores)
     return q.program.memo[key]  # type: ignore[no-any-return]
 
@@ -1005,14 +1056,15 @@ def _function_plans(q: Question, module: str, name: str, plan: list[str], hops: 
 def _class_plans(q: Question, module: str, name: str, plan: list[str]) -> frozenset[str]:
     """The methods of the class `name` (as `module` sees it, a class this module builds) whose own text names one
     of `plan` (a helper object's `prime()` that plans and marks the batch it holds), by the name a caller calls
-    them: the class's own where its constructor, or its `__enter__` (`with PrePlanned(batch) as fb:`), does."""
+    them: the class's own where its constructor, its `__enter__` (`with PrePlanned(batch) as fb:`) or its
+    `__call__` (an instance called, `self._planner(fb)`) does."""
     cls = q.program.resolve_class(module, name)
     if cls is None:
         return frozenset()
     key = ("sg106-class-plans", cls.key, tuple(plan))
     if key not in q.program.memo:
         q.program.memo[key] = frozenset(
-            cls.name if method in ("__init__", "__post_init__", "__enter__", "__exit__") else method
+            cls.name if method in ("__init__", "__post_init__", "__enter__", "__exit__", "__call__") else method
             for method, node in cls.methods.items()
             if not _attributes_and_names(node)[0].isdisjoint(plan)
         )
@@ -1069,7 +1121,7 @@ def _judge(q: Question, scope: Scope, fields: frozenset[str], templates: list[Sc
 def _planned_only(q: Question, scope: Scope, fields: frozenset[str]) -> bool:
     """Whether the method, run on its own, plans a batch and runs none (a hook of a base's method that runs it)."""
     hooks = _Batches(q, fields)
-    hooks.owner = scope.cls
+    hooks.owner, hooks.local_annotations = scope.cls, _local_annotations(scope)
     ev = q.evaluator(hooks)
     try:
         ev.run(scope.function, _bindings(q, scope, fields))
@@ -1101,13 +1153,14 @@ def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement |
 
     def run(choices: Choices) -> _Batches:
         hooks = _Batches(q, fields)
-        hooks.owner = scope.cls
+        hooks.owner, hooks.local_annotations = scope.cls, _local_annotations(scope)
         ev = q.evaluator(hooks)
         ev.choices = choices
         bindings = _bindings(q, scope, fields)
-        flow = ev.run(scope.function, bindings)
-        if _pad_step(q, scope):
-            hooks.forward_after(ev, scope, bindings, flow.returns)
+        if not _run_decorated(q, scope, ev, hooks, bindings):
+            flow = ev.run(scope.function, bindings)
+            if _pad_step(q, scope):
+                hooks.forward_after(ev, scope, bindings, flow.returns)
         runs.append(hooks)
         return hooks
 
@@ -1150,7 +1203,9 @@ def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement |
             "or mark the batch so that a padded batch is planned again"
         )
         forward = (
-            f"the forward that the framework runs after this padding step (`{_after_padding(q)}`)"
+            "the forward this function runs, as its decorators wrap it,"
+            if event.forward is scope.node and any(hooks.decorated for hooks in runs)
+            else f"the forward that the framework runs after this padding step (`{_after_padding(q)}`)"
             if event.forward is scope.node  # (see `_Batches.forward_after`)
             else "this forward"
         )
@@ -1167,6 +1222,45 @@ def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement |
         at, why = undecided[0]
         return q.undecided("SG106", scope, at, f"`{scope.qualname}`", why)
     return None
+
+
+def _local_annotations(scope: Scope) -> frozenset[int]:
+    """The annotations of the judged function's own annotated locals (`dw: ForkDraftWorker = ...`)."""
+    return frozenset(
+        id(node.annotation)
+        for node in walked(scope.node)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    )
+
+
+def _run_decorated(q: Question, scope: Scope, ev: Any, hooks: _Batches, bindings: dict[str, Any]) -> bool:
+    """Run the function as its own package's decorators wrap it (`@single_rank_only(fallback=...)` runs it only
+    where DP attention is off, `@timed(...)` runs it as it is), called with its parameters: what the wrapper runs
+    is the judged function's, reported at its `def`. Other decorators (`torch.no_grad()`, a framework's) are taken
+    to run it as written. False where none of its own wraps it, or one does not return a function."""
+    package = scope.module.name.partition(".")[0]
+    state = State(dict(bindings), {}, frozenset())
+    frame = Frame(scope.module, scope.cls, None, 0)
+    ev.home = ev.here = scope.module.path
+    wrapped: Any = scope.function
+    applied = False
+    for decorator in reversed(scope.node.decorator_list):
+        maker = plain(ev.eval(decorator, frame, state))  # `timed("x")`: the decorator that call makes
+        if not isinstance(maker, Function) or maker.module.name.partition(".")[0] != package:
+            continue
+        wrapped = plain(ev.call(maker, [wrapped], {}, decorator, frame, state))
+        applied = True
+        if not isinstance(wrapped, (Function, Partial, Bound)):
+            return False
+    if not applied:
+        return False
+    arguments = scope.node.args
+    positional = [bindings[a.arg] for a in [*arguments.posonlyargs, *arguments.args]]
+    keywords = {a.arg: bindings[a.arg] for a in arguments.kwonlyargs}
+    hooks.decided_here.add(id(scope.node))  # what happens inside the wrapper's run is the function's own
+    hooks.decorated = True
+    ev.call(wrapped, positional, keywords, scope.node, frame, state)
+    return True
 
 
 def _pad_step(q: Question, scope: Scope) -> bool:
@@ -1365,6 +1459,27 @@ RULE = Rule(
                     self.draft_attn_backend.init_forward_metadata(forward_batch)
                     forward_batch.mark_forward_metadata_ready()
                 return self.draft_runner.forward(forward_batch)
+
+
+        def single_rank_only(fallback):
+            def wrap(fn):
+                def run(*args):
+                    return fallback(*args) if require_mlp_sync() else fn(*args)
+
+                return run
+
+            return wrap
+
+
+        def plan_when_padded(runner, forward_batch: ForwardBatch):
+            return runner.forward(forward_batch)
+
+
+        @single_rank_only(fallback=plan_when_padded)
+        def draft_alone(runner, forward_batch: ForwardBatch):
+            runner.attn_backend.init_forward_metadata(forward_batch)
+            forward_batch.mark_forward_metadata_ready()
+            return runner.forward(forward_batch)  # run as its decorator runs it: never under DP attention
     """,
     check=check,
     applies=_plans,
@@ -1408,8 +1523,13 @@ RULE = Rule(
         "`model_runner.model.forward(...)`) never does, so the batch it runs must have the shape its latest plan "
         "was made for. Where the plan, the pad and the forward all lie inside one call of the function judged, the "
         "finding is the callee's, unless that call's callee is decided by the judged function: a method its `self` "
-        "inherits (run with this class's overrides) or a callable it holds in a local (a `partial` a factory "
-        "returned; not a method of the tree's bound to its object, which is judged where it is defined). "
+        "inherits (run with this class's overrides), a callable it holds in a local (a `partial` a factory "
+        "returned; not a method of the tree's bound to its object, which is judged where it is defined), a closure "
+        "or a lambda (`compose(plan, mark, forward)(state)`), or a function it hands the functions it calls. A "
+        "function its own package's decorators wrap is run as the wrapper runs it, its finding at its `def` "
+        "(`@single_rank_only(fallback=...)` routes a batch under DP attention to the fallback); a local annotated "
+        "with a class of its package (`dw: ForkDraftWorker = ...`) is an object of it, whose methods run; a "
+        'module\'s table of steps (`PIPELINES = {"extend": [plan, mark, forward]}`) reaches what its steps do. '
         "A batch made from another (`ForwardBatch.init_new(batch, runner)`) takes the pack's `copied_fields` "
         "from it (its mode), and a parameter the rule has no class for is one object by its name, so a test of "
         "its mode says what the batch made from it is. An object of the analyzed package's own class that the "
