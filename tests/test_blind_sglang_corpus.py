@@ -1,4 +1,4 @@
-"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r41, each written by someone who never read
+"""Issue 29's blind SGLang sets (tests/corpus/blind_sglang_r1 to _r43, each written by someone who never read
 specguard), run as their RUNS.md say: the package beside SGLang 0.5.23's real tree, JSON output, scored per function
 like the blind object sets. Today's numbers are floors no change may fall below (and false positives a ceiling);
 each set's first run is in its RUNS.md."""
@@ -51,8 +51,10 @@ SETS = {
     "thirty-seventh": ("blind_sglang_r37", "blindsg37", (50, 100), 43, 2),
     "thirty-eighth": ("blind_sglang_r38", "blindsg38", (50, 100), 45, 2),
     "thirty-ninth": ("blind_sglang_r39", "blindsg39", (50, 100), 44, 2),
-    "fortieth": ("blind_sglang_r40", "blindsg40", (50, 100), 39, 1),
-    "forty-first": ("blind_sglang_r41", "blindsg41", (50, 100), 38, 1),
+    "fortieth": ("blind_sglang_r40", "blindsg40", (50, 100), 42, 1),
+    "forty-first": ("blind_sglang_r41", "blindsg41", (50, 100), 45, 0),
+    "forty-second": ("blind_sglang_r42", "blindsg42", (50, 100), 43, 2),
+    "forty-third": ("blind_sglang_r43", "blindsg43", (50, 100), 40, 2),
 }
 
 

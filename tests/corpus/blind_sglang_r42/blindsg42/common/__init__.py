@@ -1,0 +1,1 @@
+"""Shared planning state for the fork's workers and runners."""

@@ -1,0 +1,1 @@
+"""MLA attention backends and kernel launchers used under decode context parallelism."""

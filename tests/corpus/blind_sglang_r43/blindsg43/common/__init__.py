@@ -1,0 +1,1 @@
+"""Shared switches and small helpers for the fork's speculative runtime."""

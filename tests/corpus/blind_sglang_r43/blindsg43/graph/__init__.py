@@ -1,0 +1,1 @@
+"""CUDA-graph runner extensions for the draft, draft-extend and verify passes."""

@@ -1,0 +1,1 @@
+"""Draft / verify workers of the fork's overlap-scheduled speculative loop."""
