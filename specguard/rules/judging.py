@@ -376,13 +376,12 @@ def constructor_refuses(q: Question, scope: Scope, hooks: Callable[[], Hooks], s
 def _own_calls_only(q: Question, hooks: Hooks) -> Hooks:
     """The rule's hooks, with every call of a function outside the judged module's own package left unread."""
     answer = hooks.call
-    top = q.module.name.partition(".")[0]
 
     def call(ev: Any, func: Any, args: list[Any], kwargs: dict[str, Any], node: ast.Call, *rest: Any) -> Any:
         answered = answer(ev, func, args, kwargs, node, *rest)  # the rule's answer first (`require_mlp_sync()`)
         target = callee(func)
-        outside = target is not None and target.function is not None and target.function.module.name.partition(".")[0]
-        if answered is NOT_HANDLED and outside and (outside != top or top in FRAMEWORK_PACKS):
+        outside = target is not None and target.function is not None and not own_module(q, target.function.module.name)
+        if answered is NOT_HANDLED and outside:
             return UNKNOWN
         return answered
 
@@ -550,13 +549,16 @@ def is_batch_class(q: Question, cls: ClassInfo) -> bool:
     return any(k.name in q.pack.batches.batch_types for k in q.program.ancestors(cls))
 
 
+def own_module(q: Question, module: str) -> bool:
+    """Whether `module` is of the judged module's own package, not of a framework's."""
+    top = module.partition(".")[0]
+    return top == q.module.name.partition(".")[0] and top not in FRAMEWORK_PACKS
+
+
 def own_class(q: Question, cls: ClassInfo | None) -> bool:
     """A class of the judged module's own package, not of a framework's (whose base classes, `AttentionBackend`,
     say nothing of which backend an instance holds)."""
-    if cls is None:
-        return False
-    top = cls.module.partition(".")[0]
-    return top == q.module.name.partition(".")[0] and top not in FRAMEWORK_PACKS
+    return cls is not None and own_module(q, cls.module)
 
 
 def annotated_own_class(q: Question, module: str, annotation: ast.expr | None) -> ClassInfo | None:

@@ -46,12 +46,14 @@ from specguard.rules.judging import (
     OutOfBudget,
     Question,
     Scope,
+    annotated_own_class,
     called_as,
     constructor_refuses,
     definition_text,
     held_classes,
     held_instance,
     is_batch_class,
+    own_module,
     self_calls,
     unknown_parameter,
     words,
@@ -498,12 +500,10 @@ class _Batches(Hooks):
         they write, or unknown), as a parameter so annotated is."""
         if id(annotation) not in self.local_annotations:
             return NOT_HANDLED
-        text = dotted(annotation)
-        cls = ev.tree.resolve_class(frame.module.name, text) if text else None
-        package = self.q.module.name.partition(".")[0]
-        if cls is None or cls.module.partition(".")[0] != package or not ev.plain_class(cls):
+        cls = annotated_own_class(self.q, frame.module.name, annotation)
+        if cls is None or not ev.plain_class(cls):
             return NOT_HANDLED
-        return Obj(cls, label=text or "")
+        return Obj(cls, label=dotted(annotation) or "")
 
     def _forward(
         self, ev: Any, batch: Obj, node: ast.Call, frame: Frame, state: State, skips: bool | None, pads: bool
@@ -1225,12 +1225,17 @@ def _judge_own(q: Question, scope: Scope, fields: frozenset[str]) -> Judgement |
 
 
 def _local_annotations(scope: Scope) -> frozenset[int]:
-    """The annotations of the judged function's own annotated locals (`dw: ForkDraftWorker = ...`)."""
-    return frozenset(
-        id(node.annotation)
-        for node in walked(scope.node)
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-    )
+    """The annotations of the judged function's own annotated locals (`dw: ForkDraftWorker = ...`): read once per
+    function, every run of it (one per path) asks again."""
+
+    def read(function: ast.AST) -> frozenset[int]:
+        return frozenset(
+            id(node.annotation)
+            for node in walked(function)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        )
+
+    return cached_on(scope.node, "sg106_local_annotations", read)  # type: ignore[no-any-return]
 
 
 def _run_decorated(q: Question, scope: Scope, ev: Any, hooks: _Batches, bindings: dict[str, Any]) -> bool:
@@ -1238,7 +1243,6 @@ def _run_decorated(q: Question, scope: Scope, ev: Any, hooks: _Batches, bindings
     where DP attention is off, `@timed(...)` runs it as it is), called with its parameters: what the wrapper runs
     is the judged function's, reported at its `def`. Other decorators (`torch.no_grad()`, a framework's) are taken
     to run it as written. False where none of its own wraps it, or one does not return a function."""
-    package = scope.module.name.partition(".")[0]
     state = State(dict(bindings), {}, frozenset())
     frame = Frame(scope.module, scope.cls, None, 0)
     ev.home = ev.here = scope.module.path
@@ -1246,7 +1250,7 @@ def _run_decorated(q: Question, scope: Scope, ev: Any, hooks: _Batches, bindings
     applied = False
     for decorator in reversed(scope.node.decorator_list):
         maker = plain(ev.eval(decorator, frame, state))  # `timed("x")`: the decorator that call makes
-        if not isinstance(maker, Function) or maker.module.name.partition(".")[0] != package:
+        if not isinstance(maker, Function) or not own_module(q, maker.module.name):
             continue
         wrapped = plain(ev.call(maker, [wrapped], {}, decorator, frame, state))
         applied = True
